@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian machine for Cairn: Debian packages, a virtualenv in .venv and the
+# project installed into it. Safe to run again: it only does what is missing.
+#   scripts/setup.sh           what the console needs
+#   scripts/setup.sh --test    also what the tests and benchmarks need
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+# Qt's xcb and offscreen platforms need these shared libraries at run time.
+debs=(python3 python3-venv libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1
+      libdbus-1-3 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-randr0
+      libxcb-render-util0 libxcb-image0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core)
+if [ $want_test = 1 ]; then
+  # sshd for the integration tests; restic and tar are the peers the benchmarks compare with.
+  debs+=(openssh-server openssh-client restic tar xvfb)
+fi
+
+missing=()
+for d in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Prefer an interpreter of 3.10 or newer; the console's packages need it.
+py=""
+for cand in "${PYTHON:-}" python3.13 python3.12 python3.11 python3.10 python3; do
+  [ -n "$cand" ] || continue
+  if command -v "$cand" >/dev/null 2>&1 &&
+     "$cand" -c 'import sys, venv; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null; then
+    py=$cand; break
+  fi
+done
+[ -n "$py" ] || { echo "setup: Python 3.10 or newer is required" >&2; exit 1; }
+
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+
+extra=""
+[ $want_test = 1 ] && extra="[test]"
+stamp=".cairn-setup-stamp$extra"
+sum=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
+  echo "setup: installing Python packages into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".$extra"
+  echo "$sum" > "$stamp"
+fi

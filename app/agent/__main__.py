@@ -1,0 +1,3 @@
+from app.agent.server import main
+
+main()

@@ -1,0 +1,240 @@
+"""The data plane between two agents: one TCP connection per job, TLS with a certificate the
+master made for that job alone (the listening side holds its key; the connecting side trusts
+exactly that certificate), and a one-time token the connecting side must present. So a peer
+is authenticated per job and the bytes are encrypted in transit, with the standard library
+alone.
+
+On the wire, after TLS and the token: frames of a 4-byte big-endian length and that many
+bytes; a zero length ends the stream cleanly, and the receiver answers one byte (0 = all
+received and stored) so the sender knows the other side holds everything. A connection that
+ends without the zero frame is a failure, never a short success."""
+
+import hmac
+import os
+import shutil
+import socket
+import ssl
+import struct
+import tempfile
+
+from app.agent.errors import DataPlaneFailure
+
+FRAME = 1 << 20
+_LEN = struct.Struct(">I")
+ACCEPT_TIMEOUT = 120.0
+IO_TIMEOUT = 300.0
+
+
+def _server_context(cert_pem, key_pem):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    d = tempfile.mkdtemp(prefix="cairn-tls-")
+    try:
+        cert = os.path.join(d, "cert.pem")
+        key = os.path.join(d, "key.pem")
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key_pem)
+        with open(cert, "w") as f:
+            f.write(cert_pem)
+        ctx.load_cert_chain(cert, key)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return ctx
+
+
+def _client_context(cert_pem):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # The job's certificate is pinned: trusting exactly it makes host names irrelevant.
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=cert_pem)
+    return ctx
+
+
+class Listener:
+    """The listening side (the storage server's agent)."""
+
+    def __init__(self, cert_pem, key_pem, token, bind="0.0.0.0", port=0):
+        self._ctx = _server_context(cert_pem, key_pem)
+        self._token = token.encode()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((bind, port))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+
+    def accept(self, is_cancelled, timeout=ACCEPT_TIMEOUT):
+        """Wait for the peer that knows the token; others are dropped. Returns a Channel."""
+        waited = 0.0
+        self.sock.settimeout(1.0)
+        while True:
+            if is_cancelled():
+                from app.agent.errors import Cancelled
+                raise Cancelled()
+            try:
+                raw, addr = self.sock.accept()
+            except socket.timeout:
+                waited += 1.0
+                if waited >= timeout:
+                    raise DataPlaneFailure(
+                        f"no data connection arrived within {int(timeout)} s on port {self.port}"
+                        " (a firewall between client and storage server?)")
+                continue
+            try:
+                raw.settimeout(30)
+                tls = self._ctx.wrap_socket(raw, server_side=True)
+                line = _read_exact(tls, len(self._token) + 1)
+                if not hmac.compare_digest(line[:-1], self._token):
+                    tls.close()
+                    continue
+                tls.sendall(b"OK")
+                tls.settimeout(IO_TIMEOUT)
+                return Channel(tls)
+            except (OSError, ssl.SSLError, DataPlaneFailure):
+                raw.close()
+                continue
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect(host, port, cert_pem, token, timeout=30.0):
+    ctx = _client_context(cert_pem)
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError as e:
+        raise DataPlaneFailure(f"cannot open the data connection to {host}:{port}: "
+                               f"{e.strerror or e}") from None
+    try:
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tls = ctx.wrap_socket(raw)
+        tls.sendall(token.encode() + b"\n")
+        if _read_exact(tls, 2) != b"OK":
+            raise DataPlaneFailure("the storage server refused the data connection")
+        tls.settimeout(IO_TIMEOUT)
+        return Channel(tls)
+    except ssl.SSLError as e:
+        raw.close()
+        raise DataPlaneFailure(f"TLS with {host}:{port} failed: {e.reason or e}") from None
+    except OSError as e:
+        raw.close()
+        raise DataPlaneFailure(f"data connection to {host}:{port} failed: {e}") from None
+
+
+def _read_exact(sock, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise DataPlaneFailure("the data connection closed early")
+        buf += chunk
+    return bytes(buf)
+
+
+class Channel:
+    """A framed, authenticated byte stream. Write side: write() then finish(). Read side:
+    readinto()/read() until b"" (clean end), then ack()."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self._out = bytearray()
+        self._in_left = 0
+        self._ended = False
+
+    # -- sending ----------------------------------------------------------------------------
+    def write(self, data):
+        try:
+            if len(self._out) + len(data) < FRAME:
+                self._out += data
+                return
+            if self._out:
+                self._send_frame(self._out)
+                self._out = bytearray()
+            if len(data) >= FRAME:
+                self._send_frame(data)
+            else:
+                self._out += data
+        except OSError as e:
+            raise DataPlaneFailure(f"sending on the data connection failed: {e}") from None
+
+    def _send_frame(self, data):
+        self.sock.sendall(_LEN.pack(len(data)))
+        self.sock.sendall(data)
+
+    def finish(self):
+        """End the stream and wait until the receiver confirms it stored everything."""
+        try:
+            if self._out:
+                self._send_frame(self._out)
+                self._out = bytearray()
+            self.sock.sendall(_LEN.pack(0))
+            ack = _read_exact(self.sock, 1)
+        except OSError as e:
+            raise DataPlaneFailure(f"finishing the data stream failed: {e}") from None
+        if ack != b"\0":
+            raise DataPlaneFailure("the receiving side reported a failure")
+
+    # -- receiving --------------------------------------------------------------------------
+    def readinto(self, mv):
+        if self._ended:
+            return 0
+        try:
+            while self._in_left == 0:
+                hdr = _read_exact(self.sock, 4)
+                self._in_left = _LEN.unpack(hdr)[0]
+                if self._in_left == 0:
+                    self._ended = True
+                    return 0
+            want = min(len(mv), self._in_left)
+            n = self.sock.recv_into(mv, want)
+        except OSError as e:
+            raise DataPlaneFailure(f"receiving on the data connection failed: {e}") from None
+        if n == 0:
+            raise DataPlaneFailure("the data connection closed before the end of the stream")
+        self._in_left -= n
+        return n
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            chunks = []
+            while True:
+                c = self.read(FRAME)
+                if not c:
+                    return b"".join(chunks)
+                chunks.append(c)
+        buf = bytearray(n)
+        mv = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.readinto(mv[got:])
+            if k == 0:
+                break
+            got += k
+        return bytes(buf[:got])
+
+    def drain(self):
+        """Read to the end of the stream (after the consumer stopped early)."""
+        buf = memoryview(bytearray(FRAME))
+        while self.readinto(buf):
+            pass
+
+    @property
+    def ended(self):
+        return self._ended
+
+    def ack(self, ok=True):
+        try:
+            self.sock.sendall(b"\0" if ok else b"\1")
+        except OSError:
+            pass
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,356 @@
+"""What an agent can be asked to do. Each handler takes the request (for emit and cancel) and
+the request's arguments, and returns the result dict or raises AgentFailure."""
+
+import errno
+import os
+import platform
+import socket
+import stat
+import sys
+
+from app import status
+from app.agent import dataplane
+from app.agent.errors import AgentFailure, Cancelled, InvalidRequest, StorageFailure
+
+HANDLERS = {}
+
+
+def handler(fn):
+    HANDLERS[fn.__name__] = fn
+    return fn
+
+
+def _accelerators():
+    found = []
+    for mod in ("zstandard", "xxhash", "blake3"):
+        try:
+            __import__(mod)
+            found.append(mod)
+        except ImportError:
+            pass
+    return found
+
+
+def _os_release():
+    info = {}
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                k, _, v = line.strip().partition("=")
+                info[k] = v.strip('"')
+    except OSError:
+        pass
+    return info.get("PRETTY_NAME") or platform.system()
+
+
+def _memory():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+@handler
+def ping(req):
+    return {"pong": True, "pid": os.getpid()}
+
+
+@handler
+def probe(req):
+    from plugins.filesystems import posix
+    u = platform.uname()
+    return {
+        "hostname": socket.getfqdn(),
+        "os": _os_release(),
+        "kernel": u.release,
+        "machine": u.machine,
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "cpus": os.cpu_count(),
+        "memory_bytes": _memory(),
+        "uid": os.getuid(),
+        "accelerators": _accelerators(),
+        "filesystems": posix.filesystems(),
+    }
+
+
+@handler
+def check_volumes(req, paths, create=False):
+    """For each path: exists, is a directory, writable, size, free, file system."""
+    from plugins.filesystems import posix
+    out = []
+    for p in paths:
+        v = {"path": p, "ok": False, "size": None, "free": None, "error": None}
+        try:
+            if create:
+                os.makedirs(p, exist_ok=True)
+            st = os.stat(p)
+            if not stat.S_ISDIR(st.st_mode):
+                v["error"] = "not a directory"
+            else:
+                probe_name = os.path.join(p, f".cairn-write-test-{os.getpid()}")
+                try:
+                    fd = os.open(probe_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    os.close(fd)
+                    os.unlink(probe_name)
+                except OSError as e:
+                    v["error"] = f"not writable: {e.strerror}"
+                vfs = os.statvfs(p)
+                v["size"] = vfs.f_blocks * vfs.f_frsize
+                v["free"] = vfs.f_bavail * vfs.f_frsize
+                v["filesystem"] = posix.filesystem_of(p)
+                v["ok"] = v["error"] is None
+        except FileNotFoundError:
+            v["error"] = "does not exist"
+        except OSError as e:
+            v["error"] = e.strerror or str(e)
+        out.append(v)
+    return {"volumes": out}
+
+
+@handler
+def list_dir(req, path):
+    """One directory of the host's file system, for picking backup selections."""
+    try:
+        entries = []
+        with os.scandir(path) as it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                kind = ("d" if stat.S_ISDIR(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode)
+                        else "f" if stat.S_ISREG(st.st_mode) else "o")
+                entries.append({"name": e.name, "kind": kind, "size": st.st_size,
+                                "mtime": st.st_mtime})
+    except OSError as e:
+        raise InvalidRequest(f"cannot list {path}: {e.strerror}") from None
+    entries.sort(key=lambda x: x["name"])
+    return {"path": path, "entries": entries}
+
+
+# ---- backup ---------------------------------------------------------------------------------
+
+class _FileSink:
+    """Writes an image being made on this host. Holds the fd so the caller can fsync."""
+
+    def __init__(self, path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise StorageFailure(f"{path} exists already: another backup writes it") from None
+        except OSError as e:
+            raise StorageFailure(f"cannot create {path}: {e.strerror}") from None
+        self.path = path
+        self.bytes = 0
+
+    def write(self, data):
+        mv = memoryview(data)
+        while mv:
+            try:
+                n = os.write(self.fd, mv)
+            except OSError as e:
+                if e.errno == errno.ENOSPC:
+                    raise StorageFailure(f"the volume holding {self.path} is full") from None
+                raise StorageFailure(f"writing {self.path} failed: {e.strerror}") from None
+            mv = mv[n:]
+            self.bytes += n
+
+    def finish(self):
+        try:
+            os.fsync(self.fd)
+        except OSError as e:
+            raise StorageFailure(f"flushing {self.path} failed: {e.strerror}") from None
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+@handler
+def backup(req, selections, image_meta, dest):
+    """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
+    is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
+    storage server's agent."""
+    from app.agent.archiver import backup_to
+    if dest["mode"] == "file":
+        sink = _FileSink(dest["path"])
+        try:
+            summary = backup_to(sink, selections, emit=req.emit,
+                                is_cancelled=req.is_cancelled, image_meta=image_meta)
+            sink.finish()
+        except BaseException:
+            sink.close()
+            _remove(dest["path"])
+            raise
+        sink.close()
+        return summary
+    if dest["mode"] == "net":
+        chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
+        try:
+            summary = backup_to(chan, selections, emit=req.emit,
+                                is_cancelled=req.is_cancelled, image_meta=image_meta)
+            chan.finish()
+        finally:
+            chan.close()
+        return summary
+    raise InvalidRequest(f"unknown destination mode {dest['mode']!r}")
+
+
+@handler
+def receive_image(req, path, cert, key, token):
+    """Storage side of a backup from another host: listen, take the stream, write the
+    partial image, confirm. The image is committed later by commit_image."""
+    listener = dataplane.Listener(cert, key, token)
+    sink = None
+    try:
+        sink = _FileSink(path)
+        req.emit("listening", {"port": listener.port})
+        chan = listener.accept(req.is_cancelled)
+        listener.close()
+        buf = bytearray(dataplane.FRAME)
+        mv = memoryview(buf)
+        try:
+            while True:
+                if req.is_cancelled():
+                    raise Cancelled()
+                n = chan.readinto(mv)
+                if n == 0:
+                    break
+                sink.write(mv[:n])
+            sink.finish()
+            chan.ack(True)
+        except BaseException:
+            chan.ack(False)
+            raise
+        finally:
+            chan.close()
+        sink.close()
+        return {"bytes": sink.bytes, "path": path}
+    except BaseException:
+        if sink is not None:
+            sink.close()
+            _remove(path)
+        raise
+    finally:
+        listener.close()
+
+
+@handler
+def commit_image(req, partial, final):
+    """Makes a finished image visible under its final name, atomically and durably."""
+    if os.path.exists(final):
+        raise StorageFailure(f"{final} exists already; the image was not committed")
+    try:
+        os.rename(partial, final)
+        dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except FileNotFoundError:
+        raise AgentFailure(f"{partial} is gone; the image cannot be committed",
+                           code=status.IMAGE_DAMAGED) from None
+    except OSError as e:
+        raise StorageFailure(f"committing {final} failed: {e.strerror}") from None
+    return {"path": final, "bytes": os.stat(final).st_size}
+
+
+@handler
+def abort_image(req, partial):
+    _remove(partial)
+    return {}
+
+
+@handler
+def remove_image(req, path):
+    _remove(path)
+    return {}
+
+
+@handler
+def stat_path(req, path):
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return {"exists": False, "error": e.strerror}
+    return {"exists": True, "size": st.st_size, "is_dir": stat.S_ISDIR(st.st_mode)}
+
+
+# ---- restore --------------------------------------------------------------------------------
+
+def _check_target(target_dir):
+    if not target_dir.startswith("/"):
+        raise InvalidRequest(f"restore target {target_dir!r} is not an absolute path")
+    try:
+        os.makedirs(target_dir, exist_ok=True)
+    except OSError as e:
+        from app.agent.errors import RestoreTargetInvalid
+        raise RestoreTargetInvalid(f"cannot create the restore target {target_dir}: "
+                                   f"{e.strerror}") from None
+    if not os.path.isdir(target_dir):
+        from app.agent.errors import RestoreTargetInvalid
+        raise RestoreTargetInvalid(f"restore target {target_dir} is not a directory")
+
+
+@handler
+def restore(req, image_path, extents, plan, target_dir, overwrite="skip"):
+    """Restore when the image and the target are on this host: no network at all."""
+    from app.agent.extents import ExtentReader
+    from app.agent.extract import restore_from
+    _check_target(target_dir)
+    src = ExtentReader(image_path, extents)
+    try:
+        return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
+                            is_cancelled=req.is_cancelled)
+    finally:
+        src.close()
+
+
+@handler
+def send_extents(req, image_path, extents, cert, key, token):
+    """Storage side of a restore to another host: serve the image's members to the peer."""
+    from app.agent.extents import copy_extents
+    if not os.path.exists(image_path):
+        raise AgentFailure(f"image file {image_path} is missing", code=status.IMAGE_DAMAGED)
+    listener = dataplane.Listener(cert, key, token)
+    try:
+        req.emit("listening", {"port": listener.port})
+        chan = listener.accept(req.is_cancelled)
+    finally:
+        listener.close()
+    try:
+        n = copy_extents(image_path, extents, chan, is_cancelled=req.is_cancelled)
+        chan.finish()
+    finally:
+        chan.close()
+    return {"bytes": n}
+
+
+@handler
+def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="skip"):
+    """Target side of a restore from another host's storage."""
+    from app.agent.extract import restore_from
+    _check_target(target_dir)
+    chan = dataplane.connect(host, port, cert, token)
+    try:
+        summary = restore_from(chan, target_dir, plan, overwrite=overwrite, emit=req.emit,
+                               is_cancelled=req.is_cancelled)
+        chan.drain()
+        chan.ack(True)
+    finally:
+        chan.close()
+    return summary

@@ -1,0 +1,435 @@
+"""The `cairn` command. The forms in DESIGN.md are a contract; every listing or action takes
+--json and then prints one JSON document on stdout. Errors go to stderr as a message and a
+hint (and as {"error", "hint", "status"} on stdout with --json); the exit code is 0 on
+success, otherwise the status code of the failure (see `cairn status-codes`)."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from app import __version__, status as st, timeutil
+from app.errors import CairnError
+
+
+def _common():
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--home", default=argparse.SUPPRESS,
+                   help="the master's state directory (default: $CAIRN_HOME or the user's "
+                        "data directory)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print one JSON document on stdout")
+    return p
+
+
+def build_parser():
+    common = _common()
+    ap = argparse.ArgumentParser(prog="cairn", parents=[common],
+                                 description="Cairn backup administration")
+    ap.add_argument("--version", action="version", version=f"cairn {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def cmd(parent, name, help, **kw):
+        return parent.add_parser(name, help=help, parents=[common], **kw)
+
+    # hosts
+    host = cmd(sub, "host", "register and inspect hosts").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(host, "add", "register a host")
+    p.add_argument("name")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--local", action="store_true", help="this machine, reached without SSH")
+    g.add_argument("--address", help="host name or IP address for SSH")
+    p.add_argument("--port", type=int, default=22)
+    p.add_argument("--user")
+    p.add_argument("--key", help="private key file for SSH")
+    p.add_argument("--trust-host-key", action="store_true",
+                   help="trust the host's SSH key if it is not known yet (check its fingerprint)")
+    p.add_argument("--data-address", help="address other agents use for backup data to this host")
+    p.add_argument("--no-check", action="store_true", help="do not connect before registering")
+    cmd(host, "list", "list hosts")
+    p = cmd(host, "probe", "what the host reports: OS, python, file systems")
+    p.add_argument("name")
+    p = cmd(host, "remove", "unregister a host")
+    p.add_argument("name")
+
+    # storage
+    ss = cmd(sub, "storage-server", "storage servers").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(ss, "create", "create a storage server")
+    p.add_argument("name")
+    p.add_argument("--type", required=True)
+    p.add_argument("--host", required=True)
+    p.add_argument("--path")
+    cmd(ss, "list", "list storage servers")
+
+    dp = cmd(sub, "disk-pool", "disk pools").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(dp, "create", "create a disk pool")
+    p.add_argument("name")
+    p.add_argument("--server", required=True)
+    p.add_argument("--volume", action="append", required=True, help="repeat for more volumes")
+    p.add_argument("--high-water", type=int, default=98)
+    p.add_argument("--low-water", type=int, default=80)
+    p.add_argument("--max-io-streams", type=int)
+    cmd(dp, "list", "list disk pools")
+
+    su = cmd(sub, "storage-unit", "storage units").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(su, "create", "create a storage unit")
+    p.add_argument("name")
+    p.add_argument("--pool", required=True)
+    p.add_argument("--max-concurrent-jobs", type=int, default=1)
+    cmd(su, "list", "list storage units")
+
+    # policies
+    po = cmd(sub, "policy", "backup policies").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(po, "create", "create a policy")
+    p.add_argument("name")
+    p.add_argument("--storage-unit", required=True)
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--compression", action="store_true")
+    p.add_argument("--encryption", action="store_true")
+    p.add_argument("--multiple-streams", action="store_true")
+    p = cmd(po, "add-client", "add a client to a policy")
+    p.add_argument("policy")
+    p.add_argument("host")
+    p = cmd(po, "add-selection", "add a backup selection to a policy")
+    p.add_argument("policy")
+    p.add_argument("path")
+    p = cmd(po, "add-schedule", "add a schedule to a policy")
+    p.add_argument("policy")
+    p.add_argument("name")
+    p.add_argument("--type", required=True)
+    p.add_argument("--retention", default="2w")
+    cmd(po, "list", "list policies")
+    p = cmd(po, "show", "show a policy")
+    p.add_argument("name")
+
+    # backup / jobs / images / restore
+    p = cmd(sub, "backup", "start a backup of a policy")
+    p.add_argument("policy")
+    p.add_argument("--client")
+    p.add_argument("--schedule")
+    p.add_argument("--wait", action="store_true", help="wait until the jobs end")
+
+    jb = cmd(sub, "jobs", "the activity monitor").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(jb, "list", "list jobs")
+    p.add_argument("--state", choices=["queued", "active", "done"])
+    p = cmd(jb, "show", "one job")
+    p.add_argument("id", type=int)
+    p = cmd(jb, "log", "a job's detailed log")
+    p.add_argument("id", type=int)
+    p = cmd(jb, "cancel", "cancel a job")
+    p.add_argument("id", type=int)
+
+    im = cmd(sub, "images", "backup images").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(im, "list", "list images")
+    p.add_argument("--client")
+    p.add_argument("--policy")
+    p = cmd(im, "expire", "expire an image now")
+    p.add_argument("image")
+
+    p = cmd(sub, "browse", "list a directory of an image")
+    p.add_argument("args", nargs="*", metavar="IMAGE [PATH]")
+    p.add_argument("--client")
+    p.add_argument("--policy")
+    p.add_argument("--at")
+
+    p = cmd(sub, "restore", "restore files from an image")
+    p.add_argument("image", nargs="?")
+    p.add_argument("--client")
+    p.add_argument("--policy")
+    p.add_argument("--at")
+    p.add_argument("--path", action="append", required=True)
+    p.add_argument("--to", required=True, help="target directory ('/' = original location)")
+    p.add_argument("--to-host")
+    p.add_argument("--overwrite", choices=["skip", "overwrite", "rename"], default="skip")
+    p.add_argument("--wait", action="store_true")
+
+    p = cmd(sub, "console", "the desktop console")
+    p.add_argument("--screenshot", metavar="FILE")
+    p.add_argument("--view", default="hosts")
+    ma = cmd(sub, "master", "the master without a GUI").add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(ma, "run", "run the dispatcher")
+    p.add_argument("--until-idle", action="store_true", help="stop when no job is queued or running")
+    cmd(sub, "status-codes", "the table of job status codes")
+    sub.add_parser("agent", help=argparse.SUPPRESS)
+    return ap
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+def _out(args, doc, human=None):
+    if getattr(args, "json", False):
+        json.dump(doc, sys.stdout, indent=2, ensure_ascii=False, default=str)
+        sys.stdout.write("\n")
+    elif human is not None:
+        human(doc)
+    else:
+        print(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+
+
+def _table(rows, cols):
+    if not rows:
+        print("(none)")
+        return
+    data = [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(d[i]) for d in data)) for i, c in enumerate(cols)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)))
+    for d in data:
+        print("  ".join(v.ljust(w) for v, w in zip(d, widths)))
+
+
+def _size(n):
+    if n is None:
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+# ---- commands -------------------------------------------------------------------------------
+
+def _master(args):
+    from app.master import Master
+    return Master(getattr(args, "home", None), password_provider=_password_prompt)
+
+
+def _password_prompt(prompt):
+    if not sys.stdin.isatty():
+        return None
+    import getpass
+    return getpass.getpass(prompt)
+
+
+def run(args):
+    c, s = args.cmd, getattr(args, "sub", None)
+    if c == "status-codes":
+        rows = [{"status": k, "meaning": v} for k, v in sorted(st.STATUS_TEXT.items())]
+        return _out(args, {"status_codes": rows}, lambda d: _table(d["status_codes"],
+                                                                  ["status", "meaning"]))
+    if c == "console":
+        from ui.app import main as console_main
+        return console_main(home=getattr(args, "home", None), screenshot=args.screenshot,
+                            view=args.view)
+    m = _master(args)
+    try:
+        return _dispatch(m, args, c, s)
+    finally:
+        m.close()
+
+
+def _dispatch(m, args, c, s):
+    if c == "host":
+        if s == "add":
+            h = m.add_host(args.name, local=args.local, address=args.address, port=args.port,
+                           user=args.user, key_file=args.key, trust_host_key=args.trust_host_key,
+                           data_address=args.data_address, check=not args.no_check)
+            return _out(args, h, lambda d: print(f"host {d['name']} added"))
+        if s == "list":
+            return _out(args, {"hosts": m.config.hosts()},
+                        lambda d: _table(d["hosts"], ["name", "kind", "address", "port", "user"]))
+        if s == "probe":
+            return _out(args, m.probe_host(args.name), _print_probe)
+        if s == "remove":
+            m.config.delete_host(args.name)
+            return _out(args, {"removed": args.name}, lambda d: print(f"host {args.name} removed"))
+    if c == "storage-server":
+        if s == "create":
+            r = m.create_storage_server(args.name, type=args.type, host=args.host, path=args.path)
+            return _out(args, r, lambda d: print(f"storage server {d['name']} created"))
+        return _out(args, {"storage_servers": m.config.storage_servers()},
+                    lambda d: _table(d["storage_servers"], ["name", "type", "host", "path"]))
+    if c == "disk-pool":
+        if s == "create":
+            r = m.create_disk_pool(args.name, server=args.server, volumes=args.volume,
+                                   high_water=args.high_water, low_water=args.low_water,
+                                   max_io_streams=args.max_io_streams)
+            return _out(args, r, lambda d: print(f"disk pool {d['name']} created"))
+        return _out(args, {"disk_pools": m.config.disk_pools()},
+                    lambda d: _table(d["disk_pools"], ["name", "server", "volumes", "high_water",
+                                                       "low_water"]))
+    if c == "storage-unit":
+        if s == "create":
+            r = m.config.add_storage_unit(args.name, pool=args.pool,
+                                          max_concurrent_jobs=args.max_concurrent_jobs)
+            return _out(args, r, lambda d: print(f"storage unit {d['name']} created"))
+        return _out(args, {"storage_units": m.config.storage_units()},
+                    lambda d: _table(d["storage_units"], ["name", "pool", "host",
+                                                          "max_concurrent_jobs"]))
+    if c == "policy":
+        cfg = m.config
+        if s == "create":
+            r = cfg.add_policy(args.name, storage_unit=args.storage_unit, priority=args.priority,
+                               compression=args.compression, encryption=args.encryption,
+                               multiple_streams=args.multiple_streams)
+        elif s == "add-client":
+            r = cfg.add_policy_client(args.policy, args.host)
+        elif s == "add-selection":
+            r = cfg.add_policy_selection(args.policy, args.path)
+        elif s == "add-schedule":
+            r = cfg.add_schedule(args.policy, args.name, type=args.type, retention=args.retention)
+        elif s == "show":
+            r = cfg.policy(args.name)
+        else:
+            return _out(args, {"policies": cfg.policies()},
+                        lambda d: _table(d["policies"], ["name", "storage_unit", "clients",
+                                                         "selections"]))
+        return _out(args, r, lambda d: print(f"policy {d['name']}: storage unit "
+                                             f"{d['storage_unit']}, clients {d['clients']}, "
+                                             f"selections {d['selections']}, schedules "
+                                             f"{[x['name'] for x in d['schedules']]}"))
+    if c == "backup":
+        ids = m.start_backup(args.policy, client=args.client, schedule=args.schedule)
+        return _jobs_result(m, args, ids)
+    if c == "restore":
+        image = args.image
+        if args.client:
+            if image:
+                raise CairnError("give either IMAGE or --client, not both")
+            image = m.image_at(args.client, args.policy, args.at)["id"]
+        elif not image:
+            raise CairnError("name the image to restore from, or --client HOST",
+                             status_code=st.INVALID_REQUEST)
+        jid = m.start_restore(image, args.path, args.to, to_host=args.to_host,
+                              overwrite=args.overwrite)
+        return _jobs_result(m, args, [jid])
+    if c == "jobs":
+        if s == "show":
+            j = m.jobs.get(args.id)
+            j["log"] = m.jobs.logs(args.id)
+            return _out(args, j, _print_job)
+        if s == "log":
+            logs = m.jobs.logs(args.id)
+            return _out(args, {"id": args.id, "log": logs},
+                        lambda d: [print(f"{x['ts']} {x['level']:7} {x['message']}")
+                                   for x in d["log"]])
+        if s == "cancel":
+            j = m.jobs.request_cancel(args.id)
+            return _out(args, j, lambda d: print(f"job {d['id']}: cancel requested "
+                                                 f"(state {d['state']})"))
+        return _out(args, {"jobs": m.jobs.list(state=getattr(args, "state", None))},
+                    lambda d: _table(d["jobs"], ["id", "type", "state", "status", "client",
+                                                 "policy", "schedule", "files", "bytes",
+                                                 "percent", "wait_reason"]))
+    if c == "images":
+        if s == "expire":
+            r = m.expire_image(args.image)
+            return _out(args, r, lambda d: print(f"image {args.image} expired"))
+        return _out(args, {"images": m.images(client=args.client, policy=args.policy)},
+                    lambda d: _table(d["images"], ["id", "client", "policy", "schedule",
+                                                   "created", "expires", "files", "bytes"]))
+    if c == "browse":
+        pos = list(args.args)
+        if args.client:
+            if len(pos) > 1:
+                raise CairnError("with --client give at most one PATH",
+                                 status_code=st.INVALID_REQUEST)
+            image = m.image_at(args.client, args.policy, args.at)["id"]
+            path = pos[0] if pos else "/"
+        else:
+            if not pos or len(pos) > 2:
+                raise CairnError("give IMAGE [PATH], or --client HOST [PATH]",
+                                 status_code=st.INVALID_REQUEST)
+            image, path = pos[0], (pos[1] if len(pos) > 1 else "/")
+        r = m.browse(image, path)
+        return _out(args, r, _print_listing)
+    if c == "master" and s == "run":
+        print(f"cairn master: dispatcher running on {m.home.root} (Ctrl-C stops it)",
+              file=sys.stderr)
+        try:
+            m.dispatcher.run_forever(until_idle=args.until_idle)
+        except KeyboardInterrupt:
+            m.dispatcher.stop()
+        return 0
+    raise CairnError(f"unknown command: {c} {s or ''}".strip(), status_code=st.INVALID_REQUEST)
+
+
+def _jobs_result(m, args, ids):
+    if args.wait:
+        jobs = m.wait_for(ids)
+    else:
+        _ensure_dispatcher(m, args)
+        jobs = [m.jobs.get(j) for j in ids]
+    codes = [j["status"] for j in jobs if j["status"] is not None]
+    worst = max(codes, key=lambda x: (x != 0, x != 1, x)) if codes else 0
+    doc = {"jobs": jobs, "status": worst}
+
+    def human(d):
+        for j in d["jobs"]:
+            if j["state"] == "done":
+                print(f"job {j['id']} ({j['type']}, {j['client']}): status {j['status']} - "
+                      f"{j['status_text']}; {j['files']} files, {_size(j['bytes'])}")
+            else:
+                print(f"job {j['id']} ({j['type']}, {j['client']}) {j['state']}; follow it with "
+                      f"`cairn jobs show {j['id']}`")
+    _out(args, doc, human)
+    return worst
+
+
+def _ensure_dispatcher(m, args):
+    """Without --wait the jobs still have to run: start a headless master for them when no
+    console or master is dispatching already."""
+    from app.jobs.dispatcher import Dispatcher
+    if Dispatcher.lease_holder(m.db) is not None:
+        return
+    cmd = [sys.executable, "-m", "app", "--home", m.home.root, "master", "run", "--until-idle"]
+    if getattr(sys, "frozen", False):
+        cmd = [sys.executable, "--home", m.home.root, "master", "run", "--until-idle"]
+    log = open(os.path.join(m.home.root, "master.log"), "ab")
+    subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                     start_new_session=True, env=os.environ.copy())
+    log.close()
+
+
+def _print_probe(d):
+    print(f"{d['host']}: {d['os']}, kernel {d['kernel']}, python {d['python']}, "
+          f"{d['cpus']} CPUs, {_size(d['memory_bytes'])} memory")
+    _table([dict(f, size=_size(f.get("size")), free=_size(f.get("free")))
+            for f in d["filesystems"]], ["mount_point", "type", "size", "free", "class"])
+
+
+def _print_job(j):
+    for k in ("id", "type", "state", "status", "status_text", "client", "policy", "schedule",
+              "storage_unit", "started", "ended", "files", "bytes", "rate_bytes_per_s",
+              "percent", "wait_reason", "image_id"):
+        print(f"{k:16} {'' if j.get(k) is None else j[k]}")
+    print("log:")
+    for x in j.get("log", []):
+        print(f"  {x['ts']} {x['level']:7} {x['message']}")
+
+
+def _print_listing(d):
+    print(f"{d['image']}:{d['path']}")
+    for e in d["entries"]:
+        mt = timeutil.iso(e["mtime_ns"] / 1e9)
+        print(f"  {e['kind']} {e['mode']:04o} {e['uid']:>6} {e['gid']:>6} {e['size']:>12} "
+              f"{mt} {e['name']}" + (f" -> {e['link']}" if e["link"] else ""))
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["agent"]:
+        from app.agent.server import main as agent_main
+        return agent_main()
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not args.cmd:
+        ap.print_help()
+        return 0
+    try:
+        rc = run(args)
+        return rc if isinstance(rc, int) else 0
+    except CairnError as e:
+        if getattr(args, "json", False):
+            json.dump(e.to_dict(), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        print(f"cairn: {e.message}", file=sys.stderr)
+        if e.hint:
+            print(f"  {e.hint}", file=sys.stderr)
+        return e.status or 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

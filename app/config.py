@@ -1,0 +1,364 @@
+"""Configuration objects (hosts, storage servers, disk pools, storage units, policies,
+schedules) with their validation. Every rejected input gets a message that names the field,
+what is wrong and how to fix it. Checks that need a host (does a volume exist there?) are the
+master's; this module only guards the catalog."""
+
+import json
+import os
+import posixpath
+import re
+
+import plugins.storage
+from app import timeutil
+from app.errors import NotFound, ValidationError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+ADDRESS_RE = re.compile(r"^[A-Za-z0-9._:\-\[\]%]+$")
+MAX_CONCURRENT_JOBS = 1000
+MAX_IO_STREAMS = 1000
+
+
+def check_name(kind, name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValidationError(
+            f"{kind} name {name!r} is not valid",
+            hint="use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    return name
+
+
+def check_abs_path(what, path):
+    if not isinstance(path, str) or not path:
+        raise ValidationError(f"{what} is empty", hint="give an absolute path such as /data")
+    if "\0" in path:
+        raise ValidationError(f"{what} {path!r} contains a NUL byte")
+    if not path.startswith("/"):
+        raise ValidationError(f"{what} {path!r} is not an absolute path",
+                              hint="start it with '/', e.g. /data/projects")
+    parts = path.split("/")
+    if ".." in parts:
+        raise ValidationError(f"{what} {path!r} contains '..'", hint="give the path without '..'")
+    norm = posixpath.normpath(path)
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    return norm
+
+
+def check_int(what, value, lo, hi):
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{what} {value!r} is not a whole number") from None
+    if not lo <= v <= hi:
+        raise ValidationError(f"{what} {v} is out of range", hint=f"choose a value from {lo} to {hi}")
+    return v
+
+
+def _exists(db, table, name):
+    return db.one(f"SELECT id FROM {table} WHERE name=?", (name,)) is not None
+
+
+def _unique(db, table, kind, name):
+    check_name(kind, name)
+    if _exists(db, table, name):
+        raise ValidationError(f"a {kind} named {name!r} already exists",
+                              hint="choose another name, or edit the existing one")
+
+
+def _id_of(db, table, kind, name, listing):
+    row = db.one(f"SELECT id FROM {table} WHERE name=?", (name,))
+    if row is None:
+        known = [r[0] for r in db.all(f"SELECT name FROM {table} ORDER BY name")]
+        hint = (f"known {kind}s: {', '.join(known)}" if known
+                else f"create one first with `cairn {listing} ...`")
+        raise NotFound(f"there is no {kind} named {name!r}", hint=hint)
+    return row[0]
+
+
+class Config:
+    def __init__(self, db):
+        self.db = db
+
+    # ---- hosts ---------------------------------------------------------------------------
+    def add_host(self, name, *, local=False, address=None, port=22, user=None, key_file=None,
+                 data_address=None, comment=""):
+        _unique(self.db, "hosts", "host", name)
+        if local:
+            if self.db.one("SELECT name FROM hosts WHERE kind='local'") is not None:
+                existing = self.db.one("SELECT name FROM hosts WHERE kind='local'")[0]
+                raise ValidationError(f"this machine is already registered as host {existing!r}",
+                                      hint="a catalog has one local host")
+            if address:
+                raise ValidationError("a local host takes no address",
+                                      hint="use --local or --address, not both")
+            kind, port, user, key_file = "local", None, None, None
+        else:
+            if not address:
+                raise ValidationError(f"host {name!r} needs an address",
+                                      hint="give --address HOST (or --local for this machine)")
+            if not ADDRESS_RE.match(address):
+                raise ValidationError(f"address {address!r} is not a host name or IP address")
+            port = check_int("port", port, 1, 65535)
+            if key_file:
+                key_file = os.path.abspath(os.path.expanduser(key_file))
+                if not os.path.isfile(key_file):
+                    raise ValidationError(f"key file {key_file} does not exist",
+                                          hint="give the path of a private key readable here")
+                if not os.access(key_file, os.R_OK):
+                    raise ValidationError(f"key file {key_file} is not readable")
+            if user is not None and not re.match(r"^[A-Za-z0-9._][A-Za-z0-9._-]*\$?$", user):
+                raise ValidationError(f"user name {user!r} is not valid")
+            kind = "ssh"
+        if data_address is not None and not ADDRESS_RE.match(data_address):
+            raise ValidationError(f"data address {data_address!r} is not valid")
+        with self.db.tx() as c:
+            c.execute("INSERT INTO hosts(name, kind, address, port, user, key_file, data_address,"
+                      " comment, created) VALUES (?,?,?,?,?,?,?,?,?)",
+                      (name, kind, address, port, user, key_file, data_address, comment,
+                       timeutil.iso(timeutil.now())))
+        return self.host(name)
+
+    def host(self, name):
+        row = self.db.one("SELECT * FROM hosts WHERE name=?", (name,))
+        if row is None:
+            _id_of(self.db, "hosts", "host", name, "host add")
+        return _host_dict(row)
+
+    def hosts(self):
+        return [_host_dict(r) for r in self.db.all("SELECT * FROM hosts ORDER BY name")]
+
+    def local_host(self):
+        row = self.db.one("SELECT * FROM hosts WHERE kind='local'")
+        return _host_dict(row) if row else None
+
+    def delete_host(self, name):
+        hid = _id_of(self.db, "hosts", "host", name, "host add")
+        users = [r[0] for r in self.db.all(
+            "SELECT name FROM storage_servers WHERE host_id=?", (hid,))]
+        users += [f"policy {r[0]}" for r in self.db.all(
+            "SELECT p.name FROM policies p JOIN policy_clients c ON c.policy_id=p.id "
+            "WHERE c.host_id=?", (hid,))]
+        if users:
+            raise ValidationError(f"host {name!r} is still used by: {', '.join(users)}",
+                                  hint="remove those first")
+        with self.db.tx() as c:
+            c.execute("DELETE FROM hosts WHERE id=?", (hid,))
+
+    # ---- storage servers -----------------------------------------------------------------
+    def add_storage_server(self, name, *, type, host, path=None, comment=""):
+        _unique(self.db, "storage_servers", "storage server", name)
+        plugin = plugins.storage.get(type)
+        if plugin is None:
+            if type in plugins.storage.PLANNED:
+                raise ValidationError(plugins.storage.PLANNED[type],
+                                      hint="use --type advanced-disk")
+            raise ValidationError(f"storage type {type!r} is unknown",
+                                  hint=f"choose one of: {', '.join(plugins.storage.TYPES)}")
+        host_id = _id_of(self.db, "hosts", "host", host, "host add")
+        if path is not None:
+            path = check_abs_path("storage path", path)
+        elif plugin.NEEDS_PATH:
+            raise ValidationError(f"a {type} storage server needs --path DIR")
+        with self.db.tx() as c:
+            c.execute("INSERT INTO storage_servers(name, type, host_id, path, comment, created)"
+                      " VALUES (?,?,?,?,?,?)",
+                      (name, type, host_id, path, comment, timeutil.iso(timeutil.now())))
+        return self.storage_server(name)
+
+    def storage_server(self, name):
+        row = self.db.one("SELECT s.*, h.name AS host FROM storage_servers s "
+                          "JOIN hosts h ON h.id=s.host_id WHERE s.name=?", (name,))
+        if row is None:
+            _id_of(self.db, "storage_servers", "storage server", name, "storage-server create")
+        return _server_dict(row)
+
+    def storage_servers(self):
+        return [_server_dict(r) for r in self.db.all(
+            "SELECT s.*, h.name AS host FROM storage_servers s JOIN hosts h ON h.id=s.host_id "
+            "ORDER BY s.name")]
+
+    # ---- disk pools ------------------------------------------------------------------------
+    def validate_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
+                           max_io_streams=None):
+        _unique(self.db, "disk_pools", "disk pool", name)
+        _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
+        if not volumes:
+            raise ValidationError("a disk pool needs at least one volume",
+                                  hint="give --volume PATH (a directory on the storage server)")
+        vols = []
+        for v in volumes:
+            p = check_abs_path("volume", v)
+            if p in vols:
+                raise ValidationError(f"volume {p} is given twice")
+            vols.append(p)
+        for p in vols:
+            other = self.db.one(
+                "SELECT d.name FROM pool_volumes v JOIN disk_pools d ON d.id=v.pool_id "
+                "JOIN storage_servers s ON s.id=d.server_id WHERE v.path=? AND s.name=?",
+                (p, server))
+            if other:
+                raise ValidationError(f"volume {p} already belongs to disk pool {other[0]!r}")
+        hw = check_int("high-water mark", high_water, 1, 100)
+        lw = check_int("low-water mark", low_water, 0, 100)
+        if lw >= hw:
+            raise ValidationError(f"low-water mark {lw}% must be below the high-water mark {hw}%")
+        if max_io_streams is not None:
+            max_io_streams = check_int("maximum I/O streams", max_io_streams, 1, MAX_IO_STREAMS)
+        return vols, hw, lw, max_io_streams
+
+    def add_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
+                      max_io_streams=None, comment=""):
+        vols, hw, lw, mio = self.validate_disk_pool(
+            name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
+            max_io_streams=max_io_streams)
+        sid = _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
+        with self.db.tx() as c:
+            cur = c.execute("INSERT INTO disk_pools(name, server_id, high_water, low_water, "
+                            "max_io_streams, comment, created) VALUES (?,?,?,?,?,?,?)",
+                            (name, sid, hw, lw, mio, comment, timeutil.iso(timeutil.now())))
+            pid = cur.lastrowid
+            for i, p in enumerate(vols):
+                c.execute("INSERT INTO pool_volumes(pool_id, path, position) VALUES (?,?,?)",
+                          (pid, p, i))
+        return self.disk_pool(name)
+
+    def disk_pool(self, name):
+        row = self.db.one(_POOL_SQL + " WHERE d.name=?", (name,))
+        if row is None:
+            _id_of(self.db, "disk_pools", "disk pool", name, "disk-pool create")
+        return self._pool_dict(row)
+
+    def disk_pools(self):
+        return [self._pool_dict(r) for r in self.db.all(_POOL_SQL + " ORDER BY d.name")]
+
+    def _pool_dict(self, row):
+        d = dict(row)
+        d["volumes"] = [r[0] for r in self.db.all(
+            "SELECT path FROM pool_volumes WHERE pool_id=? ORDER BY position", (row["id"],))]
+        return d
+
+    # ---- storage units -------------------------------------------------------------------
+    def add_storage_unit(self, name, *, pool, max_concurrent_jobs=1, comment=""):
+        _unique(self.db, "storage_units", "storage unit", name)
+        pid = _id_of(self.db, "disk_pools", "disk pool", pool, "disk-pool create")
+        mcj = check_int("maximum concurrent jobs", max_concurrent_jobs, 1, MAX_CONCURRENT_JOBS)
+        with self.db.tx() as c:
+            c.execute("INSERT INTO storage_units(name, pool_id, max_concurrent_jobs, comment, "
+                      "created) VALUES (?,?,?,?,?)",
+                      (name, pid, mcj, comment, timeutil.iso(timeutil.now())))
+        return self.storage_unit(name)
+
+    def storage_unit(self, name):
+        row = self.db.one(_STU_SQL + " WHERE u.name=?", (name,))
+        if row is None:
+            _id_of(self.db, "storage_units", "storage unit", name, "storage-unit create")
+        return dict(row)
+
+    def storage_units(self):
+        return [dict(r) for r in self.db.all(_STU_SQL + " ORDER BY u.name")]
+
+    # ---- policies ------------------------------------------------------------------------
+    def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
+                   multiple_streams=False, comment=""):
+        _unique(self.db, "policies", "policy", name)
+        sid = _id_of(self.db, "storage_units", "storage unit", storage_unit,
+                     "storage-unit create")
+        prio = check_int("priority", priority, 0, 99999)
+        if compression:
+            raise ValidationError("compression is not available for advanced-disk storage in "
+                                  "this version", hint="create the policy without --compression")
+        if encryption:
+            raise ValidationError("encryption at rest is not available in this version",
+                                  hint="create the policy without encryption")
+        with self.db.tx() as c:
+            c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
+                      "encryption, multiple_streams, comment, created) VALUES (?,?,?,?,?,?,?,?)",
+                      (name, sid, prio, int(bool(compression)), int(bool(encryption)),
+                       int(bool(multiple_streams)), comment, timeutil.iso(timeutil.now())))
+        return self.policy(name)
+
+    def add_policy_client(self, policy, host):
+        pid = _id_of(self.db, "policies", "policy", policy, "policy create")
+        hid = _id_of(self.db, "hosts", "host", host, "host add")
+        if self.db.one("SELECT 1 FROM policy_clients WHERE policy_id=? AND host_id=?",
+                       (pid, hid)):
+            raise ValidationError(f"{host!r} is already a client of policy {policy!r}")
+        with self.db.tx() as c:
+            c.execute("INSERT INTO policy_clients(policy_id, host_id) VALUES (?,?)", (pid, hid))
+        return self.policy(policy)
+
+    def add_policy_selection(self, policy, path):
+        pid = _id_of(self.db, "policies", "policy", policy, "policy create")
+        p = check_abs_path("backup selection", path)
+        if self.db.one("SELECT 1 FROM policy_selections WHERE policy_id=? AND path=?", (pid, p)):
+            raise ValidationError(f"{p} is already a backup selection of policy {policy!r}")
+        with self.db.tx() as c:
+            c.execute("INSERT INTO policy_selections(policy_id, path) VALUES (?,?)", (pid, p))
+        return self.policy(policy)
+
+    def add_schedule(self, policy, name, *, type, retention="2w", frequency=None, windows=None):
+        pid = _id_of(self.db, "policies", "policy", policy, "policy create")
+        check_name("schedule", name)
+        if type not in ("full", "differential", "cumulative"):
+            raise ValidationError(f"schedule type {type!r} is unknown",
+                                  hint="choose full, differential or cumulative")
+        if type != "full":
+            raise ValidationError(f"{type} incremental schedules are not available in this "
+                                  "version", hint="use --type full")
+        if self.db.one("SELECT 1 FROM schedules WHERE policy_id=? AND name=?", (pid, name)):
+            raise ValidationError(f"policy {policy!r} already has a schedule named {name!r}")
+        ret = timeutil.parse_duration(retention)
+        freq = timeutil.parse_duration(frequency) if frequency else None
+        with self.db.tx() as c:
+            c.execute("INSERT INTO schedules(policy_id, name, type, retention_s, frequency_s, "
+                      "windows) VALUES (?,?,?,?,?,?)",
+                      (pid, name, type, -1 if ret is None else ret, freq,
+                       json.dumps(windows or [])))
+        return self.policy(policy)
+
+    def policy(self, name):
+        row = self.db.one(_POLICY_SQL + " WHERE p.name=?", (name,))
+        if row is None:
+            _id_of(self.db, "policies", "policy", name, "policy create")
+        return self._policy_dict(row)
+
+    def policies(self):
+        return [self._policy_dict(r) for r in self.db.all(_POLICY_SQL + " ORDER BY p.name")]
+
+    def _policy_dict(self, row):
+        d = dict(row)
+        for k in ("compression", "encryption", "multiple_streams", "active"):
+            d[k] = bool(d[k])
+        d["clients"] = [r[0] for r in self.db.all(
+            "SELECT h.name FROM policy_clients c JOIN hosts h ON h.id=c.host_id "
+            "WHERE c.policy_id=? ORDER BY h.name", (row["id"],))]
+        d["selections"] = [r[0] for r in self.db.all(
+            "SELECT path FROM policy_selections WHERE policy_id=? ORDER BY id", (row["id"],))]
+        d["schedules"] = [
+            {"name": r["name"], "type": r["type"],
+             "retention": timeutil.format_duration(None if r["retention_s"] < 0
+                                                   else r["retention_s"]),
+             "retention_s": None if r["retention_s"] < 0 else r["retention_s"],
+             "frequency_s": r["frequency_s"], "windows": json.loads(r["windows"])}
+            for r in self.db.all("SELECT * FROM schedules WHERE policy_id=? ORDER BY id",
+                                 (row["id"],))]
+        return d
+
+
+_POOL_SQL = ("SELECT d.*, s.name AS server, s.type AS server_type, h.name AS host "
+             "FROM disk_pools d JOIN storage_servers s ON s.id=d.server_id "
+             "JOIN hosts h ON h.id=s.host_id")
+_STU_SQL = ("SELECT u.*, d.name AS pool, s.name AS server, h.name AS host, "
+            "(SELECT count(*) FROM jobs j WHERE j.storage_unit=u.name AND j.state='active') "
+            "AS active_jobs FROM storage_units u JOIN disk_pools d ON d.id=u.pool_id "
+            "JOIN storage_servers s ON s.id=d.server_id JOIN hosts h ON h.id=s.host_id")
+_POLICY_SQL = ("SELECT p.*, u.name AS storage_unit FROM policies p "
+               "JOIN storage_units u ON u.id=p.storage_unit_id")
+
+
+def _host_dict(row):
+    d = dict(row)
+    return d
+
+
+def _server_dict(row):
+    return dict(row)

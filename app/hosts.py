@@ -1,0 +1,74 @@
+"""Connections to the hosts' agents: one per host, made on first use and reused until it
+breaks. The local host is reached without SSH (the agent runs as a subprocess)."""
+
+import threading
+
+from app.transport.agent_client import AgentConnection
+
+
+class HostPool:
+    def __init__(self, home, password_provider=None):
+        self.home = home
+        self.password_provider = password_provider
+        self._conns = {}
+        self._transports = {}
+        self._locks = {}
+        self._lock = threading.Lock()
+
+    def _host_lock(self, name):
+        with self._lock:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def transport(self, host, trust_unknown_key=False):
+        if host["kind"] == "local":
+            from app.transport.local import LocalTransport
+            return LocalTransport()
+        from app.transport.ssh import SSHTransport
+        return SSHTransport(host["address"], port=host["port"] or 22, user=host["user"],
+                            key_file=host["key_file"], known_hosts=self.home.known_hosts,
+                            trust_unknown_key=trust_unknown_key,
+                            password_provider=self.password_provider)
+
+    def connect(self, host, trust_unknown_key=False):
+        """The live agent connection of a host (a dict from Config.host)."""
+        name = host["name"]
+        with self._host_lock(name):
+            conn = self._conns.get(name)
+            if conn is not None and conn.alive:
+                return conn
+            if conn is not None:
+                conn.close()
+            old = self._transports.pop(name, None)
+            if old is not None:
+                old.close()
+            transport = self.transport(host, trust_unknown_key)
+            try:
+                process = transport.start_agent()
+                conn = AgentConnection(process, name)
+            except BaseException:
+                transport.close()
+                raise
+            self._transports[name] = transport
+            self._conns[name] = conn
+            return conn
+
+    def data_address(self, storage_host, peer_host):
+        """The address at which peer_host's agent reaches storage_host's data plane."""
+        if storage_host.get("data_address"):
+            return storage_host["data_address"]
+        if storage_host["kind"] == "ssh":
+            return storage_host["address"]
+        # The storage server is this machine: use our address on the path to the peer.
+        self.connect(peer_host)
+        t = self._transports.get(peer_host["name"])
+        addr = t.local_address() if t is not None else None
+        return addr or "127.0.0.1"
+
+    def close(self):
+        with self._lock:
+            conns, self._conns = list(self._conns.values()), {}
+            transports, self._transports = list(self._transports.values()), {}
+        for c in conns:
+            c.close()
+        for t in transports:
+            t.close()

@@ -1,0 +1,168 @@
+"""A backup job: choose a volume, stream the client's selections into a partial image (on the
+storage host directly, or agent to agent over the data plane), index the file rows as they
+arrive, then commit the image and record it in the catalog. Until the commit nothing is
+visible; any failure or cancel removes the partial image and the partial index."""
+
+import json
+import posixpath
+import time
+
+import plugins.storage
+from app import status as st
+from app import timeutil
+from app.catalog_index import IndexWriter
+from app.errors import CairnError, Canceled
+from app.jobs.context import JobContext
+from app.jobs.tlscert import job_identity
+from app.transport.agent_client import AgentCallError
+
+LISTEN_TIMEOUT = 60.0
+
+
+def new_image_id(db, client):
+    base = int(time.time())
+    n = base
+    while db.one("SELECT 1 FROM images WHERE id=?", (f"{client}_{n}",)):
+        n += 1
+    return f"{client}_{n}"
+
+
+def run(master, job):
+    ctx = JobContext(master.jobs, job["id"])
+    p = job["params"]
+    cfg = master.config
+    stu = cfg.storage_unit(job["storage_unit"])
+    pool = cfg.disk_pool(stu["pool"])
+    server = cfg.storage_server(pool["server"])
+    plugin = plugins.storage.get(server["type"])
+    storage_host = cfg.host(server["host"])
+    client_host = cfg.host(job["client"])
+    selections = p["selections"]
+    ctx.log(f"backup of {client_host['name']} ({', '.join(selections)}) under policy "
+            f"{job['policy']}, schedule {job['schedule']}, to storage unit {stu['name']} "
+            f"(disk pool {pool['name']} on {storage_host['name']})")
+    ctx.flush()
+
+    storage = master.hosts.connect(storage_host)
+    vols = storage.call("check_volumes", {"paths": pool["volumes"]}, timeout=120)["volumes"]
+    volume, reason = plugin.choose_volume(vols, pool["high_water"])
+    if volume is None:
+        code = st.POOL_FULL if "high-water" in reason else st.VOLUME_UNAVAILABLE
+        raise CairnError(f"no volume of disk pool {pool['name']} can take the image: {reason}",
+                         status_code=code)
+    client = master.hosts.connect(client_host)
+
+    image_id = new_image_id(master.db, client_host["name"])
+    partial, final = plugin.image_paths(volume, client_host["name"], image_id)
+    ctx.log(f"image {image_id} goes to volume {volume}")
+    schedule = next((s for s in cfg.policy(job["policy"])["schedules"]
+                     if s["name"] == job["schedule"]), None)
+    created = time.time()
+    meta = {"format": "cairn-image", "format_version": 1, "image_id": image_id,
+            "client": client_host["name"], "policy": job["policy"],
+            "schedule": job["schedule"], "schedule_type": schedule["type"] if schedule else "full",
+            "created": timeutil.iso(created), "selections": selections, "job_id": job["id"]}
+
+    index_path = master.home.index_path(image_id)
+    index = IndexWriter(index_path)
+    index_error = []
+
+    def on_event(event, data):
+        if event == "rows":
+            if not index_error:
+                try:
+                    index.add_rows(data["rows"])
+                except Exception as e:  # noqa: BLE001 - reported as the job's failure below
+                    index_error.append(e)
+        else:
+            ctx.on_event(event, data)
+
+    calls = []
+    try:
+        if storage_host["name"] == client_host["name"]:
+            ctx.log("client and storage server are the same host: writing the image directly")
+            dest = {"mode": "file", "path": partial}
+        else:
+            cert, key, token = job_identity(job["id"])
+            port_box = {}
+
+            def on_storage_event(event, data):
+                if event == "listening":
+                    port_box["port"] = data["port"]
+                else:
+                    ctx.on_event(event, data)
+
+            recv = storage.start("receive_image", {"path": partial, "cert": cert, "key": key,
+                                                   "token": token}, on_event=on_storage_event)
+            calls.append(recv)
+            deadline = time.monotonic() + LISTEN_TIMEOUT
+            while "port" not in port_box and not recv.done() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if "port" not in port_box:
+                recv.wait(0)  # raises the storage side's error if it has one
+                raise CairnError("the storage server's agent did not open a data port",
+                                 status_code=st.DATA_PLANE_FAILED)
+            addr = master.hosts.data_address(storage_host, client_host)
+            ctx.log(f"data plane: {client_host['name']} -> {storage_host['name']} "
+                    f"({addr}:{port_box['port']}, TLS, per-job key)")
+            dest = {"mode": "net", "host": addr, "port": port_box["port"], "cert": cert,
+                    "token": token}
+        send = client.start("backup", {"selections": selections, "image_meta": meta,
+                                       "dest": dest}, on_event=on_event)
+        calls.insert(0, send)
+        ctx.supervise(calls)
+        summary = _results(calls)[0]
+        if ctx.cancelled:
+            raise Canceled()
+        if index_error:
+            raise CairnError(f"indexing the image failed: {index_error[0]}")
+        info = index.close()
+        index = None
+        committed = storage.call("commit_image", {"partial": partial, "final": final},
+                                 timeout=300)
+    except BaseException:
+        for c in calls:
+            c.cancel()
+        for c in calls:
+            c.wait_done(30)
+        if index is not None:
+            index.abort()
+        try:
+            storage.call("abort_image", {"partial": partial}, timeout=60)
+        except Exception:  # noqa: BLE001 - the original error matters more
+            pass
+        ctx.flush()
+        raise
+
+    retention = schedule["retention_s"] if schedule else None
+    expires = timeutil.iso(created + retention) if retention else None
+    # The agent counts its warnings in the summary and also sends each as an event.
+    warnings = max(summary.get("warnings", 0), ctx.warnings)
+    with master.db.tx() as c:
+        c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
+                  "expires, bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
+                  "job_id, selections, warnings) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                  (image_id, client_host["name"], job["policy"], job["schedule"],
+                   meta["schedule_type"], meta["created"], expires, summary["bytes"],
+                   summary["files"], stu["name"], pool["name"], storage_host["name"],
+                   committed["path"], committed["bytes"], job["id"], json.dumps(selections),
+                   warnings))
+    ctx.bytes, ctx.files = summary["bytes"], summary["files"]
+    ctx.log(f"image {image_id} committed: {summary['files']} files, {summary.get('dirs', 0)} "
+            f"directories, {summary['bytes']} bytes of data ({committed['bytes']} bytes on "
+            f"{posixpath.dirname(committed['path'])}); index {info['bytes']} bytes")
+    ctx.flush(sample=True)
+    code = st.PARTIAL if warnings else st.OK
+    msg = (f"{warnings} warning(s): some files were skipped or changed, see the log"
+           if warnings else None)
+    return code, msg, image_id, summary["bytes"], summary["files"]
+
+
+def _results(calls):
+    out = []
+    for c in calls:
+        try:
+            out.append(c.wait())
+        except AgentCallError as e:
+            raise CairnError(e.message, status_code=e.code) from None
+    return out

@@ -1,0 +1,94 @@
+"""What a running job shares between the agents' event threads and the job's own thread:
+counters, totals, warnings and log lines, and the one-second tick that writes progress and a
+throughput sample to the catalog and turns a cancel request into a cancel of the agent calls."""
+
+import collections
+import threading
+import time
+
+from app.errors import Canceled
+
+TICK = 0.25
+SAMPLE_EVERY = 1.0
+RATE_WINDOW = 5.0
+
+
+class JobContext:
+    def __init__(self, jobs, job_id):
+        self.jobs = jobs
+        self.id = job_id
+        self.files = 0
+        self.bytes = 0
+        self.total_files = None
+        self.total_bytes = None
+        self.warnings = 0
+        self._logs = []
+        self._lock = threading.Lock()
+        self._hist = collections.deque()
+        self.cancelled = False
+
+    # -- called from agent reader threads --------------------------------------------------
+    def on_event(self, event, data):
+        if event == "progress":
+            self.files = data.get("files", self.files)
+            self.bytes = data.get("bytes", self.bytes)
+        elif event == "totals":
+            self.total_files = data.get("files")
+            self.total_bytes = data.get("bytes")
+        elif event == "warning":
+            self.warnings += 1
+            path = data.get("path")
+            self.log(f"{path}: {data.get('message')}" if path else data.get("message", ""),
+                     "warning")
+        elif event == "log":
+            self.log(data.get("message", ""))
+
+    def log(self, message, level="info"):
+        with self._lock:
+            self._logs.append((level, message))
+
+    def set_totals(self, files, bytes):
+        self.total_files, self.total_bytes = files, bytes
+
+    # -- called from the job's thread -------------------------------------------------------
+    def flush(self, sample=False):
+        with self._lock:
+            logs, self._logs = self._logs, []
+        self.jobs.log_many(self.id, logs)
+        now = time.monotonic()
+        self._hist.append((now, self.bytes))
+        while len(self._hist) > 2 and now - self._hist[0][0] > RATE_WINDOW:
+            self._hist.popleft()
+        t0, b0 = self._hist[0]
+        rate = (self.bytes - b0) / (now - t0) if now - t0 > 0.2 else None
+        self.jobs.progress(self.id, bytes=self.bytes, files=self.files, rate=rate,
+                           total_bytes=self.total_bytes, total_files=self.total_files,
+                           sample_t=time.time() if sample else None)
+
+    def check_cancel(self):
+        if not self.cancelled and self.jobs.cancel_requested(self.id):
+            self.cancelled = True
+        return self.cancelled
+
+    def supervise(self, calls):
+        """Wait for agent calls to end, ticking meanwhile. A cancel request cancels them all.
+        Returns when every call has ended (their results are read by the caller)."""
+        last_sample = 0.0
+        while True:
+            pending = [c for c in calls if not c.done()]
+            if not pending:
+                break
+            pending[0].wait_done(TICK)
+            if self.check_cancel():
+                for c in pending:
+                    c.cancel()
+            now = time.monotonic()
+            sample = now - last_sample >= SAMPLE_EVERY
+            if sample:
+                last_sample = now
+            self.flush(sample=sample)
+        self.flush(sample=True)
+
+    def raise_if_cancelled(self):
+        if self.check_cancel():
+            raise Canceled()

@@ -1,0 +1,169 @@
+"""The dispatcher: takes queued jobs in priority order and runs each in its own thread, as
+long as the storage unit's limit of concurrent jobs allows; a job that must wait says why.
+
+Only one dispatcher acts on a catalog at a time: it holds a lease row that it renews, so a
+console and a headless master (or a CLI with --wait) never run the same job twice. A job
+left `active` by a dispatcher that died (its heartbeat stopped) is ended with a status that
+says so."""
+
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+
+from app import status as st
+from app.errors import CairnError, Canceled
+from app.jobs import backup, restore
+from app.jobs.store import ACTIVE, QUEUED
+
+LEASE = "dispatcher"
+LEASE_SECONDS = 15.0
+STALE_SECONDS = 60.0
+RUNNERS = {"backup": backup.run, "restore": restore.run}
+
+
+class Dispatcher:
+    def __init__(self, master):
+        self.master = master
+        self.db = master.db
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._threads = {}
+        self._stop = threading.Event()
+        self._lease_until = 0.0
+
+    # ---- the lease ------------------------------------------------------------------------
+    def acquire_lease(self):
+        now = time.time()
+        with self.db.tx() as c:
+            row = c.execute("SELECT holder, expires FROM leases WHERE name=?", (LEASE,)).fetchone()
+            if row and row["holder"] != self.id and row["expires"] > now:
+                return False
+            c.execute("INSERT INTO leases(name, holder, expires) VALUES (?,?,?) "
+                      "ON CONFLICT(name) DO UPDATE SET holder=excluded.holder, "
+                      "expires=excluded.expires", (LEASE, self.id, now + LEASE_SECONDS))
+        self._lease_until = now + LEASE_SECONDS
+        return True
+
+    def release_lease(self):
+        with self.db.tx() as c:
+            c.execute("DELETE FROM leases WHERE name=? AND holder=?", (LEASE, self.id))
+        self._lease_until = 0.0
+
+    @staticmethod
+    def lease_holder(db):
+        row = db.one("SELECT holder, expires FROM leases WHERE name=?", (LEASE,))
+        if row and row["expires"] > time.time():
+            return row["holder"]
+        return None
+
+    # ---- dispatching ----------------------------------------------------------------------
+    def reap_stale(self):
+        cutoff = time.time() - STALE_SECONDS
+        rows = self.db.all("SELECT id FROM jobs WHERE state=? AND (heartbeat IS NULL OR "
+                           "heartbeat<?) AND (runner IS NULL OR runner!=?)",
+                           (ACTIVE, cutoff, self.id))
+        for r in rows:
+            self.master.jobs.finish(r["id"], st.INTERNAL,
+                                    "the process running this job stopped before it ended")
+
+    def tick(self):
+        """One round: renew the lease, start what may start. Returns the number of jobs
+        running in this dispatcher."""
+        if time.time() > self._lease_until - LEASE_SECONDS / 2 and not self.acquire_lease():
+            return len(self._alive())
+        for jid in [j for j, t in self._threads.items() if not t.is_alive()]:
+            del self._threads[jid]
+        queued = self.db.all("SELECT * FROM jobs WHERE state=? ORDER BY priority DESC, id",
+                             (QUEUED,))
+        active_per_stu = {}
+        for r in self.db.all("SELECT storage_unit, count(*) AS n FROM jobs WHERE state=? "
+                             "GROUP BY storage_unit", (ACTIVE,)):
+            active_per_stu[r["storage_unit"]] = r["n"]
+        for job in queued:
+            reason = self._wait_reason(job, active_per_stu)
+            if reason:
+                if reason != job["wait_reason"]:
+                    self.master.jobs.set_wait_reason(job["id"], reason)
+                continue
+            if not self.master.jobs.claim(job["id"], self.id):
+                continue
+            if job["storage_unit"]:
+                active_per_stu[job["storage_unit"]] = active_per_stu.get(job["storage_unit"], 0) + 1
+            t = threading.Thread(target=self._run, args=(job["id"],), daemon=True,
+                                 name=f"job-{job['id']}")
+            self._threads[job["id"]] = t
+            t.start()
+        return len(self._alive())
+
+    def _alive(self):
+        return [t for t in self._threads.values() if t.is_alive()]
+
+    def _wait_reason(self, job, active_per_stu):
+        if job["type"] != "backup" or not job["storage_unit"]:
+            return None
+        row = self.db.one("SELECT max_concurrent_jobs FROM storage_units WHERE name=?",
+                          (job["storage_unit"],))
+        if row is None:
+            return None
+        limit = row[0]
+        if active_per_stu.get(job["storage_unit"], 0) >= limit:
+            return (f"storage unit {job['storage_unit']} is at its limit of {limit} "
+                    f"concurrent job{'s' if limit != 1 else ''}")
+        return None
+
+    def _run(self, job_id):
+        jobs = self.master.jobs
+        job = jobs.get(job_id)
+        try:
+            if job["cancel_requested"]:
+                raise Canceled()
+            code, msg, image_id, nbytes, nfiles = RUNNERS[job["type"]](self.master, job)
+            jobs.finish(job_id, code, msg, image_id=image_id, bytes=nbytes, files=nfiles)
+        except Canceled:
+            jobs.finish(job_id, st.CANCELED, "canceled by the administrator; nothing was "
+                        "committed" if job["type"] == "backup" else "canceled by the administrator")
+        except CairnError as e:
+            jobs.finish(job_id, e.status, e.message)
+        except Exception as e:  # noqa: BLE001 - a job must always end with a status
+            jobs.log(job_id, traceback.format_exc(), "debug")
+            jobs.finish(job_id, st.INTERNAL, f"{type(e).__name__}: {e}")
+
+    # ---- loops ----------------------------------------------------------------------------
+    def run_until_done(self, job_ids, poll=0.2):
+        """Run jobs until every one of job_ids has ended (used by `--wait` and tests)."""
+        if not self.acquire_lease():
+            return False
+        self.reap_stale()
+        try:
+            while True:
+                self.tick()
+                rows = self.db.all(
+                    f"SELECT count(*) FROM jobs WHERE state!='done' AND id IN "
+                    f"({','.join('?' * len(job_ids))})", list(job_ids))
+                if rows[0][0] == 0 and not self._alive():
+                    return True
+                time.sleep(poll)
+        finally:
+            self.release_lease()
+
+    def run_forever(self, poll=0.5, until_idle=False):
+        """The headless master and the console: dispatch until stopped. Waits for the lease
+        while another dispatcher holds it."""
+        try:
+            while not self._stop.is_set():
+                if self.acquire_lease():
+                    self.reap_stale()
+                    self.tick()
+                    if until_idle and not self._alive() and not self.db.one(
+                            "SELECT 1 FROM jobs WHERE state=?", (QUEUED,)):
+                        break
+                self._stop.wait(poll)
+        finally:
+            for t in list(self._threads.values()):
+                t.join(timeout=60)
+            self.release_lease()
+
+    def stop(self):
+        self._stop.set()

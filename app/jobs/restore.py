@@ -1,0 +1,142 @@
+"""A restore job: turn the chosen paths into a plan from the image's catalog index (which
+members, in image order, with their checksums), then have the storage host's agent read
+exactly those members and the target host's agent write them under the target directory —
+in one agent when both are the same host, agent to agent over the data plane otherwise."""
+
+import posixpath
+import time
+
+from app import status as st
+from app.agent import entry as E
+from app.catalog_index import IndexReader
+from app.errors import CairnError, Canceled, ValidationError
+from app.jobs.context import JobContext
+from app.jobs.tlscert import job_identity
+from app.transport.agent_client import AgentCallError
+
+LISTEN_TIMEOUT = 60.0
+
+
+def build_plan(index, paths):
+    """(plan, extents, files, bytes) for the chosen paths of an image."""
+    chosen = {}
+    for p in paths:
+        if p == "/":
+            for top in index.list_dir("/"):
+                for e in index.walk(top.path):
+                    chosen.setdefault(e.path, e)
+            continue
+        e = index.lookup(p)
+        if e is None:
+            raise ValidationError(f"{p} is not in the image",
+                                  hint="browse the image with `cairn browse IMAGE` to see its paths")
+        for d in index.walk(p):
+            chosen.setdefault(d.path, d)
+    entries = sorted(chosen.values(), key=lambda e: e.offset)
+    plan, extents = [], []
+    nbytes = nfiles = 0
+    for e in entries:
+        item = {"path": e.path, "kind": e.kind, "checksum": e.checksum, "link": e.link,
+                "member": E.member_name(e.path), "size": e.size}
+        extent = [e.offset, e.length]
+        if e.kind == E.KIND_HARDLINK and e.link not in chosen:
+            # The link's target is not restored: restore the link as a file of its own, from
+            # the target's member.
+            target = index.lookup(e.link)
+            if target is None:
+                raise CairnError(f"{e.path} is a hard link to {e.link}, which is not in the "
+                                 "image index", status_code=st.IMAGE_DAMAGED)
+            item.update(kind=E.KIND_FILE, checksum=target.checksum,
+                        member=E.member_name(target.path), size=target.size)
+            extent = [target.offset, target.length]
+        plan.append(item)
+        extents.append(extent)
+        if item["kind"] != E.KIND_DIR:
+            nfiles += 1
+        nbytes += item["size"] if item["kind"] == E.KIND_FILE else 0
+    return plan, extents, nfiles, nbytes
+
+
+def run(master, job):
+    ctx = JobContext(master.jobs, job["id"])
+    p = job["params"]
+    image = master.image(p["image"])
+    storage_host = master.config.host(image["storage_host"])
+    target_host = master.config.host(p["to_host"])
+    target_dir = p["to"]
+    with IndexReader(master.home.index_path(image["id"])) as index:
+        plan, extents, nfiles, nbytes = build_plan(index, p["paths"])
+    ctx.set_totals(nfiles, nbytes)
+    ctx.log(f"restore of {', '.join(p['paths'])} from image {image['id']} to "
+            f"{target_host['name']}:{target_dir} ({nfiles} files, {nbytes} bytes; existing "
+            f"files: {p['overwrite']})")
+    ctx.flush()
+
+    storage = master.hosts.connect(storage_host)
+    calls = []
+    try:
+        if storage_host["name"] == target_host["name"]:
+            call = storage.start("restore", {
+                "image_path": image["path"], "extents": extents, "plan": plan,
+                "target_dir": target_dir, "overwrite": p["overwrite"]}, on_event=ctx.on_event)
+            calls.append(call)
+        else:
+            target = master.hosts.connect(target_host)
+            cert, key, token = job_identity(job["id"])
+            port_box = {}
+
+            def on_storage_event(event, data):
+                if event == "listening":
+                    port_box["port"] = data["port"]
+                else:
+                    ctx.on_event(event, data)
+
+            send = storage.start("send_extents", {
+                "image_path": image["path"], "extents": extents, "cert": cert, "key": key,
+                "token": token}, on_event=on_storage_event)
+            calls.append(send)
+            deadline = time.monotonic() + LISTEN_TIMEOUT
+            while "port" not in port_box and not send.done() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if "port" not in port_box:
+                send.wait(0)
+                raise CairnError("the storage server's agent did not open a data port",
+                                 status_code=st.DATA_PLANE_FAILED)
+            addr = master.hosts.data_address(storage_host, target_host)
+            ctx.log(f"data plane: {storage_host['name']} -> {target_host['name']} "
+                    f"({addr}:{port_box['port']}, TLS, per-job key)")
+            recv = target.start("restore_receive", {
+                "host": addr, "port": port_box["port"], "cert": cert, "token": token,
+                "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"]},
+                on_event=ctx.on_event)
+            calls.insert(0, recv)
+        ctx.supervise(calls)
+        summary = _results(calls)[0]
+        if ctx.cancelled:
+            raise Canceled()
+    except BaseException:
+        for c in calls:
+            c.cancel()
+        ctx.flush()
+        raise
+    ctx.bytes, ctx.files = summary["bytes"], summary["files"]
+    problems = summary.get("errors", 0)
+    warnings = max(summary.get("warnings", 0), ctx.warnings)
+    ctx.log(f"restored {summary['files']} files, {summary['bytes']} bytes to "
+            f"{posixpath.join(target_dir)}; skipped {summary.get('skipped', 0)}, "
+            f"refused or failed {problems}")
+    ctx.flush(sample=True)
+    if problems or warnings:
+        return (st.PARTIAL, f"{problems} item(s) not restored, {warnings} warning(s): "
+                "see the log", None, summary["bytes"], summary["files"])
+    return st.OK, None, None, summary["bytes"], summary["files"]
+
+
+def _results(calls):
+    out = []
+    for c in calls:
+        try:
+            out.append(c.wait())
+        except AgentCallError as e:
+            raise CairnError(e.message, status_code=e.code) from None
+    return out

@@ -1,0 +1,160 @@
+"""Job records in the catalog: state, status, counters, the detailed log and the throughput
+samples (one a second, kept for plots)."""
+
+import json
+import time
+
+from app import status as st
+from app import timeutil
+from app.errors import NotFound
+
+QUEUED, ACTIVE, DONE = "queued", "active", "done"
+
+
+def job_dict(row):
+    d = dict(row)
+    params = json.loads(d.pop("params") or "{}")
+    d["params"] = params
+    d["status_text"] = st.text(d["status"]) if d["status"] is not None else None
+    started = timeutil.parse_iso(d["started"]) if d["started"] else None
+    ended = timeutil.parse_iso(d["ended"]) if d["ended"] else None
+    d["elapsed_s"] = (int((ended or time.time()) - started) if started else None)
+    tb, tf = d.get("total_bytes"), d.get("total_files")
+    pct = None
+    if d["state"] == DONE and d["status"] in (st.OK, st.PARTIAL):
+        pct = 100.0
+    elif tb:
+        pct = min(99.9, 100.0 * d["bytes"] / tb)
+    elif tf:
+        pct = min(99.9, 100.0 * d["files"] / tf)
+    d["percent"] = None if pct is None else round(pct, 1)
+    eta = None
+    if d["state"] == ACTIVE and tb and d["rate_bytes_per_s"] and d["bytes"] < tb:
+        eta = int((tb - d["bytes"]) / d["rate_bytes_per_s"])
+    d["eta_s"] = eta
+    d["cancel_requested"] = bool(d["cancel_requested"])
+    return d
+
+
+class JobStore:
+    def __init__(self, db):
+        self.db = db
+
+    def create(self, type, *, client=None, policy=None, schedule=None, storage_unit=None,
+               priority=0, params=None):
+        with self.db.tx() as c:
+            cur = c.execute(
+                "INSERT INTO jobs(type, state, client, policy, schedule, storage_unit, priority,"
+                " created, params) VALUES (?,?,?,?,?,?,?,?,?)",
+                (type, QUEUED, client, policy, schedule, storage_unit, priority,
+                 timeutil.iso(time.time()), json.dumps(params or {})))
+            jid = cur.lastrowid
+            c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
+                      (jid, timeutil.iso(time.time()), "info", f"{type} job queued"))
+        return jid
+
+    def get(self, job_id):
+        row = self.db.one("SELECT * FROM jobs WHERE id=?", (job_id,))
+        if row is None:
+            raise NotFound(f"there is no job {job_id}", hint="see `cairn jobs list`")
+        return job_dict(row)
+
+    def list(self, state=None, limit=None):
+        sql = "SELECT * FROM jobs"
+        args = []
+        if state:
+            sql += " WHERE state=?"
+            args.append(state)
+        sql += " ORDER BY id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [job_dict(r) for r in self.db.all(sql, args)]
+
+    def log(self, job_id, message, level="info"):
+        with self.db.tx() as c:
+            c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
+                      (job_id, timeutil.iso(time.time()), level, message))
+
+    def log_many(self, job_id, entries):
+        if not entries:
+            return
+        ts = timeutil.iso(time.time())
+        with self.db.tx() as c:
+            c.executemany("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
+                          [(job_id, ts, lvl, msg) for lvl, msg in entries])
+
+    def logs(self, job_id, after=0, limit=10000):
+        return [dict(r) for r in self.db.all(
+            "SELECT id, ts, level, message FROM job_log WHERE job_id=? AND id>? "
+            "ORDER BY id LIMIT ?", (job_id, after, limit))]
+
+    def samples(self, job_id):
+        return [dict(r) for r in self.db.all(
+            "SELECT t, bytes, files FROM job_samples WHERE job_id=? ORDER BY t", (job_id,))]
+
+    def claim(self, job_id, runner):
+        """queued → active, only if still queued (another dispatcher may have been faster)."""
+        with self.db.tx() as c:
+            cur = c.execute("UPDATE jobs SET state=?, started=?, runner=?, heartbeat=?, "
+                            "wait_reason=NULL WHERE id=? AND state=?",
+                            (ACTIVE, timeutil.iso(time.time()), runner, time.time(), job_id,
+                             QUEUED))
+            return cur.rowcount == 1
+
+    def progress(self, job_id, *, bytes, files, rate, total_bytes=None, total_files=None,
+                 sample_t=None):
+        with self.db.tx() as c:
+            c.execute("UPDATE jobs SET bytes=?, files=?, rate_bytes_per_s=?, heartbeat=?, "
+                      "total_bytes=COALESCE(?, total_bytes), total_files=COALESCE(?, total_files)"
+                      " WHERE id=?",
+                      (bytes, files, rate, time.time(), total_bytes, total_files, job_id))
+            if sample_t is not None:
+                c.execute("INSERT INTO job_samples(job_id, t, bytes, files) VALUES (?,?,?,?)",
+                          (job_id, sample_t, bytes, files))
+
+    def set_wait_reason(self, job_id, reason):
+        with self.db.tx() as c:
+            c.execute("UPDATE jobs SET wait_reason=? WHERE id=? AND state=?",
+                      (reason, job_id, QUEUED))
+
+    def finish(self, job_id, code, message=None, *, image_id=None, bytes=None, files=None):
+        now = time.time()
+        with self.db.tx() as c:
+            row = c.execute("SELECT started, bytes FROM jobs WHERE id=?", (job_id,)).fetchone()
+            b = bytes if bytes is not None else row["bytes"]
+            rate = None
+            if row["started"]:
+                dt = max(now - timeutil.parse_iso(row["started"]), 1e-3)
+                rate = b / dt
+            c.execute("UPDATE jobs SET state=?, status=?, ended=?, image_id=COALESCE(?, image_id),"
+                      " bytes=?, files=COALESCE(?, files), rate_bytes_per_s=?, wait_reason=NULL "
+                      "WHERE id=?", (DONE, code, timeutil.iso(now), image_id, b, files, rate,
+                                     job_id))
+            level = "info" if code == st.OK else "warning" if code == st.PARTIAL else "error"
+            text = f"ended with status {code}: {message or st.text(code)}"
+            c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
+                      (job_id, timeutil.iso(now), level, text))
+
+    def request_cancel(self, job_id):
+        job = self.get(job_id)
+        if job["state"] == DONE:
+            return job
+        with self.db.tx() as c:
+            c.execute("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
+        if job["state"] == QUEUED:
+            # Nobody runs it yet: it ends here. A dispatcher that claims it first wins the race
+            # and sees cancel_requested as soon as it starts.
+            with self.db.tx() as c:
+                cur = c.execute("UPDATE jobs SET state=?, status=?, ended=? WHERE id=? AND state=?",
+                                (DONE, st.CANCELED, timeutil.iso(time.time()), job_id, QUEUED))
+                if cur.rowcount:
+                    c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
+                              (job_id, timeutil.iso(time.time()), "warning",
+                               f"ended with status {st.CANCELED}: canceled while queued"))
+        else:
+            self.log(job_id, "cancel requested by the administrator", "warning")
+        return self.get(job_id)
+
+    def cancel_requested(self, job_id):
+        row = self.db.one("SELECT cancel_requested FROM jobs WHERE id=?", (job_id,))
+        return bool(row and row[0])

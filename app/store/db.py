@@ -1,0 +1,268 @@
+"""The catalog: one sqlite file in CAIRN_HOME, WAL mode so that the console, the CLI and a
+headless master can read while one of them writes.
+
+Schema changes are numbered migrations. Before a migration runs, the file is copied next to
+itself (`catalog.db.bak-vN`) so that a failed upgrade loses nothing."""
+
+import os
+import shutil
+import sqlite3
+import threading
+from contextlib import contextmanager
+
+from app.errors import CairnError
+
+MIGRATIONS = [
+    # 1: the first schema
+    """
+    CREATE TABLE hosts (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL CHECK (kind IN ('local', 'ssh')),
+        address TEXT,
+        port INTEGER,
+        user TEXT,
+        key_file TEXT,
+        data_address TEXT,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE storage_servers (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        type TEXT NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        path TEXT,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE disk_pools (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        server_id INTEGER NOT NULL REFERENCES storage_servers(id),
+        high_water INTEGER NOT NULL DEFAULT 98,
+        low_water INTEGER NOT NULL DEFAULT 80,
+        max_io_streams INTEGER,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE pool_volumes (
+        id INTEGER PRIMARY KEY,
+        pool_id INTEGER NOT NULL REFERENCES disk_pools(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        UNIQUE (pool_id, path)
+    );
+    CREATE TABLE storage_units (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        pool_id INTEGER NOT NULL REFERENCES disk_pools(id),
+        max_concurrent_jobs INTEGER NOT NULL DEFAULT 1,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE policies (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        storage_unit_id INTEGER NOT NULL REFERENCES storage_units(id),
+        priority INTEGER NOT NULL DEFAULT 0,
+        compression INTEGER NOT NULL DEFAULT 0,
+        encryption INTEGER NOT NULL DEFAULT 0,
+        multiple_streams INTEGER NOT NULL DEFAULT 0,
+        active INTEGER NOT NULL DEFAULT 1,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE policy_clients (
+        policy_id INTEGER NOT NULL REFERENCES policies(id) ON DELETE CASCADE,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        PRIMARY KEY (policy_id, host_id)
+    );
+    CREATE TABLE policy_selections (
+        id INTEGER PRIMARY KEY,
+        policy_id INTEGER NOT NULL REFERENCES policies(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        UNIQUE (policy_id, path)
+    );
+    CREATE TABLE schedules (
+        id INTEGER PRIMARY KEY,
+        policy_id INTEGER NOT NULL REFERENCES policies(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        type TEXT NOT NULL CHECK (type IN ('full', 'differential', 'cumulative')),
+        retention_s INTEGER NOT NULL,
+        frequency_s INTEGER,
+        windows TEXT NOT NULL DEFAULT '[]',
+        UNIQUE (policy_id, name)
+    );
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        type TEXT NOT NULL,
+        state TEXT NOT NULL,
+        status INTEGER,
+        client TEXT,
+        policy TEXT,
+        schedule TEXT,
+        storage_unit TEXT,
+        priority INTEGER NOT NULL DEFAULT 0,
+        created TEXT NOT NULL,
+        started TEXT,
+        ended TEXT,
+        bytes INTEGER NOT NULL DEFAULT 0,
+        files INTEGER NOT NULL DEFAULT 0,
+        total_bytes INTEGER,
+        total_files INTEGER,
+        rate_bytes_per_s REAL,
+        wait_reason TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        params TEXT NOT NULL DEFAULT '{}',
+        image_id TEXT,
+        runner TEXT,
+        heartbeat REAL
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE TABLE job_log (
+        id INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        ts TEXT NOT NULL,
+        level TEXT NOT NULL,
+        message TEXT NOT NULL
+    );
+    CREATE INDEX job_log_job ON job_log(job_id, id);
+    CREATE TABLE job_samples (
+        job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        t REAL NOT NULL,
+        bytes INTEGER NOT NULL,
+        files INTEGER NOT NULL
+    );
+    CREATE INDEX job_samples_job ON job_samples(job_id, t);
+    CREATE TABLE images (
+        id TEXT PRIMARY KEY,
+        client TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        schedule TEXT NOT NULL,
+        schedule_type TEXT NOT NULL,
+        created TEXT NOT NULL,
+        expires TEXT,
+        bytes INTEGER NOT NULL,
+        files INTEGER NOT NULL,
+        storage_unit TEXT NOT NULL,
+        pool TEXT NOT NULL,
+        storage_host TEXT NOT NULL,
+        path TEXT NOT NULL,
+        image_bytes INTEGER NOT NULL,
+        job_id INTEGER,
+        selections TEXT NOT NULL DEFAULT '[]',
+        warnings INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX images_client ON images(client, created);
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires REAL NOT NULL
+    );
+    """,
+]
+
+
+class CatalogError(CairnError):
+    pass
+
+
+class Database:
+    """A sqlite catalog file. Each thread gets its own connection."""
+
+    def __init__(self, path):
+        self.path = path
+        self._local = threading.local()
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self._migrate()
+
+    def _connect(self):
+        try:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as e:
+            raise CatalogError(f"cannot open the catalog {self.path}: {e}",
+                               hint="check that CAIRN_HOME is a writable directory") from None
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise CatalogError(f"{self.path} is not a Cairn catalog: {e}",
+                               hint="point CAIRN_HOME at another directory, or move the file "
+                                    "away") from None
+        return conn
+
+    @property
+    def conn(self):
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = self._local.conn = self._connect()
+        return c
+
+    def close(self):
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
+
+    def _migrate(self):
+        conn = self._connect()
+        try:
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.DatabaseError as e:
+                raise CatalogError(f"{self.path} is not a Cairn catalog: {e}") from None
+            if version > len(MIGRATIONS):
+                raise CatalogError(
+                    f"the catalog {self.path} has schema version {version}, newer than this "
+                    f"Cairn knows ({len(MIGRATIONS)})", hint="upgrade Cairn")
+            if version == len(MIGRATIONS):
+                return
+            if version > 0:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                shutil.copy2(self.path, f"{self.path}.bak-v{version}")
+            for n in range(version, len(MIGRATIONS)):
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    # executescript would commit on its own; run statements one by one so the
+                    # migration and the version bump land together or not at all.
+                    for stmt in _split_sql(MIGRATIONS[n]):
+                        conn.execute(stmt)
+                    conn.execute(f"PRAGMA user_version={n + 1}")
+                    conn.execute("COMMIT")
+                except Exception:
+                    conn.execute("ROLLBACK")
+                    raise
+        finally:
+            conn.close()
+
+    @contextmanager
+    def tx(self):
+        """A write transaction, taken at once so that two writers queue instead of failing."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    def one(self, sql, args=()):
+        return self.conn.execute(sql, args).fetchone()
+
+    def all(self, sql, args=()):
+        return self.conn.execute(sql, args).fetchall()
+
+    def execute(self, sql, args=()):
+        return self.conn.execute(sql, args)
+
+
+def _split_sql(script):
+    return [s.strip() for s in script.split(";") if s.strip()]

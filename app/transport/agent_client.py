@@ -1,0 +1,171 @@
+"""The master's end of the agent protocol (see app/agent/protocol.py): one connection per
+host, shared by every operation on it; requests are multiplexed by id."""
+
+import itertools
+import threading
+
+from app import status
+from app.agent import protocol
+from app.errors import AgentError, CairnError, Canceled
+
+HELLO_TIMEOUT = 60.0
+
+
+class AgentCallError(CairnError):
+    """The agent answered a request with an error; status is the agent's code."""
+
+    def __init__(self, message, code):
+        super().__init__(message, status_code=code)
+        self.code = code
+
+
+class Call:
+    """One request in flight."""
+
+    def __init__(self, conn, rid, op, on_event):
+        self.conn = conn
+        self.id = rid
+        self.op = op
+        self.on_event = on_event
+        self._done = threading.Event()
+        self._result = None
+        self._error = None
+        self._cancel_sent = False
+
+    def _finish(self, result=None, error=None):
+        self._result, self._error = result, error
+        self._done.set()
+
+    def done(self):
+        return self._done.is_set()
+
+    def wait_done(self, timeout=None):
+        return self._done.wait(timeout)
+
+    def wait(self, timeout=None):
+        if not self._done.wait(timeout):
+            return None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def cancel(self):
+        if not self._done.is_set() and not self._cancel_sent:
+            self._cancel_sent = True
+            self.conn.send({"id": next(self.conn._ids), "op": "cancel",
+                            "args": {"id": self.id}})
+
+
+class AgentConnection:
+    def __init__(self, process, host_name):
+        self.process = process
+        self.host = host_name
+        self._ids = itertools.count(1)
+        self._calls = {}
+        self._lock = threading.Lock()
+        self._wlock = threading.Lock()
+        self._closed = False
+        self._broken = None
+        self._hello = threading.Event()
+        self.info = {}
+        self._reader = threading.Thread(target=self._read_loop, daemon=True,
+                                        name=f"agent-{host_name}")
+        self._reader.start()
+        if not self._hello.wait(HELLO_TIMEOUT) or self._broken:
+            detail = self.process.stderr_text().strip()
+            self.close()
+            raise AgentError(f"the agent on {host_name} did not start"
+                             + (f": {detail.splitlines()[-1]}" if detail else ""),
+                             hint="see `cairn host probe` for details")
+
+    @property
+    def alive(self):
+        return not self._closed and self._broken is None and self.process.is_alive()
+
+    def send(self, msg):
+        data = protocol.encode(msg)
+        with self._wlock:
+            try:
+                self.process.stdin.write(data)
+                self.process.stdin.flush()
+            except (OSError, ValueError, EOFError) as e:
+                self._fail(AgentError(f"the connection to the agent on {self.host} broke: {e}"))
+                raise self._broken from None
+
+    def start(self, op, args=None, on_event=None):
+        if self._broken:
+            raise self._broken
+        rid = next(self._ids)
+        call = Call(self, rid, op, on_event)
+        with self._lock:
+            self._calls[rid] = call
+        self.send({"id": rid, "op": op, "args": args or {}})
+        return call
+
+    def call(self, op, args=None, on_event=None, timeout=None):
+        c = self.start(op, args, on_event)
+        result = c.wait(timeout)
+        if result is None and not c.done():
+            c.cancel()
+            raise AgentError(f"{op} on {self.host} did not answer within {timeout:.0f} s")
+        return result
+
+    def _read_loop(self):
+        try:
+            for line in iter(self.process.stdout.readline, b""):
+                try:
+                    msg = protocol.decode(line)
+                except ValueError:
+                    continue  # noise on the channel is not worth a broken connection
+                rid = msg.get("id")
+                if rid == 0 and msg.get("event") == "hello":
+                    self.info = msg.get("data") or {}
+                    self._hello.set()
+                    continue
+                with self._lock:
+                    call = self._calls.get(rid)
+                if call is None:
+                    continue
+                if "event" in msg:
+                    if call.on_event:
+                        try:
+                            call.on_event(msg["event"], msg.get("data") or {})
+                        except Exception:  # noqa: BLE001 - a bad listener must not kill the reader
+                            pass
+                    continue
+                with self._lock:
+                    self._calls.pop(rid, None)
+                if "error" in msg:
+                    err = msg["error"]
+                    code = err.get("code", status.AGENT_FAILED)
+                    if code == status.CANCELED:
+                        call._finish(error=Canceled())
+                    else:
+                        call._finish(error=AgentCallError(err.get("message", "agent error"), code))
+                else:
+                    call._finish(result=msg.get("result") or {})
+        except (OSError, ValueError):
+            pass
+        detail = self.process.stderr_text().strip()
+        self._fail(AgentError(
+            f"the agent on {self.host} stopped"
+            + (f": {detail.splitlines()[-1]}" if detail else ""),
+            hint="the host may have rebooted, or the agent was killed"))
+
+    def _fail(self, err):
+        if self._broken is None:
+            self._broken = err
+        self._hello.set()
+        with self._lock:
+            calls, self._calls = list(self._calls.values()), {}
+        for c in calls:
+            c._finish(error=self._broken)
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.process.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,143 @@
+import sqlite3
+
+import pytest
+
+from app.config import Config
+from app.errors import NotFound, ValidationError
+from app.store.db import MIGRATIONS, CatalogError, Database
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    return Config(Database(str(tmp_path / "catalog.db")))
+
+
+def make_stu(cfg, tmp_path):
+    cfg.add_host("me", local=True)
+    cfg.add_storage_server("ss1", type="advanced-disk", host="me")
+    cfg.add_disk_pool("dp1", server="ss1", volumes=[str(tmp_path / "v1")])
+    cfg.add_storage_unit("stu1", pool="dp1", max_concurrent_jobs=2)
+
+
+def test_catalog_is_wal_with_schema_version(tmp_path):
+    db = Database(str(tmp_path / "c.db"))
+    assert db.one("PRAGMA journal_mode")[0] == "wal"
+    assert db.one("PRAGMA user_version")[0] == len(MIGRATIONS)
+
+
+def test_migration_keeps_a_copy_and_upgrades(tmp_path, monkeypatch):
+    path = str(tmp_path / "c.db")
+    Database(path)
+    extra = MIGRATIONS + ["CREATE TABLE extra (x INTEGER)"]
+    monkeypatch.setattr("app.store.db.MIGRATIONS", extra)
+    db = Database(path)
+    assert db.one("PRAGMA user_version")[0] == len(extra)
+    assert (tmp_path / f"c.db.bak-v{len(extra) - 1}").exists()
+    db.execute("INSERT INTO extra VALUES (1)")
+
+
+def test_failed_migration_changes_nothing(tmp_path, monkeypatch):
+    path = str(tmp_path / "c.db")
+    Database(path)
+    monkeypatch.setattr("app.store.db.MIGRATIONS",
+                        MIGRATIONS + ["CREATE TABLE ok (x); THIS IS NOT SQL"])
+    with pytest.raises(sqlite3.Error):
+        Database(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name='ok'").fetchone() is None
+
+
+def test_newer_catalog_is_refused(tmp_path):
+    path = str(tmp_path / "c.db")
+    sqlite3.connect(path).execute("PRAGMA user_version=99")
+    with pytest.raises(CatalogError, match="newer"):
+        Database(path)
+
+
+def test_not_a_catalog(tmp_path):
+    path = tmp_path / "c.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(CatalogError, match="not a Cairn catalog"):
+        Database(str(path))
+
+
+@pytest.mark.parametrize("name", ["", "-x", "a b", "x" * 64, "a/b", "ü"])
+def test_bad_names_rejected(cfg, name):
+    with pytest.raises(ValidationError, match="name"):
+        cfg.add_host(name, local=True)
+
+
+def test_unique_names_and_one_local_host(cfg):
+    cfg.add_host("me", local=True)
+    with pytest.raises(ValidationError, match="already exists"):
+        cfg.add_host("me", address="10.0.0.1")
+    with pytest.raises(ValidationError, match="already registered"):
+        cfg.add_host("me2", local=True)
+
+
+def test_ssh_host_checks(cfg, tmp_path):
+    with pytest.raises(ValidationError, match="needs an address"):
+        cfg.add_host("h1")
+    with pytest.raises(ValidationError, match="out of range"):
+        cfg.add_host("h1", address="example", port=70000)
+    with pytest.raises(ValidationError, match="does not exist"):
+        cfg.add_host("h1", address="example", key_file=str(tmp_path / "nokey"))
+    h = cfg.add_host("h1", address="example", port=2222, user="backup")
+    assert (h["kind"], h["port"], h["user"]) == ("ssh", 2222, "backup")
+
+
+def test_references_must_exist_and_hint_known_names(cfg, tmp_path):
+    cfg.add_host("me", local=True)
+    with pytest.raises(NotFound, match="no host named 'nope'") as e:
+        cfg.add_storage_server("ss1", type="advanced-disk", host="nope")
+    assert "me" in e.value.hint
+    with pytest.raises(ValidationError, match="unknown"):
+        cfg.add_storage_server("ss1", type="tape", host="me")
+    with pytest.raises(ValidationError, match="not available"):
+        cfg.add_storage_server("ss1", type="dedup", host="me", path="/x")
+    with pytest.raises(NotFound):
+        cfg.add_disk_pool("dp1", server="nope", volumes=["/v"])
+
+
+def test_disk_pool_validation(cfg, tmp_path):
+    cfg.add_host("me", local=True)
+    cfg.add_storage_server("ss1", type="advanced-disk", host="me")
+    with pytest.raises(ValidationError, match="not an absolute path"):
+        cfg.add_disk_pool("dp1", server="ss1", volumes=["rel/path"])
+    with pytest.raises(ValidationError, match="'..'"):
+        cfg.add_disk_pool("dp1", server="ss1", volumes=["/a/../b"])
+    with pytest.raises(ValidationError, match="twice"):
+        cfg.add_disk_pool("dp1", server="ss1", volumes=["/a", "/a/"])
+    with pytest.raises(ValidationError, match="below the high-water"):
+        cfg.add_disk_pool("dp1", server="ss1", volumes=["/a"], high_water=50, low_water=60)
+    with pytest.raises(ValidationError, match="at least one volume"):
+        cfg.add_disk_pool("dp1", server="ss1", volumes=[])
+    p = cfg.add_disk_pool("dp1", server="ss1", volumes=["/a", "/b//"])
+    assert p["volumes"] == ["/a", "/b"]
+    with pytest.raises(ValidationError, match="already belongs"):
+        cfg.add_disk_pool("dp2", server="ss1", volumes=["/b"])
+    # a rejected pool leaves nothing behind
+    assert [d["name"] for d in cfg.disk_pools()] == ["dp1"]
+
+
+def test_policy_building(cfg, tmp_path):
+    make_stu(cfg, tmp_path)
+    with pytest.raises(ValidationError, match="out of range"):
+        cfg.add_storage_unit("stu2", pool="dp1", max_concurrent_jobs=0)
+    cfg.add_policy("p1", storage_unit="stu1")
+    cfg.add_policy_client("p1", "me")
+    with pytest.raises(ValidationError, match="already a client"):
+        cfg.add_policy_client("p1", "me")
+    cfg.add_policy_selection("p1", "/data/x/")
+    with pytest.raises(ValidationError, match="not an absolute"):
+        cfg.add_policy_selection("p1", "data")
+    with pytest.raises(ValidationError, match="not a duration"):
+        cfg.add_schedule("p1", "daily", type="full", retention="soon")
+    cfg.add_schedule("p1", "daily", type="full", retention="2w")
+    p = cfg.policy("p1")
+    assert p["clients"] == ["me"]
+    assert p["selections"] == ["/data/x"]
+    assert p["schedules"][0]["retention_s"] == 14 * 86400
+    with pytest.raises(ValidationError, match="still used"):
+        cfg.delete_host("me")

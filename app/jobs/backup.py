@@ -128,7 +128,9 @@ def run(master, job):
         if index is not None:
             index.abort()
         try:
-            storage.call("abort_image", {"partial": partial}, timeout=60)
+            # A fresh connection: the agent that was writing may be the one that died.
+            master.hosts.connect(storage_host).call("abort_image", {"partial": partial},
+                                                    timeout=60)
         except Exception:  # noqa: BLE001 - the original error matters more
             pass
         ctx.flush()

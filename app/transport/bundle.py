@@ -1,0 +1,97 @@
+"""The agent as one file: a zipapp that any python3 (3.9+) on a host can run as it is.
+
+The bundle is byte-for-byte reproducible (sorted entries, fixed timestamps and permissions),
+so its version, a hash of its bytes, changes only when the agent's code changes; hosts keep
+the copy they have until then.
+
+The source files are looked up next to the `app` package, which is also where a PyInstaller
+build must ship them as data files (see AGENT_SOURCES).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import threading
+import zipfile
+from pathlib import Path
+
+import app
+from app.errors import AgentError
+
+# What the agent needs, relative to the directory holding the `app` package: single files,
+# and package directories whose *.py files are taken recursively.
+AGENT_FILES = ("app/__init__.py", "app/status.py", "plugins/__init__.py")
+AGENT_PACKAGES = ("app/agent", "plugins/filesystems")
+AGENT_SOURCES = AGENT_FILES + AGENT_PACKAGES
+
+MAIN = b"import sys\nfrom app.agent.server import main\nsys.exit(main())\n"
+
+# The zip format cannot store times before 1980.
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+_cache = None
+_cache_lock = threading.Lock()
+
+
+def source_root() -> Path:
+    """The directory that holds the `app` and `plugins` source directories."""
+    return Path(app.__file__).resolve().parent.parent
+
+
+def agent_bundle() -> tuple[bytes, str]:
+    """The agent zipapp and its version (16 hex digits); built once per process."""
+    global _cache
+    with _cache_lock:
+        if _cache is None:
+            _cache = make_zipapp(agent_files())
+        return _cache
+
+
+def agent_files(root=None) -> dict[str, bytes]:
+    """Archive name -> contents of every file the agent bundle holds."""
+    root = Path(root) if root is not None else source_root()
+    files = {"__main__.py": MAIN}
+    for name in AGENT_FILES:
+        files[name] = _read(root, name)
+    for package in AGENT_PACKAGES:
+        base = root / package
+        if not (base / "__init__.py").is_file():
+            raise AgentError(
+                f"the agent's source files are missing: {base / '__init__.py'} not found",
+                hint="this Cairn installation is incomplete; reinstall it")
+        for dirpath, dirnames, filenames in os.walk(base):
+            # Tests and byte code stay behind: hosts run the sources with their own python.
+            dirnames[:] = [d for d in dirnames
+                           if d not in ("__pycache__", "tests", "test") and not d.startswith(".")]
+            for filename in filenames:
+                if not filename.endswith(".py") or filename.startswith("test_"):
+                    continue
+                rel = (Path(dirpath) / filename).relative_to(root).as_posix()
+                files[rel] = _read(root, rel)
+    return files
+
+
+def make_zipapp(files: dict[str, bytes]) -> tuple[bytes, str]:
+    """A reproducible zip of the given files and its version. `files` must hold __main__.py."""
+    if "__main__.py" not in files:
+        raise ValueError("a zipapp needs a __main__.py")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            info.create_system = 3  # Unix, whatever system builds it
+            zf.writestr(info, files[name], compresslevel=9)
+    data = buf.getvalue()
+    return data, hashlib.sha256(data).hexdigest()[:16]
+
+
+def _read(root, rel):
+    try:
+        return (root / rel).read_bytes()
+    except OSError as e:
+        raise AgentError(f"the agent's source file {root / rel} cannot be read: {e.strerror}",
+                         hint="this Cairn installation is incomplete; reinstall it") from None

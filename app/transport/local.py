@@ -1,0 +1,103 @@
+"""The local host: the agent runs as a subprocess of the master, no SSH involved."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from app.errors import AgentError
+from app.transport.base import AgentProcess, StderrBuffer, Transport
+from app.transport.bundle import source_root
+
+# How long close() lets an agent finish on its own after its stdin closed, and then after
+# SIGTERM, before it is killed.
+EXIT_GRACE = 2.0
+TERM_GRACE = 1.0
+
+
+def agent_command() -> list[str]:
+    if getattr(sys, "frozen", False):
+        # The frozen executable is no Python interpreter; it runs the agent itself.
+        return [sys.executable, "agent"]
+    return [sys.executable, "-m", "app.agent"]
+
+
+class LocalAgentProcess(AgentProcess):
+    def __init__(self, popen: subprocess.Popen):
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin = popen.stdin
+        self.stdout = popen.stdout
+        self._stderr = StderrBuffer()
+        self._stderr.drain(popen.stderr.read1, name=f"agent-{popen.pid}-stderr")
+
+    def stderr_text(self) -> str:
+        if self._popen.poll() is not None:
+            self._stderr.wait_closed(0.5)
+        return self._stderr.text()
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def exit_status(self):
+        return self._popen.poll()
+
+    def close(self) -> None:
+        try:
+            self.stdin.close()
+        except OSError:
+            pass  # the agent is gone already: a broken pipe is expected
+        p = self._popen
+        try:
+            p.wait(EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            # The whole process group: the agent leads it (start_new_session) and the
+            # commands it runs must not outlive it.
+            self._signal_group(signal.SIGTERM)
+            try:
+                p.wait(TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                p.wait()
+        self.stdout.close()
+
+    def _signal_group(self, sig):
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class LocalTransport(Transport):
+    """command replaces the agent command line; it exists for tests."""
+
+    def __init__(self, command=None):
+        self._command = list(command) if command else agent_command()
+
+    def start_agent(self) -> LocalAgentProcess:
+        env = dict(os.environ)
+        if not getattr(sys, "frozen", False):
+            root = str(source_root())
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            popen = subprocess.Popen(
+                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env, close_fds=True,
+                # Its own session, so a Ctrl-C meant for the console does not cut the agent
+                # off in the middle of a message; it leaves when its stdin closes.
+                start_new_session=True)
+        except OSError as e:
+            raise AgentError(f"cannot start the local agent ({self._command[0]}): {e.strerror}")
+        return LocalAgentProcess(popen)
+
+    def local_address(self):
+        return None
+
+    def peer_address(self) -> str:
+        return "127.0.0.1"
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,38 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+# ---- SSH server fixtures (tests/sshd.py) -------------------------------------------------
+# A real OpenSSH server on 127.0.0.1 for the whole session. Without sshd these tests fail
+# rather than skip: a green run must mean SSH was tested.
+
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
+from sshd import ServerView, SSHDMissing, SSHServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """The loopback sshd: .host, .port, .user, .key_file, .host_key_fingerprint,
+    .host_public_key_line, .known_hosts_line(), .accepted_logins(), .log_text()."""
+    try:
+        server = SSHServer(tmp_path_factory.mktemp("sshd"))
+    except SSHDMissing as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        server.start()
+    except RuntimeError as e:
+        pytest.fail(f"the test sshd did not start: {e}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd_as_localhost(sshd):
+    """The same server reached as "localhost": another host name, so another known_hosts
+    entry, as a second host would have."""
+    return ServerView(sshd, "localhost")
+
+# ---- end of SSH server fixtures -----------------------------------------------------------

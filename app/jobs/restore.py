@@ -53,7 +53,9 @@ def build_plan(index, paths):
         extents.append(extent)
         if item["kind"] != E.KIND_DIR:
             nfiles += 1
-        nbytes += item["size"] if item["kind"] == E.KIND_FILE else 0
+        # Stored bytes (the member's length), as the restore counts them: a sparse file
+        # moves only its data.
+        nbytes += extent[1] if item["kind"] == E.KIND_FILE else 0
     return plan, extents, nfiles, nbytes
 
 

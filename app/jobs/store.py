@@ -11,6 +11,16 @@ from app.errors import NotFound
 QUEUED, ACTIVE, DONE = "queued", "active", "done"
 
 
+def printable(message):
+    """Log text for the catalog: bytes of file names that are not UTF-8 (carried as surrogate
+    escapes) are shown as \\xNN, the way admins know them from ls -b."""
+    try:
+        message.encode("utf-8")
+        return message
+    except UnicodeEncodeError:
+        return message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def job_dict(row):
     d = dict(row)
     params = json.loads(d.pop("params") or "{}")
@@ -73,7 +83,7 @@ class JobStore:
     def log(self, job_id, message, level="info"):
         with self.db.tx() as c:
             c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
-                      (job_id, timeutil.iso(time.time()), level, message))
+                      (job_id, timeutil.iso(time.time()), level, printable(message)))
 
     def log_many(self, job_id, entries):
         if not entries:
@@ -81,7 +91,7 @@ class JobStore:
         ts = timeutil.iso(time.time())
         with self.db.tx() as c:
             c.executemany("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
-                          [(job_id, ts, lvl, msg) for lvl, msg in entries])
+                          [(job_id, ts, lvl, printable(msg)) for lvl, msg in entries])
 
     def logs(self, job_id, after=0, limit=10000):
         return [dict(r) for r in self.db.all(
@@ -131,7 +141,7 @@ class JobStore:
                       "WHERE id=?", (DONE, code, timeutil.iso(now), image_id, b, files, rate,
                                      job_id))
             level = "info" if code == st.OK else "warning" if code == st.PARTIAL else "error"
-            text = f"ended with status {code}: {message or st.text(code)}"
+            text = printable(f"ended with status {code}: {message or st.text(code)}")
             c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
                       (job_id, timeutil.iso(now), level, text))
 

@@ -1,0 +1,207 @@
+"""Backup and restore throughput of Cairn on the embedded default, against `tar` and
+`restic` on the same data in the same run, with warm caches.
+
+  .venv/bin/python bench/bench_backup.py [--quick] [--dir DIR] [--sets large,small]
+
+Data sets: (a) 2 GiB of 128 MiB files, (b) 20,000 files of 100 KiB; incompressible and
+unique, so that nobody gains by deduplication. Each tool runs three times; the best run
+counts (the machine is shared with other work). Prints MB/s and the ratios against the
+targets: large-file backup >= 0.8x tar, small-file backup >= 0.6x tar, restore >= 0.8x
+Cairn's own backup."""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from app.master import Master  # noqa: E402
+
+MB = 1e6
+RUNS = 3
+
+
+def make_large(root, total, size):
+    os.makedirs(root)
+    for i in range(total // size):
+        with open(os.path.join(root, f"large-{i:03d}.bin"), "wb") as f:
+            left = size
+            while left:
+                n = min(left, 16 << 20)
+                f.write(os.urandom(n))
+                left -= n
+
+
+def make_small(root, count, size):
+    per_dir = 1000
+    for i in range(count):
+        d = os.path.join(root, f"d{i // per_dir:03d}")
+        if i % per_dir == 0:
+            os.makedirs(d)
+        with open(os.path.join(d, f"f{i:05d}.dat"), "wb") as f:
+            f.write(os.urandom(size))
+
+
+def du(path):
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            total += os.lstat(os.path.join(d, f)).st_size
+    return total
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def sh(cmd, **kw):
+    subprocess.run(cmd, shell=True, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE, **kw)
+
+
+def drop(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def bench_set(name, src, work):
+    nbytes = du(src)
+    res = {}
+
+    # tar: the physical pipeline of reading the tree and writing one file
+    out = os.path.join(work, "tar.out")
+    sh(f"tar -cf - -C {src} . | cat > {out}")  # warm the cache
+    times = []
+    for _ in range(RUNS):
+        drop(out)
+        times.append(timed(lambda: sh(f"tar -cf - -C {src} . | cat > {out}")))
+    res["tar backup"] = min(times)
+    times = []
+    for _ in range(RUNS):
+        tgt = os.path.join(work, "tar.restore")
+        drop(tgt)
+        os.makedirs(tgt)
+        times.append(timed(lambda: sh(f"tar -xf {out} -C {tgt}")))
+        drop(tgt)
+    res["tar restore"] = min(times)
+    drop(out)
+
+    # restic (Debian), if installed
+    if shutil.which("restic"):
+        repo = os.path.join(work, "restic-repo")
+        env = dict(os.environ, RESTIC_PASSWORD="bench", RESTIC_REPOSITORY=repo)
+        times, rtimes = [], []
+        for _ in range(RUNS):
+            drop(repo)
+            sh("restic init", env=env)
+            times.append(timed(lambda: sh(f"restic backup -q {src}", env=env)))
+            tgt = os.path.join(work, "restic.restore")
+            drop(tgt)
+            rtimes.append(timed(lambda: sh(f"restic restore -q latest --target {tgt}",
+                                           env=env)))
+            drop(tgt)
+        drop(repo)
+        res["restic backup"] = min(times)
+        res["restic restore"] = min(rtimes)
+
+    # Cairn on the embedded default, through the master API
+    home = os.path.join(work, "cairn-home")
+    vol = os.path.join(work, "cairn-vol")
+    os.makedirs(vol)
+    m = Master(home)
+    m.config.add_host("me", local=True)
+    m.config.add_storage_server("ss", type="advanced-disk", host="me")
+    m.create_disk_pool("dp", server="ss", volumes=[vol], high_water=100, low_water=99)
+    m.config.add_storage_unit("stu", pool="dp")
+    m.config.add_policy("p", storage_unit="stu")
+    m.config.add_policy_client("p", "me")
+    m.config.add_policy_selection("p", src)
+    m.hosts.connect(m.config.host("me"))  # the agent is up, as in a running console
+    times, rtimes = [], []
+    for _ in range(RUNS):
+        t0 = time.perf_counter()
+        [jid] = m.start_backup("p")
+        [job] = m.wait_for([jid], poll=0.02)
+        times.append(time.perf_counter() - t0)
+        if job["status"] != 0:
+            raise SystemExit(f"cairn backup failed: {m.jobs.logs(jid)[-3:]}")
+        tgt = os.path.join(work, "cairn.restore")
+        t0 = time.perf_counter()
+        rid = m.start_restore(job["image_id"], [src], tgt)
+        [rjob] = m.wait_for([rid], poll=0.02)
+        rtimes.append(time.perf_counter() - t0)
+        if rjob["status"] != 0:
+            raise SystemExit(f"cairn restore failed: {m.jobs.logs(rid)[-3:]}")
+        drop(tgt)
+        m.expire_image(job["image_id"])
+    m.close()
+    drop(home)
+    drop(vol)
+    res["cairn backup"] = min(times)
+    res["cairn restore"] = min(rtimes)
+    return nbytes, res
+
+
+def report(name, nbytes, res, target_backup):
+    print(f"\n## {name}: {nbytes / MB:.0f} MB")
+    print(f"{'tool':18} {'seconds':>8} {'MB/s':>8}")
+    for k, t in res.items():
+        print(f"{k:18} {t:8.2f} {nbytes / MB / t:8.0f}")
+    rate = {k: nbytes / t for k, t in res.items()}
+    ok = True
+    r = rate["cairn backup"] / rate["tar backup"]
+    ok &= r >= target_backup
+    print(f"cairn backup / tar backup       = {r:.2f}  (target >= {target_backup}) "
+          f"{'PASS' if r >= target_backup else 'FAIL'}")
+    r2 = rate["cairn restore"] / rate["cairn backup"]
+    ok &= r2 >= 0.8
+    print(f"cairn restore / cairn backup    = {r2:.2f}  (target >= 0.8) "
+          f"{'PASS' if r2 >= 0.8 else 'FAIL'}")
+    print(f"cairn restore / tar restore     = {rate['cairn restore'] / rate['tar restore']:.2f}")
+    if "restic backup" in rate:
+        print(f"cairn backup / restic backup    = {rate['cairn backup'] / rate['restic backup']:.2f}")
+        print(f"cairn restore / restic restore  = "
+              f"{rate['cairn restore'] / rate['restic restore']:.2f}")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a tenth of the data")
+    ap.add_argument("--dir", help="work directory (default: a temporary one)")
+    ap.add_argument("--sets", default="large,small")
+    a = ap.parse_args()
+    scale = 10 if a.quick else 1
+    work = tempfile.mkdtemp(prefix="cairn-bench-", dir=a.dir)
+    ok = True
+    try:
+        sets = a.sets.split(",")
+        if "large" in sets:
+            src = os.path.join(work, "large")
+            make_large(src, (2 << 30) // scale, 128 << 20)
+            n, res = bench_set("large", src, work)
+            ok &= report("(a) 2 GiB of 128 MiB files" + (" (quick: /10)" if a.quick else ""),
+                         n, res, 0.8)
+            drop(src)
+        if "small" in sets:
+            src = os.path.join(work, "small")
+            make_small(src, 20000 // scale, 100 << 10)
+            n, res = bench_set("small", src, work)
+            ok &= report("(b) 20,000 files of 100 KiB" + (" (quick: /10)" if a.quick else ""),
+                         n, res, 0.6)
+            drop(src)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

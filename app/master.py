@@ -6,7 +6,8 @@ import os
 import time
 
 from app import timeutil
-from app.catalog_index import IndexReader
+from app import status
+from app.catalog_index import IndexCorrupt, IndexReader
 from app.config import Config, check_abs_path
 from app.errors import CairnError, NotFound, ValidationError
 from app.hosts import HostPool
@@ -196,10 +197,22 @@ class Master:
             pass
         return {"expired": img["id"], "path": img["path"], "bytes": img["image_bytes"]}
 
+    def open_index(self, img):
+        """The catalog file index of an image, or a clear error when it is gone or damaged."""
+        path = self.home.index_path(img["id"])
+        try:
+            return IndexReader(path)
+        except FileNotFoundError:
+            raise CairnError(f"the file index of image {img['id']} is missing ({path})",
+                             status_code=status.IMAGE_DAMAGED) from None
+        except IndexCorrupt as e:
+            raise CairnError(f"the file index of image {img['id']} is damaged: {e}",
+                             status_code=status.IMAGE_DAMAGED) from None
+
     def browse(self, image_id, path="/"):
         img = self.image(image_id)
         path = "/" if path in (None, "", "/") else check_abs_path("path", path)
-        with IndexReader(self.home.index_path(img["id"])) as idx:
+        with self.open_index(img) as idx:
             if path != "/":
                 e = idx.lookup(path)
                 if e is None:
@@ -223,7 +236,7 @@ class Master:
         if overwrite not in OVERWRITE_CHOICES:
             raise ValidationError(f"overwrite choice {overwrite!r} is unknown",
                                   hint=f"choose one of: {', '.join(OVERWRITE_CHOICES)}")
-        with IndexReader(self.home.index_path(img["id"])) as idx:
+        with self.open_index(img) as idx:
             for p in norm:
                 if p != "/" and idx.lookup(p) is None:
                     raise NotFound(f"{p} is not in image {image_id}",

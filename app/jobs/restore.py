@@ -8,7 +8,6 @@ import time
 
 from app import status as st
 from app.agent import entry as E
-from app.catalog_index import IndexReader
 from app.errors import CairnError, Canceled, ValidationError
 from app.jobs.context import JobContext
 from app.jobs.tlscert import job_identity
@@ -66,7 +65,7 @@ def run(master, job):
     storage_host = master.config.host(image["storage_host"])
     target_host = master.config.host(p["to_host"])
     target_dir = p["to"]
-    with IndexReader(master.home.index_path(image["id"])) as index:
+    with master.open_index(image) as index:
         plan, extents, nfiles, nbytes = build_plan(index, p["paths"])
     ctx.set_totals(nfiles, nbytes)
     ctx.log(f"restore of {', '.join(p['paths'])} from image {image['id']} to "

@@ -45,7 +45,9 @@ def run(master, job):
 
     storage = master.hosts.connect(storage_host)
     vols = storage.call("check_volumes", {"paths": pool["volumes"]}, timeout=120)["volumes"]
-    volume, reason = plugin.choose_volume(vols, pool["high_water"])
+    counts = {v: master.db.one("SELECT count(*) FROM images WHERE pool=? AND path LIKE ?",
+                               (pool["name"], v.rstrip("/") + "/%"))[0] for v in pool["volumes"]}
+    volume, reason = plugin.choose_volume(vols, pool["high_water"], counts)
     if volume is None:
         code = st.POOL_FULL if "high-water" in reason else st.VOLUME_UNAVAILABLE
         raise CairnError(f"no volume of disk pool {pool['name']} can take the image: {reason}",

@@ -21,11 +21,17 @@ def image_paths(volume, client, image_id):
     return posixpath.join(d, f".{image_id}.tar.partial"), posixpath.join(d, f"{image_id}.tar")
 
 
-def choose_volume(volume_stats, high_water):
-    """Pick the volume with the most free space among those below the high-water mark.
+SPREAD_SLACK = 1 << 30
+
+
+def choose_volume(volume_stats, high_water, images_per_volume=None):
+    """Pick a volume below the high-water mark: the one with the most free space, and among
+    volumes within a GiB of that (several directories of one file system, say) the one
+    holding the fewest images, so that images spread over the pool.
 
     volume_stats: list of dicts {"path", "ok", "size", "free", "error"} from the agent.
     Returns (volume path, None) or (None, reason)."""
+    images_per_volume = images_per_volume or {}
     usable = []
     reasons = []
     for v in volume_stats:
@@ -39,5 +45,7 @@ def choose_volume(volume_stats, high_water):
         usable.append(v)
     if not usable:
         return None, "; ".join(reasons) or "the disk pool has no volumes"
-    best = max(usable, key=lambda v: v["free"])
+    most = max(v["free"] for v in usable)
+    close = [v for v in usable if most - v["free"] <= SPREAD_SLACK]
+    best = min(close, key=lambda v: (images_per_volume.get(v["path"], 0), -v["free"]))
     return best["path"], None

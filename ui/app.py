@@ -1,0 +1,226 @@
+"""`cairn console`: the desktop console on the embedded default.
+
+The master runs in this process (catalog in CAIRN_HOME or --home), this machine is registered
+as a host from the start, and the job dispatcher runs on a thread of its own, so backups
+queued here or by the CLI run while the console is open. The window talks to the master only
+through ui.bridge.
+
+`--screenshot FILE --view VIEW` renders the window offscreen at 1280x800 once the view's data
+has loaded, writes it as PNG and exits; it neither dispatches jobs nor touches the remembered
+window layout."""
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from PySide6.QtCore import QEventLoop, QObject, QTimer, qInstallMessageHandler
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.errors import CairnError
+from ui import theme
+from ui.bridge import Bridge
+from ui.main_window import VIEW_NAMES, MainWindow
+from ui.resources import icon
+
+log = logging.getLogger(__name__)
+
+SCREENSHOT_SIZE = (1280, 800)
+SCREENSHOT_TIMEOUT_S = 30
+SHUTDOWN_TIMEOUT_S = 60
+
+
+class Console(QObject):
+    """The master, the bridge, the dispatcher thread and the main window, started and stopped
+    together."""
+
+    def __init__(self, master, run_dispatcher=True, remember_layout=True, parent=None):
+        super().__init__(parent)
+        self.master = master
+        self.bridge = Bridge(master, parent=self)
+        self.window = MainWindow(self.bridge, remember_layout=remember_layout)
+        self.window.closing.connect(self.shutdown)
+        self.dispatcher_thread = None
+        self.closed = False
+        if run_dispatcher:
+            self.start_dispatcher()
+
+    def start_dispatcher(self):
+        self.dispatcher_thread = threading.Thread(target=self._dispatch, name="cairn-dispatcher",
+                                                  daemon=True)
+        self.dispatcher_thread.start()
+
+    def _dispatch(self):
+        try:
+            self.master.dispatcher.run_forever()
+        except Exception:  # noqa: BLE001 - the console stays usable without dispatching
+            log.exception("the job dispatcher stopped")
+        finally:
+            self.master.db.close()
+
+    def shutdown(self):
+        """Stops dispatching (canceling the jobs this console runs), the bridge and the
+        master. The window stays responsive to painting while running jobs wind down."""
+        if self.closed:
+            return
+        self.closed = True
+        finished = threading.Event()
+        threading.Thread(target=self._stop_dispatching, args=(finished,),
+                         name="cairn-shutdown", daemon=True).start()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S + 5
+        while not finished.wait(0.05) and time.monotonic() < deadline:
+            QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
+        self.bridge.shutdown()
+        self.master.close()
+
+    def _stop_dispatching(self, finished):
+        m = self.master
+        try:
+            m.dispatcher.stop()
+            t = self.dispatcher_thread
+            if t is not None and t.is_alive():
+                for job in m.jobs.list(state="active"):
+                    if job.get("runner") == m.dispatcher.id:
+                        m.jobs.request_cancel(job["id"])
+                t.join(SHUTDOWN_TIMEOUT_S)
+                if t.is_alive():
+                    log.warning("the dispatcher did not stop within %d s", SHUTDOWN_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - closing must go on
+            log.exception("stopping the dispatcher failed")
+        finally:
+            m.db.close()
+            finished.set()
+
+
+def _has_display():
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _quiet_platform_noise():
+    """The offscreen platform warns about window size hints it cannot pass on, which says
+    nothing to a user taking a screenshot; every other Qt message still goes to stderr."""
+    def handler(_mode, _context, message):
+        if "propagateSizeHints" not in message:
+            sys.stderr.write(message + "\n")
+    qInstallMessageHandler(handler)
+
+
+def _application():
+    app = QApplication.instance()
+    if app is None:
+        if os.environ.get("QT_QPA_PLATFORM") == "offscreen":
+            _quiet_platform_noise()
+        app = QApplication([sys.argv[0] if sys.argv else "cairn"])
+        app.setApplicationName("cairn")
+        app.setApplicationDisplayName("Cairn console")
+        app.setDesktopFileName("cairn-console")
+        theme.apply(app)
+    app.setWindowIcon(icon("cairn"))
+    return app
+
+
+def _report(error, gui):
+    print(f"cairn console: {error.message}", file=sys.stderr)
+    if error.hint:
+        print(f"  {error.hint}", file=sys.stderr)
+    if gui:
+        QMessageBox.critical(None, "Cairn console",
+                             error.message + (f"\n\n{error.hint}" if error.hint else ""))
+
+
+def wait_until(condition, timeout_s):
+    """Runs the event loop until condition() holds; False on timeout."""
+    loop = QEventLoop()
+    deadline = time.monotonic() + timeout_s
+    result = {"ok": False}
+
+    def check():
+        if condition():
+            result["ok"] = True
+            loop.quit()
+        elif time.monotonic() > deadline:
+            loop.quit()
+
+    timer = QTimer()
+    timer.setInterval(30)
+    timer.timeout.connect(check)
+    timer.start()
+    QTimer.singleShot(0, check)
+    loop.exec()
+    timer.stop()
+    return result["ok"]
+
+
+def settle(console, timeout_s=SCREENSHOT_TIMEOUT_S):
+    """Waits until the current view and the status bar show the catalog's data."""
+    w = console.window
+    state = {"stable": 0}
+
+    def ready():
+        view = w.current_view
+        if not view.loaded or w.summary is None:
+            state["stable"] = 0
+            return False
+        if view.name == "restore" and view.model.rowCount() and not view.selected_rows():
+            # An image list without its file tree shows half of the page.
+            view.table.selectRow(0)
+        busy = console.bridge.pending or getattr(view, "settled", True) is False
+        state["stable"] = 0 if busy else state["stable"] + 1
+        return state["stable"] >= 3
+
+    return wait_until(ready, timeout_s)
+
+
+def take_screenshot(console, path):
+    w = console.window
+    w.resize(*SCREENSHOT_SIZE)
+    w.show()
+    w.refresh_current()
+    if not settle(console):
+        print(f"cairn console: the {w.current_view.name} view did not load within "
+              f"{SCREENSHOT_TIMEOUT_S} s; no screenshot written", file=sys.stderr)
+        return 1
+    QApplication.processEvents()
+    if not w.grab().save(path, "PNG"):
+        print(f"cairn console: cannot write the screenshot to {path}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(home=None, screenshot=None, view="hosts"):
+    if view not in VIEW_NAMES:
+        print(f"cairn console: there is no view {view!r}\n  choose one of: "
+              + ", ".join(VIEW_NAMES), file=sys.stderr)
+        return 2
+    if screenshot and not _has_display():
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    app = _application()
+
+    from app.master import Master
+    try:
+        master = Master(home)
+        master.ensure_local_host()
+    except CairnError as e:
+        _report(e, gui=not screenshot)
+        return e.status or 1
+
+    console = Console(master, run_dispatcher=not screenshot, remember_layout=not screenshot)
+    console.window.select_view(view)
+    if screenshot:
+        try:
+            return take_screenshot(console, screenshot)
+        finally:
+            console.window.close()
+
+    # Ctrl-C in the terminal closes the window like File > Quit; the timer lets Python
+    # look at signals while Qt's loop runs.
+    signal.signal(signal.SIGINT, lambda *_: console.window.close())
+    tick = QTimer()
+    tick.timeout.connect(lambda: None)
+    tick.start(250)
+    console.window.show()
+    app.exec()
+    console.shutdown()
+    return 0

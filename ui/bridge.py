@@ -1,0 +1,144 @@
+"""The one place where the console's threads meet Qt.
+
+Every call to the master runs here, on a small set of worker threads, and its result comes
+back to the UI thread as a Qt signal. The UI thread never waits for the catalog or a host:
+a locked catalog or a slow SSH agent then shows up as a view that is still loading, never as
+a frozen window.
+
+    bridge.call(lambda m: m.config.hosts(), done=view.show_rows, failed=view.show_error,
+                context=view)
+
+`fn` gets the master as its first argument. `done(result)` or `failed(error)` then runs on the
+UI thread, unless `context` (a QObject) was deleted in the meantime. `error` is a CallError:
+a message and a hint fit to show to the user; stack traces go to the log only.
+"""
+
+import itertools
+import logging
+import queue
+import threading
+
+import shiboken6
+from PySide6.QtCore import QObject, QThread, Signal
+
+from app.errors import CairnError
+from ui.qtcompat import emit
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class CallError(Exception):
+    """A failed master call, as the user sees it."""
+
+    def __init__(self, message, hint=None, status=None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.status = status
+
+    def __str__(self):
+        return self.message if not self.hint else f"{self.message} ({self.hint})"
+
+
+class _Worker(QThread):
+    def __init__(self, bridge, index):
+        super().__init__()
+        self.setObjectName(f"cairn-bridge-{index}")
+        self._bridge = bridge
+
+    def run(self):
+        b = self._bridge
+        # Named for Python too, so that logs and tracebacks say which thread it was.
+        threading.current_thread().name = self.objectName()
+        try:
+            while True:
+                item = b._queue.get()
+                if item is _STOP:
+                    return
+                call_id, fn, args = item
+                ok, result = b._run(fn, args)
+                emit(b._finished, call_id, ok, result)
+        finally:
+            # Catalog connections are per thread; only this thread can close its own.
+            b._close_thread_resources()
+
+
+class Bridge(QObject):
+    _finished = Signal(int, bool, object)
+
+    def __init__(self, master, workers=3, parent=None):
+        super().__init__(parent)
+        self.master = master
+        self._queue = queue.Queue()
+        self._ids = itertools.count(1)
+        self._pending = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._finished.connect(self._deliver)
+        self._workers = [_Worker(self, i) for i in range(workers)]
+        for w in self._workers:
+            w.start()
+
+    @property
+    def pending(self):
+        """Calls submitted whose results have not been delivered yet."""
+        return len(self._pending)
+
+    def call(self, fn, *args, done=None, failed=None, context=None):
+        if self._closed:
+            return None
+        call_id = next(self._ids)
+        self._pending[call_id] = (done, failed, context)
+        self._queue.put((call_id, fn, args))
+        return call_id
+
+    def shutdown(self, timeout_ms=10000):
+        """Stops the workers after the calls already running; queued calls are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        for _ in self._workers:
+            self._queue.put(_STOP)
+        for w in self._workers:
+            if not w.wait(timeout_ms):
+                log.warning("bridge worker %s did not stop in time", w.objectName())
+        self._pending.clear()
+
+    # ---- worker side ----------------------------------------------------------------------
+    def _run(self, fn, args):
+        try:
+            return True, fn(self.master, *args)
+        except CairnError as e:
+            return False, CallError(e.message, e.hint, e.status)
+        except Exception as e:  # noqa: BLE001 - nothing may kill a worker or reach the user raw
+            log.exception("master call failed")
+            return False, CallError(f"internal error: {type(e).__name__}: {e}",
+                                    "see the console's log for details")
+
+    def _close_thread_resources(self):
+        try:
+            self.master.db.close()
+        except Exception:  # noqa: BLE001 - the thread is ending anyway
+            log.exception("closing a worker's catalog connection failed")
+
+    # ---- UI side ----------------------------------------------------------------------------
+    def _deliver(self, call_id, ok, result):
+        entry = self._pending.pop(call_id, None)
+        if entry is None:
+            return
+        done, failed, context = entry
+        if context is not None and not shiboken6.isValid(context):
+            callback = None
+        else:
+            callback = done if ok else failed
+        if callback is not None:
+            callback(result)
+        elif not ok:
+            log.warning("master call failed: %s", result)

@@ -1,0 +1,294 @@
+"""The console's main window: the navigation tree of the storage model on the left, the page
+of the selected node on the right, the master's state in the status bar."""
+
+import time
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStackedWidget, \
+    QTreeWidget, QTreeWidgetItem
+
+from app import __version__
+from ui import views
+from ui.job_dialog import JobDetailsDialog
+from ui.qtcompat import emit
+from ui.resources import icon
+
+SETTINGS_ORG, SETTINGS_APP = "Cairn", "console"
+
+# (view name, label, icon, children); the names are also the --view choices.
+NAVIGATION = (
+    ("overview", "Master", "master", (
+        ("hosts", "Hosts", "host", ()),
+        ("storage", "Storage", "storage", (
+            ("storage-servers", "Storage servers", "storage-server", ()),
+            ("disk-pools", "Disk pools", "disk-pool", ()),
+            ("storage-units", "Storage units", "storage-unit", ()),
+        )),
+        ("policies", "Policies", "policy", ()),
+        ("activity", "Activity monitor", "activity", ()),
+        ("restore", "Backup & restore", "restore", ()),
+    )),
+)
+
+
+def _names(nodes):
+    for name, _, _, children in nodes:
+        yield name
+        yield from _names(children)
+
+
+VIEW_NAMES = tuple(_names(NAVIGATION))
+
+STATUS_REFRESH_MS = 1000
+VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+def settings():
+    return QSettings(SETTINGS_ORG, SETTINGS_APP)
+
+
+def status_summary(m):
+    active = m.jobs.list(state="active")
+    return {
+        "catalog": m.home.catalog,
+        "hosts": len(m.config.hosts()),
+        "running": len(active),
+        "queued": len(m.jobs.list(state="queued")),
+        # jobs this console's dispatcher runs: closing the console stops them
+        "mine": sum(j.get("runner") == m.dispatcher.id for j in active),
+    }
+
+
+class MainWindow(QMainWindow):
+    #: the window is closing for good: time to stop the dispatcher and the master
+    closing = Signal()
+
+    def __init__(self, bridge, remember_layout=True, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.remember_layout = remember_layout
+        #: ask before closing while this console's dispatcher runs jobs
+        self.confirm_close_with_running_jobs = True
+        self.summary = None
+        self._status_busy = False
+        self.setWindowTitle("Cairn console")
+        self.setWindowIcon(icon("cairn"))
+        self.setObjectName("cairn-main-window")
+
+        self.nav = QTreeWidget()
+        self.nav.setObjectName("navigation")
+        self.nav.setHeaderHidden(True)
+        self.nav.setRootIsDecorated(True)
+        self.nav.setUniformRowHeights(True)
+        self.nav.setMinimumWidth(170)
+        self.stack = QStackedWidget()
+        self.views = {}
+        self._items = {}
+
+        specs = {s.name: s for s in views.LIST_SPECS}
+        self._add_view(views.OverviewView("overview", "Master — this catalog", "master",
+                                          views.STEPS, bridge))
+        self._add_view(views.OverviewView("storage", "Storage", "storage",
+                                          views.STEPS[1:4], bridge))
+        for name, spec in specs.items():
+            cls = views.ImagesView if name == "restore" else views.ObjectListView
+            self._add_view(cls(spec, bridge))
+        self.views["activity"].opened.connect(self.open_job)
+        self._fill_nav(self.nav.invisibleRootItem(), NAVIGATION)
+        self.nav.expandAll()
+        self.nav.currentItemChanged.connect(self._nav_changed)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("main-splitter")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.nav)
+        self.splitter.addWidget(self.stack)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([self._nav_width(), 1280 - self._nav_width()])
+        self.setCentralWidget(self.splitter)
+
+        self.master_label = QLabel("Master: …")
+        self.hosts_label = QLabel("Hosts: …")
+        self.jobs_label = QLabel("Jobs: …")
+        for label in (self.master_label, self.hosts_label, self.jobs_label):
+            label.setContentsMargins(6, 0, 6, 0)
+            label.setTextFormat(Qt.TextFormat.PlainText)
+        sb = self.statusBar()
+        sb.addWidget(self.master_label, 1)
+        sb.addPermanentWidget(self.hosts_label)
+        sb.addPermanentWidget(self.jobs_label)
+
+        self._make_menus()
+        self.resize(1280, 800)
+        if remember_layout:
+            self.restore_layout()
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(STATUS_REFRESH_MS)
+        self.timer.timeout.connect(self.tick)
+        self.timer.start()
+
+    # ---- building ---------------------------------------------------------------------------
+    def _add_view(self, view):
+        self.views[view.name] = view
+        self.stack.addWidget(view)
+
+    def _fill_nav(self, parent, nodes):
+        for name, label, icon_name, children in nodes:
+            item = QTreeWidgetItem(parent, [label])
+            item.setIcon(0, icon(icon_name))
+            item.setData(0, VIEW_ROLE, name)
+            self._items[name] = item
+            self._fill_nav(item, children)
+
+    def _nav_width(self):
+        """Wide enough for the deepest, longest label, so none is cut off."""
+        fm = self.nav.fontMetrics()
+        widest, stack = 0, [(self.nav.invisibleRootItem(), 0)]
+        while stack:
+            item, depth = stack.pop()
+            for i in range(item.childCount()):
+                child = item.child(i)
+                widest = max(widest, (depth + 1) * self.nav.indentation()
+                             + fm.horizontalAdvance(child.text(0)))
+                stack.append((child, depth + 1))
+        return widest + self.nav.iconSize().width() + 40
+
+    def _make_menus(self):
+        file_menu = self.menuBar().addMenu("&File")
+        quit_action = QAction("&Quit", self)
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        file_menu.addAction(quit_action)
+
+        view_menu = self.menuBar().addMenu("&View")
+        refresh = QAction("&Refresh", self)
+        refresh.setShortcut(QKeySequence.StandardKey.Refresh)
+        refresh.triggered.connect(self.refresh_current)
+        view_menu.addAction(refresh)
+        view_menu.addSeparator()
+        for name in VIEW_NAMES:
+            item = self._items[name]
+            a = QAction(item.icon(0), item.text(0), self)
+            a.triggered.connect(lambda _=False, n=name: self.select_view(n))
+            view_menu.addAction(a)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        about = QAction("&About Cairn", self)
+        about.triggered.connect(self._about)
+        help_menu.addAction(about)
+
+    def _about(self):
+        QMessageBox.about(self, "About Cairn",
+                          f"<b>Cairn {__version__}</b><p>Backup administration for Linux and "
+                          "parallel file systems.</p>")
+
+    # ---- navigation -----------------------------------------------------------------------
+    @property
+    def current_view(self):
+        return self.stack.currentWidget()
+
+    def select_view(self, name):
+        if name not in self.views:
+            raise KeyError(name)
+        self.nav.setCurrentItem(self._items[name])
+
+    def nav_item(self, name):
+        return self._items.get(name)
+
+    def _nav_changed(self, item, _previous=None):
+        if item is None:
+            return
+        view = self.views[item.data(0, VIEW_ROLE)]
+        self.stack.setCurrentWidget(view)
+        view.refresh()
+
+    def refresh_current(self):
+        view = self.current_view
+        if view is not None:
+            view.refresh()
+        self.refresh_status()
+
+    def tick(self):
+        view = self.current_view
+        if view is not None and view.due(time.monotonic()):
+            view.refresh()
+        self.refresh_status()
+
+    # ---- status bar ------------------------------------------------------------------------
+    def refresh_status(self):
+        if self._status_busy:
+            return
+        self._status_busy = True
+        self.bridge.call(status_summary, done=self._show_status, failed=self._status_failed,
+                         context=self)
+
+    def _show_status(self, s):
+        self._status_busy = False
+        self.summary = s
+        self.master_label.setText(f"Master: embedded — catalog {s['catalog']}")
+        self.master_label.setToolTip(s["catalog"])
+        self.hosts_label.setText(f"Hosts: {s['hosts']}")
+        self.jobs_label.setText(f"Jobs: {s['running']} running, {s['queued']} queued")
+
+    def _status_failed(self, err):
+        self._status_busy = False
+        self.master_label.setText(f"Master: catalog unreadable — {err}")
+
+    # ---- jobs ---------------------------------------------------------------------------------
+    def open_job(self, job):
+        """One details window per job: opening it again brings the open one forward."""
+        for dlg in self.findChildren(JobDetailsDialog):
+            if dlg.job_id == job["id"] and dlg.isVisible():
+                dlg.raise_()
+                dlg.activateWindow()
+                return dlg
+        dlg = JobDetailsDialog(self.bridge, job, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.show()
+        return dlg
+
+    # ---- remembered layout ------------------------------------------------------------------
+    def save_layout(self):
+        s = settings()
+        s.setValue("window/geometry", self.saveGeometry())
+        s.setValue("window/state", self.saveState())
+        s.setValue("window/splitter", self.splitter.saveState())
+        for v in self.views.values():
+            v.save_state(s)
+        s.sync()
+
+    def restore_layout(self):
+        s = settings()
+        g = s.value("window/geometry")
+        if g is not None:
+            self.restoreGeometry(g)
+        st = s.value("window/state")
+        if st is not None:
+            self.restoreState(st)
+        sp = s.value("window/splitter")
+        if sp is not None:
+            self.splitter.restoreState(sp)
+        for v in self.views.values():
+            v.restore_state(s)
+
+    # ---- closing -------------------------------------------------------------------------------
+    def closeEvent(self, event):
+        mine = (self.summary or {}).get("mine", 0)
+        if mine and self.confirm_close_with_running_jobs:
+            answer = QMessageBox.question(
+                self, "Jobs are running",
+                f"{mine} job{'s are' if mine != 1 else ' is'} running in this console. "
+                "Closing the console stops them; they end as canceled and can be started "
+                "again.\n\nClose anyway?",
+                QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel,
+                QMessageBox.StandardButton.Cancel)
+            if answer != QMessageBox.StandardButton.Close:
+                event.ignore()
+                return
+        if self.remember_layout:
+            self.save_layout()
+        self.timer.stop()
+        emit(self.closing)
+        event.accept()

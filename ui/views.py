@@ -1,0 +1,681 @@
+"""The pages on the right of the main window: one list page per kind of catalog object, the
+activity monitor, the backup images with their file tree, and the overview."""
+
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from PySide6.QtCore import QEvent, QItemSelectionModel, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QFrame, QGridLayout, \
+    QHBoxLayout, QLabel, QSizePolicy, QSplitter, QStyle, QStyledItemDelegate, \
+    QStyleOptionProgressBar, QTableView, QTreeView, QVBoxLayout, QWidget
+
+from app import status as st
+from ui import fmt
+from ui.models import ROW_ROLE, SORT_ROLE, Column, ImageFilesModel, ObjectTableModel, \
+    list_column, number_column, text_column, time_column
+from ui.resources import icon
+from ui.qtcompat import emit
+
+# ---- what each list shows --------------------------------------------------------------------
+
+
+@dataclass
+class ListSpec:
+    name: str
+    title: str
+    icon: str
+    description: str
+    columns: list
+    fetch: Callable
+    empty: str
+    key: str = "name"
+    sort_column: int = 0
+    sort_order: Qt.SortOrder = Qt.SortOrder.AscendingOrder
+    refresh_s: float = 5.0
+    delegates: dict = field(default_factory=dict)
+
+
+def _cmd(text):
+    return f"<code>{text}</code>"
+
+
+def _host_address(row):
+    return "(this machine)" if row.get("kind") == "local" else (row.get("address") or "")
+
+
+def _state_icon(job):
+    if job["state"] == "queued":
+        return icon("state-queued")
+    if job["state"] == "active":
+        return icon("state-active")
+    s = job.get("status")
+    if s == st.OK:
+        return icon("state-ok")
+    if s == st.PARTIAL:
+        return icon("state-partial")
+    if s == st.CANCELED:
+        return icon("state-canceled")
+    return icon("state-failed")
+
+
+def _status_tooltip(job):
+    if job.get("status") is None:
+        return None
+    return f"{job['status']}: {job.get('status_text') or st.text(job['status'])}"
+
+
+def _schedules_text(policy):
+    return ", ".join(f"{s['name']} ({s['type']}, {s['retention']})"
+                     for s in policy.get("schedules") or [])
+
+
+HOSTS = ListSpec(
+    "hosts", "Hosts", "host",
+    "Machines the master reaches: clients to back up and storage servers.",
+    [text_column("name", "Name", icon=lambda r: icon("host")),
+     text_column("kind", "Kind", help="local: this machine, without SSH; ssh: reached over SSH"),
+     Column("address", "Address", _host_address, sort=lambda r: _host_address(r).lower()),
+     number_column("port", "Port"),
+     text_column("user", "User")],
+    lambda m: m.config.hosts(),
+    "No hosts yet. This machine is registered by itself when the console starts; add another "
+    "one with " + _cmd("cairn host add NAME --address ADDRESS") + ".")
+
+STORAGE_SERVERS = ListSpec(
+    "storage-servers", "Storage servers", "storage-server",
+    "A host plus a storage type: where backup images are written.",
+    [text_column("name", "Name", icon=lambda r: icon("storage-server")),
+     text_column("type", "Type"),
+     text_column("host", "Host"),
+     text_column("path", "Path")],
+    lambda m: m.config.storage_servers(),
+    "No storage servers yet: create one with "
+    + _cmd("cairn storage-server create NAME --type advanced-disk --host HOST") + ".")
+
+DISK_POOLS = ListSpec(
+    "disk-pools", "Disk pools", "disk-pool",
+    "Volumes (mounted directories) of a storage server, filled up to the high-water mark.",
+    [text_column("name", "Name", icon=lambda r: icon("disk-pool")),
+     text_column("server", "Storage server"),
+     list_column("volumes", "Volumes"),
+     number_column("high_water", "High water", format=lambda v: f"{v}%",
+                   help="no new backups start on the pool above this fill level"),
+     number_column("low_water", "Low water", format=lambda v: f"{v}%",
+                   help="expiring images frees the pool down to this fill level"),
+     Column("max_io_streams", "Max I/O streams",
+            lambda r: "no limit" if r.get("max_io_streams") is None
+            else str(r["max_io_streams"]),
+            sort=lambda r: r.get("max_io_streams") or 1 << 31, numeric=True,
+            help="concurrent reads and writes on the pool's volumes")],
+    lambda m: m.config.disk_pools(),
+    "No disk pools yet: create one on a storage server with "
+    + _cmd("cairn disk-pool create NAME --server SERVER --volume PATH") + ".")
+
+STORAGE_UNITS = ListSpec(
+    "storage-units", "Storage units", "storage-unit",
+    "What policies write to: a disk pool plus limits.",
+    [text_column("name", "Name", icon=lambda r: icon("storage-unit")),
+     text_column("pool", "Disk pool"),
+     text_column("host", "Host"),
+     number_column("max_concurrent_jobs", "Max concurrent jobs"),
+     number_column("active_jobs", "Active jobs")],
+    lambda m: m.config.storage_units(),
+    "No storage units yet: create one with "
+    + _cmd("cairn storage-unit create NAME --pool POOL") + ".")
+
+POLICIES = ListSpec(
+    "policies", "Policies", "policy",
+    "What is backed up, from which clients, when, and where to.",
+    [text_column("name", "Name", icon=lambda r: icon("policy")),
+     text_column("storage_unit", "Storage unit"),
+     number_column("priority", "Priority"),
+     list_column("clients", "Clients"),
+     list_column("selections", "Selections"),
+     Column("schedules", "Schedules", _schedules_text,
+            sort=lambda r: _schedules_text(r).lower(),
+            tooltip=lambda r: _schedules_text(r).replace(", ", "\n") or None)],
+    lambda m: m.config.policies(),
+    "No policies yet: create one with "
+    + _cmd("cairn policy create NAME --storage-unit UNIT") + ", then give it clients and "
+    "backup selections with " + _cmd("cairn policy add-client POLICY HOST") + " and "
+    + _cmd("cairn policy add-selection POLICY PATH") + ".")
+
+ACTIVITY = ListSpec(
+    "activity", "Activity monitor", "activity",
+    "Every job: running, waiting and done. Double-click a job for its details and log.",
+    [number_column("id", "Job ID"),
+     text_column("type", "Type"),
+     Column("state", "State", lambda r: r["state"], sort=lambda r: r["state"],
+            icon=_state_icon),
+     number_column("status", "Status", tooltip=_status_tooltip,
+                   help="0 is success; see `cairn status-codes`"),
+     text_column("client", "Client"),
+     text_column("policy", "Policy"),
+     text_column("schedule", "Schedule"),
+     text_column("storage_unit", "Storage unit"),
+     time_column("started", "Start", short=True),
+     number_column("elapsed_s", "Elapsed", format=fmt.duration),
+     number_column("files", "Files"),
+     number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
+     number_column("rate_bytes_per_s", "Rate", format=fmt.rate),
+     number_column("percent", "% complete", format=fmt.percent),
+     number_column("eta_s", "Time left", format=fmt.duration),
+     text_column("wait_reason", "Waiting for")],
+    lambda m: m.jobs.list(),
+    "No jobs yet: start a backup with " + _cmd("cairn backup POLICY")
+    + "; its jobs show up here while they run.",
+    key="id", sort_column=0, sort_order=Qt.SortOrder.DescendingOrder, refresh_s=1.0)
+
+IMAGES = ListSpec(
+    "restore", "Backup & restore", "restore",
+    "Backup images. Select one to browse its files.",
+    [text_column("id", "Image ID"),
+     text_column("client", "Client"),
+     text_column("policy", "Policy"),
+     text_column("schedule", "Schedule"),
+     text_column("schedule_type", "Type"),
+     time_column("created", "Created"),
+     Column("expires", "Expires",
+            lambda r: fmt.local_time(r["expires"]) if r.get("expires") else "never",
+            sort=lambda r: r.get("expires") or "9999",
+            tooltip=lambda r: fmt.utc_tooltip(r.get("expires"))),
+     number_column("files", "Files"),
+     number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
+     text_column("storage_unit", "Storage unit")],
+    lambda m: m.images(),
+    "No backup images yet: they appear here after a backup, e.g. "
+    + _cmd("cairn backup POLICY --wait") + ".",
+    key="id", sort_column=5, sort_order=Qt.SortOrder.DescendingOrder)
+
+LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, POLICIES, ACTIVITY, IMAGES)
+
+
+# ---- widgets ---------------------------------------------------------------------------------
+
+class ProgressDelegate(QStyledItemDelegate):
+    """% complete as a progress bar; blank while unknown."""
+
+    def paint(self, painter, option, index):
+        row = index.data(ROW_ROLE)
+        pct = row.get("percent") if row else None
+        if pct is None:
+            super().paint(painter, option, index)
+            return
+        self.initStyleOption(option, index)
+        style = option.widget.style() if option.widget else QApplication.style()
+        # Selection background first, so a selected row stays one band.
+        style.drawPrimitive(QStyle.PrimitiveElement.PE_PanelItemViewItem, option, painter,
+                            option.widget)
+        bar = QStyleOptionProgressBar()
+        bar.rect = option.rect.adjusted(3, 3, -3, -3)
+        bar.minimum, bar.maximum = 0, 1000
+        bar.progress = int(round(pct * 10))
+        bar.text = fmt.percent(pct)
+        bar.textVisible = True
+        bar.textAlignment = Qt.AlignmentFlag.AlignCenter
+        bar.state = option.state | QStyle.StateFlag.State_Horizontal
+        bar.palette = option.palette
+        bar.fontMetrics = option.fontMetrics
+        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter, option.widget)
+
+
+ACTIVITY.delegates[[c.key for c in ACTIVITY.columns].index("percent")] = ProgressDelegate
+
+
+class Placeholder(QLabel):
+    """Text shown over an empty list: what the list is for and how to fill it."""
+
+    def __init__(self, view):
+        super().__init__(view.viewport())
+        self.setWordWrap(True)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setContentsMargins(24, 24, 24, 24)
+        pal = self.palette()
+        pal.setColor(self.foregroundRole(), pal.color(pal.ColorRole.PlaceholderText))
+        self.setPalette(pal)
+        view.viewport().installEventFilter(self)
+        self._fit()
+
+    def eventFilter(self, obj, event):
+        if event.type() == QEvent.Type.Resize:
+            self._fit()
+        return False
+
+    def _fit(self):
+        vp = self.parentWidget()
+        self.setGeometry(0, 0, vp.width(), min(vp.height(), 200))
+
+
+class ObjectListView(QWidget):
+    """One kind of catalog object as a sortable table, refreshed in place."""
+
+    #: after each refresh that reached the catalog
+    refreshed = Signal()
+    #: a row was double-clicked or Enter pressed on it (the row's dict)
+    opened = Signal(dict)
+
+    def __init__(self, spec, bridge, parent=None):
+        super().__init__(parent)
+        self.spec = spec
+        self.name = spec.name
+        self.bridge = bridge
+        self.model = ObjectTableModel(spec.columns, key=spec.key, parent=self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.proxy.setDynamicSortFilter(True)
+        self.proxy.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self._busy = False
+        self._last = 0.0
+        self._sized = False
+        self.error = None
+
+        self.title = QLabel()
+        f = self.title.font()
+        f.setPointSizeF(f.pointSizeF() * 1.25)
+        f.setBold(True)
+        self.title.setFont(f)
+        icon_label = QLabel()
+        icon_label.setPixmap(icon(spec.icon).pixmap(22, 22))
+        head = QHBoxLayout()
+        head.addWidget(icon_label)
+        head.addWidget(self.title, 1)
+        self.description = QLabel(spec.description)
+        self.description.setWordWrap(True)
+        pal = self.description.palette()
+        pal.setColor(self.description.foregroundRole(), pal.color(pal.ColorRole.PlaceholderText))
+        self.description.setPalette(pal)
+
+        self.table = QTableView(self)
+        self.table.setObjectName(f"{spec.name}-table")
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(spec.sort_column, spec.sort_order)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(
+            self.table.fontMetrics().height() + 10)
+        hh = self.table.horizontalHeader()
+        hh.setHighlightSections(False)
+        hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        hh.setSectionsMovable(True)
+        hh.setMinimumSectionSize(36)
+        for col, delegate in spec.delegates.items():
+            self.table.setItemDelegateForColumn(col, delegate(self.table))
+        # activated: a double-click, or Enter on the current row
+        self.table.activated.connect(self._open)
+        self.placeholder = Placeholder(self.table)
+        self.placeholder.setText("Loading…")
+        self._size_columns(contents=False)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 4)
+        lay.addLayout(head)
+        lay.addWidget(self.description)
+        lay.addWidget(self.table, 1)
+        self._update_title()
+
+    # ---- refreshing -----------------------------------------------------------------------
+    @property
+    def loaded(self):
+        return self.model.loaded
+
+    def due(self, now=None):
+        now = time.monotonic() if now is None else now
+        return not self._busy and now - self._last >= self.spec.refresh_s
+
+    def refresh(self):
+        if self._busy:
+            return False
+        self._busy = True
+        self.bridge.call(self.spec.fetch, done=self._show, failed=self._failed, context=self)
+        return True
+
+    def _show(self, rows):
+        self._busy = False
+        self._last = time.monotonic()
+        self.error = None
+        self.model.set_rows(rows)
+        if not self._sized and rows:
+            self._size_columns()
+        self._update_title()
+        emit(self.refreshed)
+
+    def _failed(self, err):
+        self._busy = False
+        self._last = time.monotonic()
+        self.error = str(err)
+        self._update_title()
+        emit(self.refreshed)
+
+    def _size_columns(self, contents=True):
+        """Columns as wide as their contents (once there are rows) or their title, whichever
+        is wider. Qt's own header hint reserves room for a sort arrow on every column, which
+        pushes the activity monitor's last columns off screen."""
+        hh = self.table.horizontalHeader()
+        fm = hh.fontMetrics()
+        limit = max(160, fm.averageCharWidth() * 40)
+        arrow = hh.style().pixelMetric(hh.style().PixelMetric.PM_HeaderMarkSize) + 6
+        last = self.model.columnCount() - 1
+        # A right-aligned number stretched across the rest of the table ends up far from
+        # its title; only a text column takes the spare width.
+        stretch = not self.model.columns[last].numeric
+        # The stretched last column never shrinks below the size it had before stretching.
+        hh.setStretchLastSection(False)
+        for c in range(last + 1):
+            title = fm.horizontalAdvance(self.model.columns[c].title) + 14
+            if c == hh.sortIndicatorSection():
+                title += arrow
+            width = title
+            if contents and not (stretch and c == last):
+                # right-aligned numbers need a little air before the next column's text
+                pad = 6 if self.model.columns[c].numeric else 0
+                width = max(self.table.sizeHintForColumn(c) + pad, title)
+            hh.resizeSection(c, min(width, limit))
+        hh.setStretchLastSection(stretch)
+        if contents:
+            self._sized = True
+
+    def _update_title(self):
+        n = self.model.rowCount()
+        self.title.setText(self.spec.title + (f"  ({n})" if self.model.loaded else ""))
+        if self.error and not n:
+            self.placeholder.setText(f"Could not read the catalog: {html.escape(self.error)}")
+        elif not self.model.loaded:
+            self.placeholder.setText("Loading…")
+        else:
+            self.placeholder.setText(self.spec.empty)
+        self.placeholder.setVisible(n == 0)
+
+    # ---- selection ------------------------------------------------------------------------
+    def selected_rows(self):
+        rows = self.table.selectionModel().selectedRows()
+        return [self.proxy.data(i, ROW_ROLE) for i in sorted(rows, key=lambda i: i.row())]
+
+    def select_key(self, key):
+        src = self.model.row_of(key)
+        if src is None:
+            return False
+        idx = self.proxy.mapFromSource(self.model.index(src, 0))
+        self.table.selectionModel().setCurrentIndex(
+            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows)
+        self.table.scrollTo(idx)
+        return True
+
+    def _open(self, index):
+        row = self.proxy.data(index, ROW_ROLE)
+        if row is not None:
+            emit(self.opened, row)
+
+    # ---- remembered layout ------------------------------------------------------------------
+    def save_state(self, settings):
+        settings.setValue(f"views/{self.name}/header",
+                          self.table.horizontalHeader().saveState())
+
+    def restore_state(self, settings):
+        state = settings.value(f"views/{self.name}/header")
+        if state is not None and self.table.horizontalHeader().restoreState(state):
+            self._sized = True
+
+
+class ImagesView(ObjectListView):
+    """Backup images above, the selected image's files below."""
+
+    AUTO_EXPAND_DEPTH = 12
+
+    def __init__(self, spec, bridge, parent=None):
+        super().__init__(spec, bridge, parent)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.files = ImageFilesModel(bridge, self)
+        self.tree = QTreeView()
+        self.tree.setObjectName("image-files")
+        self.tree.setModel(self.files)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.tree.header().setStretchLastSection(True)
+        self.tree.header().resizeSection(0, 320)
+        self.tree.header().resizeSection(2, 150)
+        self.files_title = QLabel("Select an image to browse its files.")
+        self.files_title.setTextFormat(Qt.TextFormat.RichText)
+        self.files_error = QLabel()
+        self.files_error.setTextFormat(Qt.TextFormat.PlainText)
+        self.files_error.setWordWrap(True)
+        self.files_error.hide()
+        self.files.rowsInserted.connect(self._auto_expand)
+        self.files.load_failed.connect(self._load_failed)
+        # also fires when the selected image is expired and its row goes away
+        self.table.selectionModel().selectionChanged.connect(self._image_selected)
+
+        lower = QWidget()
+        ll = QVBoxLayout(lower)
+        ll.setContentsMargins(0, 4, 0, 0)
+        ll.addWidget(self.files_title)
+        ll.addWidget(self.files_error)
+        ll.addWidget(self.tree, 1)
+
+        # Move the table into a splitter with the tree under it.
+        lay = self.layout()
+        lay.removeWidget(self.table)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.setObjectName("images-splitter")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.table)
+        self.splitter.addWidget(lower)
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 3)
+        lay.addWidget(self.splitter, 1)
+
+    @property
+    def settled(self):
+        return self.loaded and not self.files.loading
+
+    def _image_selected(self, *_):
+        rows = self.selected_rows()
+        image = rows[0] if rows else None
+        new_id = image["id"] if image else None
+        if new_id == self.files.image_id:
+            return
+        self.files_error.hide()
+        if image:
+            e = html.escape
+            self.files_title.setText(
+                f"Files in image <b>{e(image['id'])}</b> — client {e(image['client'])}, "
+                f"policy {e(image['policy'])}, {fmt.local_time(image['created'])}")
+        else:
+            self.files_title.setText("Select an image to browse its files.")
+        self.files.set_image(new_id)
+
+    def _auto_expand(self, parent, first, last):
+        # Images usually hold one deep selection (/gpfs/fs1/projects/x): open the chain of
+        # single directories so the files are one click away.
+        if first != 0 or last != 0 or self.files.rowCount(parent) != 1:
+            return
+        depth, p = 0, parent
+        while p.isValid():
+            depth, p = depth + 1, p.parent()
+        if depth >= self.AUTO_EXPAND_DEPTH:
+            return
+        child = self.files.index(0, 0, parent)
+        if self.files.hasChildren(child):
+            self.tree.expand(child)
+
+    def _load_failed(self, path, message):
+        self.files_error.setText(f"Could not list {path}: {message}")
+        self.files_error.show()
+
+    def save_state(self, settings):
+        super().save_state(settings)
+        settings.setValue("views/restore/splitter", self.splitter.saveState())
+        settings.setValue("views/restore/files-header", self.tree.header().saveState())
+
+    def restore_state(self, settings):
+        super().restore_state(settings)
+        s = settings.value("views/restore/splitter")
+        if s is not None:
+            self.splitter.restoreState(s)
+        h = settings.value("views/restore/files-header")
+        if h is not None:
+            self.tree.header().restoreState(h)
+
+
+# ---- the overview ------------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    key: str
+    title: str
+    icon: str
+    hint: str
+
+
+STEPS = (
+    Step("hosts", "Hosts", "host", _cmd("cairn host add NAME --address ADDRESS")),
+    Step("storage_servers", "Storage servers", "storage-server",
+         _cmd("cairn storage-server create NAME --type advanced-disk --host HOST")),
+    Step("disk_pools", "Disk pools", "disk-pool",
+         _cmd("cairn disk-pool create NAME --server SERVER --volume PATH")),
+    Step("storage_units", "Storage units", "storage-unit",
+         _cmd("cairn storage-unit create NAME --pool POOL")),
+    Step("policies", "Policies", "policy",
+         _cmd("cairn policy create NAME --storage-unit UNIT")),
+    Step("images", "Backup images", "restore", _cmd("cairn backup POLICY")),
+)
+
+
+def overview_counts(m):
+    jobs = m.jobs.list()
+    return {
+        "catalog": m.home.catalog,
+        "hosts": len(m.config.hosts()),
+        "storage_servers": len(m.config.storage_servers()),
+        "disk_pools": len(m.config.disk_pools()),
+        "storage_units": len(m.config.storage_units()),
+        "policies": len(m.config.policies()),
+        "images": len(m.images()),
+        "running": sum(j["state"] == "active" for j in jobs),
+        "queued": sum(j["state"] == "queued" for j in jobs),
+        "failed": sum(j["state"] == "done" and j["status"] not in (st.OK, st.PARTIAL)
+                      for j in jobs),
+    }
+
+
+class OverviewView(QWidget):
+    """What the catalog holds and, while setting up, which step comes next."""
+
+    refreshed = Signal()
+
+    def __init__(self, name, title, icon_name, steps, bridge, parent=None):
+        super().__init__(parent)
+        self.name = name
+        self.bridge = bridge
+        self.steps = steps
+        self.loaded = False
+        self._busy = False
+        self._last = 0.0
+        self.refresh_s = 5.0
+
+        head = QHBoxLayout()
+        pic = QLabel()
+        pic.setPixmap(icon(icon_name).pixmap(22, 22))
+        self.title = QLabel(title)
+        f = self.title.font()
+        f.setPointSizeF(f.pointSizeF() * 1.25)
+        f.setBold(True)
+        self.title.setFont(f)
+        head.addWidget(pic)
+        head.addWidget(self.title, 1)
+        self.subtitle = QLabel("Loading…")
+        self.subtitle.setTextFormat(Qt.TextFormat.PlainText)
+        self.subtitle.setWordWrap(True)
+        self.subtitle.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(14)
+        grid.setVerticalSpacing(10)
+        self._counts, self._hints = {}, {}
+        for r, s in enumerate(steps):
+            pic = QLabel()
+            pic.setPixmap(icon(s.icon).pixmap(16, 16))
+            name_label = QLabel(s.title)
+            count = QLabel("…")
+            count.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            count.setMinimumWidth(count.fontMetrics().horizontalAdvance("00000"))
+            hint = QLabel()
+            hint.setTextFormat(Qt.TextFormat.RichText)
+            hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            grid.addWidget(pic, r, 0)
+            grid.addWidget(name_label, r, 1)
+            grid.addWidget(count, r, 2)
+            grid.addWidget(hint, r, 3)
+            self._counts[s.key], self._hints[s.key] = count, hint
+        grid.setColumnStretch(3, 1)
+        box = QFrame()
+        box.setFrameShape(QFrame.Shape.StyledPanel)
+        box.setLayout(grid)
+        box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+
+        self.jobs = QLabel()
+        self.jobs.setTextFormat(Qt.TextFormat.PlainText)
+        self.jobs.setWordWrap(True)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 4)
+        lay.addLayout(head)
+        lay.addWidget(self.subtitle)
+        lay.addSpacing(6)
+        lay.addWidget(box)
+        lay.addSpacing(6)
+        lay.addWidget(self.jobs)
+        lay.addStretch(1)
+
+    def due(self, now=None):
+        now = time.monotonic() if now is None else now
+        return not self._busy and now - self._last >= self.refresh_s
+
+    def refresh(self):
+        if self._busy:
+            return False
+        self._busy = True
+        self.bridge.call(overview_counts, done=self._show, failed=self._failed, context=self)
+        return True
+
+    def _show(self, c):
+        self._busy = False
+        self._last = time.monotonic()
+        self.loaded = True
+        self.subtitle.setText(f"Catalog: {c['catalog']}")
+        next_step = next((s.key for s in self.steps if not c[s.key]), None)
+        for s in self.steps:
+            self._counts[s.key].setText(str(c[s.key]))
+            if s.key == next_step:
+                self._hints[s.key].setText("<b>Next step:</b> " + s.hint)
+            elif not c[s.key]:
+                self._hints[s.key].setText(s.hint)
+            else:
+                self._hints[s.key].setText("")
+        self.jobs.setText(f"Jobs: {c['running']} running, {c['queued']} queued, "
+                          f"{c['failed']} failed (see the activity monitor).")
+        emit(self.refreshed)
+
+    def _failed(self, err):
+        self._busy = False
+        self._last = time.monotonic()
+        self.subtitle.setText(f"Could not read the catalog: {err}")
+        emit(self.refreshed)
+
+    def save_state(self, settings):
+        pass
+
+    def restore_state(self, settings):
+        pass
+

@@ -16,6 +16,10 @@ from app.transport.agent_client import AgentCallError
 LISTEN_TIMEOUT = 60.0
 
 
+def _plain(path):
+    return path.startswith("/") and ".." not in path.split("/")
+
+
 def build_plan(index, paths):
     """(plan, extents, files, bytes) for the chosen paths of an image."""
     chosen = {}
@@ -31,7 +35,9 @@ def build_plan(index, paths):
                                   hint="browse the image with `cairn browse IMAGE` to see its paths")
         for d in index.walk(p):
             chosen.setdefault(d.path, d)
-    entries = sorted(chosen.values(), key=lambda e: e.offset)
+    # Directories the index made up (no member in the image: length 0) have nothing to read;
+    # the agent creates missing parents by itself.
+    entries = sorted((e for e in chosen.values() if e.length > 0), key=lambda e: e.offset)
     plan, extents = [], []
     nbytes = nfiles = 0
     for e in entries:
@@ -41,13 +47,12 @@ def build_plan(index, paths):
         if e.kind == E.KIND_HARDLINK and e.link not in chosen:
             # The link's target is not restored: restore the link as a file of its own, from
             # the target's member.
-            target = index.lookup(e.link)
-            if target is None:
-                raise CairnError(f"{e.path} is a hard link to {e.link}, which is not in the "
-                                 "image index", status_code=st.IMAGE_DAMAGED)
-            item.update(kind=E.KIND_FILE, checksum=target.checksum,
-                        member=E.member_name(target.path), size=target.size)
-            extent = [target.offset, target.length]
+            target = index.lookup(e.link) if _plain(e.link) else None
+            if target is not None and target.kind == E.KIND_FILE:
+                item.update(kind=E.KIND_FILE, checksum=target.checksum,
+                            member=E.member_name(target.path), size=target.size)
+                extent = [target.offset, target.length]
+            # else: a link to nothing the image holds; the agent refuses and logs it.
         plan.append(item)
         extents.append(extent)
         if item["kind"] != E.KIND_DIR:

@@ -1,0 +1,762 @@
+"""Backup data mover: writes one advanced-disk image, a POSIX pax tar that GNU tar can list and
+extract by itself (see docs/image-format.md).
+
+Image order: `.cairn/image.json`, then the backed-up entries, then `.cairn/index.jsonl` (one
+row per entry, see app/agent/entry.py), then the end-of-archive marker. Entries are written
+directory by directory: all direct children of a directory form one contiguous run sorted by
+name bytes, then each child directory follows in the same order. The catalog's directory
+index depends on that.
+
+Standard library only: this runs on client hosts.
+"""
+
+import errno
+import grp
+import hashlib
+import json
+import os
+import pwd
+import stat
+import tempfile
+import threading
+import time
+from collections import deque
+
+from app.agent import entry, tarfmt
+from app.agent.errors import Cancelled, NothingToBackup, StorageFailure
+
+CHUNK = 1 << 20
+NBUF = 4
+ROW_BATCH = 5000
+PROGRESS_EVERY = 0.25
+ROWS_EVERY = 1.0
+MAX_SPARSE_SEGMENTS = 200000
+FADVISE_MIN = 8 << 20
+
+_ZEROS = memoryview(bytes(CHUNK))
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_NOATIME = getattr(os, "O_NOATIME", 0)
+_SEEK_DATA = getattr(os, "SEEK_DATA", None)
+_SEEK_HOLE = getattr(os, "SEEK_HOLE", None)
+
+
+def _why(e):
+    return (e.strerror or str(e)).lower() if isinstance(e, OSError) else str(e)
+
+
+def _join(parent, name):
+    return parent + name if parent == b"/" else parent + b"/" + name
+
+
+class _Output:
+    """The image byte stream: coalesces headers and file data into large writes, counts
+    offsets (`out` need not be seekable) and feeds the hash worker.
+
+    Data is read straight into the free part of the current ring buffer (space/data), so each
+    byte is copied once in and once out, as with tar."""
+
+    def __init__(self, out, worker):
+        self.out = out
+        self.worker = worker
+        self.idx = worker.acquire()
+        self.buf = worker.views[self.idx]
+        self.size = len(self.buf)
+        self.fill = 0
+        self.jobs = []
+        self.pos = 0       # bytes of the image produced so far (== the next member's offset)
+        self.written = 0   # bytes of the image `out` has accepted
+
+    def put(self, data):
+        n = len(data)
+        fill = self.fill
+        if fill + n < self.size:
+            self.buf[fill:fill + n] = data
+            self.fill = fill + n
+            self.pos += n
+            return
+        mv = memoryview(data)
+        while mv:
+            space = self.space()
+            k = min(len(space), len(mv))
+            space[:k] = mv[:k]
+            self.fill += k
+            self.pos += k
+            mv = mv[k:]
+
+    def zeros(self, n, h=None):
+        while n > 0:
+            space = self.space()
+            k = min(len(space), n)
+            space[:k] = _ZEROS[:k]
+            if h is not None:
+                self.jobs.append((h, space[:k], None))
+            self.fill += k
+            self.pos += k
+            n -= k
+
+    def space(self):
+        if self.fill >= self.size:
+            self.flush()
+        return self.buf[self.fill:]
+
+    def data(self, n, h):
+        """`n` bytes were read into space(): account for them and queue them for hashing."""
+        fill = self.fill
+        self.jobs.append((h, self.buf[fill:fill + n], None))
+        self.fill = fill + n
+        self.pos += n
+
+    def finish(self, h, row):
+        self.jobs.append((h, None, lambda hh, r=row: r.__setitem__(entry.CHECKSUM,
+                                                                  hh.hexdigest())))
+
+    def flush(self):
+        if not self.fill:
+            return
+        self.worker.put(self.jobs)
+        self.jobs = []
+        try:
+            self.out.write(self.buf[:self.fill])
+        except OSError as e:
+            raise StorageFailure("writing the backup image failed: %s" % _why(e))
+        self.written += self.fill
+        self.worker.release(self.idx)
+        self.idx = self.worker.acquire()
+        self.buf = self.worker.views[self.idx]
+        self.fill = 0
+
+
+class _Node:
+    __slots__ = ("children", "selected")
+
+    def __init__(self):
+        self.children = {}
+        self.selected = False
+
+
+class _Totals(threading.Thread):
+    """Counts what the selections hold, beside the copy, so that percent done and an ETA can
+    be shown long before the copy is over."""
+
+    def __init__(self, roots):
+        super().__init__(name="cairn-totals", daemon=True)
+        self.roots = roots
+        self.stop = False
+        self.result = None
+
+    def run(self):
+        files = 0
+        nbytes = 0
+        seen = set()
+        stack = []
+        for r in self.roots:
+            try:
+                st = os.lstat(r)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(r)
+            elif not stat.S_ISSOCK(st.st_mode):
+                files += 1
+                if stat.S_ISREG(st.st_mode):
+                    nbytes += min(st.st_size, st.st_blocks * 512)
+        while stack:
+            if self.stop:
+                return
+            try:
+                it = os.scandir(stack.pop())
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                            continue
+                        if e.is_file(follow_symlinks=False):
+                            st = e.stat(follow_symlinks=False)
+                            if st.st_nlink > 1:
+                                key = (st.st_dev, st.st_ino)
+                                if key in seen:
+                                    files += 1
+                                    continue
+                                seen.add(key)
+                            nbytes += min(st.st_size, st.st_blocks * 512)
+                        elif not e.is_symlink() and stat.S_ISSOCK(
+                                e.stat(follow_symlinks=False).st_mode):
+                            continue
+                    except OSError:
+                        continue
+                    files += 1
+        self.result = {"files": files, "bytes": nbytes}
+
+
+class _Backup:
+    def __init__(self, out, emit, is_cancelled):
+        self.emit = emit
+        self.is_cancelled = is_cancelled
+        self.worker = tarfmt.HashWorker(NBUF, CHUNK)
+        self.out = _Output(out, self.worker)
+        self.spool = tempfile.TemporaryFile(prefix="cairn-index-")
+        self.pending = deque()
+        self.links = {}
+        self.users = {}
+        self.groups = {}
+        self.no_xattr_devs = set()
+        self.files = 0
+        self.dirs = 0
+        self.bytes = 0
+        self.warnings = 0
+        self.totals = None
+        self.totals_sent = False
+        self.last_progress = 0.0
+        self.last_rows = time.monotonic()
+        self.current = ""
+
+    # -- events
+
+    def warn(self, path, message):
+        self.warnings += 1
+        self.emit("warning", {"path": os.fsdecode(path) if isinstance(path, bytes) else path,
+                              "message": message})
+
+    def log(self, message):
+        self.emit("log", {"message": message})
+
+    def tick(self):
+        """Between entries: cancel check, throttled progress, totals and row batches."""
+        if self.is_cancelled():
+            raise Cancelled()
+        if len(self.pending) >= ROW_BATCH:
+            self.emit_rows()
+        now = time.monotonic()
+        if now - self.last_progress >= PROGRESS_EVERY:
+            self.last_progress = now
+            if not self.totals_sent and self.totals is not None and self.totals.result:
+                self.totals_sent = True
+                self.emit("totals", dict(self.totals.result))
+            self.emit("progress", {"files": self.files, "bytes": self.bytes,
+                                   "path": self.current})
+            if self.pending and now - self.last_rows >= ROWS_EVERY:
+                self.emit_rows()
+
+    def add_row(self, row):
+        self.pending.append((self.out.pos, row))
+
+    def emit_rows(self, final=False):
+        """Send the rows whose members `out` has accepted and whose checksum is known."""
+        pending = self.pending
+        written = self.out.written
+        while pending:
+            batch = []
+            while pending and len(batch) < ROW_BATCH:
+                end, row = pending[0]
+                if not final and (end > written or row[entry.CHECKSUM] is None):
+                    break
+                pending.popleft()
+                batch.append(row)
+            if not batch:
+                break
+            self.spool.write("".join(
+                json.dumps(r, separators=(",", ":")) + "\n" for r in batch).encode("ascii"))
+            self.emit("rows", {"rows": batch})
+            if len(batch) < ROW_BATCH:
+                break
+        self.last_rows = time.monotonic()
+
+    # -- metadata helpers
+
+    def uname(self, uid):
+        try:
+            return self.users[uid]
+        except KeyError:
+            try:
+                n = os.fsencode(pwd.getpwuid(uid).pw_name)
+            except (KeyError, OverflowError):
+                n = b""
+            self.users[uid] = n
+            return n
+
+    def gname(self, gid):
+        try:
+            return self.groups[gid]
+        except KeyError:
+            try:
+                n = os.fsencode(grp.getgrgid(gid).gr_name)
+            except (KeyError, OverflowError):
+                n = b""
+            self.groups[gid] = n
+            return n
+
+    def xattrs(self, target, dev, follow=False, dfd=None, name=None):
+        """Extended attributes of every namespace this process can read, as (name, value)
+        bytes pairs. `target` is an fd or a path."""
+        if dev in self.no_xattr_devs:
+            return None
+        try:
+            if isinstance(target, int):
+                names = os.listxattr(target)
+            else:
+                try:
+                    names = os.listxattr(target, follow_symlinks=follow)
+                except OSError as e:
+                    if e.errno != errno.ENAMETOOLONG or dfd is None:
+                        raise
+                    # deeper than PATH_MAX: name it through the open parent directory
+                    target = b"/proc/self/fd/%d/%s" % (dfd, name)
+                    names = os.listxattr(target, follow_symlinks=follow)
+        except OSError as e:
+            if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                self.no_xattr_devs.add(dev)
+            return None
+        if not names:
+            return None
+        out = []
+        for n in sorted(names):
+            try:
+                if isinstance(target, int):
+                    v = os.getxattr(target, n)
+                else:
+                    v = os.getxattr(target, n, follow_symlinks=follow)
+            except OSError:
+                continue  # removed meanwhile, or a namespace this process may not read
+            out.append((os.fsencode(n), v))
+        return out
+
+    # -- the walk
+
+    def run(self, selections, image_meta):
+        roots = self.selected_roots(selections)
+        self.totals = _Totals(list(roots))
+        self.totals.start()
+        meta = json.dumps(image_meta, indent=1, sort_keys=True).encode("utf-8") + b"\n"
+        now_ns = time.time_ns()
+        self.out.put(tarfmt.member_header(b".cairn/image.json", tarfmt.REGTYPE, 0o644, 0, 0,
+                                          len(meta), now_ns - now_ns % 1000000000,
+                                          uname=b"root", gname=b"root"))
+        self.out.put(meta)
+        self.out.zeros(tarfmt.padding(len(meta)))
+
+        tree = _Node()
+        for r in roots:
+            node = tree
+            for part in r.split(b"/")[1:]:
+                if part:
+                    node = node.children.setdefault(part, _Node())
+            node.selected = True
+        if tree.selected:
+            stack = [(b"/", None)]
+        else:
+            stack = [(b"/", tree)]
+        while stack:
+            path, node = stack.pop()
+            self.directory(path, node, stack)
+
+        self.out.flush()
+        self.worker.wait()
+        self.emit_rows(final=True)
+        return self.finish_image(now_ns)
+
+    def selected_roots(self, selections):
+        found = []
+        missing = []
+        for s in selections:
+            b = os.fsencode(s)
+            if not b.startswith(b"/"):
+                self.warn(b, "not an absolute path: selections must start with /")
+                missing.append(s)
+                continue
+            b = b"/" + os.path.normpath(b).lstrip(b"/")
+            try:
+                st = os.lstat(b)
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                    self.warn(b, "does not exist")
+                else:
+                    self.warn(b, "cannot be read: %s" % _why(e))
+                missing.append(s)
+                continue
+            if stat.S_ISLNK(st.st_mode) and b != b"/":
+                self.log("%s is a symbolic link: the link itself is backed up, not what it "
+                         "points to" % os.fsdecode(b))
+            found.append(b)
+        if not found:
+            raise NothingToBackup("none of the backup selections exist on this host: %s"
+                                  % ", ".join(str(m) for m in missing))
+        found = sorted(set(found))
+        roots = []
+        for b in found:
+            if any(b.startswith(_join(r, b"")) for r in roots if r != b):
+                continue  # below another selection: already covered
+            if b == b"/":
+                return [b"/"]
+            roots.append(b)
+        return roots
+
+    def open_dir(self, path, nofollow):
+        flags = _DIR_FLAGS | (os.O_NOFOLLOW if nofollow else 0)
+        try:
+            return os.open(path, flags)
+        except OSError as e:
+            if e.errno != errno.ENAMETOOLONG:
+                raise
+        # deeper than PATH_MAX: walk down one component at a time
+        fd = os.open(b"/", _DIR_FLAGS)
+        try:
+            for part in path.split(b"/"):
+                if part:
+                    nfd = os.open(part, flags, dir_fd=fd)
+                    os.close(fd)
+                    fd = nfd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def directory(self, path, node, stack):
+        """Write all direct children of one directory, then queue the child directories so
+        that they follow in name order. `node` is the selection tree for directories above
+        or at the selections (only the selected names are visited there), None below."""
+        try:
+            dfd = self.open_dir(path, node is None)
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                self.warn(path, "vanished during backup")
+            elif e.errno in (errno.ELOOP, errno.ENOTDIR):
+                self.warn(path, "changed during backup: no longer a directory")
+            else:
+                self.warn(path, "cannot open directory: %s" % _why(e))
+            return
+        try:
+            if node is None:
+                try:
+                    # listing by fd gives str names; fsencode restores the exact bytes
+                    names = [os.fsencode(n) for n in os.listdir(dfd)]
+                except OSError as e:
+                    self.warn(path, "cannot list directory: %s" % _why(e))
+                    return
+                names.sort()
+            else:
+                names = sorted(node.children)
+            subdirs = []
+            for name in names:
+                self.tick()
+                child = _join(path, name)
+                cnode = None if node is None else node.children[name]
+                try:
+                    st = os.lstat(name, dir_fd=dfd)
+                except OSError as e:
+                    if e.errno == errno.ENOENT:
+                        self.warn(child, "vanished during backup")
+                    else:
+                        self.warn(child, "cannot be read: %s" % _why(e))
+                    continue
+                if cnode is not None and not cnode.selected and stat.S_ISLNK(st.st_mode):
+                    # a parent of a selection reached through a symlink: keep it as the
+                    # directory it leads to, so the selection's path can be restored as is
+                    try:
+                        st = os.stat(name, dir_fd=dfd)
+                    except OSError as e:
+                        self.warn(child, "cannot be read: %s" % _why(e))
+                        continue
+                if self.entry(dfd, name, child, st) and stat.S_ISDIR(st.st_mode):
+                    if cnode is None or cnode.selected:
+                        subdirs.append((child, None))
+                    else:
+                        subdirs.append((child, cnode))
+            stack.extend(reversed(subdirs))
+        finally:
+            os.close(dfd)
+
+    def entry(self, dfd, name, path, st):
+        """Write one entry's member and queue its row. Returns False when it was skipped."""
+        mode = st.st_mode
+        spath = os.fsdecode(path)
+        self.current = spath
+        member = path[1:]
+        uid = st.st_uid
+        gid = st.st_gid
+        if stat.S_ISREG(mode):
+            if st.st_nlink > 1:
+                first = self.links.get((st.st_dev, st.st_ino))
+                if first is not None:
+                    return self.hardlink(path, spath, st, first)
+            return self.regular(dfd, name, path, spath, st)
+        if stat.S_ISDIR(mode):
+            kind = entry.KIND_DIR
+            typeflag = tarfmt.DIRTYPE
+            member += b"/"
+            self.dirs += 1
+        else:
+            if st.st_nlink > 1:
+                first = self.links.get((st.st_dev, st.st_ino))
+                if first is not None:
+                    return self.hardlink(path, spath, st, first)
+            if stat.S_ISLNK(mode):
+                kind = entry.KIND_SYMLINK
+                typeflag = tarfmt.SYMTYPE
+            elif stat.S_ISFIFO(mode):
+                kind = entry.KIND_FIFO
+                typeflag = tarfmt.FIFOTYPE
+            elif stat.S_ISCHR(mode):
+                kind = entry.KIND_CHAR
+                typeflag = tarfmt.CHRTYPE
+            elif stat.S_ISBLK(mode):
+                kind = entry.KIND_BLOCK
+                typeflag = tarfmt.BLKTYPE
+            elif stat.S_ISSOCK(mode):
+                self.log("skipped socket %s: sockets cannot be backed up" % spath)
+                return False
+            else:
+                self.log("skipped %s: unknown file type %o" % (spath, stat.S_IFMT(mode)))
+                return False
+            self.files += 1
+        link = b""
+        if kind == entry.KIND_SYMLINK:
+            try:
+                link = os.readlink(name, dir_fd=dfd)
+            except OSError as e:
+                self.files -= 1
+                if e.errno == errno.ENOENT:
+                    self.warn(path, "vanished during backup")
+                else:
+                    self.warn(path, "cannot be read: %s" % _why(e))
+                return False
+        dev = 0
+        if kind in (entry.KIND_CHAR, entry.KIND_BLOCK):
+            dev = st.st_rdev
+        xattrs = self.xattrs(path, st.st_dev, dfd=dfd, name=name)
+        offset = self.out.pos
+        self.out.put(tarfmt.member_header(
+            member, typeflag, stat.S_IMODE(mode), uid, gid, 0, st.st_mtime_ns, link,
+            self.uname(uid), self.gname(gid), os.major(dev) if dev else 0,
+            os.minor(dev) if dev else 0, xattrs))
+        if kind != entry.KIND_DIR and st.st_nlink > 1:
+            self.links[(st.st_dev, st.st_ino)] = (member, spath)
+        self.add_row([spath, kind, stat.S_IMODE(mode), uid, gid, 0, st.st_mtime_ns, offset,
+                      self.out.pos - offset, "", os.fsdecode(link)])
+        return True
+
+    def hardlink(self, path, spath, st, first):
+        target_member, target_path = first
+        offset = self.out.pos
+        self.out.put(tarfmt.member_header(
+            path[1:], tarfmt.LNKTYPE, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, 0,
+            st.st_mtime_ns, target_member, self.uname(st.st_uid), self.gname(st.st_gid)))
+        self.files += 1
+        self.add_row([spath, entry.KIND_HARDLINK, stat.S_IMODE(st.st_mode), st.st_uid,
+                      st.st_gid, 0, st.st_mtime_ns, offset, self.out.pos - offset, "",
+                      target_path])
+        return True
+
+    def open_file(self, dfd, name, path):
+        flags = _FILE_FLAGS | _NOATIME
+        while True:
+            try:
+                return os.open(name, flags, dir_fd=dfd)
+            except OSError as e:
+                if e.errno == errno.EPERM and flags & _NOATIME:
+                    flags &= ~_NOATIME  # O_NOATIME needs ownership; the read matters more
+                    continue
+                if e.errno == errno.ENOENT:
+                    self.warn(path, "vanished during backup")
+                elif e.errno == errno.ELOOP:
+                    self.warn(path, "changed during backup: replaced by a symbolic link")
+                else:
+                    self.warn(path, "cannot be read: %s" % _why(e))
+                return None
+
+    def data_segments(self, fd, size):
+        """(offset, length) of the data regions of a file with holes, or None when it has
+        none worth keeping (or the file system cannot tell)."""
+        if _SEEK_DATA is None:
+            return None
+        segs = []
+        off = 0
+        try:
+            while off < size:
+                try:
+                    d = os.lseek(fd, off, _SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:
+                        break  # only a hole from here to the end
+                    raise
+                if d >= size:
+                    break
+                h = min(os.lseek(fd, d, _SEEK_HOLE), size)
+                segs.append((d, h - d))
+                off = h
+                if len(segs) > MAX_SPARSE_SEGMENTS:
+                    return None
+        except OSError:
+            return None
+        finally:
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+            except OSError:
+                pass
+        if len(segs) == 1 and segs[0] == (0, size):
+            return None
+        return segs
+
+    def regular(self, dfd, name, path, spath, st0):
+        fd = self.open_file(dfd, name, path)
+        if fd is None:
+            return False
+        out = self.out
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.warn(path, "changed during backup: no longer a regular file")
+                return False
+            size = st.st_size
+            segs = None
+            if size and st.st_blocks * 512 < size:
+                segs = self.data_segments(fd, size)
+            uid = st.st_uid
+            gid = st.st_gid
+            mode = stat.S_IMODE(st.st_mode)
+            xattrs = self.xattrs(fd, st.st_dev)
+            if segs is None:
+                area = size
+                header = tarfmt.member_header(
+                    path[1:], tarfmt.REGTYPE, mode, uid, gid, size, st.st_mtime_ns, b"",
+                    self.uname(uid), self.gname(gid), 0, 0, xattrs)
+            else:
+                smap = tarfmt.sparse_map_bytes(segs, size)
+                area = len(smap) + sum(ln for _, ln in segs)
+                header = tarfmt.member_header(
+                    path[1:], tarfmt.REGTYPE, mode, uid, gid, area, st.st_mtime_ns, b"",
+                    self.uname(uid), self.gname(gid), 0, 0, xattrs, sparse_realsize=size)
+            if size >= FADVISE_MIN:
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                except (OSError, AttributeError):
+                    pass
+            offset = out.pos
+            out.put(header)
+            h = hashlib.sha256()
+            problem = None
+            if segs is None:
+                problem = self.copy(fd, path, None, size, h)
+            else:
+                out.put(smap)
+                for off, ln in segs:
+                    p = self.copy(fd, path, off, ln, h)
+                    problem = problem or p
+            out.zeros(tarfmt.padding(area))
+            if problem is None:
+                try:
+                    st2 = os.fstat(fd)
+                    if st2.st_size != size or st2.st_mtime_ns != st.st_mtime_ns:
+                        problem = "changed during backup"
+                except OSError:
+                    pass
+            if problem:
+                self.warn(path, problem)
+            self.files += 1
+            self.bytes += area - (len(smap) if segs is not None else 0)
+            row = [spath, entry.KIND_FILE, mode, uid, gid, size, st.st_mtime_ns, offset,
+                   out.pos - offset, None, ""]
+            out.finish(h, row)
+            self.add_row(row)
+            if st.st_nlink > 1:
+                self.links[(st0.st_dev, st0.st_ino)] = (path[1:], spath)
+            return True
+        finally:
+            os.close(fd)
+
+    def copy(self, fd, path, off, length, h):
+        """Copy `length` bytes of the file (from `off` with pread, or sequentially) into the
+        image. A short file is padded with zeros so the member keeps its announced size.
+        Returns a warning text, or None."""
+        out = self.out
+        remaining = length
+        first = True
+        problem = None
+        while remaining > 0:
+            if not first and self.is_cancelled():
+                raise Cancelled()
+            first = False
+            space = out.space()
+            n = len(space)
+            if n > remaining:
+                n = remaining
+            try:
+                if off is None:
+                    got = os.readv(fd, [space[:n]])
+                else:
+                    got = os.preadv(fd, [space[:n]], off)
+                    off += got
+            except OSError as e:
+                problem = "read error: %s (the rest of the file is stored as zeros)" % _why(e)
+                break
+            if not got:
+                problem = "changed during backup"
+                break
+            out.data(got, h)
+            remaining -= got
+        if remaining:
+            out.zeros(remaining, h)
+        return problem
+
+    def finish_image(self, start_ns):
+        out = self.out
+        spool = self.spool
+        spool.flush()
+        length = spool.seek(0, os.SEEK_END)
+        spool.seek(0)
+        index_offset = out.pos
+        out.put(tarfmt.member_header(b".cairn/index.jsonl", tarfmt.REGTYPE, 0o644, 0, 0,
+                                     length, start_ns - start_ns % 1000000000,
+                                     uname=b"root", gname=b"root"))
+        remaining = length
+        while remaining > 0:
+            space = out.space()
+            n = spool.readinto(space[:min(len(space), remaining)])
+            if not n:
+                raise StorageFailure("the spooled file index could not be read back")
+            out.fill += n
+            out.pos += n
+            remaining -= n
+        out.zeros(tarfmt.padding(length))
+        out.put(tarfmt.EOF_MARKER)
+        out.flush()
+        if not self.totals_sent:
+            self.totals_sent = True
+            result = self.totals.result if self.totals is not None else None
+            self.emit("totals", dict(result) if result else {"files": self.files,
+                                                              "bytes": self.bytes})
+        self.emit("progress", {"files": self.files, "bytes": self.bytes, "path": ""})
+        return {"files": self.files, "dirs": self.dirs, "bytes": self.bytes,
+                "warnings": self.warnings, "image_bytes": out.pos,
+                "index_offset": index_offset, "index_length": out.pos - 1024 - index_offset}
+
+    def close(self):
+        if self.totals is not None:
+            self.totals.stop = True
+        try:
+            self.worker.close()
+        finally:
+            self.spool.close()
+
+
+def backup_to(out, selections, *, emit, is_cancelled, image_meta):
+    """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
+    `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
+    is reused afterwards).
+
+    Events via emit(event, payload): "totals" once, "progress" a few times a second, "rows"
+    in batches of at most 5000 (each row after its member was written), "warning", "log".
+    Problems with single files are warnings; no selection existing raises NothingToBackup;
+    a failing `out` raises StorageFailure; is_cancelled() returning true raises Cancelled.
+
+    Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "index_offset",
+    "index_length"}; the last two locate the `.cairn/index.jsonl` member in the image.
+    """
+    b = _Backup(out, emit, is_cancelled)
+    try:
+        return b.run(selections, image_meta)
+    finally:
+        b.close()

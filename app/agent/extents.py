@@ -1,0 +1,138 @@
+"""Reading byte ranges of an image file: the members a restore needs, located by the rows'
+[offset, length], become one stream (ExtentReader) or are copied raw to a sink
+(copy_extents). Standard library only: this runs on storage servers.
+"""
+
+import os
+
+from app import status
+from app.agent.errors import AgentFailure, Cancelled
+
+CHUNK = 1 << 20
+
+
+def _damaged(message):
+    return AgentFailure(message, code=status.IMAGE_DAMAGED)
+
+
+def _why(e):
+    return (e.strerror or str(e)).lower()
+
+
+def _merge(extents):
+    """Validated (offset, length) pairs, neighbours joined so that a run of adjacent members
+    is read with large reads."""
+    out = []
+    for ext in extents:
+        try:
+            off, ln = int(ext[0]), int(ext[1])
+        except (TypeError, ValueError, IndexError):
+            raise _damaged("invalid image extent %r" % (ext,))
+        if off < 0 or ln < 0:
+            raise _damaged("invalid image extent %r" % (ext,))
+        if not ln:
+            continue
+        if out and out[-1][0] + out[-1][1] == off:
+            out[-1][1] += ln
+        else:
+            out.append([off, ln])
+    return out
+
+
+class ExtentReader:
+    """A read-only stream over the concatenation of byte ranges of one file."""
+
+    def __init__(self, path, extents):
+        self.path = path
+        self._extents = _merge(extents)
+        self._i = 0
+        self._pos = self._extents[0][0] if self._extents else 0
+        self._left = self._extents[0][1] if self._extents else 0
+        try:
+            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as e:
+            raise _damaged("the backup image %s cannot be opened: %s" % (path, _why(e)))
+        try:
+            size = os.fstat(self._fd).st_size
+            for off, ln in self._extents:
+                if off + ln > size:
+                    raise _damaged(
+                        "the backup image %s is damaged: it is %d bytes long, but bytes up "
+                        "to %d are needed" % (path, size, off + ln))
+            if len(self._extents) == 1 and self._extents[0][1] >= 8 * CHUNK:
+                try:
+                    os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                except (OSError, AttributeError):
+                    pass
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        mv = memoryview(buf)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        want = len(mv)
+        total = 0
+        while total < want:
+            if not self._left:
+                self._i += 1
+                if self._i >= len(self._extents):
+                    break
+                self._pos, self._left = self._extents[self._i]
+            n = min(self._left, want - total)
+            try:
+                got = os.preadv(self._fd, [mv[total:total + n]], self._pos)
+            except OSError as e:
+                raise _damaged("reading the backup image %s failed: %s" % (self.path, _why(e)))
+            if not got:
+                raise _damaged("the backup image %s ends early (at byte %d)"
+                               % (self.path, self._pos))
+            total += got
+            self._pos += got
+            self._left -= got
+        return total
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            n = self._left + sum(ln for _, ln in self._extents[self._i + 1:])
+        buf = bytearray(n)
+        got = self.readinto(buf)
+        del buf[got:]
+        return bytes(buf)
+
+    def close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None):
+    """Copy the byte ranges of `path` to out.write in large chunks, as they are (complete tar
+    members when the ranges come from rows). Returns the number of bytes copied. Errors of
+    `out` propagate unchanged: only the caller knows whether that is a storage or a network
+    failure."""
+    buf = bytearray(CHUNK)
+    mv = memoryview(buf)
+    total = 0
+    with ExtentReader(path, extents) as r:
+        while True:
+            if is_cancelled():
+                raise Cancelled()
+            n = r.readinto(mv)
+            if not n:
+                break
+            out.write(mv[:n])
+            total += n
+            if on_bytes is not None:
+                on_bytes(n)
+    return total

@@ -1,0 +1,823 @@
+"""Restore data mover: writes the members of an image stream to a target directory.
+
+The stream carries exactly one member per plan item, in plan order. Both the stream and the
+plan may come from a compromised client, so every name is checked, every parent directory is
+reached through directory descriptors opened with O_NOFOLLOW (a symlink on the way is refused,
+never followed) and nothing is written outside the target directory. A refused member's data
+is still read past, so the stream stays in step with the plan.
+
+Standard library only: this runs on client hosts.
+"""
+
+import errno
+import hashlib
+import os
+import stat
+import threading
+import time
+
+from app import status
+from app.agent import entry, tarfmt
+from app.agent.errors import (AgentFailure, Cancelled, InvalidRequest,
+                              RestoreTargetInvalid)
+
+CHUNK = 1 << 20
+NBUF = 4
+PROGRESS_EVERY = 0.25
+MAX_PENDING = 64
+KEEP_FDS = 64
+OVERWRITE_MODES = ("skip", "overwrite", "rename")
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+
+_TYPES = {
+    entry.KIND_FILE: (tarfmt.REGTYPE, tarfmt.AREGTYPE, tarfmt.CONTTYPE),
+    entry.KIND_DIR: (tarfmt.DIRTYPE,),
+    entry.KIND_SYMLINK: (tarfmt.SYMTYPE,),
+    entry.KIND_HARDLINK: (tarfmt.LNKTYPE,),
+    entry.KIND_FIFO: (tarfmt.FIFOTYPE,),
+    entry.KIND_CHAR: (tarfmt.CHRTYPE,),
+    entry.KIND_BLOCK: (tarfmt.BLKTYPE,),
+}
+_NODE_TYPES = {entry.KIND_FIFO: stat.S_IFIFO, entry.KIND_CHAR: stat.S_IFCHR,
+               entry.KIND_BLOCK: stat.S_IFBLK}
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _why(e):
+    return (e.strerror or str(e)).lower() if isinstance(e, OSError) else str(e)
+
+
+def _damaged(message):
+    return AgentFailure(message, code=status.IMAGE_DAMAGED)
+
+
+class _Refused(Exception):
+    """This item cannot be restored; the message says why. The restore goes on."""
+
+
+def _components(name, what):
+    """The components of a relative name, refusing anything that could leave the target."""
+    if b"\0" in name:
+        raise _Refused("%s contains a NUL byte" % what)
+    parts = name.split(b"/")
+    for p in parts:
+        if p in (b"", b".", b".."):
+            raise _Refused("%s has an empty, '.' or '..' component" % what)
+    return parts
+
+
+def _plan_components(path):
+    b = os.fsencode(path)
+    if not b.startswith(b"/"):
+        raise _Refused("not an absolute path")
+    return _components(b[1:], "the path")
+
+
+def _member_key(name):
+    """A member name as compared with the plan: absolute names count as relative and the
+    trailing slash of directories does not matter. '..' is refused wherever it is."""
+    stripped = name.lstrip(b"/")
+    if stripped.endswith(b"/"):
+        stripped = stripped.rstrip(b"/")
+    _components(stripped, "the member name")
+    return stripped
+
+
+class _Source:
+    """Buffered reading of the member stream, through the hash worker's buffer ring so that
+    a file's data can be hashed on the other core after it was written out."""
+
+    def __init__(self, src, worker):
+        self.src = src
+        self._readinto = getattr(src, "readinto", None)
+        self.worker = worker
+        self.idx = worker.acquire()
+        self.buf = worker.views[self.idx]
+        self.start = 0
+        self.end = 0
+        self.jobs = []
+        self.offset = 0  # bytes of the stream consumed
+
+    def _refill(self):
+        if self.jobs:
+            self.worker.put(self.jobs)
+            self.jobs = []
+        self.worker.release(self.idx)
+        self.idx = self.worker.acquire()
+        self.buf = self.worker.views[self.idx]
+        self.start = self.end = 0
+        if self._readinto is not None:
+            n = self._readinto(self.buf)
+        else:
+            data = self.src.read(len(self.buf))
+            n = len(data)
+            self.buf[:n] = data
+        if not n:
+            raise _damaged("the image stream ended before all requested members were read "
+                           "(at byte %d)" % self.offset)
+        self.end = n
+
+    def take(self, n):
+        """Up to n bytes (at least 1) as a memoryview into the buffer, valid until the next
+        call."""
+        if self.start >= self.end:
+            self._refill()
+        s = self.start
+        k = self.end - s
+        if k > n:
+            k = n
+        self.start = s + k
+        self.offset += k
+        return self.buf[s:s + k]
+
+    def read_exact(self, n):
+        s = self.start
+        if self.end - s >= n:
+            self.start = s + n
+            self.offset += n
+            return bytes(self.buf[s:s + n])
+        parts = []
+        while n:
+            mv = self.take(n)
+            parts.append(bytes(mv))
+            n -= len(mv)
+        return b"".join(parts)
+
+    def skip(self, n):
+        while n > 0:
+            n -= len(self.take(n))
+
+    def hash(self, h, mv):
+        self.jobs.append((h, mv, None))
+
+    def submit(self, h, done):
+        """Queue the end of one file's data: done(h) runs on the worker after its last
+        update."""
+        self.jobs.append((h, None, done))
+        self.worker.put(self.jobs)
+        self.jobs = []
+
+
+class _Chain:
+    """Directory descriptors from the target down to the current directory. Entries come
+    grouped by directory, so most lookups reuse the cached chain; every step is opened with
+    O_NOFOLLOW, so a symlink on the way is refused and never followed."""
+
+    def __init__(self, root_fd):
+        self.root = root_fd
+        self.names = []
+        self.fds = []
+        self.created = 0
+
+    def get(self, comps, create=True):
+        names = self.names
+        fds = self.fds
+        i = 0
+        n = min(len(names), len(comps))
+        while i < n and names[i] == comps[i]:
+            i += 1
+        while len(names) > i:
+            names.pop()
+            fd = fds.pop()
+            if fd is not None:
+                os.close(fd)
+        j = len(fds)
+        while j and fds[j - 1] is None:
+            j -= 1
+        fd = fds[j - 1] if j else self.root
+        for k in range(j, len(names)):
+            fd = self._open(fd, names[k], False)
+            fds[k] = fd
+            self._trim(k)
+        for c in comps[i:]:
+            fd = self._open(fd, c, create)
+            names.append(c)
+            fds.append(fd)
+            self._trim(len(fds) - 1)
+        return fd
+
+    def _trim(self, k):
+        """Keep the first KEEP_FDS descriptors and the deepest one: a very deep (or hostile)
+        path must not exhaust the process's descriptors."""
+        k -= 1
+        if k >= KEEP_FDS and self.fds[k] is not None:
+            os.close(self.fds[k])
+            self.fds[k] = None
+
+    def _open(self, parent, name, create):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise _Refused("directory %s does not exist" % os.fsdecode(name))
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _Refused("parent %s is a symbolic link or not a directory: not followed"
+                               % os.fsdecode(name))
+            raise
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent)
+            self.created += 1
+        except FileExistsError:
+            pass
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _Refused("parent %s is a symbolic link or not a directory: not followed"
+                               % os.fsdecode(name))
+            raise
+
+    def close(self):
+        while self.fds:
+            fd = self.fds.pop()
+            if fd is not None:
+                os.close(fd)
+        self.names = []
+
+
+class _Pending:
+    """A regular file whose data is written to a temporary name and waits for its checksum
+    before it is put in place."""
+
+    __slots__ = ("fd", "tmp", "final", "dfd", "expected", "member", "path", "key", "event",
+                 "digest")
+
+    def done(self, h):
+        self.digest = h.hexdigest()
+        self.event.set()
+
+
+class _Restore:
+    def __init__(self, src, target, overwrite, emit, is_cancelled, plan):
+        self.emit = emit
+        self.is_cancelled = is_cancelled
+        self.overwrite = overwrite
+        self.root = self._open_target(target)
+        self.worker = tarfmt.HashWorker(NBUF, CHUNK)
+        self.src = _Source(src, worker=self.worker)
+        self.chain = _Chain(self.root)
+        self.chain_key = None
+        self.pending = []
+        self.dirs = []
+        self.dirmap = {}
+        self.blocked = set()
+        self.restored = {}
+        self.link_targets = set()
+        for item in plan:
+            if item.get("kind") == entry.KIND_HARDLINK and item.get("link"):
+                self.link_targets.add(item["link"])
+        self.counter = 0
+        self.files = 0
+        self.ndirs = 0
+        self.bytes = 0
+        self.warnings = 0
+        self.skipped = 0
+        self.errors = 0
+        self.once = set()
+        self.now_ns = time.time_ns()
+        self.last_progress = 0.0
+        self.can_chown = True
+
+    def _open_target(self, target):
+        t = os.fsencode(target)
+        if not t.startswith(b"/"):
+            raise RestoreTargetInvalid("the restore target must be an absolute path: %s"
+                                       % os.fsdecode(t))
+        try:
+            os.makedirs(t, 0o755, exist_ok=True)
+            return os.open(t, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        except OSError as e:
+            raise RestoreTargetInvalid("the restore target %s cannot be used: %s"
+                                       % (os.fsdecode(t), _why(e)))
+
+    # -- events
+
+    def warn(self, path, message):
+        self.warnings += 1
+        self.emit("warning", {"path": path, "message": message})
+
+    def warn_once(self, key, path, message):
+        if key not in self.once:
+            self.once.add(key)
+            self.warn(path, message)
+
+    def log(self, message):
+        self.emit("log", {"message": message})
+
+    def progress(self, force=False):
+        now = time.monotonic()
+        if force or now - self.last_progress >= PROGRESS_EVERY:
+            self.last_progress = now
+            self.emit("progress", {"files": self.files, "bytes": self.bytes})
+
+    # -- the plan
+
+    def run(self, plan):
+        src = self.src
+        for item in plan:
+            if self.is_cancelled():
+                raise Cancelled()
+            self.progress()
+            path = item.get("path", "")
+            try:
+                m = tarfmt.read_member_header(src.read_exact)
+            except tarfmt.FormatError as e:
+                raise _damaged("the image stream is damaged at the member for %s: %s"
+                               % (path, e))
+            if m is None:
+                raise _damaged("the image stream ended before the member for %s" % path)
+            end = src.offset + tarfmt.padded(m.size)
+            try:
+                self.item(item, m)
+            except _Refused as e:
+                self.errors += 1
+                self.warn(path, "not restored: %s" % e)
+            except OSError as e:
+                self.full(e)
+                self.errors += 1
+                self.warn(path, "not restored: %s" % _why(e))
+            remaining = end - src.offset
+            if remaining < 0:
+                raise _damaged("the member for %s is longer than its header says" % path)
+            src.skip(remaining)
+        self.drain()
+        self.apply_dirs()
+        self.progress(force=True)
+        return {"files": self.files, "dirs": self.ndirs, "bytes": self.bytes,
+                "warnings": self.warnings, "skipped": self.skipped, "errors": self.errors}
+
+    def item(self, item, m):
+        path = item.get("path", "")
+        kind = item.get("kind")
+        if kind not in _TYPES:
+            raise _Refused("unknown kind %r" % (kind,))
+        comps = _plan_components(path)
+        key = _member_key(m.name)
+        try:
+            want = _member_key(os.fsencode(item.get("member") or entry.member_name(path)))
+        except _Refused:
+            raise _Refused("the planned member name is not acceptable")
+        if key != want:
+            raise _Refused("the image member %r is not the expected %r"
+                           % (os.fsdecode(key), os.fsdecode(want)))
+        if m.type not in _TYPES[kind]:
+            raise _Refused("the image member is of type %r, the index says %r"
+                           % (m.type.decode("latin-1"), kind))
+        comps = self.map_dirs(comps)
+        if comps is None:
+            self.skipped += 1
+            return
+        parent = comps[:-1]
+        name = comps[-1]
+        if kind == entry.KIND_FILE:
+            self.regular(item, m, path, comps, parent, name)
+        elif kind == entry.KIND_DIR:
+            self.directory(m, path, comps, parent, name)
+        elif kind == entry.KIND_HARDLINK:
+            self.hardlink(item, m, path, parent, name)
+        else:
+            self.other(item, m, kind, path, parent, name)
+
+    def map_dirs(self, comps):
+        """Apply directories restored under another name (rename mode) or left out (skip
+        mode, where a non-directory stands in their place) to a path's components."""
+        if self.blocked or self.dirmap:
+            for i in range(len(comps) - 1, 0, -1):
+                head = tuple(comps[:i])
+                if head in self.blocked:
+                    return None
+                new = self.dirmap.get(head)
+                if new is not None:
+                    return list(new) + comps[i:]
+        return comps
+
+    def parent_fd(self, parent):
+        key = tuple(parent)
+        if key != self.chain_key:
+            # pending files hold descriptors of the current chain
+            self.drain()
+            self.chain_key = None
+            self.chain.get(parent)
+            self.chain_key = key
+        return self.chain.fds[-1] if self.chain.fds else self.root
+
+    def existing(self, dfd, name):
+        try:
+            return os.lstat(name, dir_fd=dfd)
+        except FileNotFoundError:
+            return None
+
+    def free_name(self, dfd, name):
+        cand = name + b".restored"
+        n = 0
+        while self.existing(dfd, cand) is not None:
+            n += 1
+            cand = name + b".restored.%d" % n
+        return cand
+
+    def destination(self, dfd, name, path):
+        """The name to restore to in `dfd` according to the overwrite mode, or None to skip.
+        Returns (name, replace) where replace means an existing entry is to be replaced."""
+        st = self.existing(dfd, name)
+        if st is None:
+            return name, False
+        if self.overwrite == "skip":
+            self.skipped += 1
+            self.log("skipped %s: it already exists" % path)
+            return None, False
+        if self.overwrite == "rename":
+            new = self.free_name(dfd, name)
+            self.log("restored %s as %s: the original name is taken"
+                     % (path, os.fsdecode(new)))
+            return new, False
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                os.rmdir(name, dir_fd=dfd)
+            except OSError as e:
+                raise _Refused("a directory that cannot be replaced is in the way: %s"
+                               % _why(e))
+        return name, True
+
+    def tmp_name(self):
+        self.counter += 1
+        return b".cairn-restore-%d-%d.tmp" % (os.getpid(), self.counter)
+
+    # -- kinds
+
+    def regular(self, item, m, path, comps, parent, name):
+        if m.sparse is None:
+            raise _Refused("the member uses a sparse format this agent does not restore")
+        dfd = self.parent_fd(parent)
+        final, _ = self.destination(dfd, name, path)
+        if final is None:
+            return
+        src = self.src
+        tmp = self.tmp_name()
+        try:
+            fd = os.open(tmp, _NEW_FILE, 0o600, dir_fd=dfd)
+        except OSError as e:
+            self.full(e)
+            raise _Refused("cannot create the file: %s" % _why(e))
+        p = _Pending()
+        p.fd = fd
+        p.tmp = tmp
+        p.final = final
+        p.dfd = dfd
+        p.expected = item.get("checksum") or ""
+        p.member = m
+        p.path = path
+        p.key = tuple(comps)
+        p.event = threading.Event()
+        p.digest = None
+        h = hashlib.sha256()
+        try:
+            if m.sparse:
+                budget = [m.size]
+
+                def block():
+                    # the map must not run past the member, or the stream loses step
+                    if budget[0] < tarfmt.BLOCK:
+                        raise tarfmt.FormatError("the sparse map runs past the member")
+                    budget[0] -= tarfmt.BLOCK
+                    return src.read_exact(tarfmt.BLOCK)
+
+                segs, used = tarfmt.parse_sparse_map(block(), block)
+                data = m.size - used
+                if sum(ln for _, ln in segs) != data or any(
+                        off + ln > m.realsize for off, ln in segs):
+                    raise _Refused("the sparse map does not match the member")
+                os.ftruncate(fd, m.realsize)
+                for off, ln in segs:
+                    self.copy(fd, ln, h, off)
+            else:
+                self.copy(fd, m.size, h, None)
+        except tarfmt.FormatError as e:
+            self.discard(fd, dfd, tmp)
+            raise _Refused("the sparse map is damaged: %s" % e)
+        except OSError as e:
+            self.discard(fd, dfd, tmp)
+            self.full(e)
+            raise _Refused("cannot write the file: %s" % _why(e))
+        except BaseException:
+            self.discard(fd, dfd, tmp)
+            raise
+        src.submit(h, p.done)
+        self.pending.append(p)
+        if len(self.pending) >= MAX_PENDING:
+            self.drain()
+
+    def copy(self, fd, length, h, off):
+        src = self.src
+        first = True
+        while length > 0:
+            if not first and self.is_cancelled():
+                raise Cancelled()
+            first = False
+            mv = src.take(length)
+            n = len(mv)
+            length -= n
+            done = 0
+            while done < n:
+                if off is None:
+                    done += os.write(fd, mv[done:])
+                else:
+                    done += os.pwrite(fd, mv[done:], off + done)
+            if off is not None:
+                off += n
+            src.hash(h, mv)
+            self.bytes += n
+            if length:
+                self.progress()
+
+    def discard(self, fd, dfd, tmp):
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+
+    def full(self, e):
+        """A full or read-only target makes every following file fail too: stop."""
+        if isinstance(e, OSError) and e.errno in _FULL:
+            raise RestoreTargetInvalid("the restore target cannot be written: %s" % _why(e))
+
+    def drain(self):
+        pending = self.pending
+        self.pending = []
+        try:
+            while pending:
+                self.finish(pending[0])
+                pending.pop(0)
+        finally:
+            for p in pending:
+                if p.fd is not None:
+                    self.discard(p.fd, p.dfd, p.tmp)
+                    p.fd = None
+
+    def finish(self, p):
+        while not p.event.wait(1.0):
+            self.worker.check()
+        fd = p.fd
+        p.fd = None
+        try:
+            if p.expected and p.digest != p.expected:
+                self.errors += 1
+                self.warn(p.path, "checksum mismatch: the file was not restored")
+                self.discard(fd, p.dfd, p.tmp)
+                return
+            m = p.member
+            self.set_owner(fd, None, None, m, p.path)
+            try:
+                os.fchmod(fd, m.mode & 0o7777)
+            except OSError as e:
+                self.warn(p.path, "cannot set the permissions: %s" % _why(e))
+            self.set_xattrs(fd, m, p.path)
+            try:
+                os.utime(fd, ns=(self.now_ns, m.mtime_ns))
+            except OSError as e:
+                self.warn(p.path, "cannot set the modification time: %s" % _why(e))
+            try:
+                os.rename(p.tmp, p.final, src_dir_fd=p.dfd, dst_dir_fd=p.dfd)
+            except OSError as e:
+                self.errors += 1
+                self.warn(p.path, "cannot put the file in place: %s" % _why(e))
+                self.discard(fd, p.dfd, p.tmp)
+                return
+            os.close(fd)
+        except BaseException:
+            self.discard(fd, p.dfd, p.tmp)
+            raise
+        self.files += 1
+        if p.path in self.link_targets:
+            self.restored[p.path] = p.key[:-1] + (p.final,)
+
+    def set_owner(self, fd, dfd, name, m, path):
+        if not self.can_chown:
+            return
+        try:
+            if fd is not None:
+                os.fchown(fd, m.uid, m.gid)
+            else:
+                os.chown(name, m.uid, m.gid, dir_fd=dfd, follow_symlinks=False)
+        except OSError as e:
+            if e.errno == errno.EPERM:
+                self.can_chown = False
+                self.warn(path, "owners are not restored: this agent may not change them "
+                                "(run it as root to restore owners)")
+            else:
+                self.warn(path, "cannot set the owner: %s" % _why(e))
+
+    def set_xattrs(self, target, m, path, follow=True):
+        for k, v in m.xattrs:
+            try:
+                if isinstance(target, int) or follow:
+                    os.setxattr(target, k, v)
+                else:
+                    os.setxattr(target, k, v, follow_symlinks=False)
+            except OSError as e:
+                if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                    self.warn_once("xattr-unsupported", path,
+                                   "extended attributes are not restored: the target file "
+                                   "system does not support them")
+                elif e.errno in (errno.EPERM, errno.EACCES):
+                    self.warn_once("xattr-perm", path,
+                                   "some extended attributes are not restored: %s (%s)"
+                                   % (_why(e), os.fsdecode(k)))
+                else:
+                    self.warn(path, "cannot set extended attribute %s: %s"
+                              % (os.fsdecode(k), _why(e)))
+
+    def directory(self, m, path, comps, parent, name):
+        dfd = self.parent_fd(parent)
+        st = self.existing(dfd, name)
+        apply_meta = True
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            # an existing directory is merged into; its own metadata only changes when
+            # overwriting
+            apply_meta = self.overwrite == "overwrite"
+            real = name
+        elif st is not None:
+            if self.overwrite == "skip":
+                self.skipped += 1
+                self.blocked.add(tuple(comps))
+                self.log("skipped %s and everything below it: a file of another type is "
+                         "in the way" % path)
+                return
+            if self.overwrite == "rename":
+                real = self.free_name(dfd, name)
+                self.log("restored %s as %s: the original name is taken"
+                         % (path, os.fsdecode(real)))
+            else:
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except OSError as e:
+                    raise _Refused("cannot replace the existing entry: %s" % _why(e))
+                real = name
+            self.mkdir(dfd, real)
+        else:
+            real = name
+            self.mkdir(dfd, real)
+        if real != name:
+            self.dirmap[tuple(comps)] = tuple(parent) + (real,)
+        self.ndirs += 1
+        key = tuple(parent) + (real,)
+        if apply_meta:
+            if m.xattrs:
+                try:
+                    fd = os.open(real, _DIR_FLAGS, dir_fd=dfd)
+                except OSError as e:
+                    raise _Refused("cannot open the directory: %s" % _why(e))
+                try:
+                    self.set_xattrs(fd, m, path)
+                finally:
+                    os.close(fd)
+            self.dirs.append((key, m, path))
+
+    def mkdir(self, dfd, name):
+        try:
+            os.mkdir(name, 0o755, dir_fd=dfd)
+        except OSError as e:
+            self.full(e)
+            raise _Refused("cannot create the directory: %s" % _why(e))
+
+    def hardlink(self, item, m, path, parent, name):
+        link = item.get("link") or ""
+        tcomps = _plan_components(link) if link else None
+        if tcomps is None:
+            raise _Refused("the hard link has no target")
+        if _member_key(m.linkname) != _member_key(os.fsencode(entry.member_name(link))):
+            raise _Refused("the hard link target in the image does not match the index")
+        self.drain()
+        dfd = self.parent_fd(parent)
+        final, replace = self.destination(dfd, name, path)
+        if final is None:
+            return
+        target = self.restored.get(link)
+        if target is None:
+            raise _Refused("its hard link target %s was not restored" % link)
+        tchain = _Chain(self.root)
+        try:
+            tfd = tchain.get(list(target[:-1]), create=False) if len(target) > 1 else self.root
+            tmp = self.tmp_name() if replace else final
+            try:
+                os.link(target[-1], tmp, src_dir_fd=tfd, dst_dir_fd=dfd, follow_symlinks=False)
+                if replace:
+                    os.rename(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError as e:
+                if replace:
+                    try:
+                        os.unlink(tmp, dir_fd=dfd)
+                    except OSError:
+                        pass
+                self.full(e)
+                raise _Refused("cannot create the hard link: %s" % _why(e))
+        finally:
+            tchain.close()
+        self.files += 1
+        if path in self.link_targets:
+            self.restored[path] = tuple(parent) + (final,)
+
+    def other(self, item, m, kind, path, parent, name):
+        if kind == entry.KIND_SYMLINK:
+            plan_link = item.get("link")
+            if plan_link and os.fsencode(plan_link) != m.linkname:
+                raise _Refused("the symbolic link target in the image does not match the index")
+        dfd = self.parent_fd(parent)
+        final, replace = self.destination(dfd, name, path)
+        if final is None:
+            return
+        tmp = self.tmp_name() if replace else final
+        try:
+            if kind == entry.KIND_SYMLINK:
+                os.symlink(m.linkname, tmp, dir_fd=dfd)
+            else:
+                dev = os.makedev(m.devmajor, m.devminor) if kind != entry.KIND_FIFO else 0
+                os.mknod(tmp, (m.mode & 0o777) | _NODE_TYPES[kind], dev, dir_fd=dfd)
+        except OSError as e:
+            self.full(e)
+            raise _Refused("cannot create it: %s" % _why(e))
+        try:
+            self.set_owner(None, dfd, tmp, m, path)
+            if kind != entry.KIND_SYMLINK:
+                # created just now in a directory reached without following links
+                os.chmod(tmp, m.mode & 0o7777, dir_fd=dfd)
+            if m.xattrs:
+                self.set_xattrs(b"/proc/self/fd/%d/%s" % (dfd, tmp), m, path, follow=False)
+            os.utime(tmp, ns=(self.now_ns, m.mtime_ns), dir_fd=dfd, follow_symlinks=False)
+            if replace:
+                os.rename(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError as e:
+            if replace:
+                try:
+                    os.unlink(tmp, dir_fd=dfd)
+                except OSError:
+                    pass
+                raise _Refused("cannot put it in place: %s" % _why(e))
+            self.warn(path, "cannot set its metadata: %s" % _why(e))
+        self.files += 1
+        if path in self.link_targets:
+            self.restored[path] = tuple(parent) + (final,)
+
+    def apply_dirs(self):
+        """Directory modes, owners and times last, deepest first: a read-only directory mode
+        must not block writing its children, and writing children changes the mtime."""
+        self.dirs.sort(key=lambda d: len(d[0]), reverse=True)
+        chain = _Chain(self.root)
+        try:
+            for key, m, path in self.dirs:
+                if self.is_cancelled():
+                    raise Cancelled()
+                try:
+                    fd = chain.get(list(key), create=False)
+                except _Refused as e:
+                    self.warn(path, "cannot set the directory's metadata: %s" % e)
+                    continue
+                except OSError as e:
+                    self.warn(path, "cannot set the directory's metadata: %s" % _why(e))
+                    continue
+                self.set_owner(fd, None, None, m, path)
+                try:
+                    os.fchmod(fd, m.mode & 0o7777)
+                    os.utime(fd, ns=(self.now_ns, m.mtime_ns))
+                except OSError as e:
+                    self.warn(path, "cannot set the directory's metadata: %s" % _why(e))
+        finally:
+            chain.close()
+
+    def close(self):
+        for p in self.pending:
+            if p.fd is not None:
+                self.discard(p.fd, p.dfd, p.tmp)
+                p.fd = None
+        self.pending = []
+        self.chain.close()
+        try:
+            os.close(self.root)
+        except OSError:
+            pass
+        self.worker.close()
+
+
+def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled):
+    """Restore the members of `src` (one per plan item, in plan order) under `target_dir`.
+
+    plan items: {"path", "kind", "checksum", "link", "member"} (see the module notes).
+    overwrite: "skip", "overwrite" or "rename". Events: "progress", "warning", "log".
+    Returns {"files", "dirs", "bytes", "warnings", "skipped", "errors"}.
+    """
+    if overwrite not in OVERWRITE_MODES:
+        raise InvalidRequest("overwrite must be one of %s, not %r"
+                             % (", ".join(OVERWRITE_MODES), overwrite))
+    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan)
+    try:
+        return r.run(plan)
+    finally:
+        r.close()

@@ -54,6 +54,9 @@ def _damaged(message):
     return AgentFailure(message, code=status.IMAGE_DAMAGED)
 
 
+NAME_MAX = 255
+
+
 class _Refused(Exception):
     """This item cannot be restored; the message says why. The restore goes on."""
 
@@ -412,12 +415,14 @@ class _Restore:
             return None
 
     def free_name(self, dfd, name):
-        cand = name + b".restored"
         n = 0
-        while self.existing(dfd, cand) is not None:
+        while True:
+            suffix = b".restored" if n == 0 else b".restored.%d" % n
+            # A name at the length limit still needs room for the suffix: shorten its stem.
+            cand = name[:NAME_MAX - len(suffix)] + suffix
+            if self.existing(dfd, cand) is None:
+                return cand
             n += 1
-            cand = name + b".restored.%d" % n
-        return cand
 
     def destination(self, dfd, name, path):
         """The name to restore to in `dfd` according to the overwrite mode, or None to skip.

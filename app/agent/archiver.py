@@ -12,7 +12,6 @@ Standard library only: this runs on client hosts.
 
 import errno
 import grp
-import hashlib
 import json
 import os
 import pwd
@@ -26,7 +25,7 @@ from app.agent import entry, tarfmt
 from app.agent.errors import Cancelled, NothingToBackup, StorageFailure
 
 CHUNK = 1 << 20
-NBUF = 4
+NBUF = 8
 ROW_BATCH = 5000
 PROGRESS_EVERY = 0.25
 ROWS_EVERY = 1.0
@@ -90,7 +89,7 @@ class _Output:
             k = min(len(space), n)
             space[:k] = _ZEROS[:k]
             if h is not None:
-                self.jobs.append((h, space[:k], None))
+                self.jobs.extend(h.jobs(space[:k]))
             self.fill += k
             self.pos += k
             n -= k
@@ -103,13 +102,12 @@ class _Output:
     def data(self, n, h):
         """`n` bytes were read into space(): account for them and queue them for hashing."""
         fill = self.fill
-        self.jobs.append((h, self.buf[fill:fill + n], None))
+        self.jobs.extend(h.jobs(self.buf[fill:fill + n]))
         self.fill = fill + n
         self.pos += n
 
     def finish(self, h, row):
-        self.jobs.append((h, None, lambda hh, r=row: r.__setitem__(entry.CHECKSUM,
-                                                                  hh.hexdigest())))
+        self.jobs.extend(h.close(lambda digest, r=row: r.__setitem__(entry.CHECKSUM, digest)))
 
     def flush(self):
         if not self.fill:
@@ -636,7 +634,7 @@ class _Backup:
                     pass
             offset = out.pos
             out.put(header)
-            h = hashlib.sha256()
+            h = tarfmt.TreeHash()
             problem = None
             if segs is None:
                 problem = self.copy(fd, path, None, size, h)

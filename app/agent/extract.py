@@ -10,7 +10,6 @@ Standard library only: this runs on client hosts.
 """
 
 import errno
-import hashlib
 import os
 import stat
 import threading
@@ -22,7 +21,7 @@ from app.agent.errors import (AgentFailure, Cancelled, InvalidRequest,
                               RestoreTargetInvalid)
 
 CHUNK = 1 << 20
-NBUF = 4
+NBUF = 8
 PROGRESS_EVERY = 0.25
 MAX_PENDING = 64
 KEEP_FDS = 64
@@ -154,12 +153,12 @@ class _Source:
             n -= len(self.take(n))
 
     def hash(self, h, mv):
-        self.jobs.append((h, mv, None))
+        self.jobs.extend(h.jobs(mv))
 
     def submit(self, h, done):
         """Queue the end of one file's data: done(h) runs on the worker after its last
         update."""
-        self.jobs.append((h, None, done))
+        self.jobs.extend(h.close(done))
         self.worker.put(self.jobs)
         self.jobs = []
 
@@ -249,8 +248,8 @@ class _Pending:
     __slots__ = ("fd", "tmp", "final", "dfd", "expected", "member", "path", "key", "event",
                  "digest")
 
-    def done(self, h):
-        self.digest = h.hexdigest()
+    def done(self, digest):
+        self.digest = digest
         self.event.set()
 
 
@@ -478,7 +477,7 @@ class _Restore:
         p.key = tuple(comps)
         p.event = threading.Event()
         p.digest = None
-        h = hashlib.sha256()
+        h = tarfmt.TreeHash()
         try:
             if m.sparse:
                 budget = [m.size]

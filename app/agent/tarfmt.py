@@ -9,6 +9,7 @@ The `tarfile` module is deliberately not used: it is slow per member and cannot 
 members. Standard library only: this module runs on client hosts.
 """
 
+import hashlib
 import queue
 import struct
 import threading
@@ -475,6 +476,96 @@ def read_member_header(read_exact):
 # hashing beside the copy
 
 
+PIECE = 1 << 20
+
+
+class TreeHash:
+    """A file's checksum: SHA-256 over the SHA-256 digests of its stored data cut into 1 MiB
+    pieces (the last one shorter; no data at all is one empty piece).
+
+    Pieces hash independently, so the pieces of one large file spread over the hash threads
+    and the checksum keeps up with a page-cache copy on two cores, which one SHA-256 stream
+    (about 1.3 GB/s per core) cannot. Hand jobs(view) and then close(callback) to a
+    HashWorker; callback(hexdigest) runs once every piece is hashed, on whichever hash thread
+    finishes last."""
+
+    __slots__ = ("_digests", "_cur", "_cur_len", "_index", "_pending", "_closed", "_done",
+                 "_lock")
+
+    def __init__(self):
+        self._digests = []
+        self._cur = None
+        self._cur_len = 0
+        self._index = -1
+        self._pending = 0
+        self._closed = False
+        self._done = None
+        self._lock = threading.Lock()
+
+    def _open_piece(self):
+        self._cur = hashlib.sha256()
+        self._cur_len = 0
+        self._index = len(self._digests)
+        self._digests.append(None)
+        with self._lock:
+            self._pending += 1
+
+    def _end_piece(self):
+        job = (self._cur, None, self._piece_done(self._index))
+        self._cur = None
+        return job
+
+    def _piece_done(self, index):
+        def done(h):
+            with self._lock:
+                self._digests[index] = h.digest()
+                self._pending -= 1
+                last = self._closed and not self._pending
+            if last:
+                self._finish()
+        return done
+
+    def _finish(self):
+        self._done(hashlib.sha256(b"".join(self._digests)).hexdigest())
+
+    def jobs(self, mv):
+        """(hash, view, callback) jobs for the next bytes of data."""
+        out = []
+        while len(mv):
+            if self._cur is None:
+                self._open_piece()
+            k = min(len(mv), PIECE - self._cur_len)
+            out.append((self._cur, mv[:k], None))
+            self._cur_len += k
+            mv = mv[k:]
+            if self._cur_len == PIECE:
+                out.append(self._end_piece())
+        return out
+
+    def close(self, callback):
+        """The jobs that end the data; callback(hexdigest) follows the last piece."""
+        out = []
+        if self._cur is None and not self._digests:
+            self._open_piece()
+        if self._cur is not None:
+            out.append(self._end_piece())
+        self._done = callback
+        with self._lock:
+            self._closed = True
+            last = not self._pending
+        if last:
+            self._finish()
+        return out
+
+
+def tree_digest(data):
+    """TreeHash of bytes in one call: for tests and for tools that check an image."""
+    mv = memoryview(data)
+    digests = [hashlib.sha256(mv[i:i + PIECE]).digest()
+               for i in range(0, len(mv), PIECE)] or [hashlib.sha256(b"").digest()]
+    return hashlib.sha256(b"".join(digests)).hexdigest()
+
+
 class HashWorker:
     """Hashes data on helper threads while the calling thread reads and writes.
 
@@ -486,11 +577,10 @@ class HashWorker:
     releases the GIL on large updates, so the threads really run in parallel.
 
     Each hash object stays on one thread (its updates must stay in order); with threads > 1
-    different files are spread over the threads. One thread is the default: measured on two
-    cores, a second one did not make many small files faster and costs GIL hand-overs.
+    different hash objects (the pieces of a TreeHash) are spread over the threads.
     """
 
-    def __init__(self, nbuf=4, bufsize=1 << 20, threads=1):
+    def __init__(self, nbuf=4, bufsize=1 << 20, threads=2):
         self.bufs = [bytearray(bufsize) for _ in range(nbuf)]
         self.views = [memoryview(b) for b in self.bufs]
         self._free = queue.SimpleQueue()

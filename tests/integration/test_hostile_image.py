@@ -2,7 +2,7 @@
 job: nothing is written outside the target, each bad entry is refused and logged, and the
 good entries still restore."""
 
-import hashlib
+from app.agent import tarfmt
 import io
 import json
 import os
@@ -26,7 +26,7 @@ def add_member(tar, rows, name, data=None, kind="f", link="", row_path=None):
         ti.size = len(data)
     start = tar.offset
     tar.addfile(ti, io.BytesIO(data) if data is not None else None)
-    checksum = hashlib.sha256(data).hexdigest() if kind == "f" else ""
+    checksum = tarfmt.tree_digest(data) if kind == "f" else ""
     path = row_path or "/" + name
     rows.append([path, kind, 0o644 if kind != "d" else 0o755, 0, 0, len(data or b""),
                  ti.mtime * 10**9, start, tar.offset - start, checksum, link])

@@ -2,7 +2,6 @@
 restore must refuse every escape with a warning, write nothing outside the target directory,
 and stay in step with the stream so that later members still restore."""
 
-import hashlib
 import io
 import os
 import sys
@@ -40,7 +39,7 @@ class Stream:
                                    len(data), 1700000000123456789, linkname)
         self.parts.append(hdr + data + bytes(tarfmt.padding(len(data))))
         if checksum is None:
-            checksum = hashlib.sha256(data).hexdigest() if kind == entry.KIND_FILE else ""
+            checksum = tarfmt.tree_digest(data) if kind == entry.KIND_FILE else ""
         self.plan.append({"path": path, "kind": kind, "checksum": checksum, "link": link,
                           "member": member})
 
@@ -275,7 +274,7 @@ def test_members_written_by_python_tarfile(box):
             ti.mtime = 1700000000
             t.addfile(ti, io.BytesIO(data))
             plan.append({"path": "/" + name, "kind": "f",
-                         "checksum": hashlib.sha256(data).hexdigest(), "link": "",
+                         "checksum": tarfmt.tree_digest(data), "link": "",
                          "member": name})
     events = []
     buf.seek(0)

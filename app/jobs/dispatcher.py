@@ -31,6 +31,7 @@ class Dispatcher:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._threads = {}
         self._stop = threading.Event()
+        self._changed = threading.Event()  # a job thread ended: look again at once
         self._lease_until = 0.0
 
     # ---- the lease ------------------------------------------------------------------------
@@ -129,6 +130,8 @@ class Dispatcher:
         except Exception as e:  # noqa: BLE001 - a job must always end with a status
             jobs.log(job_id, traceback.format_exc(), "debug")
             jobs.finish(job_id, st.INTERNAL, f"{type(e).__name__}: {e}")
+        finally:
+            self._changed.set()
 
     # ---- loops ----------------------------------------------------------------------------
     def run_until_done(self, job_ids, poll=0.2):
@@ -144,7 +147,8 @@ class Dispatcher:
                     f"({','.join('?' * len(job_ids))})", list(job_ids))
                 if rows[0][0] == 0 and not self._alive():
                     return True
-                time.sleep(poll)
+                self._changed.wait(poll)
+                self._changed.clear()
         finally:
             self.release_lease()
 
@@ -159,7 +163,8 @@ class Dispatcher:
                     if until_idle and not self._alive() and not self.db.one(
                             "SELECT 1 FROM jobs WHERE state=?", (QUEUED,)):
                         break
-                self._stop.wait(poll)
+                self._changed.wait(poll)
+                self._changed.clear()
         finally:
             for t in list(self._threads.values()):
                 t.join(timeout=60)
@@ -167,3 +172,4 @@ class Dispatcher:
 
     def stop(self):
         self._stop.set()
+        self._changed.set()

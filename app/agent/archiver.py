@@ -230,14 +230,18 @@ class _Backup:
             self.emit_rows()
         now = time.monotonic()
         if now - self.last_progress >= PROGRESS_EVERY:
-            self.last_progress = now
-            if not self.totals_sent and self.totals is not None and self.totals.result:
-                self.totals_sent = True
-                self.emit("totals", dict(self.totals.result))
-            self.emit("progress", {"files": self.files, "bytes": self.bytes,
-                                   "path": self.current})
+            self.progress(now, extra=0)
             if self.pending and now - self.last_rows >= ROWS_EVERY:
                 self.emit_rows()
+
+    def progress(self, now, extra):
+        """Progress, also from inside a large file (extra: its bytes copied so far)."""
+        self.last_progress = now
+        if not self.totals_sent and self.totals is not None and self.totals.result:
+            self.totals_sent = True
+            self.emit("totals", dict(self.totals.result))
+        self.emit("progress", {"files": self.files, "bytes": self.bytes + extra,
+                               "path": self.current})
 
     def add_row(self, row):
         self.pending.append((self.out.pos, row))
@@ -671,6 +675,7 @@ class _Backup:
         Returns a warning text, or None."""
         out = self.out
         remaining = length
+        copied = 0
         first = True
         problem = None
         while remaining > 0:
@@ -695,6 +700,10 @@ class _Backup:
                 break
             out.data(got, h)
             remaining -= got
+            now = time.monotonic()
+            if now - self.last_progress >= PROGRESS_EVERY:
+                self.progress(now, extra=copied + got)
+            copied += got
         if remaining:
             out.zeros(remaining, h)
         return problem

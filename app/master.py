@@ -4,6 +4,7 @@ the configuration objects, the agent connections and the job queue."""
 import json
 import os
 import time
+from contextlib import contextmanager
 
 from app import timeutil
 from app import status
@@ -197,14 +198,22 @@ class Master:
             pass
         return {"expired": img["id"], "path": img["path"], "bytes": img["image_bytes"]}
 
+    @contextmanager
     def open_index(self, img):
-        """The catalog file index of an image, or a clear error when it is gone or damaged."""
+        """The catalog file index of an image; a missing or damaged one (found on opening or
+        on any read inside the block) becomes a clear error."""
         path = self.home.index_path(img["id"])
         try:
-            return IndexReader(path)
+            reader = IndexReader(path)
         except FileNotFoundError:
             raise CairnError(f"the file index of image {img['id']} is missing ({path})",
                              status_code=status.IMAGE_DAMAGED) from None
+        except IndexCorrupt as e:
+            raise CairnError(f"the file index of image {img['id']} is damaged: {e}",
+                             status_code=status.IMAGE_DAMAGED) from None
+        try:
+            with reader:
+                yield reader
         except IndexCorrupt as e:
             raise CairnError(f"the file index of image {img['id']} is damaged: {e}",
                              status_code=status.IMAGE_DAMAGED) from None

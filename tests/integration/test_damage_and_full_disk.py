@@ -1,0 +1,106 @@
+"""Bad things on the storage side: a corrupted image, a damaged index, a full volume. Each
+gets a clear status and message, and nothing half-done is left behind."""
+
+import os
+import subprocess
+
+import pytest
+
+from app import status
+from app.errors import CairnError
+from app.master import Master
+
+
+def configure(m, vol, src):
+    m.config.add_host("me", local=True)
+    m.config.add_storage_server("ss1", type="advanced-disk", host="me")
+    m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)], high_water=100, low_water=99)
+    m.config.add_storage_unit("stu1", pool="dp1")
+    m.config.add_policy("p1", storage_unit="stu1")
+    m.config.add_policy_client("p1", "me")
+    m.config.add_policy_selection("p1", str(src))
+
+
+def backup(m):
+    [jid] = m.start_backup("p1")
+    [job] = m.wait_for([jid])
+    return job, "\n".join(x["message"] for x in m.jobs.logs(jid))
+
+
+@pytest.fixture
+def backed_up(tmp_path):
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"A" * 5000)
+    (src / "b.txt").write_bytes(b"B" * 5000)
+    m = Master(str(tmp_path / "home"))
+    configure(m, vol, src)
+    job, log = backup(m)
+    assert job["status"] == 0, log
+    yield m, m.images()[0], src, tmp_path
+    m.close()
+
+
+def test_corrupted_image_data_is_detected_and_not_put_in_place(backed_up):
+    m, img, src, tmp = backed_up
+    entry = next(e for e in m.browse(img["id"], str(src))["entries"] if e["name"] == "a.txt")
+    with open(img["path"], "r+b") as f:
+        f.seek(entry["offset"] + entry["length"] - 512 - 10)  # inside a.txt's data
+        f.write(b"X")
+    jid = m.start_restore(img["id"], [str(src)], str(tmp / "out"))
+    [job] = m.wait_for([jid])
+    log = "\n".join(x["message"] for x in m.jobs.logs(jid))
+    assert job["status"] == status.PARTIAL, log
+    assert "a.txt: checksum mismatch" in log
+    restored = tmp / "out" / str(src).lstrip("/")
+    assert not (restored / "a.txt").exists()
+    assert (restored / "b.txt").read_bytes() == b"B" * 5000
+    assert [n for n in os.listdir(restored) if "tmp" in n] == []
+
+
+def test_missing_image_file_is_reported(backed_up):
+    m, img, src, tmp = backed_up
+    os.unlink(img["path"])
+    jid = m.start_restore(img["id"], [str(src)], str(tmp / "out"))
+    [job] = m.wait_for([jid])
+    log = "\n".join(x["message"] for x in m.jobs.logs(jid))
+    assert job["status"] == status.IMAGE_DAMAGED, log
+    assert img["path"] in log
+
+
+def test_damaged_index_gives_a_clear_error(backed_up):
+    m, img, src, tmp = backed_up
+    path = m.home.index_path(img["id"])
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(CairnError, match="index of image .* is damaged") as e:
+        m.browse(img["id"], str(src))
+    assert e.value.status == status.IMAGE_DAMAGED
+
+
+@pytest.fixture
+def tiny_volume(tmp_path):
+    vol = tmp_path / "tiny"
+    vol.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(vol)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, f"cannot mount a small tmpfs for the full-disk test: {r.stderr}"
+    yield vol
+    subprocess.run(["umount", str(vol)])
+
+
+def test_full_volume_fails_cleanly(tmp_path, tiny_volume):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big").write_bytes(os.urandom(8 << 20))
+    m = Master(str(tmp_path / "home"))
+    configure(m, tiny_volume, src)
+    job, log = backup(m)
+    assert job["status"] == status.STORAGE_WRITE_FAILED, log
+    assert "full" in log
+    assert [f for _, _, fs in os.walk(tiny_volume) for f in fs] == []
+    assert m.images() == [] and os.listdir(m.home.indexes) == []
+    m.close()

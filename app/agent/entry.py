@@ -14,8 +14,9 @@ A row is a JSON list, fields in this order:
   7 offset    byte offset in the image of the member's first header block
   8 length    bytes of the whole member (headers, data, padding): [offset, offset+length)
               copied raw from the image is a complete tar member
-  9 checksum  hex SHA-256 of the file data as stored (the data segments in order, so holes
-              of sparse files are not hashed); "" for anything but regular files
+  9 checksum  hex SHA-256 tree digest of the file data as stored (tarfmt.TreeHash: SHA-256
+              over the SHA-256 digests of 1 MiB pieces; the data segments in order, so
+              holes of sparse files are not hashed); "" for anything but regular files
  10 link      symlink target, or for KIND_HARDLINK the absolute client path of the entry it
               links to; "" otherwise
 """

@@ -12,11 +12,7 @@ from app import status as st
 from app import timeutil
 from app.catalog_index import IndexWriter
 from app.errors import CairnError, Canceled
-from app.jobs.context import JobContext
-from app.jobs.tlscert import job_identity
-from app.transport.agent_client import AgentCallError
-
-LISTEN_TIMEOUT = 60.0
+from app.jobs.context import JobContext, results, start_listening_side
 
 
 def new_image_id(db, client):
@@ -85,35 +81,18 @@ def run(master, job):
             ctx.log("client and storage server are the same host: writing the image directly")
             dest = {"mode": "file", "path": partial}
         else:
-            cert, key, token = job_identity(job["id"])
-            port_box = {}
-
-            def on_storage_event(event, data):
-                if event == "listening":
-                    port_box["port"] = data["port"]
-                else:
-                    ctx.on_event(event, data)
-
-            recv = storage.start("receive_image", {"path": partial, "cert": cert, "key": key,
-                                                   "token": token}, on_event=on_storage_event)
+            recv, port, cert, token = start_listening_side(
+                ctx, storage, "receive_image", {"path": partial}, job["id"])
             calls.append(recv)
-            deadline = time.monotonic() + LISTEN_TIMEOUT
-            while "port" not in port_box and not recv.done() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if "port" not in port_box:
-                recv.wait(0)  # raises the storage side's error if it has one
-                raise CairnError("the storage server's agent did not open a data port",
-                                 status_code=st.DATA_PLANE_FAILED)
             addr = master.hosts.data_address(storage_host, client_host)
             ctx.log(f"data plane: {client_host['name']} -> {storage_host['name']} "
-                    f"({addr}:{port_box['port']}, TLS, per-job key)")
-            dest = {"mode": "net", "host": addr, "port": port_box["port"], "cert": cert,
-                    "token": token}
+                    f"({addr}:{port}, TLS, per-job key)")
+            dest = {"mode": "net", "host": addr, "port": port, "cert": cert, "token": token}
         send = client.start("backup", {"selections": selections, "image_meta": meta,
                                        "dest": dest}, on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)
-        summary = _results(calls)[0]
+        summary = results(calls)[0]
         if ctx.cancelled:
             raise Canceled()
         if index_error:
@@ -161,12 +140,3 @@ def run(master, job):
            if warnings else None)
     return code, msg, image_id, summary["bytes"], summary["files"]
 
-
-def _results(calls):
-    out = []
-    for c in calls:
-        try:
-            out.append(c.wait())
-        except AgentCallError as e:
-            raise CairnError(e.message, status_code=e.code) from None
-    return out

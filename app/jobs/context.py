@@ -6,11 +6,15 @@ import collections
 import threading
 import time
 
-from app.errors import Canceled
+from app import status as st
+from app.errors import CairnError, Canceled
+from app.jobs.tlscert import job_identity
+from app.transport.agent_client import AgentCallError
 
 TICK = 0.25
 SAMPLE_EVERY = 1.0
 RATE_WINDOW = 5.0
+LISTEN_TIMEOUT = 60.0
 
 
 class JobContext:
@@ -92,3 +96,38 @@ class JobContext:
     def raise_if_cancelled(self):
         if self.check_cancel():
             raise Canceled()
+
+
+def start_listening_side(ctx, conn, op, args, job_id):
+    """Starts the data plane's listening side (the storage server's agent) for a job and
+    waits until it has a port. Returns (call, port, cert, token) for the connecting side."""
+    cert, key, token = job_identity(job_id)
+    port_box = {}
+
+    def on_event(event, data):
+        if event == "listening":
+            port_box["port"] = data["port"]
+        else:
+            ctx.on_event(event, data)
+
+    call = conn.start(op, dict(args, cert=cert, key=key, token=token), on_event=on_event)
+    deadline = time.monotonic() + LISTEN_TIMEOUT
+    while "port" not in port_box and not call.done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if "port" not in port_box:
+        results([call], timeout=0)  # raises the storage side's own error if it has one
+        call.cancel()
+        raise CairnError("the storage server's agent did not open a data port",
+                         status_code=st.DATA_PLANE_FAILED)
+    return call, port_box["port"], cert, token
+
+
+def results(calls, timeout=None):
+    """The agent calls' results; an agent's error becomes the job's status."""
+    out = []
+    for c in calls:
+        try:
+            out.append(c.wait(timeout))
+        except AgentCallError as e:
+            raise CairnError(e.message, status_code=e.code) from None
+    return out

@@ -4,16 +4,11 @@ exactly those members and the target host's agent write them under the target di
 in one agent when both are the same host, agent to agent over the data plane otherwise."""
 
 import posixpath
-import time
 
 from app import status as st
 from app.agent import entry as E
-from app.errors import CairnError, Canceled, ValidationError
-from app.jobs.context import JobContext
-from app.jobs.tlscert import job_identity
-from app.transport.agent_client import AgentCallError
-
-LISTEN_TIMEOUT = 60.0
+from app.errors import Canceled, ValidationError
+from app.jobs.context import JobContext, results, start_listening_side
 
 
 def _plain(path):
@@ -88,36 +83,20 @@ def run(master, job):
             calls.append(call)
         else:
             target = master.hosts.connect(target_host)
-            cert, key, token = job_identity(job["id"])
-            port_box = {}
-
-            def on_storage_event(event, data):
-                if event == "listening":
-                    port_box["port"] = data["port"]
-                else:
-                    ctx.on_event(event, data)
-
-            send = storage.start("send_extents", {
-                "image_path": image["path"], "extents": extents, "cert": cert, "key": key,
-                "token": token}, on_event=on_storage_event)
+            send, port, cert, token = start_listening_side(
+                ctx, storage, "send_extents", {"image_path": image["path"], "extents": extents},
+                job["id"])
             calls.append(send)
-            deadline = time.monotonic() + LISTEN_TIMEOUT
-            while "port" not in port_box and not send.done() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if "port" not in port_box:
-                send.wait(0)
-                raise CairnError("the storage server's agent did not open a data port",
-                                 status_code=st.DATA_PLANE_FAILED)
             addr = master.hosts.data_address(storage_host, target_host)
             ctx.log(f"data plane: {storage_host['name']} -> {target_host['name']} "
-                    f"({addr}:{port_box['port']}, TLS, per-job key)")
+                    f"({addr}:{port}, TLS, per-job key)")
             recv = target.start("restore_receive", {
-                "host": addr, "port": port_box["port"], "cert": cert, "token": token,
+                "host": addr, "port": port, "cert": cert, "token": token,
                 "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"]},
                 on_event=ctx.on_event)
             calls.insert(0, recv)
         ctx.supervise(calls)
-        summary = _results(calls)[0]
+        summary = results(calls)[0]
         if ctx.cancelled:
             raise Canceled()
     except BaseException:
@@ -137,12 +116,3 @@ def run(master, job):
                 "see the log", None, summary["bytes"], summary["files"])
     return st.OK, None, None, summary["bytes"], summary["files"]
 
-
-def _results(calls):
-    out = []
-    for c in calls:
-        try:
-            out.append(c.wait())
-        except AgentCallError as e:
-            raise CairnError(e.message, status_code=e.code) from None
-    return out

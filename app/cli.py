@@ -11,6 +11,7 @@ import sys
 
 from app import __version__, status as st, timeutil
 from app.errors import CairnError
+from app.jobs.store import printable
 
 
 def _common():
@@ -159,7 +160,9 @@ def build_parser():
 
 def _out(args, doc, human=None):
     if getattr(args, "json", False):
-        json.dump(doc, sys.stdout, indent=2, ensure_ascii=False, default=str)
+        # ASCII escapes keep names that are not UTF-8 (surrogate escapes) valid JSON; a
+        # reader gets the exact bytes back with os.fsencode.
+        json.dump(doc, sys.stdout, indent=2, ensure_ascii=True, default=str)
         sys.stdout.write("\n")
     elif human is not None:
         human(doc)
@@ -403,7 +406,8 @@ def _print_listing(d):
     for e in d["entries"]:
         mt = timeutil.iso(e["mtime_ns"] / 1e9)
         print(f"  {e['kind']} {e['mode']:04o} {e['uid']:>6} {e['gid']:>6} {e['size']:>12} "
-              f"{mt} {e['name']}" + (f" -> {e['link']}" if e["link"] else ""))
+              f"{mt} {printable(e['name'])}" + (f" -> {printable(e['link'])}" if e["link"]
+                                                 else ""))
 
 
 def main(argv=None):
@@ -411,6 +415,8 @@ def main(argv=None):
     if argv[:1] == ["agent"]:
         from app.agent.server import main as agent_main
         return agent_main()
+    # Whatever a name holds, printing it must never crash the command.
+    sys.stdout.reconfigure(errors="backslashreplace")
     ap = build_parser()
     args = ap.parse_args(argv)
     if not args.cmd:
@@ -429,6 +435,10 @@ def main(argv=None):
         return e.status or 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) stopped reading: not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

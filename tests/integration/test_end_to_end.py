@@ -53,6 +53,14 @@ def test_embedded_default_backup_browse_restore(tmp_path):
     listing, _ = cairn_json(home, "browse", img["id"], str(src))
     names = {os.fsencode(e["name"]) for e in listing["entries"]}
     assert names == set(os.listdir(os.fsencode(str(src))))
+    # names that are not UTF-8 come back exactly (JSON carries them as surrogate escapes)
+    odd = os.path.join(str(src), "names")
+    listing, _ = cairn_json(home, "browse", img["id"], odd)
+    assert {os.fsencode(e["name"]) for e in listing["entries"]} == set(
+        os.listdir(os.fsencode(odd)))
+    assert any(b"\xff" in os.fsencode(e["name"]) for e in listing["entries"])
+    human = cairn(home, "browse", img["id"], odd).stdout
+    assert "\\xff" in human
     latest, _ = cairn_json(home, "browse", "--client", "me", str(src))
     assert latest["image"] == img["id"]
 

@@ -51,7 +51,12 @@ stamp=".cairn-setup-stamp$extra"
 sum=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   echo "setup: installing Python packages into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".$extra"
+  log=.venv/setup-pip.log
+  if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+         .venv/bin/python -m pip install -q -e ".$extra"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: installing the Python packages failed (log: $log)" >&2
+    exit 1
+  fi
   echo "$sum" > "$stamp"
 fi

@@ -51,6 +51,11 @@ def build_parser():
     cmd(host, "list", "list hosts")
     p = cmd(host, "probe", "what the host reports: OS, python, file systems")
     p.add_argument("name")
+    p = cmd(host, "trust", "trust the SSH host key a registered host presents now")
+    p.add_argument("name")
+    p.add_argument("--fingerprint", help="trust only this key (SHA256:...)")
+    p.add_argument("--replace", action="store_true",
+                   help="drop the key trusted before (the host was reinstalled)")
     p = cmd(host, "remove", "unregister a host")
     p.add_argument("name")
 
@@ -233,6 +238,11 @@ def _dispatch(m, args, c, s):
                         lambda d: _table(d["hosts"], ["name", "kind", "address", "port", "user"]))
         if s == "probe":
             return _out(args, m.probe_host(args.name), _print_probe)
+        if s == "trust":
+            r = m.trust_host_key(args.name, fingerprint=args.fingerprint, replace=args.replace)
+            return _out(args, r, lambda d: print(
+                f"host {d['host']}: trusted {d['key_type']} {d['fingerprint']}" if d["trusted"]
+                else f"host {d['host']}: its key is trusted already"))
         if s == "remove":
             m.config.delete_host(args.name)
             return _out(args, {"removed": args.name}, lambda d: print(f"host {args.name} removed"))

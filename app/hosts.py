@@ -3,6 +3,7 @@ breaks. The local host is reached without SSH (the agent runs as a subprocess)."
 
 import threading
 
+from app.errors import HostKeyChanged, HostKeyUnknown
 from app.transport.agent_client import AgentConnection
 
 
@@ -45,6 +46,14 @@ class HostPool:
             try:
                 process = transport.start_agent()
                 conn = AgentConnection(process, name)
+            except (HostKeyUnknown, HostKeyChanged) as e:
+                transport.close()
+                # The host is registered: say how to trust it by its name.
+                fix = (f"cairn host trust {name} --fingerprint {e.fingerprint}"
+                       if isinstance(e, HostKeyUnknown) else
+                       f"cairn host trust {name} --replace --fingerprint NEW_FINGERPRINT")
+                e.hint = f"check the fingerprint with the host's administrator, then: {fix}"
+                raise
             except BaseException:
                 transport.close()
                 raise

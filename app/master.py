@@ -56,6 +56,38 @@ class Master:
         return self.config.add_host(name, local=local, address=address, port=port, user=user,
                                     key_file=key_file, data_address=data_address)
 
+    def trust_host_key(self, name, fingerprint=None, replace=False):
+        """Trusts the key a registered SSH host presents now: exactly the key seen, and only
+        if it matches `fingerprint` when one is given. `replace` drops the keys trusted
+        before (after a host was reinstalled)."""
+        from app.errors import HostKeyChanged, HostKeyUnknown
+        from app.transport import hostkeys
+        host = self.config.host(name)
+        if host["kind"] != "ssh":
+            raise ValidationError(f"host {name!r} is reached without SSH; it has no host key")
+        port = host["port"] or 22
+        if replace:
+            hostkeys.remove(self.home.known_hosts, host["address"], port)
+        t = self.hosts.transport(host)
+        try:
+            t.connect()
+        except HostKeyUnknown as e:
+            if fingerprint and fingerprint != e.fingerprint:
+                raise ValidationError(
+                    f"host {name} presents {e.key_type} {e.fingerprint}, not {fingerprint}; "
+                    "nothing was trusted",
+                    hint="check the fingerprint with the host's administrator") from None
+            hostkeys.add(self.home.known_hosts, host["address"], port, e.pkey)
+            return {"host": name, "trusted": True, "key_type": e.key_type,
+                    "fingerprint": e.fingerprint}
+        except HostKeyChanged as e:
+            raise HostKeyChanged(e.message, hint=f"if the host was reinstalled, check the new "
+                                 f"fingerprint and run: cairn host trust {name} --replace "
+                                 f"--fingerprint {e.fingerprint}") from None
+        finally:
+            t.close()
+        return {"host": name, "trusted": False, "already_trusted": True}
+
     def ensure_local_host(self):
         """The embedded default: this machine is a host from the start."""
         h = self.config.local_host()

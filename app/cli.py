@@ -94,6 +94,9 @@ def build_parser():
     p.add_argument("--compression", action="store_true")
     p.add_argument("--encryption", action="store_true")
     p.add_argument("--multiple-streams", action="store_true")
+    p.add_argument("--checksum", choices=["crc32", "sha256"], default="crc32",
+                   help="file checksums checked at restore: crc32 (fast, catches corruption) "
+                        "or sha256 (also evidence against tampering; costs CPU)")
     p = cmd(po, "add-client", "add a client to a policy")
     p.add_argument("policy")
     p.add_argument("host")
@@ -274,7 +277,8 @@ def _dispatch(m, args, c, s):
         if s == "create":
             r = cfg.add_policy(args.name, storage_unit=args.storage_unit, priority=args.priority,
                                compression=args.compression, encryption=args.encryption,
-                               multiple_streams=args.multiple_streams)
+                               multiple_streams=args.multiple_streams,
+                               checksum=args.checksum)
         elif s == "add-client":
             r = cfg.add_policy_client(args.policy, args.host)
         elif s == "add-selection":

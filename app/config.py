@@ -15,6 +15,7 @@ from app.errors import NotFound, ValidationError
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ADDRESS_RE = re.compile(r"^[A-Za-z0-9._:\-\[\]%]+$")
 MAX_CONCURRENT_JOBS = 1000
+CHECKSUMS = ("crc32", "sha256")  # the agent's tarfmt.PIECE_HASHES
 MAX_IO_STREAMS = 1000
 
 
@@ -258,7 +259,7 @@ class Config:
 
     # ---- policies ------------------------------------------------------------------------
     def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
-                   multiple_streams=False, comment=""):
+                   multiple_streams=False, checksum="crc32", comment=""):
         _unique(self.db, "policies", "policy", name)
         sid = _id_of(self.db, "storage_units", "storage unit", storage_unit,
                      "storage-unit create")
@@ -269,11 +270,17 @@ class Config:
         if encryption:
             raise ValidationError("encryption at rest is not available in this version",
                                   hint="create the policy without encryption")
+        if checksum not in CHECKSUMS:
+            raise ValidationError(f"checksum {checksum!r} is unknown",
+                                  hint="choose crc32 (fast; catches corruption) or sha256 "
+                                       "(also evidence against tampering; costs CPU)")
         with self.db.tx() as c:
             c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
-                      "encryption, multiple_streams, comment, created) VALUES (?,?,?,?,?,?,?,?)",
+                      "encryption, multiple_streams, checksum, comment, created) "
+                      "VALUES (?,?,?,?,?,?,?,?,?)",
                       (name, sid, prio, int(bool(compression)), int(bool(encryption)),
-                       int(bool(multiple_streams)), comment, timeutil.iso(timeutil.now())))
+                       int(bool(multiple_streams)), checksum, comment,
+                       timeutil.iso(timeutil.now())))
         return self.policy(name)
 
     def add_policy_client(self, policy, host):

@@ -173,7 +173,8 @@ class Master:
             ids.append(self.jobs.create(
                 "backup", client=c, policy=policy, schedule=sched["name"],
                 storage_unit=pol["storage_unit"], priority=pol["priority"],
-                params={"selections": pol["selections"], "schedule_type": sched["type"]}))
+                params={"selections": pol["selections"], "schedule_type": sched["type"],
+                        "checksum": pol["checksum"]}))
         return ids
 
     # ---- images ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import time
 from collections import deque
 
 from app.agent import entry, tarfmt
-from app.agent.errors import Cancelled, NothingToBackup, StorageFailure
+from app.agent.errors import Cancelled, InvalidRequest, NothingToBackup, StorageFailure
 
 CHUNK = 1 << 20
 NBUF = 8
@@ -191,7 +191,8 @@ class _Totals(threading.Thread):
 
 
 class _Backup:
-    def __init__(self, out, emit, is_cancelled):
+    def __init__(self, out, emit, is_cancelled, checksum):
+        self.checksum = checksum
         self.emit = emit
         self.is_cancelled = is_cancelled
         self.worker = tarfmt.HashWorker(NBUF, CHUNK)
@@ -638,7 +639,7 @@ class _Backup:
                     pass
             offset = out.pos
             out.put(header)
-            h = tarfmt.TreeHash()
+            h = tarfmt.TreeHash(self.checksum)
             problem = None
             if segs is None:
                 problem = self.copy(fd, path, None, size, h)
@@ -749,7 +750,8 @@ class _Backup:
             self.spool.close()
 
 
-def backup_to(out, selections, *, emit, is_cancelled, image_meta):
+def backup_to(out, selections, *, emit, is_cancelled, image_meta,
+              checksum=tarfmt.DEFAULT_CHECKSUM):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -759,10 +761,16 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta):
     Problems with single files are warnings; no selection existing raises NothingToBackup;
     a failing `out` raises StorageFailure; is_cancelled() returning true raises Cancelled.
 
+    checksum names the piece algorithm of the file checksums (tarfmt.PIECE_HASHES).
+
     Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "index_offset",
     "index_length"}; the last two locate the `.cairn/index.jsonl` member in the image.
     """
-    b = _Backup(out, emit, is_cancelled)
+    try:
+        tarfmt.piece_hash(checksum)
+    except ValueError as e:
+        raise InvalidRequest(str(e))
+    b = _Backup(out, emit, is_cancelled, checksum)
     try:
         return b.run(selections, image_meta)
     finally:

@@ -254,7 +254,8 @@ class _Pending:
 
 
 class _Restore:
-    def __init__(self, src, target, overwrite, emit, is_cancelled, plan):
+    def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum):
+        self.checksum = checksum
         self.emit = emit
         self.is_cancelled = is_cancelled
         self.overwrite = overwrite
@@ -477,7 +478,7 @@ class _Restore:
         p.key = tuple(comps)
         p.event = threading.Event()
         p.digest = None
-        h = tarfmt.TreeHash()
+        h = tarfmt.TreeHash(self.checksum)
         try:
             if m.sparse:
                 budget = [m.size]
@@ -810,7 +811,8 @@ class _Restore:
         self.worker.close()
 
 
-def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled):
+def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
+                 checksum=tarfmt.DEFAULT_CHECKSUM):
     """Restore the members of `src` (one per plan item, in plan order) under `target_dir`.
 
     plan items: {"path", "kind", "checksum", "link", "member"} (see the module notes).
@@ -820,7 +822,11 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled):
     if overwrite not in OVERWRITE_MODES:
         raise InvalidRequest("overwrite must be one of %s, not %r"
                              % (", ".join(OVERWRITE_MODES), overwrite))
-    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan)
+    try:
+        tarfmt.piece_hash(checksum)
+    except ValueError as e:
+        raise InvalidRequest(str(e))
+    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum)
     try:
         return r.run(plan)
     finally:

@@ -207,7 +207,7 @@ def _remove(path):
 
 
 @handler
-def backup(req, selections, image_meta, dest):
+def backup(req, selections, image_meta, dest, checksum="sha256"):
     """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
     is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
     storage server's agent."""
@@ -216,7 +216,8 @@ def backup(req, selections, image_meta, dest):
         sink = _FileSink(dest["path"])
         try:
             summary = backup_to(sink, selections, emit=req.emit,
-                                is_cancelled=req.is_cancelled, image_meta=image_meta)
+                                is_cancelled=req.is_cancelled, image_meta=image_meta,
+                                checksum=checksum)
             sink.finish()
         except BaseException:
             sink.close()
@@ -228,7 +229,8 @@ def backup(req, selections, image_meta, dest):
         chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
         try:
             summary = backup_to(chan, selections, emit=req.emit,
-                                is_cancelled=req.is_cancelled, image_meta=image_meta)
+                                is_cancelled=req.is_cancelled, image_meta=image_meta,
+                                checksum=checksum)
             chan.finish()
         finally:
             chan.close()
@@ -333,7 +335,7 @@ def _check_target(target_dir):
 
 
 @handler
-def restore(req, image_path, extents, plan, target_dir, overwrite="skip"):
+def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checksum="sha256"):
     """Restore when the image and the target are on this host: no network at all."""
     from app.agent.extents import ExtentReader
     from app.agent.extract import restore_from
@@ -341,7 +343,7 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip"):
     src = ExtentReader(image_path, extents)
     try:
         return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                            is_cancelled=req.is_cancelled)
+                            is_cancelled=req.is_cancelled, checksum=checksum)
     finally:
         src.close()
 
@@ -367,14 +369,15 @@ def send_extents(req, image_path, extents, cert, key, token):
 
 
 @handler
-def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="skip"):
+def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="skip",
+                    checksum="sha256"):
     """Target side of a restore from another host's storage."""
     from app.agent.extract import restore_from
     _check_target(target_dir)
     chan = dataplane.connect(host, port, cert, token)
     try:
         summary = restore_from(chan, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                               is_cancelled=req.is_cancelled)
+                               is_cancelled=req.is_cancelled, checksum=checksum)
         chan.drain()
         chan.ack(True)
     finally:

@@ -59,7 +59,8 @@ def run(master, job):
     meta = {"format": "cairn-image", "format_version": 1, "image_id": image_id,
             "client": client_host["name"], "policy": job["policy"],
             "schedule": job["schedule"], "schedule_type": schedule["type"] if schedule else "full",
-            "created": timeutil.iso(created), "selections": selections, "job_id": job["id"]}
+            "created": timeutil.iso(created), "selections": selections, "job_id": job["id"],
+            "checksum": p.get("checksum", "crc32")}
 
     index_path = master.home.index_path(image_id)
     index = IndexWriter(index_path)
@@ -89,7 +90,8 @@ def run(master, job):
                     f"({addr}:{port}, TLS, per-job key)")
             dest = {"mode": "net", "host": addr, "port": port, "cert": cert, "token": token}
         send = client.start("backup", {"selections": selections, "image_meta": meta,
-                                       "dest": dest}, on_event=on_event)
+                                       "dest": dest, "checksum": meta["checksum"]},
+                            on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)
         summary = results(calls)[0]
@@ -124,12 +126,13 @@ def run(master, job):
     with master.db.tx() as c:
         c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
                   "expires, bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
-                  "job_id, selections, warnings) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                  "job_id, selections, warnings, checksum) "
+                  "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                   (image_id, client_host["name"], job["policy"], job["schedule"],
                    meta["schedule_type"], meta["created"], expires, summary["bytes"],
                    summary["files"], stu["name"], pool["name"], storage_host["name"],
                    committed["path"], committed["bytes"], job["id"], json.dumps(selections),
-                   warnings))
+                   warnings, meta["checksum"]))
     ctx.bytes, ctx.files = summary["bytes"], summary["files"]
     ctx.log(f"image {image_id} committed: {summary['files']} files, {summary.get('dirs', 0)} "
             f"directories, {summary['bytes']} bytes of data ({committed['bytes']} bytes on "

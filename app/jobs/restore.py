@@ -79,7 +79,8 @@ def run(master, job):
         if storage_host["name"] == target_host["name"]:
             call = storage.start("restore", {
                 "image_path": image["path"], "extents": extents, "plan": plan,
-                "target_dir": target_dir, "overwrite": p["overwrite"]}, on_event=ctx.on_event)
+                "target_dir": target_dir, "overwrite": p["overwrite"],
+                "checksum": image["checksum"]}, on_event=ctx.on_event)
             calls.append(call)
         else:
             target = master.hosts.connect(target_host)
@@ -92,7 +93,8 @@ def run(master, job):
                     f"({addr}:{port}, TLS, per-job key)")
             recv = target.start("restore_receive", {
                 "host": addr, "port": port, "cert": cert, "token": token,
-                "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"]},
+                "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
+                "checksum": image["checksum"]},
                 on_event=ctx.on_event)
             calls.insert(0, recv)
         ctx.supervise(calls)

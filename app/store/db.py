@@ -161,6 +161,12 @@ MIGRATIONS = [
         expires REAL NOT NULL
     );
     """,
+    # 2: how file checksums are made: chosen per policy, recorded per image. Images made
+    # before this had SHA-256 pieces.
+    """
+    ALTER TABLE policies ADD COLUMN checksum TEXT NOT NULL DEFAULT 'crc32';
+    ALTER TABLE images ADD COLUMN checksum TEXT NOT NULL DEFAULT 'sha256'
+    """,
 ]
 
 

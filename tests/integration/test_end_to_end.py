@@ -9,12 +9,12 @@ from clihelp import cairn, cairn_json
 from treegen import assert_trees_equal, make_tree
 
 
-def setup_storage(home, volume, storage_host="me"):
+def setup_storage(home, volume, storage_host="me", checksum="crc32"):
     cairn(home, "storage-server", "create", "ss1", "--type", "advanced-disk",
           "--host", storage_host)
     cairn(home, "disk-pool", "create", "dp1", "--server", "ss1", "--volume", volume)
     cairn(home, "storage-unit", "create", "stu1", "--pool", "dp1")
-    cairn(home, "policy", "create", "p1", "--storage-unit", "stu1")
+    cairn(home, "policy", "create", "p1", "--storage-unit", "stu1", "--checksum", checksum)
     cairn(home, "policy", "add-schedule", "p1", "full", "--type", "full", "--retention", "2w")
 
 
@@ -42,10 +42,11 @@ def test_embedded_default_backup_browse_restore(tmp_path):
     vol.mkdir()
     made = make_tree(str(src))
     cairn(home, "host", "add", "me", "--local")
-    setup_storage(home, str(vol))
+    setup_storage(home, str(vol), checksum="sha256")
     cairn(home, "policy", "add-client", "p1", "me")
     cairn(home, "policy", "add-selection", "p1", str(src))
     job, img = backup_and_check(home, "me")
+    assert img["checksum"] == "sha256"
 
     # browsing: the parents of the selection, then the selection's own entries
     top, _ = cairn_json(home, "browse", img["id"])

@@ -61,8 +61,8 @@ def test_hostile_entries_are_refused_and_logged(tmp_path):
     with m.db.tx() as c:
         c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
                   "bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
-                  "selections) VALUES ('me_1','me','p','full','full','2026-01-01T00:00:00Z',"
-                  "0,0,'stu1','dp1','me',?,?,?)", (str(image), image.stat().st_size,
+                  "selections, checksum) VALUES ('me_1','me','p','full','full',"
+                  "'2026-01-01T00:00:00Z',0,0,'stu1','dp1','me',?,?,?,'crc32')", (str(image), image.stat().st_size,
                                                    json.dumps(["/data"])))
     jid = m.start_restore("me_1", ["/data"], str(target))
     [job] = m.wait_for([jid])

@@ -141,3 +141,25 @@ def test_policy_building(cfg, tmp_path):
     assert p["schedules"][0]["retention_s"] == 14 * 86400
     with pytest.raises(ValidationError, match="still used"):
         cfg.delete_host("me")
+
+
+def test_upgrade_from_version_1_keeps_data_and_marks_old_images_sha256(tmp_path, monkeypatch):
+    path = str(tmp_path / "c.db")
+    monkeypatch.setattr("app.store.db.MIGRATIONS", MIGRATIONS[:1])
+    old = Database(path)
+    old.execute("INSERT INTO hosts(name, kind, created) VALUES ('me', 'local', 'x')")
+    old.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, bytes,"
+                " files, storage_unit, pool, storage_host, path, image_bytes) VALUES "
+                "('me_1','me','p','s','full','x',0,0,'u','d','me','/v/i.tar',0)")
+    old.close()
+    monkeypatch.setattr("app.store.db.MIGRATIONS", MIGRATIONS)
+    db = Database(path)
+    assert db.one("SELECT checksum FROM images WHERE id='me_1'")[0] == "sha256"
+    assert (tmp_path / "c.db.bak-v1").exists()
+    cfg = Config(db)
+    cfg.add_storage_server("ss1", type="advanced-disk", host="me")
+    cfg.add_disk_pool("dp1", server="ss1", volumes=["/v"])
+    cfg.add_storage_unit("stu1", pool="dp1")
+    assert cfg.add_policy("p1", storage_unit="stu1")["checksum"] == "crc32"
+    with pytest.raises(ValidationError, match="checksum 'md5' is unknown"):
+        cfg.add_policy("p2", storage_unit="stu1", checksum="md5")

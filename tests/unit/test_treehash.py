@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import zlib
 
 import pytest
 
@@ -10,26 +11,47 @@ from app.agent import tarfmt
 P = tarfmt.PIECE
 
 
-def test_definition_pinned():
-    # SHA-256 over the SHA-256 digests of 1 MiB pieces; this must never change silently,
-    # or restores of older images would report mismatches.
-    assert tarfmt.tree_digest(b"abc") == hashlib.sha256(hashlib.sha256(b"abc").digest()).hexdigest()
-    assert tarfmt.tree_digest(b"") == hashlib.sha256(hashlib.sha256(b"").digest()).hexdigest()
+def crc(b):
+    return zlib.crc32(b).to_bytes(4, "big")
+
+
+def sha(b):
+    return hashlib.sha256(b).digest()
+
+
+@pytest.mark.parametrize("algorithm,piece", [("sha256", sha), ("crc32", crc)])
+def test_definition_pinned(algorithm, piece):
+    # SHA-256 over the piece digests of 1 MiB pieces; this must never change silently, or
+    # restores of older images would report mismatches.
+    def tree(parts):
+        return hashlib.sha256(b"".join(piece(x) for x in parts)).hexdigest()
+    assert tarfmt.tree_digest(b"abc", algorithm) == tree([b"abc"])
+    assert tarfmt.tree_digest(b"", algorithm) == tree([b""])
     data = b"x" * (P + 1)
-    expected = hashlib.sha256(hashlib.sha256(data[:P]).digest()
-                              + hashlib.sha256(data[P:]).digest()).hexdigest()
-    assert tarfmt.tree_digest(data) == expected
+    assert tarfmt.tree_digest(data, algorithm) == tree([data[:P], data[P:]])
 
 
+def test_crc32_vector():
+    # a fixed vector, independent of this module's own helpers
+    assert tarfmt.tree_digest(b"123456789", "crc32") == hashlib.sha256(
+        bytes.fromhex("cbf43926")).hexdigest()
+
+
+def test_unknown_algorithm_is_refused():
+    with pytest.raises(ValueError, match="unknown checksum"):
+        tarfmt.TreeHash("md4")
+
+
+@pytest.mark.parametrize("algorithm", ["crc32", "sha256"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_worker_pieces_in_any_order_give_the_same_digest(threads):
+def test_worker_pieces_in_any_order_give_the_same_digest(threads, algorithm):
     sizes = [0, 1, P - 1, P, P + 1, 3 * P + 5]
     blobs = [os.urandom(n) for n in sizes]
     w = tarfmt.HashWorker(nbuf=2, bufsize=1 << 16, threads=threads)
     results = {}
     try:
         for i, blob in enumerate(blobs):
-            h = tarfmt.TreeHash()
+            h = tarfmt.TreeHash(algorithm)
             mv = memoryview(blob)
             # uneven slices, as reads into a ring buffer come
             step = 1 + (i * 7919) % (1 << 20)
@@ -40,11 +62,12 @@ def test_worker_pieces_in_any_order_give_the_same_digest(threads):
     finally:
         w.close()
     for i, blob in enumerate(blobs):
-        assert results[i] == tarfmt.tree_digest(blob), sizes[i]
+        assert results[i] == tarfmt.tree_digest(blob, algorithm), sizes[i]
 
 
-def test_a_flipped_byte_changes_the_digest():
+@pytest.mark.parametrize("algorithm", ["crc32", "sha256"])
+def test_a_flipped_byte_changes_the_digest(algorithm):
     data = bytearray(os.urandom(2 * P))
-    before = tarfmt.tree_digest(bytes(data))
+    before = tarfmt.tree_digest(bytes(data), algorithm)
     data[P + 17] ^= 1
-    assert tarfmt.tree_digest(bytes(data)) != before
+    assert tarfmt.tree_digest(bytes(data), algorithm) != before

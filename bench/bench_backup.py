@@ -118,11 +118,17 @@ class Cairn:
         drop(self.vol)
 
 
+TAR_SYNC = []
+
+
 def run_tar(src, work):
     out = os.path.join(work, "tar.out")
     tgt = os.path.join(work, "tar.restore")
     tb = timed(lambda: sh(f"tar -cf - -C {src} . | cat > {out}"))
-    sh("sync")
+    # The same output made durable, as a committed Cairn image is: the disk write that the
+    # plain pipeline leaves to the kernel for later.
+    tsync = timed(lambda: sh(f"sync {out}"))
+    TAR_SYNC.append(tb + tsync)
     os.makedirs(tgt)
     tr = timed(lambda: sh(f"tar -xf {out} -C {tgt}"))
     drop(tgt)
@@ -162,7 +168,10 @@ def bench_set(name, src, work):
                 times.setdefault(f"{tool} restore", []).append(tr)
     finally:
         cairn.close()
-    return nbytes, {k: min(v) for k, v in times.items()}
+    best = {k: min(v) for k, v in times.items()}
+    best["tar backup + sync"] = min(TAR_SYNC)
+    TAR_SYNC.clear()
+    return nbytes, best
 
 
 def report(name, nbytes, res, target_backup):
@@ -180,6 +189,8 @@ def report(name, nbytes, res, target_backup):
     ok &= r2 >= 0.8
     print(f"cairn restore / cairn backup    = {r2:.2f}  (target >= 0.8) "
           f"{'PASS' if r2 >= 0.8 else 'FAIL'}")
+    print(f"cairn backup / (tar + sync)     = "
+          f"{rate['cairn backup'] / rate['tar backup + sync']:.2f}  (both durable)")
     print(f"cairn restore / tar restore     = {rate['cairn restore'] / rate['tar restore']:.2f}")
     if "restic backup" in rate:
         print(f"cairn backup / restic backup    = {rate['cairn backup'] / rate['restic backup']:.2f}")

@@ -22,7 +22,7 @@ def handler(fn):
 
 def _accelerators():
     found = []
-    for mod in ("zstandard", "xxhash", "blake3"):
+    for mod in ("isal", "zstandard", "xxhash", "blake3"):
         try:
             __import__(mod)
             found.append(mod)

@@ -71,3 +71,38 @@ def test_a_flipped_byte_changes_the_digest(algorithm):
     before = tarfmt.tree_digest(bytes(data), algorithm)
     data[P + 17] ^= 1
     assert tarfmt.tree_digest(bytes(data), algorithm) != before
+
+
+def test_accelerated_and_standard_crc32_agree():
+    """Shared vectors: a host with the accelerator and one without record and check the
+    same checksums, whatever the piece boundaries."""
+    from isal import isal_zlib  # a dependency of the project: scripts/setup.sh installs it
+    import random
+    rng = random.Random(7)
+    for n in (0, 1, 5 * 1024, P - 1, P, 3 * P + 11):
+        data = rng.randbytes(n)
+        assert isal_zlib.crc32(data) == zlib.crc32(data), n
+        mid = n // 3
+        assert isal_zlib.crc32(data[mid:], zlib.crc32(data[:mid])) == zlib.crc32(data), n
+    assert tarfmt.CRC32_ACCELERATOR == "isal"
+
+
+def test_a_host_without_the_accelerator_gives_the_same_checksums():
+    """The agent on a host with only the standard library (isal blocked) computes the same
+    tree digests as this one."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['isal'] = None; sys.modules['isal.isal_zlib'] = None\n"
+            "from app.agent import tarfmt\n"
+            "import random\n"
+            "assert tarfmt.CRC32_ACCELERATOR is None\n"
+            "rng = random.Random(11)\n"
+            "print(','.join(tarfmt.tree_digest(rng.randbytes(n), 'crc32') "
+            "for n in (0, 3, %d, %d)))" % (P, 2 * P + 5))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=root, check=True).stdout.strip().split(",")
+    import random
+    rng = random.Random(11)
+    here = [tarfmt.tree_digest(rng.randbytes(n), "crc32") for n in (0, 3, P, 2 * P + 5)]
+    assert out == here

@@ -10,7 +10,8 @@ measures against the targets:
     list_dir, cold       <  100 ms            page cache of the index dropped, open + list
     list_dir, first      <  100 ms            new reader (page cache warm), open + list
     list_dir, repeated   <  100 ms            same reader, directory listed before
-    the same three for the 100,000-entry directory (median of 7 runs)
+    the same three for the 100,000-entry directory (median of 7 runs) < 300 ms: what the
+    restore browser needs to expand such a directory at once
 
 Prints a table and exits 1 if a target is missed. Usage: bench/bench_index.py [--rows N]
 [--seed S] [--keep DIR]
@@ -40,6 +41,7 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
 TARGET_RATE = 100_000
 TARGET_BYTES = 150
 TARGET_LIST_MS = 100
+TARGET_BIG_LIST_MS = 300
 
 
 class Image:
@@ -254,14 +256,14 @@ def main():
             med, mx = statistics.median(times), max(times)
             results.append((f"list_dir {label}, {BIG_DIR_ENTRIES:,} entries",
                             f"median {med:.1f} ms, max {mx:.1f} ms",
-                            f"< {TARGET_LIST_MS} ms (median)", med < TARGET_LIST_MS))
+                            f"< {TARGET_BIG_LIST_MS} ms (median)", med < TARGET_BIG_LIST_MS))
         with IndexReader(path) as r:
             r.list_dir(img.big_dir)
             times = [timed_list(r, img.big_dir) for _ in range(BIG_RUNS)]
         med, mx = statistics.median(times), max(times)
         results.append((f"list_dir repeated (kept), {BIG_DIR_ENTRIES:,}",
                         f"median {med:.1f} ms, max {mx:.1f} ms",
-                        f"< {TARGET_LIST_MS} ms (median)", med < TARGET_LIST_MS))
+                        f"< {TARGET_BIG_LIST_MS} ms (median)", med < TARGET_BIG_LIST_MS))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

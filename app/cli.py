@@ -406,10 +406,13 @@ def _print_probe(d):
 
 
 def _print_job(j):
+    shown = dict(j, bytes=f"{j['bytes']} ({_size(j['bytes'])})",
+                 rate_bytes_per_s=(f"{_size(j['rate_bytes_per_s'])}/s"
+                                   if j.get("rate_bytes_per_s") else None))
     for k in ("id", "type", "state", "status", "status_text", "client", "policy", "schedule",
               "storage_unit", "started", "ended", "files", "bytes", "rate_bytes_per_s",
-              "percent", "wait_reason", "image_id"):
-        print(f"{k:16} {'' if j.get(k) is None else j[k]}")
+              "percent", "eta_s", "wait_reason", "image_id"):
+        print(f"{k:16} {'' if shown.get(k) is None else shown[k]}")
     print("log:")
     for x in j.get("log", []):
         print(f"  {x['ts']} {x['level']:7} {x['message']}")

@@ -69,7 +69,8 @@ def _id_of(db, table, kind, name, listing):
     row = db.one(f"SELECT id FROM {table} WHERE name=?", (name,))
     if row is None:
         known = [r[0] for r in db.all(f"SELECT name FROM {table} ORDER BY name")]
-        hint = (f"known {kind}s: {', '.join(known)}" if known
+        plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+        hint = (f"known {plural}: {', '.join(known)}" if known
                 else f"create one first with `cairn {listing} ...`")
         raise NotFound(f"there is no {kind} named {name!r}", hint=hint)
     return row[0]

@@ -3,6 +3,7 @@ over its stdin and stdout. The local host and SSH hosts differ only below this l
 
 from __future__ import annotations
 
+import abc
 import threading
 
 STDERR_LIMIT = 64 * 1024
@@ -53,7 +54,7 @@ class StderrBuffer:
         return self._done.wait(timeout)
 
 
-class AgentProcess:
+class AgentProcess(abc.ABC):
     """A started agent, whatever the transport.
 
     stdin: binary, .write(bytes) and .flush(); stdout: binary, .readline() -> bytes, b"" at
@@ -62,20 +63,24 @@ class AgentProcess:
     stdin = None
     stdout = None
 
+    @abc.abstractmethod
     def stderr_text(self) -> str:
         """What the agent wrote on stderr so far (the last 64 KiB), for error messages."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Ends the agent: closes its stdin, waits briefly for it to leave, then kills it."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def is_alive(self) -> bool:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def exit_status(self) -> int | None:
         """The agent's exit status once it has ended, else None."""
-        raise NotImplementedError
+        ...
 
     def __enter__(self):
         return self
@@ -84,22 +89,26 @@ class AgentProcess:
         self.close()
 
 
-class Transport:
+class Transport(abc.ABC):
     """The way to one host."""
 
+    @abc.abstractmethod
     def start_agent(self) -> AgentProcess:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def local_address(self) -> str | None:
         """This machine's address on the connection towards the host; None for the local host."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def peer_address(self) -> str:
         """The host's address as the data plane should use it."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        ...
 
     def __enter__(self):
         return self

@@ -137,9 +137,10 @@ class _Totals(threading.Thread):
     """Counts what the selections hold, beside the copy, so that percent done and an ETA can
     be shown long before the copy is over."""
 
-    def __init__(self, roots):
+    def __init__(self, roots, excludes=frozenset()):
         super().__init__(name="cairn-totals", daemon=True)
         self.roots = roots
+        self.excludes = excludes
         self.stop = False
         self.result = None
 
@@ -170,7 +171,8 @@ class _Totals(threading.Thread):
                 for e in it:
                     try:
                         if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
+                            if e.path not in self.excludes:
+                                stack.append(e.path)
                             continue
                         if e.is_file(follow_symlinks=False):
                             st = e.stat(follow_symlinks=False)
@@ -191,8 +193,11 @@ class _Totals(threading.Thread):
 
 
 class _Backup:
-    def __init__(self, out, emit, is_cancelled, checksum):
+    def __init__(self, out, emit, is_cancelled, checksum, excludes=None):
         self.checksum = checksum
+        # absolute path (bytes) -> why it is left out
+        self.excludes = {os.fsencode(p.rstrip("/") or "/"): why
+                         for p, why in (excludes or {}).items()}
         self.emit = emit
         self.is_cancelled = is_cancelled
         self.worker = tarfmt.HashWorker(NBUF, CHUNK)
@@ -331,7 +336,7 @@ class _Backup:
 
     def run(self, selections, image_meta):
         roots = self.selected_roots(selections)
-        self.totals = _Totals(list(roots))
+        self.totals = _Totals(list(roots), self.excludes)
         self.totals.start()
         meta = json.dumps(image_meta, indent=1, sort_keys=True).encode("utf-8") + b"\n"
         now_ns = time.time_ns()
@@ -446,6 +451,10 @@ class _Backup:
             for name in names:
                 self.tick()
                 child = _join(path, name)
+                if child in self.excludes:
+                    self.log("%s is not backed up: it is excluded (%s)"
+                             % (os.fsdecode(child), self.excludes[child]))
+                    continue
                 cnode = None if node is None else node.children[name]
                 try:
                     st = os.lstat(name, dir_fd=dfd)
@@ -751,7 +760,7 @@ class _Backup:
 
 
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
-              checksum=tarfmt.DEFAULT_CHECKSUM):
+              checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -762,6 +771,8 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     a failing `out` raises StorageFailure; is_cancelled() returning true raises Cancelled.
 
     checksum names the piece algorithm of the file checksums (tarfmt.PIECE_HASHES).
+    excludes: {absolute path: reason}; those directories or files and everything below them
+    are left out (logged once each).
 
     Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "index_offset",
     "index_length"}; the last two locate the `.cairn/index.jsonl` member in the image.
@@ -770,7 +781,7 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
         tarfmt.piece_hash(checksum)
     except ValueError as e:
         raise InvalidRequest(str(e))
-    b = _Backup(out, emit, is_cancelled, checksum)
+    b = _Backup(out, emit, is_cancelled, checksum, excludes)
     try:
         return b.run(selections, image_meta)
     finally:

@@ -207,7 +207,7 @@ def _remove(path):
 
 
 @handler
-def backup(req, selections, image_meta, dest, checksum="sha256"):
+def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None):
     """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
     is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
     storage server's agent."""
@@ -217,7 +217,7 @@ def backup(req, selections, image_meta, dest, checksum="sha256"):
         try:
             summary = backup_to(sink, selections, emit=req.emit,
                                 is_cancelled=req.is_cancelled, image_meta=image_meta,
-                                checksum=checksum)
+                                checksum=checksum, excludes=excludes)
             sink.finish()
         except BaseException:
             sink.close()
@@ -230,7 +230,7 @@ def backup(req, selections, image_meta, dest, checksum="sha256"):
         try:
             summary = backup_to(chan, selections, emit=req.emit,
                                 is_cancelled=req.is_cancelled, image_meta=image_meta,
-                                checksum=checksum)
+                                checksum=checksum, excludes=excludes)
             chan.finish()
         finally:
             chan.close()

@@ -89,9 +89,15 @@ def run(master, job):
             ctx.log(f"data plane: {client_host['name']} -> {storage_host['name']} "
                     f"({addr}:{port}, TLS, per-job key)")
             dest = {"mode": "net", "host": addr, "port": port, "cert": cert, "token": token}
+        excludes = {}
+        if storage_host["name"] == client_host["name"]:
+            # Backing up the pool's own images into the pool helps nobody and grows forever.
+            for v in pool["volumes"]:
+                excludes[posixpath.join(v, plugin.IMAGE_DIR)] = \
+                    f"the image directory of disk pool {pool['name']}"
         send = client.start("backup", {"selections": selections, "image_meta": meta,
-                                       "dest": dest, "checksum": meta["checksum"]},
-                            on_event=on_event)
+                                       "dest": dest, "checksum": meta["checksum"],
+                                       "excludes": excludes}, on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)
         summary = results(calls)[0]

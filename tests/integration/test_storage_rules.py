@@ -114,3 +114,21 @@ def test_choose_volume_prefers_free_space_and_skips_full_and_broken():
     assert choose_volume(stats, 98) == ("/b", None)
     vol, reason = choose_volume(stats[:1] + stats[2:], 98)
     assert vol is None and "99% full" in reason and "/c: does not exist" in reason
+
+
+def test_pool_inside_the_selection_is_not_backed_up_into_itself(tmp_path):
+    src = tmp_path / "src"
+    vol = src / "backups"  # the pool's volume lies inside what is backed up
+    vol.mkdir(parents=True)
+    (src / "f").write_text("data")
+    m = Master(str(tmp_path / "home"))
+    configure(m, [str(vol)], [str(src)])
+    for _ in range(2):
+        job, log = run_backup(m)
+        assert job["status"] == 0, log
+    assert "is not backed up: it is excluded (the image directory of disk pool dp1)" in log
+    newest = m.images()[0]
+    names = {e["name"] for e in m.browse(newest["id"], str(vol))["entries"]}
+    assert "cairn-images" not in names
+    assert {e["name"] for e in m.browse(newest["id"], str(src))["entries"]} == {"backups", "f"}
+    assert newest["image_bytes"] < 64 * 1024, "the image holds the earlier image"

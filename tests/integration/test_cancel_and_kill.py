@@ -11,7 +11,7 @@ from app import status
 from app.master import Master
 from clihelp import cairn, cairn_json
 
-BIG = 3 << 30  # enough data that the job is still copying when it is stopped
+BIG = 4 << 30  # enough data that the job is still copying when it is stopped
 
 
 def big_tree(root):
@@ -54,7 +54,7 @@ def wait_active_with_bytes(m, jid, timeout=60):
             raise AssertionError(f"job ended before it could be stopped: {j}")
         if j["state"] == "active" and j["bytes"] > 0:
             return j
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise AssertionError("the job never got going")
 
 
@@ -73,6 +73,7 @@ def test_cancelled_backup_through_the_cli_commits_nothing(tmp_path, bigsrc):
         time.sleep(0.1)
     job = m.jobs.get(jid)
     assert job["status"] == status.CANCELED, job
+    assert 0 < job["bytes"] < BIG, "the cancel should have stopped the copy under way"
     nothing_committed(m, vol)
     m.close()
 

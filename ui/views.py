@@ -370,6 +370,7 @@ class ObjectListView(QWidget):
         stretch = not self.model.columns[last].numeric
         # The stretched last column never shrinks below the size it had before stretching.
         hh.setStretchLastSection(False)
+        widths = []
         for c in range(last + 1):
             title = fm.horizontalAdvance(self.model.columns[c].title) + 14
             if c == hh.sortIndicatorSection():
@@ -379,10 +380,23 @@ class ObjectListView(QWidget):
                 # right-aligned numbers need a little air before the next column's text
                 pad = 6 if self.model.columns[c].numeric else 0
                 width = max(self.table.sizeHintForColumn(c) + pad, title)
-            hh.resizeSection(c, min(width, limit))
+            widths.append(width)
+        # Long texts (a policy's selections) are cut only when the columns would not fit.
+        if sum(widths) > self.table.viewport().width():
+            widths = [min(w, limit) for w in widths]
+        for c, width in enumerate(widths):
+            hh.resizeSection(c, width)
         hh.setStretchLastSection(stretch)
         if contents:
             self._sized = True
+            # A view filled while hidden sees a tiny viewport: size it again when shown.
+            self._resize_on_show = not self.table.isVisible()
+
+    def showEvent(self, event):
+        super().showEvent(event)
+        if getattr(self, "_resize_on_show", False):
+            self._resize_on_show = False
+            self._size_columns()
 
     def _update_title(self):
         n = self.model.rowCount()
@@ -425,6 +439,7 @@ class ObjectListView(QWidget):
         state = settings.value(f"views/{self.name}/header")
         if state is not None and self.table.horizontalHeader().restoreState(state):
             self._sized = True
+            self._resize_on_show = False  # the admin's own column widths win
 
 
 class ImagesView(ObjectListView):

@@ -538,6 +538,12 @@ class _Restore:
             if length:
                 self.progress()
 
+    def restored_one(self, path, where):
+        """Count a restored non-directory; remember where it went if a hard link follows."""
+        self.files += 1
+        if path in self.link_targets:
+            self.restored[path] = where
+
     def discard(self, fd, dfd, tmp):
         if fd is not None:
             try:
@@ -600,9 +606,7 @@ class _Restore:
         except BaseException:
             self.discard(fd, p.dfd, p.tmp)
             raise
-        self.files += 1
-        if p.path in self.link_targets:
-            self.restored[p.path] = p.key[:-1] + (p.final,)
+        self.restored_one(p.path, p.key[:-1] + (p.final,))
 
     def set_owner(self, fd, dfd, name, m, path):
         if not self.can_chown:
@@ -718,17 +722,12 @@ class _Restore:
                     os.rename(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
             except OSError as e:
                 if replace:
-                    try:
-                        os.unlink(tmp, dir_fd=dfd)
-                    except OSError:
-                        pass
+                    self.discard(None, dfd, tmp)
                 self.full(e)
                 raise _Refused("cannot create the hard link: %s" % _why(e))
         finally:
             tchain.close()
-        self.files += 1
-        if path in self.link_targets:
-            self.restored[path] = tuple(parent) + (final,)
+        self.restored_one(path, tuple(parent) + (final,))
 
     def other(self, item, m, kind, path, parent, name):
         if kind == entry.KIND_SYMLINK:
@@ -761,15 +760,10 @@ class _Restore:
                 os.rename(tmp, final, src_dir_fd=dfd, dst_dir_fd=dfd)
         except OSError as e:
             if replace:
-                try:
-                    os.unlink(tmp, dir_fd=dfd)
-                except OSError:
-                    pass
+                self.discard(None, dfd, tmp)
                 raise _Refused("cannot put it in place: %s" % _why(e))
             self.warn(path, "cannot set its metadata: %s" % _why(e))
-        self.files += 1
-        if path in self.link_targets:
-            self.restored[path] = tuple(parent) + (final,)
+        self.restored_one(path, tuple(parent) + (final,))
 
     def apply_dirs(self):
         """Directory modes, owners and times last, deepest first: a read-only directory mode

@@ -48,6 +48,19 @@ def _join(parent, name):
     return parent + name if parent == b"/" else parent + b"/" + name
 
 
+def _cached_name(cache, key, lookup):
+    """User and group names for the headers, looked up once per id ("" when unknown)."""
+    try:
+        return cache[key]
+    except KeyError:
+        try:
+            n = os.fsencode(lookup())
+        except (KeyError, OverflowError):
+            n = b""
+        cache[key] = n
+        return n
+
+
 class _Output:
     """The image byte stream: coalesces headers and file data into large writes, counts
     offsets (`out` need not be seekable) and feeds the hash worker.
@@ -276,26 +289,10 @@ class _Backup:
     # -- metadata helpers
 
     def uname(self, uid):
-        try:
-            return self.users[uid]
-        except KeyError:
-            try:
-                n = os.fsencode(pwd.getpwuid(uid).pw_name)
-            except (KeyError, OverflowError):
-                n = b""
-            self.users[uid] = n
-            return n
+        return _cached_name(self.users, uid, lambda: pwd.getpwuid(uid).pw_name)
 
     def gname(self, gid):
-        try:
-            return self.groups[gid]
-        except KeyError:
-            try:
-                n = os.fsencode(grp.getgrgid(gid).gr_name)
-            except (KeyError, OverflowError):
-                n = b""
-            self.groups[gid] = n
-            return n
+        return _cached_name(self.groups, gid, lambda: grp.getgrgid(gid).gr_name)
 
     def xattrs(self, target, dev, follow=False, dfd=None, name=None):
         """Extended attributes of every namespace this process can read, as (name, value)

@@ -3,7 +3,6 @@ members, in image order, with their checksums), then have the storage host's age
 exactly those members and the target host's agent write them under the target directory —
 in one agent when both are the same host, agent to agent over the data plane otherwise."""
 
-import posixpath
 
 from app import status as st
 from app.agent import entry as E
@@ -110,7 +109,7 @@ def run(master, job):
     problems = summary.get("errors", 0)
     warnings = max(summary.get("warnings", 0), ctx.warnings)
     ctx.log(f"restored {summary['files']} files, {summary['bytes']} bytes to "
-            f"{posixpath.join(target_dir)}; skipped {summary.get('skipped', 0)}, "
+            f"{target_dir}; skipped {summary.get('skipped', 0)}, "
             f"refused or failed {problems}")
     ctx.flush(sample=True)
     if problems or warnings:

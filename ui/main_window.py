@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
     QTreeWidget, QTreeWidgetItem
 
 from app import __version__
-from ui import views
+from ui.pages import make_pages
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -86,15 +86,12 @@ class MainWindow(QMainWindow):
         self.views = {}
         self._items = {}
 
-        specs = {s.name: s for s in views.LIST_SPECS}
-        self._add_view(views.OverviewView("overview", "Master — this catalog", "master",
-                                          views.STEPS, bridge))
-        self._add_view(views.OverviewView("storage", "Storage", "storage",
-                                          views.STEPS[1:4], bridge))
-        for name, spec in specs.items():
-            cls = views.ImagesView if name == "restore" else views.ObjectListView
-            self._add_view(cls(spec, bridge))
-        self.views["activity"].opened.connect(self.open_job)
+        for page in make_pages(bridge):
+            self._add_view(page)
+            if hasattr(page, "job_opened"):  # a job's row, to show in its details window
+                page.job_opened.connect(self.open_job)
+            elif page.name == "activity":
+                page.opened.connect(self.open_job)
         self._fill_nav(self.nav.invisibleRootItem(), NAVIGATION)
         self.nav.expandAll()
         self.nav.currentItemChanged.connect(self._nav_changed)

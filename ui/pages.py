@@ -1,0 +1,23 @@
+"""The pages of the main window, one per navigation node (see main_window.NAVIGATION).
+
+Each page is a QWidget with `name`, `loaded`, `due(now)`, `refresh()`, `save_state(settings)`
+and `restore_state(settings)`; a page that loads more after its first refresh also has
+`settled`. A page that shows jobs has an `opened(dict)` signal that opens the job's details."""
+
+from ui import views
+
+
+def make_pages(bridge):
+    specs = {s.name: s for s in views.LIST_SPECS}
+    pages = [
+        views.OverviewView("overview", "Master — this catalog", "master", views.STEPS, bridge),
+        views.OverviewView("storage", "Storage", "storage", views.STEPS[1:4], bridge),
+        views.ObjectListView(specs["hosts"], bridge),
+        views.ObjectListView(specs["storage-servers"], bridge),
+        views.ObjectListView(specs["disk-pools"], bridge),
+        views.ObjectListView(specs["storage-units"], bridge),
+        views.ObjectListView(specs["policies"], bridge),
+        views.ObjectListView(specs["activity"], bridge),
+        views.ImagesView(specs["restore"], bridge),
+    ]
+    return pages

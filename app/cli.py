@@ -67,6 +67,8 @@ def build_parser():
     p.add_argument("--host", required=True)
     p.add_argument("--path")
     cmd(ss, "list", "list storage servers")
+    p = cmd(ss, "delete", "delete a storage server that no disk pool uses")
+    p.add_argument("name")
 
     dp = cmd(sub, "disk-pool", "disk pools").add_subparsers(dest="sub", metavar="ACTION")
     p = cmd(dp, "create", "create a disk pool")
@@ -77,6 +79,8 @@ def build_parser():
     p.add_argument("--low-water", type=int, default=80)
     p.add_argument("--max-io-streams", type=int)
     cmd(dp, "list", "list disk pools")
+    p = cmd(dp, "delete", "delete a disk pool that no storage unit or image uses")
+    p.add_argument("name")
 
     su = cmd(sub, "storage-unit", "storage units").add_subparsers(dest="sub", metavar="ACTION")
     p = cmd(su, "create", "create a storage unit")
@@ -84,6 +88,8 @@ def build_parser():
     p.add_argument("--pool", required=True)
     p.add_argument("--max-concurrent-jobs", type=int, default=1)
     cmd(su, "list", "list storage units")
+    p = cmd(su, "delete", "delete a storage unit that no policy uses")
+    p.add_argument("name")
 
     # policies
     po = cmd(sub, "policy", "backup policies").add_subparsers(dest="sub", metavar="ACTION")
@@ -109,6 +115,8 @@ def build_parser():
     p.add_argument("--type", required=True)
     p.add_argument("--retention", default="2w")
     cmd(po, "list", "list policies")
+    p = cmd(po, "delete", "delete a policy (its images stay until they expire)")
+    p.add_argument("name")
     p = cmd(po, "show", "show a policy")
     p.add_argument("name")
 
@@ -247,15 +255,19 @@ def _dispatch(m, args, c, s):
                 f"host {d['host']}: trusted {d['key_type']} {d['fingerprint']}" if d["trusted"]
                 else f"host {d['host']}: its key is trusted already"))
         if s == "remove":
-            m.config.delete_host(args.name)
+            m.delete_object("host", args.name)
             return _out(args, {"removed": args.name}, lambda d: print(f"host {args.name} removed"))
     if c == "storage-server":
+        if s == "delete":
+            return _delete(m, args, "storage-server")
         if s == "create":
             r = m.create_storage_server(args.name, type=args.type, host=args.host, path=args.path)
             return _out(args, r, lambda d: print(f"storage server {d['name']} created"))
         return _out(args, {"storage_servers": m.config.storage_servers()},
                     lambda d: _table(d["storage_servers"], ["name", "type", "host", "path"]))
     if c == "disk-pool":
+        if s == "delete":
+            return _delete(m, args, "disk-pool")
         if s == "create":
             r = m.create_disk_pool(args.name, server=args.server, volumes=args.volume,
                                    high_water=args.high_water, low_water=args.low_water,
@@ -265,6 +277,8 @@ def _dispatch(m, args, c, s):
                     lambda d: _table(d["disk_pools"], ["name", "server", "volumes", "high_water",
                                                        "low_water"]))
     if c == "storage-unit":
+        if s == "delete":
+            return _delete(m, args, "storage-unit")
         if s == "create":
             r = m.config.add_storage_unit(args.name, pool=args.pool,
                                           max_concurrent_jobs=args.max_concurrent_jobs)
@@ -273,6 +287,8 @@ def _dispatch(m, args, c, s):
                     lambda d: _table(d["storage_units"], ["name", "pool", "host",
                                                           "max_concurrent_jobs"]))
     if c == "policy":
+        if s == "delete":
+            return _delete(m, args, "policy")
         cfg = m.config
         if s == "create":
             r = cfg.add_policy(args.name, storage_unit=args.storage_unit, priority=args.priority,
@@ -425,6 +441,11 @@ def _print_listing(d):
         print(f"  {e['kind']} {e['mode']:04o} {e['uid']:>6} {e['gid']:>6} {e['size']:>12} "
               f"{mt} {printable(e['name'])}" + (f" -> {printable(e['link'])}" if e["link"]
                                                  else ""))
+
+
+def _delete(m, args, kind):
+    r = m.delete_object(kind, args.name)
+    return _out(args, r, lambda d: print(f"{kind.replace('-', ' ')} {args.name} deleted"))
 
 
 def main(argv=None):

@@ -133,17 +133,8 @@ class Config:
         return _host_dict(row) if row else None
 
     def delete_host(self, name):
-        hid = _id_of(self.db, "hosts", "host", name, "host add")
-        users = [r[0] for r in self.db.all(
-            "SELECT name FROM storage_servers WHERE host_id=?", (hid,))]
-        users += [f"policy {r[0]}" for r in self.db.all(
-            "SELECT p.name FROM policies p JOIN policy_clients c ON c.policy_id=p.id "
-            "WHERE c.host_id=?", (hid,))]
-        if users:
-            raise ValidationError(f"host {name!r} is still used by: {', '.join(users)}",
-                                  hint="remove those first")
-        with self.db.tx() as c:
-            c.execute("DELETE FROM hosts WHERE id=?", (hid,))
+        from app import config_edit
+        return config_edit.delete(self.db, "host", name)
 
     # ---- storage servers -----------------------------------------------------------------
     def add_storage_server(self, name, *, type, host, path=None, comment=""):

@@ -140,6 +140,23 @@ class Master:
                                          high_water=high_water, low_water=low_water,
                                          max_io_streams=max_io_streams)
 
+    # ---- editing --------------------------------------------------------------------------
+    def dependents(self, kind, name):
+        """What still uses a configuration object (kind: host, storage-server, disk-pool,
+        storage-unit, policy); it can be deleted only when this is empty."""
+        from app import config_edit
+        deps = config_edit.dependents(self.db, kind, name)
+        return {"kind": kind, "name": name, "dependents": deps,
+                "text": config_edit.describe(deps)}
+
+    def delete_object(self, kind, name):
+        from app import config_edit
+        return config_edit.delete(self.db, kind, name)
+
+    def update_object(self, kind, name, **changes):
+        from app import config_edit
+        return config_edit.update(self.db, self.config, kind, name, **changes)
+
     # ---- backups --------------------------------------------------------------------------
     def start_backup(self, policy, client=None, schedule=None):
         """Queues one backup job per client of the policy (or the one client given)."""

@@ -1,0 +1,197 @@
+"""Changing and removing configuration objects, and what depends on each one.
+
+An object that others still use is never removed: the caller gets the list of dependents
+(to show before asking) and a refusal that names them. Images are not configuration, but a
+pool or storage unit that still holds images would leave them unreachable, so they count as
+dependents too. Only attributes that do not change where existing images live can be edited;
+renaming is not offered because jobs and images record names."""
+
+import os
+
+from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUMS, \
+    _id_of, check_int
+from app.errors import ValidationError
+
+KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy")
+
+_TABLE = {"host": "hosts", "storage-server": "storage_servers", "disk-pool": "disk_pools",
+          "storage-unit": "storage_units", "policy": "policies"}
+_CREATE = {"host": "host add", "storage-server": "storage-server create",
+           "disk-pool": "disk-pool create", "storage-unit": "storage-unit create",
+           "policy": "policy create"}
+
+#: attributes the properties dialog may change, per kind
+EDITABLE = {
+    "host": ("port", "user", "key_file", "data_address", "comment"),
+    "storage-server": ("comment",),
+    "disk-pool": ("high_water", "low_water", "max_io_streams", "comment"),
+    "storage-unit": ("max_concurrent_jobs", "comment"),
+    "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "active", "comment"),
+}
+
+
+def _check_kind(kind):
+    if kind not in KINDS:
+        raise ValidationError(f"object kind {kind!r} is unknown",
+                              hint=f"choose one of: {', '.join(KINDS)}")
+
+
+def _object_id(db, kind, name):
+    _check_kind(kind)
+    return _id_of(db, _TABLE[kind], kind.replace("-", " "), name, _CREATE[kind])
+
+
+def _count(n, word):
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def dependents(db, kind, name):
+    """What still uses the object, as [{"kind", "name"}]; empty when it can be removed.
+    Jobs that are queued or running count, finished jobs do not."""
+    oid = _object_id(db, kind, name)
+    out = []
+
+    def add(k, rows):
+        out.extend({"kind": k, "name": r[0]} for r in rows)
+
+    if kind == "host":
+        add("storage-server", db.all("SELECT name FROM storage_servers WHERE host_id=? "
+                                     "ORDER BY name", (oid,)))
+        add("policy", db.all("SELECT p.name FROM policies p JOIN policy_clients c "
+                             "ON c.policy_id=p.id WHERE c.host_id=? ORDER BY p.name", (oid,)))
+        add("job", db.all("SELECT id FROM jobs WHERE client=? AND state IN ('queued','active')",
+                          (name,)))
+    elif kind == "storage-server":
+        add("disk-pool", db.all("SELECT name FROM disk_pools WHERE server_id=? ORDER BY name",
+                                (oid,)))
+    elif kind == "disk-pool":
+        add("storage-unit", db.all("SELECT name FROM storage_units WHERE pool_id=? "
+                                   "ORDER BY name", (oid,)))
+        add("image", db.all("SELECT id FROM images WHERE pool=? ORDER BY created", (name,)))
+    elif kind == "storage-unit":
+        add("policy", db.all("SELECT name FROM policies WHERE storage_unit_id=? ORDER BY name",
+                             (oid,)))
+        add("job", db.all("SELECT id FROM jobs WHERE storage_unit=? "
+                          "AND state IN ('queued','active')", (name,)))
+    elif kind == "policy":
+        add("job", db.all("SELECT id FROM jobs WHERE policy=? AND state IN ('queued','active')",
+                          (name,)))
+    for d in out:
+        if d["kind"] == "job":
+            d["name"] = str(d["name"])
+    return out
+
+
+def describe(deps):
+    """'2 disk pools (p1, p2), 1 policy (nightly)': for messages and confirmations."""
+    by_kind = {}
+    for d in deps:
+        by_kind.setdefault(d["kind"], []).append(d["name"])
+    parts = []
+    for k, names in by_kind.items():
+        shown = ", ".join(names[:5]) + (f", … {len(names) - 5} more" if len(names) > 5 else "")
+        word = {"job": "queued or running job", "image": "backup image"}.get(
+            k, k.replace("-", " "))
+        parts.append(f"{_count(len(names), word)} ({shown})")
+    return ", ".join(parts)
+
+
+_HOW = {"storage-server": "delete its disk pools first",
+        "disk-pool": "delete its storage units and expire its images first",
+        "storage-unit": "move its policies to another storage unit or delete them first",
+        "host": "remove it from those policies and delete its storage servers first",
+        "policy": "wait for its jobs to end or cancel them first"}
+
+
+def delete(db, kind, name):
+    oid = _object_id(db, kind, name)
+    deps = dependents(db, kind, name)
+    if deps:
+        raise ValidationError(f"{kind.replace('-', ' ')} {name!r} is still used by "
+                              f"{describe(deps)}", hint=_HOW[kind])
+    with db.tx() as c:
+        c.execute(f"DELETE FROM {_TABLE[kind]} WHERE id=?", (oid,))
+    return {"deleted": name, "kind": kind}
+
+
+def update(db, config, kind, name, **changes):
+    """Changes the given attributes; unknown or fixed ones are refused by name. Returns the
+    object as it is now."""
+    oid = _object_id(db, kind, name)
+    allowed = EDITABLE[kind]
+    for k in changes:
+        if k not in allowed:
+            raise ValidationError(f"{k!r} of a {kind.replace('-', ' ')} cannot be changed",
+                                  hint=f"changeable: {', '.join(allowed)}")
+    values = {}
+    if kind == "host":
+        host = config.host(name)
+        for k in ("port", "user", "key_file", "data_address"):
+            if k in changes and host["kind"] == "local" and changes[k] not in (None, ""):
+                raise ValidationError(f"host {name!r} is this machine; it has no {k}")
+        if "port" in changes and host["kind"] == "ssh":
+            values["port"] = check_int("port", changes["port"], 1, 65535)
+        if "user" in changes:
+            values["user"] = changes["user"] or None
+        if changes.get("key_file"):
+            path = os.path.abspath(os.path.expanduser(changes["key_file"]))
+            if not os.path.isfile(path):
+                raise ValidationError(f"key file {path} does not exist")
+            values["key_file"] = path
+        elif "key_file" in changes:
+            values["key_file"] = None
+        if "data_address" in changes:
+            a = changes["data_address"] or None
+            if a is not None and not ADDRESS_RE.match(a):
+                raise ValidationError(f"data address {a!r} is not valid")
+            values["data_address"] = a
+    elif kind == "disk-pool":
+        pool = config.disk_pool(name)
+        hw = check_int("high-water mark", changes.get("high_water", pool["high_water"]), 1, 100)
+        lw = check_int("low-water mark", changes.get("low_water", pool["low_water"]), 0, 100)
+        if lw >= hw:
+            raise ValidationError(f"low-water mark {lw}% must be below the high-water mark "
+                                  f"{hw}%")
+        values["high_water"], values["low_water"] = hw, lw
+        if "max_io_streams" in changes:
+            m = changes["max_io_streams"]
+            values["max_io_streams"] = (None if m in (None, "", 0)
+                                        else check_int("maximum I/O streams", m, 1,
+                                                       MAX_IO_STREAMS))
+    elif kind == "storage-unit":
+        if "max_concurrent_jobs" in changes:
+            values["max_concurrent_jobs"] = check_int(
+                "maximum concurrent jobs", changes["max_concurrent_jobs"], 1,
+                MAX_CONCURRENT_JOBS)
+    elif kind == "policy":
+        if "storage_unit" in changes:
+            values["storage_unit_id"] = _id_of(db, "storage_units", "storage unit",
+                                               changes["storage_unit"], "storage-unit create")
+        if "priority" in changes:
+            values["priority"] = check_int("priority", changes["priority"], 0, 99999)
+        for k in ("multiple_streams", "active"):
+            if k in changes:
+                values[k] = int(bool(changes[k]))
+        if "checksum" in changes:
+            if changes["checksum"] not in CHECKSUMS:
+                raise ValidationError(f"checksum {changes['checksum']!r} is unknown",
+                                      hint=f"choose one of: {', '.join(CHECKSUMS)}")
+            values["checksum"] = changes["checksum"]
+    if "comment" in changes:
+        c = changes["comment"] or ""
+        if len(c) > 1000 or "\0" in c:
+            raise ValidationError("the comment is too long or contains a NUL byte",
+                                  hint="keep it under 1000 characters")
+        values["comment"] = c
+    if values:
+        cols = ", ".join(f"{k}=?" for k in values)
+        with db.tx() as c:
+            c.execute(f"UPDATE {_TABLE[kind]} SET {cols} WHERE id=?", (*values.values(), oid))
+    return get(config, kind, name)
+
+
+def get(config, kind, name):
+    _check_kind(kind)
+    return {"host": config.host, "storage-server": config.storage_server,
+            "disk-pool": config.disk_pool, "storage-unit": config.storage_unit,
+            "policy": config.policy}[kind](name)

@@ -1,0 +1,423 @@
+"""The setup wizards driven as an administrator would, against a real catalog, the local
+host's agent and the loopback OpenSSH server."""
+
+import os
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialogButtonBox, QWizard
+
+from app.transport import hostkeys
+from ui.bridge import Bridge
+from ui.wizards import WIZARDS, make_wizard
+from ui.wizards import disk_pool
+
+pytestmark = pytest.mark.gui
+
+WAIT_MS = 20000
+
+
+@pytest.fixture
+def bridge(empty_master):
+    b = Bridge(empty_master)
+    yield b
+    b.shutdown()
+
+
+@pytest.fixture
+def open_wizard(qtbot, bridge):
+    def open_(kind, **preset):
+        w = make_wizard(kind, bridge, **preset)
+        qtbot.addWidget(w)
+        w.show()
+        settle(qtbot, w)
+        return w
+    return open_
+
+
+def settle(qtbot, w):
+    qtbot.waitUntil(lambda: not w.busy, timeout=WAIT_MS)
+
+
+def next_enabled(w):
+    return w.button(QWizard.WizardButton.NextButton).isEnabled()
+
+
+def go_next(qtbot, w):
+    assert next_enabled(w), w.currentPage().status.plain_text()
+    qtbot.mouseClick(w.button(QWizard.WizardButton.NextButton), Qt.MouseButton.LeftButton)
+    settle(qtbot, w)
+
+
+def finish(qtbot, w):
+    button = w.button(QWizard.WizardButton.FinishButton)
+    assert button.isEnabled() and button.isVisible(), w.currentPage().status.plain_text()
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def retype(qtbot, field, text):
+    field.clear()
+    qtbot.keyClicks(field, text)
+
+
+def storage(m, tmp_path, unit=True):
+    host = m.config.local_host()["name"]
+    vol = tmp_path / "vol1"
+    vol.mkdir()
+    m.create_storage_server("ss1", type="advanced-disk", host=host)
+    m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)], check=False)
+    if unit:
+        m.config.add_storage_unit("stu1", pool="dp1")
+    return host
+
+
+def test_every_wizard_opens_at_its_first_page_with_its_data_loaded(open_wizard, empty_master,
+                                                                   tmp_path):
+    storage(empty_master, tmp_path)
+    for kind, cls in WIZARDS.items():
+        w = open_wizard(kind)
+        assert isinstance(w, cls) and not w.busy
+        assert w.currentId() == w.startId()
+        assert w.minimumWidth() >= 760 and w.minimumHeight() >= 540
+        w.close()
+    with pytest.raises(KeyError, match="choose one of"):
+        make_wizard("tape-library", None)
+
+
+def test_storage_server_wizard(open_wizard, empty_master, qtbot):
+    host = empty_master.config.local_host()["name"]
+    empty_master.create_storage_server("taken", type="advanced-disk", host=host)
+    w = open_wizard("storage-server")
+    made = []
+    w.created.connect(lambda kind, name: made.append((kind, name)))
+
+    types = w.type_page.buttons
+    assert types["advanced-disk"].isChecked()
+    assert not types["dedup"].isEnabled(), "dedup is not shipped in this version"
+    go_next(qtbot, w)
+    assert w.host_page.picker.name() == host
+    assert "This machine" in w.host_page.picker.detail.text()
+    go_next(qtbot, w)
+
+    page = w.name_page
+    assert page.name.text() == f"{host}-disk"
+    retype(qtbot, page.name, "taken")
+    assert not next_enabled(w)
+    assert "A storage server named 'taken' already exists" in page.status.plain_text()
+    retype(qtbot, page.name, "bad name!")
+    assert not next_enabled(w) and "not valid" in page.status.plain_text()
+    retype(qtbot, page.name, "ss1")
+    go_next(qtbot, w)
+
+    assert ("Type:", "advanced-disk") in w.summary_page.rows()
+    go_next(qtbot, w)
+    assert w.result_page.result is not None, w.result_page.status.plain_text()
+    assert "'ss1' was created" in w.result_page.headline.text()
+    finish(qtbot, w)
+    assert made == [("storage-server", "ss1")]
+    srv = empty_master.config.storage_server("ss1")
+    assert srv["type"] == "advanced-disk" and srv["host"] == host
+
+
+def test_a_failed_creation_stays_open_to_go_back_and_fix(open_wizard, empty_master, qtbot,
+                                                         tmp_path):
+    storage(empty_master, tmp_path)
+    w = open_wizard("storage-unit", pool="dp1")
+    page = w.settings_page
+    assert page.name.text() == "dp1-stu"
+    retype(qtbot, page.name, "stu2")
+    go_next(qtbot, w)
+    # Someone else takes the name between the check and the creation.
+    empty_master.config.add_storage_unit("stu2", pool="dp1")
+    go_next(qtbot, w)
+    assert w.currentPage() is w.result_page and w.result_page.result is None
+    assert "already exists" in w.result_page.status.plain_text()
+    assert not w.button(QWizard.WizardButton.FinishButton).isEnabled()
+    back = w.button(QWizard.WizardButton.BackButton)
+    assert back.isVisible() and back.isEnabled()
+    qtbot.mouseClick(back, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(w.button(QWizard.WizardButton.BackButton), Qt.MouseButton.LeftButton)
+    assert w.currentPage() is page
+    retype(qtbot, page.name, "stu3")
+    page.jobs.setValue(4)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    assert w.result_page.result is not None
+    assert not w.button(QWizard.WizardButton.BackButton).isVisible()
+    finish(qtbot, w)
+    assert empty_master.config.storage_unit("stu3")["max_concurrent_jobs"] == 4
+
+
+def test_adding_a_host_over_ssh_accepts_its_key_after_showing_it(open_wizard, empty_master,
+                                                                   qtbot, sshd):
+    w = open_wizard("storage-server")
+    go_next(qtbot, w)
+    page = w.host_page
+    qtbot.mouseClick(page.picker.add_button, Qt.MouseButton.LeftButton)
+    dlg = page.host_dialog
+    qtbot.waitUntil(lambda: not dlg._loading, timeout=WAIT_MS)
+    assert not dlg.add_button.isEnabled()
+    qtbot.keyClicks(dlg.name, "gpfs1")
+    qtbot.keyClicks(dlg.address, sshd.host)
+    dlg.port.setValue(int(sshd.port))
+    qtbot.keyClicks(dlg.user, sshd.user)
+    qtbot.keyClicks(dlg.key_file, str(sshd.key_file) + ".missing")
+    assert not dlg.add_button.isEnabled() and "does not exist" in dlg.status.plain_text()
+    retype(qtbot, dlg.key_file, str(sshd.key_file))
+    assert dlg.add_button.isEnabled()
+
+    qtbot.mouseClick(dlg.add_button, Qt.MouseButton.LeftButton)
+    settle(qtbot, w)
+    assert dlg.unknown_key is not None, dlg.status.plain_text()
+    shown = dlg.key_text.text()
+    assert sshd.host_key_fingerprint in shown and "ssh-ed25519" in shown
+    assert dlg.trust_button.isVisible()
+    kh = empty_master.home.known_hosts
+    assert not hostkeys.find(kh, sshd.host, int(sshd.port)), "nothing trusted before accepting"
+    assert "gpfs1" not in [h["name"] for h in empty_master.config.hosts()]
+
+    qtbot.mouseClick(dlg.trust_button, Qt.MouseButton.LeftButton)
+    settle(qtbot, w)
+    assert dlg.result() == dlg.DialogCode.Accepted, dlg.status.plain_text()
+    assert hostkeys.find(kh, sshd.host, int(sshd.port))
+    assert empty_master.config.host("gpfs1")["address"] == sshd.host
+    settle(qtbot, w)
+    assert page.picker.name() == "gpfs1"
+    assert next_enabled(w)
+
+
+def test_a_host_that_cannot_be_reached_is_reported_in_the_dialog(open_wizard, qtbot,
+                                                                  empty_master):
+    from sshd import free_port
+    w = open_wizard("policy")
+    dlg = w.clients_page.add_host()
+    qtbot.waitUntil(lambda: not dlg._loading, timeout=WAIT_MS)
+    qtbot.keyClicks(dlg.name, "nowhere")
+    qtbot.keyClicks(dlg.address, "127.0.0.1")
+    dlg.port.setValue(free_port())
+    qtbot.mouseClick(dlg.add_button, Qt.MouseButton.LeftButton)
+    settle(qtbot, w)
+    assert dlg.status.kind == "error"
+    assert "The host was not added" in dlg.status.plain_text()
+    assert dlg.isVisible() and dlg.add_button.isEnabled()
+    assert "nowhere" not in [h["name"] for h in empty_master.config.hosts()]
+    dlg.reject()
+
+
+def test_disk_pool_wizard_then_its_storage_unit(open_wizard, empty_master, qtbot, tmp_path):
+    storage(empty_master, tmp_path, unit=False)
+    w = open_wizard("disk-pool", server="ss1")
+    made = []
+    w.created.connect(lambda kind, name: made.append((kind, name)))
+    assert w.server_page.combo.currentText() == "ss1"
+    go_next(qtbot, w)
+
+    vp = w.volumes_page
+    mounts = [vp.table.item(r, disk_pool.COL_MOUNT).text() for r in range(vp.table.rowCount())]
+    assert "/" in mounts, "the host's own file systems are listed"
+    assert not next_enabled(w) and "Check at least one" in vp.status.plain_text()
+
+    missing = str(tmp_path / "nothing-here")
+    qtbot.keyClicks(vp.path, missing)
+    qtbot.mouseClick(vp.add_button, Qt.MouseButton.LeftButton)
+    assert vp.checking or vp.timer.isActive()
+    assert not next_enabled(w)
+    qtbot.waitUntil(lambda: missing in vp.checks and not w.busy, timeout=WAIT_MS)
+    assert not next_enabled(w)
+    assert f"Volume {missing} on host" in vp.status.plain_text()
+    assert "does not exist" in vp.status.plain_text()
+
+    good = tmp_path / "gpfs-like" / "backup"
+    good.mkdir(parents=True)
+    vp.set_checked(missing, False)
+    qtbot.keyClicks(vp.path, str(good))
+    qtbot.keyClicks(vp.path, "\r")
+    qtbot.waitUntil(lambda: str(good) in vp.checks and not w.busy, timeout=WAIT_MS)
+    row = vp._row_of(str(good))
+    assert vp.table.item(row, disk_pool.COL_CHECK).text().startswith("ok, writable")
+    assert vp.table.item(row, disk_pool.COL_MOUNT).text() != "", "typed paths show their mount"
+    assert vp.volumes() == [str(good)]
+    go_next(qtbot, w)
+
+    sp = w.settings_page
+    assert sp.high.value() == 98 and sp.low.value() == 80
+    retype(qtbot, sp.name, "dp1")
+    assert "A disk pool named 'dp1' already exists" in sp.status.plain_text()
+    retype(qtbot, sp.name, "p1")
+    sp.low.setValue(98)
+    assert not next_enabled(w) and "must be below the high-water mark" in sp.status.plain_text()
+    sp.low.setValue(70)
+    sp.no_limit.setChecked(False)
+    sp.streams.setValue(3)
+    qtbot.keyClicks(sp.comment, "GPFS scratch")
+    go_next(qtbot, w)
+
+    assert w.summary_page.make_unit.isChecked()
+    assert ("Volumes:", str(good)) in w.summary_page.rows()
+    go_next(qtbot, w)
+    assert w.result_page.result is not None, w.result_page.status.plain_text()
+    followed = []
+    w.continued.connect(followed.append)
+    finish(qtbot, w)
+    assert made == [("disk-pool", "p1")]
+    pool = empty_master.config.disk_pool("p1")
+    assert pool["volumes"] == [str(good)] and pool["low_water"] == 70
+    assert pool["max_io_streams"] == 3 and pool["comment"] == "GPFS scratch"
+
+    unit = w.follow_up
+    assert followed == [unit]
+    qtbot.addWidget(unit)
+    settle(qtbot, unit)
+    assert unit.isVisible()
+    assert unit.settings_page.pool.currentText() == "p1"
+    assert unit.settings_page.name.text() == "p1-stu"
+    go_next(qtbot, unit)
+    go_next(qtbot, unit)
+    finish(qtbot, unit)
+    assert empty_master.config.storage_unit("p1-stu")["pool"] == "p1"
+
+
+def test_parallel_file_systems_are_marked(open_wizard, empty_master, qtbot, tmp_path):
+    storage(empty_master, tmp_path, unit=False)
+    w = open_wizard("disk-pool", server="ss1")
+    go_next(qtbot, w)
+    vp = w.volumes_page
+    gpfs = {"mount_point": "/gpfs/fs1", "type": "gpfs", "class": "parallel", "device": "fs1",
+            "size": 1 << 44, "free": 1 << 43, "read_only": False, "mounted": True}
+    ext4 = {"mount_point": "/", "type": "ext4", "class": "local", "device": "/dev/sda1",
+            "size": 1 << 36, "free": 1 << 35, "read_only": False, "mounted": True}
+    vp._loaded({"host": "h", "filesystems": [ext4, gpfs], "used": {}}, [])
+    assert vp.table.item(1, disk_pool.COL_TYPE).text() == "gpfs — parallel file system"
+    assert not vp.table.item(1, disk_pool.COL_TYPE).icon().isNull()
+    assert "parallel" not in vp.table.item(0, disk_pool.COL_TYPE).text()
+    vp.timer.stop()
+    vp.path.setText("/gpfs/fs1/backup")
+    vp.timer.blockSignals(True)
+    vp.add_typed()
+    r = vp._row_of("/gpfs/fs1/backup")
+    assert vp.table.item(r, disk_pool.COL_MOUNT).text() == "/gpfs/fs1"
+    assert "parallel" in vp.table.item(r, disk_pool.COL_TYPE).text()
+    # Editing the directory of a mount's row keeps it on that file system.
+    vp.table.item(0, disk_pool.COL_VOLUME).setText("/gpfs/fs1/other")
+    assert vp.table.item(0, disk_pool.COL_MOUNT).text() == "/gpfs/fs1"
+    vp.timer.blockSignals(False)
+    settle(qtbot, w)
+
+
+def drag(qtbot, grid, start, end):
+    a = grid.cell_rect(*start).center()
+    b = grid.cell_rect(*end).center()
+    qtbot.mousePress(grid, Qt.MouseButton.LeftButton, pos=a)
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtCore import QEvent, QPointF
+    from PySide6.QtWidgets import QApplication
+    move = QMouseEvent(QEvent.Type.MouseMove, QPointF(b), QPointF(grid.mapToGlobal(b)),
+                       Qt.MouseButton.NoButton, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(grid, move)
+    qtbot.mouseRelease(grid, Qt.MouseButton.LeftButton, pos=b)
+
+
+def test_policy_wizard_with_schedule_client_and_browsed_selection(open_wizard, empty_master,
+                                                                  qtbot, tmp_path):
+    host = storage(empty_master, tmp_path)
+    data = tmp_path / "data"
+    (data / "projects").mkdir(parents=True)
+    (data / "projects" / "notes.txt").write_text("x")
+    w = open_wizard("policy")
+    made = []
+    w.created.connect(lambda kind, name: made.append((kind, name)))
+
+    ap = w.attributes_page
+    assert not next_enabled(w) and "Give the policy a name" in ap.status.plain_text()
+    assert not ap.compression.isEnabled() and "not available" in ap.compression.text()
+    assert not ap.encryption.isEnabled()
+    qtbot.keyClicks(ap.name, "pol1")
+    assert ap.unit.currentText() == "stu1"
+    ap.priority.setValue(10)
+    ap.multiple_streams.setChecked(True)
+    go_next(qtbot, w)
+
+    sp = w.schedules_page
+    assert "started by hand" in sp.hint.text()
+    qtbot.mouseClick(sp.add_button, Qt.MouseButton.LeftButton)
+    dlg = sp.dialog
+    model = dlg.type.model()
+    assert [model.item(i).isEnabled() for i in range(3)] == [True, False, False]
+    assert "manual backups only" in dlg.windows_text.text()
+    drag(qtbot, dlg.grid, (0, 22), (0, 23))      # Monday 22:00-24:00
+    drag(qtbot, dlg.grid, (1, 0), (1, 3))        # Tuesday 00:00-04:00
+    assert dlg.grid.windows() == [{"day": 0, "start": "22:00", "hours": 6}]
+    assert "Mon 22:00 for 6 hours" in dlg.windows_text.text()
+    retype(qtbot, dlg.name, "nightly")
+    dlg.retention.setValue(3)
+    dlg.retention_unit.setCurrentIndex(dlg.retention_unit.findData("w"))
+    qtbot.mouseClick(dlg.buttons.button(QDialogButtonBox.StandardButton.Ok),
+                     Qt.MouseButton.LeftButton)
+    assert [s["name"] for s in sp.schedules] == ["nightly"]
+    # A second schedule cannot take the same name.
+    dlg2 = sp.add()
+    retype(qtbot, dlg2.name, "nightly")
+    assert not dlg2.buttons.button(QDialogButtonBox.StandardButton.Ok).isEnabled()
+    assert "already has a schedule named 'nightly'" in dlg2.status.plain_text()
+    dlg2.reject()
+    go_next(qtbot, w)
+
+    cp = w.clients_page
+    assert not next_enabled(w) and "at least one client" in cp.status.plain_text()
+    cp.set_checked(host)
+    go_next(qtbot, w)
+
+    sel = w.selections_page
+    assert not next_enabled(w)
+    qtbot.keyClicks(sel.path, "relative/path")
+    assert "not an absolute path" in sel.status.plain_text()
+    sel.path.clear()
+    assert sel.client.currentText() == host
+    qtbot.mouseClick(sel.browse_button, Qt.MouseButton.LeftButton)
+    browser = sel.browser
+    settle(qtbot, w)
+    path = "/"
+    for part in str(data).strip("/").split("/"):
+        path = os.path.join(path, part)
+        item = browser.item_for(path)
+        assert item is not None, f"{path} is not listed"
+        item.setExpanded(True)
+        settle(qtbot, w)
+    assert browser.item_for(str(data / "projects" / "notes.txt")) is None, "not opened yet"
+    browser.item_for(str(data / "projects")).setSelected(True)
+    qtbot.mouseClick(browser.add_button, Qt.MouseButton.LeftButton)
+    assert sel.selections == [str(data / "projects")]
+    go_next(qtbot, w)
+
+    rows = dict(w.summary_page.rows())
+    assert rows["Clients:"] == host and "Mon 22:00 for 6 hours" in rows["Schedules:"]
+    go_next(qtbot, w)
+    assert w.result_page.result is not None, w.result_page.status.plain_text()
+    finish(qtbot, w)
+    assert made == [("policy", "pol1")]
+    pol = empty_master.config.policy("pol1")
+    assert pol["clients"] == [host] and pol["selections"] == [str(data / "projects")]
+    assert pol["priority"] == 10 and pol["multiple_streams"]
+    (sched,) = pol["schedules"]
+    assert sched["name"] == "nightly" and sched["retention"] == "3w"
+    assert sched["frequency_s"] == 86400
+    assert sched["windows"] == [{"day": 0, "start": "22:00", "hours": 6}]
+
+
+def test_browsing_a_directory_that_cannot_be_read_says_so(open_wizard, empty_master, qtbot,
+                                                          tmp_path):
+    host = storage(empty_master, tmp_path)
+    w = open_wizard("policy", clients=[host])
+    qtbot.keyClicks(w.attributes_page.name, "pol1")
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    browser = w.selections_page.browse()
+    settle(qtbot, w)
+    # A directory listed earlier that is gone by the time it is opened.
+    gone = browser._make_item(browser.tree.topLevelItem(0), "gone", str(tmp_path / "gone"), "d")
+    gone.setExpanded(True)
+    settle(qtbot, w)
+    assert browser.status.kind == "error" and "cannot list" in browser.status.plain_text()
+    browser.reject()

@@ -1,0 +1,409 @@
+"""The policy wizard: attributes, schedules, clients and backup selections, created in one
+call that leaves nothing behind when a part is refused."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, \
+    QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSpinBox, QVBoxLayout
+
+from app.config import CHECKSUMS, check_abs_path
+from app.errors import ValidationError
+from ui.resources import icon
+from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, disabled_check, \
+    fit_combo, name_problem, narrow, note
+from ui.wizards.dir_browser import DirBrowserDialog
+from ui.wizards.host_dialog import AddHostDialog
+from ui.wizards.schedule_dialog import ScheduleDialog
+from ui.wizards.week_grid import describe
+
+ATTRIBUTES_PAGE, SCHEDULES_PAGE, CLIENTS_PAGE, SELECTIONS_PAGE, SUMMARY_PAGE, RESULT_PAGE = \
+    range(6)
+NOT_AVAILABLE = "not available in this version"
+CHECKSUM_TEXT = {"crc32": "crc32 — fast; catches corruption",
+                 "sha256": "sha256 — also evidence against tampering; costs CPU"}
+
+
+class AttributesPage(Page):
+    def __init__(self):
+        super().__init__("Policy attributes", "What the policy is called, where its backups "
+                                              "go and how they are written.")
+        self.name = QLineEdit()
+        self.unit = fit_combo(QComboBox())
+        self.unit_detail = note("")
+        self.priority = narrow(QSpinBox())
+        self.priority.setRange(0, 99999)
+        self.checksum = QComboBox()
+        for c in CHECKSUMS:
+            self.checksum.addItem(CHECKSUM_TEXT.get(c, c), c)
+        self.compression = disabled_check("Compression", NOT_AVAILABLE)
+        self.encryption = disabled_check("Encryption", NOT_AVAILABLE)
+        self.multiple_streams = QCheckBox("Allow multiple data streams")
+        self.multiple_streams.setToolTip("Back up the selections of a client in parallel "
+                                         "streams, one per selection.")
+        form = QFormLayout()
+        form.addRow("&Name:", self.name)
+        form.addRow("&Storage unit:", self.unit)
+        form.addRow("", self.unit_detail)
+        form.addRow("&Priority:", self.priority)
+        form.addRow("", note("Jobs of policies with a higher priority leave the queue first."))
+        form.addRow("&Checksum:", self.checksum)
+        form.addRow("", self.compression)
+        form.addRow("", self.encryption)
+        form.addRow("", self.multiple_streams)
+        self.body.addLayout(form)
+        self.body.addStretch(1)
+        self.units = {}
+        self.existing = set()
+        self._loaded_once = False
+        self.name.textChanged.connect(self.revalidate)
+        self.unit.currentIndexChanged.connect(self._unit_changed)
+
+    def initializePage(self):
+        if self._loaded_once:
+            return
+        self._loaded_once = True
+        self.start_loading("Loading the storage units and policies…")
+        self.call(lambda m: (m.config.storage_units(), [p["name"] for p in m.config.policies()]),
+                  done=self._lists, failed=self.loaded)
+
+    def _lists(self, result):
+        units, policies = result
+        self.units = {u["name"]: u for u in units}
+        self.existing = set(policies)
+        self.unit.blockSignals(True)
+        for u in units:
+            self.unit.addItem(icon("storage-unit"), u["name"])
+        i = self.unit.findText(self.wizard().preset.get("storage_unit") or "")
+        self.unit.setCurrentIndex(max(i, 0) if units else -1)
+        self.unit.blockSignals(False)
+        self._unit_changed()
+        self.loaded()
+
+    def _unit_changed(self, *_):
+        u = self.units.get(self.unit.currentText())
+        self.unit_detail.setText(f"Disk pool {u['pool']} on host {u['host']}, at most "
+                                 f"{u['max_concurrent_jobs']} concurrent jobs" if u else "")
+        self.revalidate()
+
+    def problem(self):
+        p = name_problem("policy", self.name.text().strip(), self.existing)
+        if p:
+            return p
+        if not self.units:
+            return "There is no storage unit yet: create one with the storage unit wizard first."
+        return None if self.unit.currentText() else "Choose a storage unit."
+
+
+_UNIT_WORDS = {"h": "hour", "d": "day", "w": "week", "y": "year", "m": "minute", "s": "second"}
+
+
+def _spoken(duration):
+    """`2w` as `2 weeks`."""
+    n, unit = int(duration[:-1]), duration[-1]
+    return f"{n} {_UNIT_WORDS[unit]}{'s' if n != 1 else ''}"
+
+
+def _schedule_text(s):
+    ret = s["retention"]
+    parts = [f"{s['name']}: {s['type']}",
+             "kept forever" if ret == "infinite" else f"kept {_spoken(ret)}"]
+    if s.get("frequency"):
+        parts.append(f"every {_spoken(s['frequency'])}")
+    windows = describe(s["windows"])
+    return ", ".join(parts) + "; " + windows[0].lower() + windows[1:]
+
+
+class SchedulesPage(Page):
+    def __init__(self):
+        super().__init__("Schedules", "When backups run and how long their images are kept.")
+        self.list = QListWidget()
+        self.list.itemDoubleClicked.connect(lambda _: self.edit())
+        self.list.currentRowChanged.connect(self._buttons)
+        self.add_button = QPushButton("&Add…")
+        self.edit_button = QPushButton("&Edit…")
+        self.remove_button = QPushButton("&Remove")
+        self.add_button.clicked.connect(self.add)
+        self.edit_button.clicked.connect(self.edit)
+        self.remove_button.clicked.connect(self.remove)
+        buttons = QVBoxLayout()
+        for b in (self.add_button, self.edit_button, self.remove_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        row = QHBoxLayout()
+        row.addWidget(self.list, 1)
+        row.addLayout(buttons)
+        self.body.addLayout(row, 1)
+        self.hint = note("")
+        self.body.addWidget(self.hint)
+        self.schedules = []
+        self.dialog = None
+        self._buttons()
+
+    def initializePage(self):
+        if not self.schedules and not self.list.count():
+            self._refill()
+
+    def _refill(self):
+        self.list.clear()
+        for s in self.schedules:
+            item = QListWidgetItem(icon("wizard-schedule"), _schedule_text(s))
+            item.setToolTip(_schedule_text(s))
+            self.list.addItem(item)
+        self.hint.setText("" if self.schedules else
+                          "Without a schedule, the policy's backups run only when started by "
+                          "hand (a full backup with the default retention).")
+        self._buttons()
+        self.revalidate()
+
+    def _buttons(self, *_):
+        has = self.list.currentRow() >= 0
+        self.edit_button.setEnabled(has)
+        self.remove_button.setEnabled(has)
+
+    def _open(self, schedule, index):
+        taken = [s["name"] for i, s in enumerate(self.schedules) if i != index]
+        dlg = ScheduleDialog(schedule, taken, self)
+        self.dialog = dlg
+
+        def accepted():
+            s = dlg.schedule()
+            if index is None:
+                self.schedules.append(s)
+            else:
+                self.schedules[index] = s
+            self._refill()
+            self.list.setCurrentRow(index if index is not None else len(self.schedules) - 1)
+        dlg.accepted.connect(accepted)
+        dlg.open()
+        return dlg
+
+    def add(self):
+        return self._open(None, None)
+
+    def edit(self):
+        i = self.list.currentRow()
+        if i >= 0:
+            return self._open(dict(self.schedules[i]), i)
+        return None
+
+    def remove(self):
+        i = self.list.currentRow()
+        if i >= 0:
+            del self.schedules[i]
+            self._refill()
+
+
+class ClientsPage(Page):
+    def __init__(self):
+        super().__init__("Clients", "The hosts whose files this policy backs up.")
+        self.list = QListWidget()
+        self.add_button = QPushButton("Add a &host…")
+        self.add_button.clicked.connect(self.add_host)
+        row = QHBoxLayout()
+        row.addWidget(self.list, 1)
+        side = QVBoxLayout()
+        side.addWidget(self.add_button)
+        side.addStretch(1)
+        row.addLayout(side)
+        self.body.addLayout(row, 1)
+        self.hosts = {}
+        self.host_dialog = None
+        self._loaded_once = False
+        self.list.itemChanged.connect(self.revalidate)
+
+    def initializePage(self):
+        if not self._loaded_once:
+            self._loaded_once = True
+            self.load(set(self.wizard().preset.get("clients") or ()))
+
+    def load(self, check=()):
+        keep = set(self.clients()) | set(check)
+        self.start_loading("Loading the registered hosts…")
+        self.call(lambda m: m.config.hosts(), done=lambda h: self._hosts(h, keep),
+                  failed=self.loaded)
+
+    def _hosts(self, hosts, keep):
+        self.hosts = {h["name"]: h for h in hosts}
+        self.list.blockSignals(True)
+        self.list.clear()
+        for h in hosts:
+            where = "this machine" if h["kind"] == "local" else h["address"]
+            item = QListWidgetItem(icon("host"), f"{h['name']}  ({where})")
+            item.setData(Qt.ItemDataRole.UserRole, h["name"])
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Checked if h["name"] in keep
+                               else Qt.CheckState.Unchecked)
+            self.list.addItem(item)
+        self.list.blockSignals(False)
+        self.loaded()
+
+    def set_checked(self, name, checked=True):
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            if item.data(Qt.ItemDataRole.UserRole) == name:
+                item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+
+    def clients(self):
+        return [self.list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.list.count())
+                if self.list.item(i).checkState() == Qt.CheckState.Checked]
+
+    def add_host(self):
+        dlg = AddHostDialog(self.wizard_calls(), self)
+        self.host_dialog = dlg
+        dlg.accepted.connect(lambda: self.load({dlg.host["name"]}))
+        dlg.open()
+        return dlg
+
+    def problem(self):
+        if not self.hosts:
+            return "No host is registered yet: add one with “Add a host…”."
+        return None if self.clients() else "Check at least one client to back up."
+
+
+class SelectionsPage(Page):
+    def __init__(self):
+        super().__init__("Backup selections", "The directories and files backed up on each "
+                                              "client.")
+        self.list = QListWidget()
+        self.list.currentRowChanged.connect(self._buttons)
+        self.path = QLineEdit()
+        self.path.setPlaceholderText("/data/projects")
+        self.path.returnPressed.connect(self.add_typed)
+        self.path.textChanged.connect(self.revalidate)
+        self.add_button = QPushButton("&Add")
+        self.add_button.clicked.connect(self.add_typed)
+        self.client = QComboBox()
+        self.browse_button = QPushButton("&Browse…")
+        self.browse_button.clicked.connect(self.browse)
+        self.remove_button = QPushButton("&Remove")
+        self.remove_button.clicked.connect(self.remove)
+
+        typed = QHBoxLayout()
+        typed.addWidget(QLabel("Path:"))
+        typed.addWidget(self.path, 1)
+        typed.addWidget(self.add_button)
+        browse = QHBoxLayout()
+        browse.addWidget(QLabel("Browse the files of"))
+        browse.addWidget(self.client)
+        browse.addWidget(self.browse_button)
+        browse.addStretch(1)
+        browse.addWidget(self.remove_button)
+        self.body.addWidget(self.list, 1)
+        self.body.addLayout(typed)
+        self.body.addLayout(browse)
+        self.selections = []
+        self.browser = None
+        self._buttons()
+
+    def initializePage(self):
+        current = self.client.currentText()
+        self.client.clear()
+        for c in self.wizard().clients_page.clients():
+            self.client.addItem(icon("host"), c)
+        i = self.client.findText(current)
+        if i >= 0:
+            self.client.setCurrentIndex(i)
+        self.browse_button.setEnabled(self.client.count() > 0)
+        self.revalidate()
+
+    def _buttons(self, *_):
+        self.remove_button.setEnabled(self.list.currentRow() >= 0)
+
+    def typed_problem(self):
+        text = self.path.text().strip()
+        if not text:
+            return None
+        try:
+            p = check_abs_path("backup selection", text)
+        except ValidationError as e:
+            return e.message[0].upper() + e.message[1:] + (f": {e.hint}." if e.hint else ".")
+        if p in self.selections:
+            return f"{p} is already selected."
+        return None
+
+    def add_paths(self, paths):
+        for p in paths:
+            if p not in self.selections:
+                self.selections.append(p)
+                self.list.addItem(QListWidgetItem(p))
+        self.revalidate()
+
+    def add_typed(self):
+        text = self.path.text().strip()
+        if not text or self.typed_problem():
+            return
+        self.add_paths([check_abs_path("backup selection", text)])
+        self.path.clear()
+
+    def remove(self):
+        i = self.list.currentRow()
+        if i >= 0:
+            del self.selections[i]
+            self.list.takeItem(i)
+            self.revalidate()
+
+    def browse(self):
+        client = self.client.currentText()
+        if not client:
+            return None
+        dlg = DirBrowserDialog(self.wizard_calls(), client, self)
+        self.browser = dlg
+        dlg.accepted.connect(lambda: self.add_paths(dlg.paths()))
+        dlg.open()
+        return dlg
+
+    def problem(self):
+        p = self.typed_problem()
+        if p:
+            return p
+        if self.path.text().strip():
+            return f"Click Add to add {self.path.text().strip()}, or clear the field."
+        return None if self.selections else "Add at least one path to back up."
+
+
+class PolicyWizard(WizardBase):
+    KIND, WHAT, KIND_ICON = "policy", "policy", "policy"
+
+    def __init__(self, bridge, parent=None, **preset):
+        super().__init__(bridge, parent)
+        self.preset = preset
+        self.setWindowTitle("New policy")
+        self.attributes_page = self.add(ATTRIBUTES_PAGE, AttributesPage())
+        self.schedules_page = self.add(SCHEDULES_PAGE, SchedulesPage())
+        self.clients_page = self.add(CLIENTS_PAGE, ClientsPage())
+        self.selections_page = self.add(SELECTIONS_PAGE, SelectionsPage())
+        self.summary_page = self.add(SUMMARY_PAGE, SummaryPage(self.WHAT))
+        self.result_page = self.add(RESULT_PAGE, ResultPage(self.WHAT))
+        if preset.get("name"):
+            self.attributes_page.name.setText(preset["name"])
+
+    def spec(self):
+        a = self.attributes_page
+        return {"name": a.name.text().strip(), "storage_unit": a.unit.currentText(),
+                "priority": a.priority.value(), "checksum": a.checksum.currentData(),
+                "multiple_streams": a.multiple_streams.isChecked(),
+                "clients": self.clients_page.clients(),
+                "selections": list(self.selections_page.selections),
+                "schedules": [dict(s) for s in self.schedules_page.schedules]}
+
+    def summary(self):
+        s = self.spec()
+        return [("Name", s["name"]), ("Storage unit", s["storage_unit"]),
+                ("Priority", str(s["priority"])), ("Checksum", s["checksum"]),
+                ("Multiple data streams", "yes" if s["multiple_streams"] else "no"),
+                ("Schedules", "\n".join(_schedule_text(x) for x in s["schedules"])
+                 or "none: backups only when started by hand"),
+                ("Clients", ", ".join(s["clients"])),
+                ("Backup selections", "\n".join(s["selections"]))]
+
+    def create_call(self):
+        def create(m, s):
+            s = dict(s)
+            return m.create_policy(s.pop("name"), **s)
+        return create, (self.spec(),)
+
+    def created_name(self):
+        return self.spec()["name"]
+
+    def result_text(self, result):
+        return ("Its backups can be started now from the policy list or with "
+                f"`cairn backup {result['name']}`.")

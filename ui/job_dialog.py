@@ -1,5 +1,7 @@
-"""A job's details: its fields on one tab, its detailed log on another. Read-only; while the
-job has not ended both follow it once a second, the log by fetching only new lines."""
+"""A job's details: its fields on one tab, its throughput on another (a plot of MiB/s over
+time and, once the job has ended, its average, sustained peak and ramp-up figures), its
+detailed log on a third. Read-only; while the job has not ended all three follow it once a
+second, the log and the samples by fetching only what is new."""
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QTextCursor
@@ -7,7 +9,10 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QP
     QTabWidget, QVBoxLayout, QWidget
 
 from app import status as st
+from app import timeutil
+from app.jobs import stats as job_stats
 from ui import fmt
+from ui.plots import ThroughputPlot
 from ui.resources import icon
 
 FIELDS = (
@@ -33,8 +38,45 @@ FIELDS = (
 )
 
 
-def _job_and_log(m, job_id, after):
-    return m.jobs.get(job_id), m.jobs.logs(job_id, after=after)
+FIGURES = (
+    ("average", "Average"),
+    ("peak", "Sustained peak"),
+    ("first_60", "First minute"),
+    ("first_120", "First 2 minutes"),
+    ("first_300", "First 5 minutes"),
+    ("tail", "Last minute"),
+)
+
+
+def _job_and_log(m, job_id, after_log, after_t):
+    """The job, its new log lines, its new samples and (once ended) its figures."""
+    s = m.job_stats(job_id, after=after_t)
+    return s["job"], m.jobs.logs(job_id, after=after_log), s["samples"], s["stats"]
+
+
+def figure_texts(figures):
+    """The throughput figures of an ended job as the Throughput tab shows them."""
+    if not figures or figures["average_bytes_per_s"] is None:
+        return {k: "—" for k, _ in FIGURES}
+
+    def moved(mark):
+        b = figures["first"].get(mark)
+        if b is None:
+            return f"— (the job ran {fmt.duration(figures['duration_s'])})"
+        return f"{fmt.size(b)} ({fmt.rate(b / mark) or '0 B/s'} on average)"
+
+    peak = figures["peak_bytes_per_s"]
+    return {
+        "average": f"{fmt.rate(figures['average_bytes_per_s']) or '0 B/s'} "
+                   f"({fmt.size(figures['bytes'])} in {fmt.duration(figures['duration_s'])})",
+        "peak": "—" if peak is None else
+                f"{fmt.rate(peak) or '0 B/s'} (best {figures['peak_window_s']:.0f} s, from "
+                f"{fmt.duration(figures['peak_at_s'])} on)",
+        "first_60": moved(60),
+        "first_120": moved(120),
+        "first_300": moved(300),
+        "tail": fmt.rate(figures["tail_bytes_per_s"]) or "0 B/s",
+    }
 
 
 class JobDetailsDialog(QDialog):
@@ -44,6 +86,8 @@ class JobDetailsDialog(QDialog):
         self.job_id = job["id"]
         self.job = None
         self._last_log_id = 0
+        self._samples = []
+        self.figures = None
         self._busy = False
         self.setWindowTitle(f"Job {self.job_id} — {job.get('type', '')} "
                             f"{job.get('client') or ''}".strip())
@@ -68,8 +112,29 @@ class JobDetailsDialog(QDialog):
         self.log_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.log_view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
 
+        rate_page = QWidget()
+        rate_page.setObjectName("job-throughput")
+        self.plot = ThroughputPlot()
+        self.rate_note = QLabel()
+        self.rate_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.rate_note.setWordWrap(True)
+        figures = QFormLayout()
+        figures.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        self._figures = {}
+        for key, label in FIGURES:
+            v = QLabel("—")
+            v.setTextFormat(Qt.TextFormat.PlainText)
+            v.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            figures.addRow(f"{label}:", v)
+            self._figures[key] = v
+        rl = QVBoxLayout(rate_page)
+        rl.addWidget(self.plot, 1)
+        rl.addWidget(self.rate_note)
+        rl.addLayout(figures)
+
         self.tabs = QTabWidget()
         self.tabs.addTab(status_page, "Status")
+        self.tabs.addTab(rate_page, "Throughput")
         self.tabs.addTab(self.log_view, "Detailed log")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
@@ -97,14 +162,17 @@ class JobDetailsDialog(QDialog):
         if self._busy:
             return
         self._busy = True
-        self.bridge.call(_job_and_log, self.job_id, self._last_log_id, done=self._loaded,
+        after_t = self._samples[-1]["t"] if self._samples else None
+        self.bridge.call(_job_and_log, self.job_id, self._last_log_id, after_t,
+                         done=self._loaded,
                          failed=self._failed, context=self)
 
     def _loaded(self, result):
         self._busy = False
-        job, lines = result
+        job, lines, samples, figures = result
         self.error.hide()
         self._show_job(job)
+        self._show_throughput(job, samples, figures)
         if lines:
             self._last_log_id = lines[-1]["id"]
             at_end = self.log_view.verticalScrollBar().value() == \
@@ -138,6 +206,30 @@ class JobDetailsDialog(QDialog):
 
     def value(self, key):
         return self._values[key].text()
+
+    def figure(self, key):
+        return self._figures[key].text()
+
+    def _show_throughput(self, job, samples, figures):
+        self._samples.extend(samples)
+        started = timeutil.parse_iso(job["started"]) if job.get("started") else None
+        pts = job_stats.points(self._samples, started)
+        origin = pts[0][0] if pts else 0.0
+        self.plot.set_points([(t - origin, r) for t, r in job_stats.rates(pts)])
+        if job["state"] == "queued":
+            self.rate_note.setText("The job has not started yet.")
+        elif job["state"] == "active":
+            self.rate_note.setText("Average, peak and ramp-up figures follow when the job "
+                                   "ends.")
+        elif len(pts) < 2:
+            self.rate_note.setText("The job moved no data that was sampled.")
+        else:
+            self.rate_note.setText("")
+        self.rate_note.setVisible(bool(self.rate_note.text()))
+        if figures is not None:
+            self.figures = figures
+        for key, text in figure_texts(self.figures).items():
+            self._figures[key].setText(text)
 
     def done(self, r):
         self._timer.stop()

@@ -1,14 +1,24 @@
 """Job records in the catalog: state, status, counters, the detailed log and the throughput
-samples (one a second, kept for plots)."""
+samples (one a second, kept for plots).
+
+Every write to a job row sets its `changed` column to the next value of one change counter
+(see NEXT_CHANGE), and a removed job leaves its id in job_removals with such a value, so a
+reader that remembers the counter fetches only what changed since (`changes`). Writes take
+sqlite's write lock in turn, so counter values are committed in increasing order and a reader
+never skips one."""
 
 import json
 import time
 
 from app import status as st
 from app import timeutil
-from app.errors import NotFound
+from app.errors import NotFound, ValidationError
 
 QUEUED, ACTIVE, DONE = "queued", "active", "done"
+
+#: the next value of the change counter, inside a write transaction
+NEXT_CHANGE = ("(SELECT max((SELECT coalesce(max(changed), 0) FROM jobs), "
+               "(SELECT coalesce(max(changed), 0) FROM job_removals)) + 1)")
 
 
 def printable(message):
@@ -55,7 +65,7 @@ class JobStore:
         with self.db.tx() as c:
             cur = c.execute(
                 "INSERT INTO jobs(type, state, client, policy, schedule, storage_unit, priority,"
-                " created, params) VALUES (?,?,?,?,?,?,?,?,?)",
+                f" created, params, changed) VALUES (?,?,?,?,?,?,?,?,?,{NEXT_CHANGE})",
                 (type, QUEUED, client, policy, schedule, storage_unit, priority,
                  timeutil.iso(time.time()), json.dumps(params or {})))
             jid = cur.lastrowid
@@ -80,6 +90,38 @@ class JobStore:
             sql += f" LIMIT {int(limit)}"
         return [job_dict(r) for r in self.db.all(sql, args)]
 
+    def changes(self, since=0):
+        """What changed after the change counter's value `since` (0: everything):
+        {"cursor": the value to ask from next time, "jobs": the jobs written since, and every
+        active job (its elapsed time and time left move on between writes), "removed": ids of
+        jobs removed since}. Read in one snapshot, so nothing falls between two calls."""
+        c = self.db.conn
+        c.execute("BEGIN")
+        try:
+            rows = c.execute("SELECT * FROM jobs WHERE changed>? OR state=?",
+                             (since, ACTIVE)).fetchall()
+            removed = [r[0] for r in c.execute(
+                "SELECT job_id FROM job_removals WHERE changed>?", (since,))] if since else []
+            cursor = c.execute(f"SELECT {NEXT_CHANGE} - 1").fetchone()[0]
+        finally:
+            c.execute("COMMIT")
+        return {"cursor": cursor, "jobs": [job_dict(r) for r in rows], "removed": removed}
+
+    def remove(self, job_ids):
+        """Removes ended jobs with their logs and samples. A job still queued or running is
+        refused and nothing is removed."""
+        with self.db.tx() as c:
+            for jid in job_ids:
+                row = c.execute("SELECT state FROM jobs WHERE id=?", (jid,)).fetchone()
+                if row is None:
+                    raise NotFound(f"there is no job {jid}", hint="see `cairn jobs list`")
+                if row["state"] != DONE:
+                    raise ValidationError(f"job {jid} is {row['state']}, not ended",
+                                          hint="cancel it or wait for it to end first")
+                c.execute("INSERT OR REPLACE INTO job_removals(job_id, changed) "
+                          f"VALUES (?, {NEXT_CHANGE})", (jid,))
+                c.execute("DELETE FROM jobs WHERE id=?", (jid,))
+
     def log(self, job_id, message, level="info"):
         with self.db.tx() as c:
             c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
@@ -98,15 +140,24 @@ class JobStore:
             "SELECT id, ts, level, message FROM job_log WHERE job_id=? AND id>? "
             "ORDER BY id LIMIT ?", (job_id, after, limit))]
 
-    def samples(self, job_id):
+    def samples(self, job_id, after=None):
+        """Throughput samples of a job (cumulative bytes and files at time t), oldest first;
+        only those later than `after` when given."""
         return [dict(r) for r in self.db.all(
-            "SELECT t, bytes, files FROM job_samples WHERE job_id=? ORDER BY t", (job_id,))]
+            "SELECT t, bytes, files FROM job_samples WHERE job_id=? AND t>? ORDER BY t",
+            (job_id, -1.0 if after is None else after))]
+
+    def samples_since(self, t):
+        """Samples of every job later than time t, as (job_id, t, bytes) rows ordered by job
+        and time."""
+        return [tuple(r) for r in self.db.all(
+            "SELECT job_id, t, bytes FROM job_samples WHERE t>? ORDER BY job_id, t", (t,))]
 
     def claim(self, job_id, runner):
         """queued → active, only if still queued (another dispatcher may have been faster)."""
         with self.db.tx() as c:
             cur = c.execute("UPDATE jobs SET state=?, started=?, runner=?, heartbeat=?, "
-                            "wait_reason=NULL WHERE id=? AND state=?",
+                            f"wait_reason=NULL, changed={NEXT_CHANGE} WHERE id=? AND state=?",
                             (ACTIVE, timeutil.iso(time.time()), runner, time.time(), job_id,
                              QUEUED))
             return cur.rowcount == 1
@@ -115,8 +166,8 @@ class JobStore:
                  sample_t=None):
         with self.db.tx() as c:
             c.execute("UPDATE jobs SET bytes=?, files=?, rate_bytes_per_s=?, heartbeat=?, "
-                      "total_bytes=COALESCE(?, total_bytes), total_files=COALESCE(?, total_files)"
-                      " WHERE id=?",
+                      "total_bytes=COALESCE(?, total_bytes), total_files=COALESCE(?, total_files),"
+                      f" changed={NEXT_CHANGE} WHERE id=?",
                       (bytes, files, rate, time.time(), total_bytes, total_files, job_id))
             if sample_t is not None:
                 c.execute("INSERT INTO job_samples(job_id, t, bytes, files) VALUES (?,?,?,?)",
@@ -124,7 +175,8 @@ class JobStore:
 
     def set_wait_reason(self, job_id, reason):
         with self.db.tx() as c:
-            c.execute("UPDATE jobs SET wait_reason=? WHERE id=? AND state=?",
+            c.execute(f"UPDATE jobs SET wait_reason=?, changed={NEXT_CHANGE} "
+                      "WHERE id=? AND state=?",
                       (reason, job_id, QUEUED))
 
     def finish(self, job_id, code, message=None, *, image_id=None, bytes=None, files=None):
@@ -137,9 +189,9 @@ class JobStore:
                 dt = max(now - timeutil.parse_iso(row["started"]), 1e-3)
                 rate = b / dt
             c.execute("UPDATE jobs SET state=?, status=?, ended=?, image_id=COALESCE(?, image_id),"
-                      " bytes=?, files=COALESCE(?, files), rate_bytes_per_s=?, wait_reason=NULL "
-                      "WHERE id=?", (DONE, code, timeutil.iso(now), image_id, b, files, rate,
-                                     job_id))
+                      " bytes=?, files=COALESCE(?, files), rate_bytes_per_s=?, wait_reason=NULL, "
+                      f"changed={NEXT_CHANGE} WHERE id=?",
+                      (DONE, code, timeutil.iso(now), image_id, b, files, rate, job_id))
             level = "info" if code == st.OK else "warning" if code == st.PARTIAL else "error"
             text = printable(f"ended with status {code}: {message or st.text(code)}")
             c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
@@ -150,12 +202,14 @@ class JobStore:
         if job["state"] == DONE:
             return job
         with self.db.tx() as c:
-            c.execute("UPDATE jobs SET cancel_requested=1 WHERE id=?", (job_id,))
+            c.execute(f"UPDATE jobs SET cancel_requested=1, changed={NEXT_CHANGE} WHERE id=?",
+                      (job_id,))
         if job["state"] == QUEUED:
             # Nobody runs it yet: it ends here. A dispatcher that claims it first wins the race
             # and sees cancel_requested as soon as it starts.
             with self.db.tx() as c:
-                cur = c.execute("UPDATE jobs SET state=?, status=?, ended=? WHERE id=? AND state=?",
+                cur = c.execute("UPDATE jobs SET state=?, status=?, ended=?, "
+                                f"changed={NEXT_CHANGE} WHERE id=? AND state=?",
                                 (DONE, st.CANCELED, timeutil.iso(time.time()), job_id, QUEUED))
                 if cur.rowcount:
                     c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",

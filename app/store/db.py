@@ -167,6 +167,19 @@ MIGRATIONS = [
     ALTER TABLE policies ADD COLUMN checksum TEXT NOT NULL DEFAULT 'crc32';
     ALTER TABLE images ADD COLUMN checksum TEXT NOT NULL DEFAULT 'sha256'
     """,
+    # 3: the activity monitor reads only what changed: every write to a job takes the next
+    # value of one catalog-wide change counter, a removed job leaves its id with the value of
+    # its removal; throughput samples found by time for the plot of all jobs.
+    """
+    ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_changed ON jobs(changed);
+    CREATE TABLE job_removals (
+        job_id INTEGER PRIMARY KEY,
+        changed INTEGER NOT NULL
+    );
+    CREATE INDEX job_removals_changed ON job_removals(changed);
+    CREATE INDEX job_samples_t ON job_samples(t)
+    """,
 ]
 
 

@@ -1,0 +1,314 @@
+"""The activity monitor: the job table fed only with what changed, counters, filters and saved
+filters, cancel and restart from its actions, the throughput plot, and real backups followed
+to their end or canceled from the monitor."""
+
+import os
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QInputDialog, QMessageBox, QTableView
+
+from app import status as st
+from ui import fmt
+from ui.activity import COLUMNS, JobFilter, JobTableModel
+from ui.models import ROW_ROLE
+
+pytestmark = pytest.mark.gui
+
+
+def job(i, state="queued", status=None, **kw):
+    d = {"id": i, "type": "backup", "state": state, "status": status, "client": "c1",
+         "policy": "p1", "schedule": "daily", "storage_unit": "stu1", "started": None,
+         "ended": None, "elapsed_s": None, "files": 0, "bytes": 0, "rate_bytes_per_s": None,
+         "percent": None, "eta_s": None, "wait_reason": None, "cancel_requested": False}
+    d.update(kw)
+    return d
+
+
+def col(key):
+    return [c.key for c in COLUMNS].index(key)
+
+
+def shown_ids(proxy):
+    return [proxy.index(r, 0).data(ROW_ROLE)["id"] for r in range(proxy.rowCount())]
+
+
+# ---- the model ---------------------------------------------------------------------------------
+
+@pytest.mark.qt_log_level_fail("WARNING")
+def test_job_model_passes_the_model_tester_while_rows_change(qtmodeltester):
+    model = JobTableModel()
+    qtmodeltester.check(model)
+    model.apply_changes([job(i) for i in range(1, 6)])
+    model.apply_changes([job(2, "active"), job(7)], removed=[1, 4])
+    assert sorted(model.row_dict(r)["id"] for r in range(model.rowCount())) == [2, 3, 5, 7]
+    model.apply_changes([], removed=[99])      # unknown keys are ignored
+    assert model.rowCount() == 4
+
+
+def test_changed_rows_keep_the_selection_and_the_sort(qtbot):
+    model = JobTableModel()
+    proxy = JobFilter()
+    proxy.setSourceModel(model)
+    view = QTableView()
+    qtbot.addWidget(view)
+    view.setModel(proxy)
+    view.setSortingEnabled(True)
+    view.sortByColumn(col("bytes"), Qt.SortOrder.DescendingOrder)
+    model.apply_changes([job(i, "active", bytes=i * 100) for i in range(1, 11)])
+    assert shown_ids(proxy) == list(range(10, 0, -1))
+    view.selectRow(shown_ids(proxy).index(3))
+    resets, removed = [], []
+    model.modelReset.connect(lambda: resets.append(1))
+    model.rowsRemoved.connect(lambda *a: removed.append(a))
+
+    with qtbot.waitSignal(model.dataChanged) as changed:
+        model.apply_changes([job(3, "active", bytes=5000), job(4, "active", bytes=4500)])
+    # neighbouring rows 3 and 4 (model rows 2 and 3) in one signal, over the changed columns
+    top, bottom = changed.args[0], changed.args[1]
+    assert (top.row(), bottom.row()) == (2, 3)
+    assert top.column() <= col("bytes") <= bottom.column()
+    assert shown_ids(proxy)[:3] == [3, 4, 10]
+    selected = [proxy.data(i, ROW_ROLE)["id"] for i in view.selectionModel().selectedRows()]
+    assert selected == [3]
+    assert not resets and not removed
+
+
+def test_inserts_removals_and_counters():
+    model = JobTableModel()
+    model.apply_changes([job(1), job(2, "active"), job(3, "done", st.OK),
+                         job(4, "done", st.PARTIAL), job(5, "done", st.CANCELED),
+                         job(6, "done", st.VOLUME_UNAVAILABLE)])
+    assert dict(model.counts) == {"queued": 1, "active": 1, "done": 2, "failed": 2}
+    inserted = []
+    model.rowsInserted.connect(lambda p, a, b: inserted.append((a, b)))
+    model.apply_changes([job(1, "active"), job(2, "done", st.OK), job(7), job(8)],
+                        removed=[6])
+    assert inserted == [(5, 6)]                 # both new jobs in one insert, at the end
+    assert model.row_of(6) is None and model.rowCount() == 7
+    assert dict(model.counts) == {"queued": 2, "active": 1, "done": 3, "failed": 1}
+    assert model.index(model.row_of(1), col("state")).data() == "active"
+
+
+def test_columns_show_the_job():
+    model = JobTableModel()
+    model.apply_changes([job(1, "active", bytes=3 << 30, files=12345, percent=40.7, eta_s=61,
+                             rate_bytes_per_s=100 << 20, cancel_requested=True),
+                         job(2, wait_reason="storage unit stu1 is at its limit"),
+                         job(3, "done", st.OK, dedup_ratio=4.0)])
+
+    def cell(key, column):
+        return model.index(model.row_of(key), col(column)).data()
+
+    assert cell(1, "state") == "canceling"
+    assert cell(1, "bytes") == "3.0 GiB"
+    assert cell(1, "files") == "12,345"
+    assert cell(1, "rate_bytes_per_s") == "100.0 MiB/s"
+    assert cell(1, "percent") == "40.7%"
+    assert cell(1, "eta_s") == "0:01:01"
+    assert cell(1, "dedup_ratio") == ""
+    assert cell(3, "dedup_ratio") == "4.0:1"
+    assert cell(2, "wait_reason") == "storage unit stu1 is at its limit"
+
+
+# ---- the page in the console -------------------------------------------------------------------
+
+def show(console, qtbot):
+    console.window.select_view("activity")
+    v = console.window.views["activity"]
+    qtbot.waitUntil(lambda: v.loaded, timeout=5000)
+    return v
+
+
+def test_counters_count_all_jobs_and_filter_on_click(console, master, qtbot):
+    v = show(console, qtbot)
+    assert {s: b.text() for s, b in v.counters.items()} == {
+        "queued": "1 queued", "active": "1 active", "done": "1 done", "failed": "1 failed"}
+    v.counters["failed"].click()
+    assert shown_ids(v.proxy) == [master.test_jobs["failed"]]
+    assert v.counters["done"].text() == "1 done"        # counters ignore the filter
+    assert "(1 of 4)" in v.title.text()
+
+
+def test_filters_and_saved_filters(console, master, qtbot, monkeypatch):
+    v = show(console, qtbot)
+    jobs = master.test_jobs
+    v.type_box.setCurrentIndex(v.type_box.findData("restore"))
+    assert shown_ids(v.proxy) == [jobs["queued"]]
+    v.type_box.setCurrentIndex(0)
+    qtbot.keyClicks(v.search, "limit")            # the queued job's reason for waiting
+    assert shown_ids(v.proxy) == [jobs["queued"]]
+    v.search.clear()
+    v.state_box.setCurrentIndex(v.state_box.findData("done"))
+    assert shown_ids(v.proxy) == [jobs["done"]]
+    qtbot.keyClicks(v.search, "status 0")
+    assert shown_ids(v.proxy) == [jobs["done"]]
+
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("good backups", True))
+    v.save_filter_action.trigger()
+    assert v.saved_box.findData("good backups") > 0
+
+    v.set_filter()                                  # everything again
+    assert len(shown_ids(v.proxy)) == 4
+    v.saved_box.setCurrentIndex(v.saved_box.findData("good backups"))
+    v.saved_box.activated.emit(v.saved_box.currentIndex())
+    assert shown_ids(v.proxy) == [jobs["done"]]
+    assert v.state_box.currentData() == "done" and v.search.text() == "status 0"
+
+    # saved filters outlive the window
+    console.window.close()
+    from ui.activity import ActivityView
+    again = ActivityView(console.bridge)
+    assert again.saved_box.findData("good backups") > 0
+
+
+def test_new_changed_and_removed_jobs_follow_without_a_reset(console, master, qtbot):
+    v = show(console, qtbot)
+    resets = []
+    v.model.modelReset.connect(lambda: resets.append(1))
+    done = master.test_jobs["done"]
+    assert v.select_key(done)
+    new = master.start_backup("p1")[0]
+    qtbot.waitUntil(lambda: v.model.row_of(new) is not None, timeout=4000)
+    assert v.counters["queued"].text() == "2 queued"
+    master.jobs.remove([master.test_jobs["failed"]])
+    qtbot.waitUntil(lambda: v.model.row_of(master.test_jobs["failed"]) is None, timeout=4000)
+    assert v.counters["failed"].text() == "0 failed"
+    assert [r["id"] for r in v.selected_rows()] == [done]
+    assert not resets
+
+
+def test_restart_a_failed_job_from_the_toolbar(console, master, qtbot):
+    v = show(console, qtbot)
+    failed = master.test_jobs["failed"]
+    v.select_key(master.test_jobs["done"])
+    assert not v.restart_action.isEnabled()          # a successful job is not restarted
+    v.select_key(failed)
+    assert v.restart_action.isEnabled() and not v.cancel_action.isEnabled()
+    before = {j["id"] for j in master.jobs.list()}
+    v.restart_action.trigger()
+    qtbot.waitUntil(lambda: len(master.jobs.list()) == len(before) + 1, timeout=4000)
+    [new] = [j for j in master.jobs.list() if j["id"] not in before]
+    old = master.jobs.get(failed)
+    assert (new["type"], new["client"], new["policy"], new["schedule"], new["params"]) == \
+        (old["type"], old["client"], old["policy"], old["schedule"], old["params"])
+    qtbot.waitUntil(lambda: [r["id"] for r in v.selected_rows()] == [new["id"]], timeout=4000)
+    assert f"Restarted as job {new['id']}" in v.message.text()
+
+
+def test_cancel_of_several_jobs_asks_once(console, master, qtbot, monkeypatch):
+    v = show(console, qtbot)
+    ids = [master.start_backup("p1")[0] for _ in range(3)]
+    qtbot.waitUntil(lambda: all(v.model.row_of(i) is not None for i in ids), timeout=4000)
+    v.select_keys(ids)
+    asked = []
+
+    def question(parent, title, text, *a):
+        asked.append(text)
+        return QMessageBox.StandardButton.Yes
+    monkeypatch.setattr(QMessageBox, "question", question)
+    v.cancel_action.trigger()
+    assert len(asked) == 1 and "Cancel these 3 jobs?" in asked[0]
+    qtbot.waitUntil(lambda: all(master.jobs.get(i)["status"] == st.CANCELED for i in ids),
+                    timeout=4000)
+    qtbot.waitUntil(lambda: v.counters["failed"].text() == "4 failed", timeout=4000)
+
+
+def test_plot_follows_the_palette(console, qtbot):
+    v = show(console, qtbot)
+    plot = v.plot
+    base = plot.palette().color(QPalette.ColorRole.Base)
+    assert plot.colors["background"] == base
+    dark = QPalette(plot.palette())
+    dark.setColor(QPalette.ColorRole.Base, QColor(30, 32, 35))
+    dark.setColor(QPalette.ColorRole.Text, QColor(224, 226, 229))
+    plot.setPalette(dark)
+    assert plot.colors["background"] == QColor(30, 32, 35)
+    assert plot.colors["text"] == QColor(224, 226, 229)
+    assert plot.getPlotItem().getAxis("left").labelText == "Throughput (MiB/s)"
+
+
+def test_layout_and_filter_are_remembered(make_console, master, qtbot):
+    c = make_console(master)
+    v = show(c, qtbot)
+    v.splitter.setSizes([400, 300])
+    v.set_filter(state="active")
+    c.window.close()
+    from app.master import Master
+    c2 = make_console(Master(master.home.root))
+    v2 = show(c2, qtbot)
+    top, bottom = v2.splitter.sizes()
+    assert top / (top + bottom) == pytest.approx(400 / 700, abs=0.03)
+    assert v2.state_box.currentData() == "active"
+
+
+# ---- real backups ------------------------------------------------------------------------------
+
+def configure(m, tmp_path, src):
+    host = m.config.local_host()["name"]
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    m.create_storage_server("ss1", type="advanced-disk", host=host)
+    m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)])
+    m.config.add_storage_unit("stu1", pool="dp1", max_concurrent_jobs=2)
+    m.config.add_policy("p1", storage_unit="stu1")
+    m.config.add_policy_client("p1", host)
+    m.config.add_policy_selection("p1", str(src))
+
+
+def cell(v, key, column):
+    return v.model.index(v.model.row_of(key), col(column)).data()
+
+
+def test_monitor_follows_a_real_backup_to_its_end(make_console, empty_master, tmp_path,
+                                                  qtbot):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"f{i}.bin").write_bytes(os.urandom(1 << 20))
+    configure(empty_master, tmp_path, src)
+    c = make_console(empty_master, run_dispatcher=True)
+    v = show(c, qtbot)
+    jid = empty_master.start_backup("p1")[0]
+    qtbot.waitUntil(lambda: v.model.row_of(jid) is not None
+                    and cell(v, jid, "state") == "done", timeout=60000)
+    assert cell(v, jid, "status") == "0"
+    assert cell(v, jid, "bytes") == fmt.size(4 << 20)
+    assert cell(v, jid, "files") == "4"
+    assert cell(v, jid, "percent") == "100.0%"
+    assert v.counters["done"].text() == "1 done"
+
+
+def test_cancel_a_large_backup_from_the_context_menu(make_console, empty_master, tmp_path,
+                                                     qtbot, monkeypatch):
+    src = tmp_path / "src"
+    src.mkdir()
+    block = os.urandom(64 << 20)
+    with open(src / "big.bin", "wb") as f:
+        for _ in range(48):                         # 3 GiB: seconds of copying
+            f.write(block)
+    configure(empty_master, tmp_path, src)
+    c = make_console(empty_master, run_dispatcher=True)
+    v = show(c, qtbot)
+    jid = empty_master.start_backup("p1")[0]
+
+    def running():
+        v.refresh()
+        return v.model.row_of(jid) is not None and cell(v, jid, "state") == "active" \
+            and v.model.row_dict(v.model.row_of(jid))["bytes"] > 0
+    qtbot.waitUntil(running, timeout=30000)
+    v.select_key(jid)
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda *a: QMessageBox.StandardButton.Yes)
+    idx = v.proxy.mapFromSource(v.model.index(v.model.row_of(jid), 1))
+    v._context_menu(v.table.visualRect(idx).center())
+    menu = v.context_menu
+    [cancel] = [a for a in menu.actions() if a.text() == "&Cancel job"]
+    assert cancel.isEnabled()
+    menu.close()
+    cancel.trigger()
+    qtbot.waitUntil(lambda: cell(v, jid, "state") == "done", timeout=60000)
+    assert cell(v, jid, "status") == str(st.CANCELED)
+    assert empty_master.images() == []
+    assert v.model.row_dict(v.model.row_of(jid))["bytes"] < 3 << 30

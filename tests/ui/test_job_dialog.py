@@ -1,0 +1,76 @@
+"""The job details window's throughput tab: a live plot of the job's rate and, once the job
+has ended, its average, sustained peak and ramp-up figures."""
+
+import time
+
+import pytest
+
+from app import status as st
+from app import timeutil
+from ui.bridge import Bridge
+from ui.job_dialog import JobDetailsDialog
+from ui.plots import MiB
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def bridge(master):
+    b = Bridge(master)
+    yield b
+    b.shutdown()
+
+
+def started_at(m, job_id, t):
+    with m.db.tx() as c:
+        c.execute("UPDATE jobs SET started=? WHERE id=?", (timeutil.iso(t), job_id))
+
+
+def test_plot_follows_a_running_job(master, bridge, qtbot):
+    jid = master.test_jobs["active"]
+    now = float(int(time.time()))
+    started_at(master, jid, now - 3)
+    for s in (1, 2, 3):
+        master.jobs.progress(jid, bytes=s * 10 * (1 << 20), files=s, rate=10 << 20,
+                             sample_t=now - 3 + s)
+    dlg = JobDetailsDialog(bridge, master.jobs.get(jid))
+    qtbot.addWidget(dlg)
+    qtbot.waitUntil(lambda: len(dlg.plot.points) == 3, timeout=4000)
+    assert [round(r, 3) for _, r in dlg.plot.points] == [10.0, 10.0, 10.0]   # MiB/s
+    assert "when the job ends" in dlg.rate_note.text()
+    assert dlg.figure("average") == "—"
+    for s in (4, 5):
+        master.jobs.progress(jid, bytes=(30 + (s - 3) * 20) * (1 << 20), files=s,
+                             rate=20 << 20, sample_t=now - 3 + s)
+    qtbot.waitUntil(lambda: len(dlg.plot.points) == 5, timeout=4000)
+    assert dlg.plot.points[-1] == pytest.approx((5.0, 20.0))
+    master.jobs.finish(jid, st.OK)
+    qtbot.waitUntil(lambda: dlg.figures is not None, timeout=4000)
+    assert dlg.figures["bytes"] == 70 * (1 << 20)
+    assert dlg.figure("average") == "14.0 MiB/s (70.0 MiB in 0:00:05)"
+    assert dlg.figure("first_60").startswith("— (the job ran 0:00:05)")
+
+
+def test_figures_of_a_finished_job_show_ramp_up_and_down(master, bridge, qtbot):
+    jid = master.test_jobs["active"]
+    t0 = float(int(time.time()) - 400)    # the catalog keeps whole seconds
+    started_at(master, jid, t0)
+    total = 0
+    for s in range(1, 361):
+        # 60 s ramping up to 100 MiB/s, 240 s at 100 MiB/s, 60 s at 10 MiB/s
+        rate = (100 * s / 60 if s <= 60 else 100 if s <= 300 else 10) * MiB
+        total += rate
+        master.jobs.progress(jid, bytes=int(total), files=s, rate=rate, sample_t=t0 + s)
+    master.jobs.finish(jid, st.OK)
+    dlg = JobDetailsDialog(bridge, master.jobs.get(jid))
+    qtbot.addWidget(dlg)
+    qtbot.waitUntil(lambda: dlg.figures is not None, timeout=4000)
+    assert len(dlg.plot.points) == 360
+    assert dlg.figure("peak").startswith("100.0 MiB/s (best 10 s")
+    assert dlg.figure("tail") == "10.0 MiB/s"
+    first = dlg.figures["first"]
+    assert first[60] == pytest.approx(sum(100 * s / 60 for s in range(1, 61)) * MiB, rel=1e-6)
+    assert first[120] - first[60] == pytest.approx(6000 * MiB, rel=1e-6)
+    assert dlg.figure("first_300").endswith("on average)")
+    assert not dlg.rate_note.isVisible()
+    assert dlg.tabs.tabText(1) == "Throughput"

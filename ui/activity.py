@@ -1,0 +1,748 @@
+"""The activity monitor: every job (queued, running, ended) in a live table, the summed
+throughput of all jobs above it, filters, and the actions an administrator takes on jobs
+(cancel, restart, details).
+
+The table follows the catalog by reading only the jobs written since the last read
+(JobStore.changes and its change counter), so a catalog of 10,000 jobs costs each second what
+the few jobs that moved cost, and rows are updated in place: no flicker, no lost selection."""
+
+import html
+import time
+from collections import Counter
+
+from PySide6.QtCore import QItemSelectionModel, QSize, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QComboBox, QHBoxLayout, \
+    QInputDialog, QLabel, QLineEdit, QMenu, QMessageBox, QSplitter, QStyle, \
+    QStyledItemDelegate, QStyleOptionProgressBar, QTableView, QToolBar, QToolButton, \
+    QVBoxLayout, QWidget
+
+from app import status as st
+from ui import fmt
+from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, number_column, \
+    text_column, time_column
+from ui.plots import ThroughputPlot
+from ui.qtcompat import emit
+from ui.resources import icon
+
+REFRESH_S = 1.0
+#: how far back the throughput plot of all jobs reaches
+PLOT_WINDOW_S = 300.0
+STATES = ("all", "queued", "active", "done", "failed")
+STATE_HELP = {
+    "queued": "waiting to start (the Waiting for column says why)",
+    "active": "running now",
+    "done": "ended with status 0, or 1 (some files skipped)",
+    "failed": "ended with any other status, canceled jobs included",
+}
+SETTINGS_FILTERS = "views/activity/saved-filters"
+
+
+def category(job):
+    """queued, active, done (status 0 or 1) or failed (any other status)."""
+    if job["state"] != "done":
+        return job["state"]
+    return "done" if job.get("status") in (st.OK, st.PARTIAL) else "failed"
+
+
+def cancellable(job):
+    return job["state"] in ("queued", "active")
+
+
+def restartable(job):
+    return job["state"] == "done" and category(job) == "failed" \
+        and job.get("type") in ("backup", "restore")
+
+
+# ---- the columns ---------------------------------------------------------------------------
+
+def _state_text(job):
+    if job["state"] == "active" and job.get("cancel_requested"):
+        return "canceling"
+    return job["state"]
+
+
+def _state_icon(job):
+    if job["state"] == "queued":
+        return icon("state-queued")
+    if job["state"] == "active":
+        return icon("state-active")
+    s = job.get("status")
+    if s == st.OK:
+        return icon("state-ok")
+    if s == st.PARTIAL:
+        return icon("state-partial")
+    if s == st.CANCELED:
+        return icon("state-canceled")
+    return icon("state-failed")
+
+
+def _status_tooltip(job):
+    if job.get("status") is None:
+        return None
+    return f"{job['status']}: {job.get('status_text') or st.text(job['status'])}"
+
+
+def _dedup(ratio):
+    return f"{ratio:.1f}:1"
+
+
+def _dedup_tooltip(job):
+    r = job.get("dedup_ratio")
+    if not r:
+        return None
+    return f"{r:.2f} bytes of data per byte stored ({100 * (1 - 1 / r):.0f}% less stored)"
+
+
+def _cmd(text):
+    return f"<code>{text}</code>"
+
+
+COLUMNS = [
+    number_column("id", "Job ID"),
+    text_column("type", "Type"),
+    Column("state", "State", _state_text, sort=_state_text, icon=_state_icon,
+           help="queued, active (canceling once a cancel was asked for) or done"),
+    number_column("status", "Status", tooltip=_status_tooltip,
+                  help="0 is success; see `cairn status-codes`"),
+    text_column("policy", "Policy"),
+    text_column("schedule", "Schedule"),
+    text_column("client", "Client"),
+    text_column("storage_unit", "Storage unit"),
+    time_column("started", "Start", short=True),
+    number_column("elapsed_s", "Elapsed", format=fmt.duration),
+    time_column("ended", "End", short=True),
+    number_column("files", "Files", format=lambda v: f"{v:,}"),
+    number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
+    number_column("rate_bytes_per_s", "Rate", format=fmt.rate),
+    number_column("percent", "% complete", format=fmt.percent),
+    number_column("eta_s", "Time left", format=fmt.duration),
+    number_column("dedup_ratio", "Dedup rate", format=_dedup, tooltip=_dedup_tooltip,
+                  help="bytes of data per byte stored, for jobs on deduplicating pools"),
+    text_column("wait_reason", "Waiting for", help="why a queued job has not started yet"),
+]
+PERCENT_COLUMN = [c.key for c in COLUMNS].index("percent")
+EMPTY_TEXT = ("No jobs yet: start a backup with " + _cmd("cairn backup POLICY")
+              + "; its jobs show up here while they run.")
+
+
+class JobTableModel(ObjectTableModel):
+    """The jobs, keyed by id, with running counts per category over all of them."""
+
+    def __init__(self, parent=None):
+        super().__init__(COLUMNS, key="id", parent=parent)
+        self.counts = Counter()
+        self.types, self.clients = set(), set()
+
+    def _remove(self, keys):
+        for k in keys:
+            n = self._pos.get(k)
+            if n is not None:
+                self.counts[category(self._rows[n])] -= 1
+        super()._remove(keys)
+
+    def _upsert(self, rows):
+        rows = list(rows)
+        for r in rows:
+            n = self._pos.get(r["id"])
+            if n is not None:
+                self.counts[category(self._rows[n])] -= 1
+            self.counts[category(r)] += 1
+            self.types.add(r.get("type") or "")
+            if r.get("client"):
+                self.clients.add(r["client"])
+        super()._upsert(rows)
+
+
+class JobFilter(QSortFilterProxyModel):
+    """Sorts the jobs and shows those matching a state, a type, a client and a text."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.state = "all"
+        self.type = ""
+        self.client = ""
+        self.text = ""
+        self.setSortRole(SORT_ROLE)
+        self.setDynamicSortFilter(True)
+        self.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+
+    def filter(self):
+        return {"state": self.state, "type": self.type, "client": self.client,
+                "text": self.text}
+
+    def set_filter(self, state=None, type=None, client=None, text=None):
+        new = self.filter()
+        for k, v in (("state", state), ("type", type), ("client", client), ("text", text)):
+            if v is not None:
+                new[k] = v
+        if new["state"] not in STATES:
+            new["state"] = "all"
+        if new == self.filter():
+            return
+        self.beginFilterChange()
+        self.state, self.type, self.client = new["state"], new["type"], new["client"]
+        self.text = new["text"]
+        self._words = self.text.casefold().split()
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+    def filterAcceptsRow(self, source_row, source_parent):
+        job = self.sourceModel().row_dict(source_row)
+        if self.state != "all" and category(job) != self.state:
+            return False
+        if self.type and job.get("type") != self.type:
+            return False
+        if self.client and job.get("client") != self.client:
+            return False
+        if self.text:
+            hay = " ".join(str(job.get(k) or "") for k in (
+                "id", "type", "state", "policy", "schedule", "client", "storage_unit",
+                "wait_reason", "status_text", "image_id")).casefold()
+            hay += f" status {job.get('status')}"
+            return all(w in hay for w in self._words)
+        return True
+
+
+class ProgressDelegate(QStyledItemDelegate):
+    """% complete as a progress bar; blank while unknown."""
+
+    def paint(self, painter, option, index):
+        row = index.data(ROW_ROLE)
+        pct = row.get("percent") if row else None
+        if pct is None:
+            super().paint(painter, option, index)
+            return
+        self.initStyleOption(option, index)
+        style = option.widget.style() if option.widget else QApplication.style()
+        # Selection background first, so a selected row stays one band.
+        style.drawPrimitive(QStyle.PrimitiveElement.PE_PanelItemViewItem, option, painter,
+                            option.widget)
+        bar = QStyleOptionProgressBar()
+        bar.rect = option.rect.adjusted(3, 3, -3, -3)
+        bar.minimum, bar.maximum = 0, 1000
+        bar.progress = int(round(pct * 10))
+        bar.text = fmt.percent(pct)
+        bar.textVisible = True
+        bar.textAlignment = Qt.AlignmentFlag.AlignCenter
+        bar.state = option.state | QStyle.StateFlag.State_Horizontal
+        bar.palette = option.palette
+        bar.fontMetrics = option.fontMetrics
+        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter, option.widget)
+
+
+# ---- master calls (on the bridge's threads) ------------------------------------------------
+
+def poll(m, cursor, plot_window):
+    """The jobs changed since `cursor`, and the summed throughput of the last minutes."""
+    return m.jobs.changes(cursor), m.throughput(plot_window)
+
+
+def cancel_jobs(m, job_ids):
+    return [m.jobs.request_cancel(j) for j in job_ids]
+
+
+def restart_jobs(m, job_ids):
+    """Restarts each job; one refused does not stop the others. ([new jobs], [errors])"""
+    from app.errors import CairnError
+    new, errors = [], []
+    for j in job_ids:
+        try:
+            new.extend(m.restart_job(j))
+        except CairnError as e:
+            errors.append(f"job {j}: {e.message}")
+    return new, errors
+
+
+# ---- the page ------------------------------------------------------------------------------
+
+class ActivityView(QWidget):
+    """The activity monitor page (see ui/pages.py for what a page provides)."""
+
+    #: after each refresh that reached the catalog
+    refreshed = Signal()
+    #: a job to show in its details window (the job's dict)
+    job_opened = Signal(dict)
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.name = "activity"
+        self.bridge = bridge
+        self.error = None
+        self._busy = False
+        self._last = 0.0
+        self._cursor = 0
+        self._sized = False
+        self._select_when_listed = []
+
+        self.model = JobTableModel(self)
+        self.proxy = JobFilter(self)
+        self.proxy.setSourceModel(self.model)
+
+        # -- head: title, counters
+        self.title = QLabel("Activity monitor")
+        f = self.title.font()
+        f.setPointSizeF(f.pointSizeF() * 1.25)
+        f.setBold(True)
+        self.title.setFont(f)
+        pic = QLabel()
+        pic.setPixmap(icon("activity").pixmap(22, 22))
+        head = QHBoxLayout()
+        head.addWidget(pic)
+        head.addWidget(self.title)
+        head.addSpacing(16)
+        self.counters = {}
+        for state in STATES[1:]:
+            b = QToolButton()
+            b.setObjectName(f"count-{state}")
+            b.setIcon(icon({"queued": "state-queued", "active": "state-active",
+                            "done": "state-ok", "failed": "state-failed"}[state]))
+            b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            b.setAutoRaise(True)
+            b.setToolTip(f"{state.capitalize()}: {STATE_HELP[state]}. Click to show only "
+                         "these jobs.")
+            b.clicked.connect(lambda _=False, s=state: self._counter_clicked(s))
+            head.addWidget(b)
+            self.counters[state] = b
+        head.addStretch(1)
+        self.description = QLabel("Every job: running, waiting and done. Double-click a job "
+                                  "for its details, throughput and log.")
+        self.description.setWordWrap(True)
+        pal = self.description.palette()
+        pal.setColor(self.description.foregroundRole(), pal.color(pal.ColorRole.PlaceholderText))
+        self.description.setPalette(pal)
+
+        # -- actions
+        self.details_action = QAction(icon("action-details"), "&Details", self)
+        self.details_action.setToolTip("Show the job's details, throughput and log (Enter)")
+        self.details_action.triggered.connect(self.open_selected)
+        self.cancel_action = QAction(icon("action-cancel"), "&Cancel job", self)
+        self.cancel_action.setToolTip("Cancel the selected queued or running jobs (Delete)")
+        self.cancel_action.setShortcut(QKeySequence.StandardKey.Delete)
+        self.cancel_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.cancel_action.triggered.connect(self.cancel_selected)
+        self.restart_action = QAction(icon("action-restart"), "&Restart job", self)
+        self.restart_action.setToolTip("Run the selected failed or canceled jobs again, with "
+                                       "the same parameters")
+        self.restart_action.triggered.connect(self.restart_selected)
+        self.save_filter_action = QAction(icon("action-save-filter"), "&Save filter…", self)
+        self.save_filter_action.setToolTip("Keep the current filter under a name")
+        self.save_filter_action.triggered.connect(lambda: self.save_filter())
+        for a in (self.details_action, self.cancel_action, self.restart_action):
+            self.addAction(a)
+
+        self.toolbar = QToolBar()
+        self.toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toolbar.setIconSize(QSize(16, 16))
+        self.toolbar.addAction(self.details_action)
+        self.toolbar.addAction(self.cancel_action)
+        self.toolbar.addAction(self.restart_action)
+
+        # -- filters
+        self.state_box = QComboBox()
+        self.state_box.setObjectName("filter-state")
+        for s in STATES:
+            self.state_box.addItem("All states" if s == "all" else s.capitalize(), s)
+        self.type_box = QComboBox()
+        self.type_box.setObjectName("filter-type")
+        self.type_box.addItem("All types", "")
+        self.client_box = QComboBox()
+        self.client_box.setObjectName("filter-client")
+        self.client_box.addItem("All clients", "")
+        self.client_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.search = QLineEdit()
+        self.search.setObjectName("filter-text")
+        self.search.setPlaceholderText("Filter by text…")
+        self.search.setToolTip("Shows jobs whose ID, type, state, policy, schedule, client, "
+                               "storage unit, status or reason for waiting hold every word")
+        self.search.setClearButtonEnabled(True)
+        self.search.setMinimumWidth(180)
+        self.saved_box = QComboBox()
+        self.saved_box.setObjectName("saved-filters")
+        self.saved_box.setToolTip("Filters saved with Save filter…")
+        self.saved_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        save = QToolButton()
+        save.setDefaultAction(self.save_filter_action)
+        save.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        save.setAutoRaise(True)
+        self.state_box.currentIndexChanged.connect(self._filters_edited)
+        self.type_box.currentIndexChanged.connect(self._filters_edited)
+        self.client_box.currentIndexChanged.connect(self._filters_edited)
+        self.search.textChanged.connect(self._filters_edited)
+        self.saved_box.activated.connect(self._saved_filter_chosen)
+        bar = QHBoxLayout()
+        bar.addWidget(self.toolbar)
+        bar.addStretch(1)
+        for w in (self.state_box, self.type_box, self.client_box, self.search):
+            bar.addWidget(w)
+        bar.addSpacing(6)
+        bar.addWidget(self.saved_box)
+        bar.addWidget(save)
+        self._fill_saved_filters()
+
+        # -- the message line: results of actions, errors
+        self.message = QLabel()
+        self.message.setObjectName("activity-message")
+        self.message.setTextFormat(Qt.TextFormat.PlainText)
+        self.message.setWordWrap(True)
+        self.message.hide()
+
+        # -- the plot and the table
+        self.plot = ThroughputPlot(clock=True)
+        self.plot_title = QLabel()
+        self.plot_title.setTextFormat(Qt.TextFormat.PlainText)
+        plot_box = QWidget()
+        pl = QVBoxLayout(plot_box)
+        pl.setContentsMargins(0, 0, 0, 4)
+        pl.addWidget(self.plot_title)
+        pl.addWidget(self.plot, 1)
+
+        self.table = QTableView()
+        self.table.setObjectName("activity-table")
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 10)
+        self.table.horizontalHeader().setHighlightSections(False)
+        self.table.setItemDelegateForColumn(PERCENT_COLUMN, ProgressDelegate(self.table))
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._context_menu)
+        self.table.doubleClicked.connect(self._open_index)
+        self.table.activated.connect(self._open_index)
+        self.table.selectionModel().selectionChanged.connect(self._update_actions)
+        self.model.dataChanged.connect(self._update_actions)
+        from ui.views import Placeholder
+        self.placeholder = Placeholder(self.table)
+        self.placeholder.setText("Loading…")
+
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.setObjectName("activity-splitter")
+        self.splitter.setChildrenCollapsible(True)
+        self.splitter.addWidget(plot_box)
+        self.splitter.addWidget(self.table)
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setStretchFactor(1, 3)
+        self.splitter.setSizes([200, 600])
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 4)
+        lay.addLayout(head)
+        lay.addWidget(self.description)
+        lay.addLayout(bar)
+        lay.addWidget(self.message)
+        lay.addWidget(self.splitter, 1)
+        self._update_counts()
+        self._update_actions()
+        self._update_plot_title(None)
+
+    # ---- refreshing -----------------------------------------------------------------------
+    @property
+    def loaded(self):
+        return self.model.loaded
+
+    def due(self, now=None):
+        now = time.monotonic() if now is None else now
+        return not self._busy and now - self._last >= REFRESH_S
+
+    def refresh(self):
+        if self._busy:
+            return False
+        self._busy = True
+        self.bridge.call(poll, self._cursor, PLOT_WINDOW_S, done=self._polled,
+                         failed=self._failed, context=self)
+        return True
+
+    def _polled(self, result):
+        changes, series = result
+        self._busy = False
+        self._last = time.monotonic()
+        self.error = None
+        self.apply(changes)
+        self.plot.set_points(series, span=PLOT_WINDOW_S)
+        self._update_plot_title(series)
+        emit(self.refreshed)
+
+    def apply(self, changes):
+        """Applies one JobStore.changes() result to the table."""
+        self.model.apply_changes(changes["jobs"], changes["removed"])
+        self._cursor = changes["cursor"]
+        self._add_choices(self.type_box, self.model.types)
+        self._add_choices(self.client_box, self.model.clients)
+        if not self._sized and self.model.rowCount():
+            self._size_columns()
+        if self._select_when_listed:
+            keys = [k for k in self._select_when_listed if self.model.row_of(k) is not None]
+            if keys:
+                self._select_when_listed = []
+                self.select_keys(keys)
+        self._update_counts()
+
+    def _failed(self, err):
+        self._busy = False
+        self._last = time.monotonic()
+        self.error = str(err)
+        self._update_counts()
+        emit(self.refreshed)
+
+    def _update_counts(self):
+        n = self.model.rowCount()
+        shown = self.proxy.rowCount()
+        if not self.model.loaded:
+            self.title.setText("Activity monitor")
+        elif shown != n:
+            self.title.setText(f"Activity monitor  ({shown} of {n})")
+        else:
+            self.title.setText(f"Activity monitor  ({n})")
+        for state, b in self.counters.items():
+            b.setText(f"{self.model.counts[state]} {state}")
+        if self.error and not n:
+            self.placeholder.setText(f"Could not read the catalog: {html.escape(self.error)}")
+        elif not self.model.loaded:
+            self.placeholder.setText("Loading…")
+        elif n:
+            self.placeholder.setText("No job matches the filter.")
+        else:
+            self.placeholder.setText(EMPTY_TEXT)
+        self.placeholder.setVisible(shown == 0)
+
+    def _update_plot_title(self, series):
+        now = series[-1][1] if series else 0.0
+        active = self.model.counts["active"]
+        self.plot_title.setText(
+            f"Throughput of all jobs, last {int(PLOT_WINDOW_S // 60)} minutes — now "
+            f"{fmt.rate(now) or '0 B/s'}, {active} job{'s' if active != 1 else ''} running")
+
+    def _size_columns(self):
+        """Columns as wide as their contents or their title; the last one takes the rest."""
+        hh = self.table.horizontalHeader()
+        fm = hh.fontMetrics()
+        arrow = hh.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMarkSize) + 6
+        for c, col in enumerate(self.model.columns):
+            title = fm.horizontalAdvance(col.title) + 14 + (arrow if c == 0 else 0)
+            width = max(self.table.sizeHintForColumn(c) + (6 if col.numeric else 0), title)
+            if col.key == "percent":
+                width = max(width, fm.horizontalAdvance("100.0%") + 40)
+            hh.resizeSection(c, min(width, max(160, fm.averageCharWidth() * 40)))
+        hh.setStretchLastSection(True)
+        self._sized = True
+
+    # ---- filters --------------------------------------------------------------------------
+    @staticmethod
+    def _add_choices(box, values):
+        have = {box.itemData(i) for i in range(box.count())}
+        for v in sorted(values - have):
+            # keep the list sorted after the "All …" entry
+            at = next((i for i in range(1, box.count()) if box.itemData(i) > v), box.count())
+            box.insertItem(at, v, v)
+
+    def _filters_edited(self, *_):
+        self.proxy.set_filter(state=self.state_box.currentData(),
+                              type=self.type_box.currentData() or "",
+                              client=self.client_box.currentData() or "",
+                              text=self.search.text().strip())
+        self._update_counts()
+        self._update_actions()
+
+    def set_filter(self, state="all", type="", client="", text=""):
+        """Shows the filter in the controls and applies it."""
+        for box, value in ((self.type_box, type), (self.client_box, client)):
+            if value and box.findData(value) < 0:
+                box.addItem(value, value)
+        self.state_box.setCurrentIndex(max(0, self.state_box.findData(state)))
+        self.type_box.setCurrentIndex(max(0, self.type_box.findData(type or "")))
+        self.client_box.setCurrentIndex(max(0, self.client_box.findData(client or "")))
+        self.search.setText(text or "")
+        self._filters_edited()
+
+    def _counter_clicked(self, state):
+        self.set_filter(**dict(self.proxy.filter(), state=state))
+
+    def saved_filters(self):
+        from ui.main_window import settings
+        value = settings().value(SETTINGS_FILTERS)
+        return dict(value) if isinstance(value, dict) else {}
+
+    def save_filter(self, name=None):
+        if name is None:
+            name, ok = QInputDialog.getText(self, "Save filter",
+                                            "Name of this filter (a saved filter of the same "
+                                            "name is replaced):")
+            if not ok:
+                return None
+        name = (name or "").strip()
+        if not name:
+            return None
+        from ui.main_window import settings
+        s = settings()
+        filters = self.saved_filters()
+        filters[name] = self.proxy.filter()
+        s.setValue(SETTINGS_FILTERS, filters)
+        s.sync()
+        self._fill_saved_filters(select=name)
+        return name
+
+    def _fill_saved_filters(self, select=None):
+        self.saved_box.clear()
+        filters = self.saved_filters()
+        self.saved_box.addItem("Saved filters" if filters else "No saved filters", None)
+        for name in sorted(filters, key=str.casefold):
+            self.saved_box.addItem(name, name)
+        self.saved_box.setEnabled(bool(filters))
+        if select is not None:
+            self.saved_box.setCurrentIndex(max(0, self.saved_box.findData(select)))
+
+    def _saved_filter_chosen(self, index):
+        name = self.saved_box.itemData(index)
+        f = self.saved_filters().get(name) if name else None
+        if f:
+            self.set_filter(**{k: f.get(k, "") for k in ("state", "type", "client", "text")})
+
+    def apply_saved_filter(self, name):
+        i = self.saved_box.findData(name)
+        if i < 0:
+            return False
+        self.saved_box.setCurrentIndex(i)
+        self._saved_filter_chosen(i)
+        return True
+
+    # ---- selection ------------------------------------------------------------------------
+    def selected_rows(self):
+        rows = self.table.selectionModel().selectedRows()
+        return [self.proxy.data(i, ROW_ROLE) for i in sorted(rows, key=lambda i: i.row())]
+
+    def select_key(self, key):
+        return self.select_keys([key])
+
+    def select_keys(self, keys):
+        sm = self.table.selectionModel()
+        first = True
+        for key in keys:
+            src = self.model.row_of(key)
+            if src is None:
+                continue
+            idx = self.proxy.mapFromSource(self.model.index(src, 0))
+            if not idx.isValid():
+                continue
+            flags = QItemSelectionModel.SelectionFlag.Rows | (
+                QItemSelectionModel.SelectionFlag.ClearAndSelect if first
+                else QItemSelectionModel.SelectionFlag.Select)
+            sm.setCurrentIndex(idx, flags)
+            if first:
+                self.table.scrollTo(idx)
+            first = False
+        return not first
+
+    def _update_actions(self, *_):
+        jobs = self.selected_rows()
+        self.details_action.setEnabled(len(jobs) >= 1)
+        self.cancel_action.setEnabled(any(cancellable(j) for j in jobs))
+        self.restart_action.setEnabled(any(restartable(j) for j in jobs))
+
+    def _context_menu(self, pos):
+        if not self.table.indexAt(pos).isValid():
+            return
+        self._update_actions()
+        menu = QMenu(self)
+        menu.addAction(self.details_action)
+        menu.addSeparator()
+        menu.addAction(self.cancel_action)
+        menu.addAction(self.restart_action)
+        menu.popup(self.table.viewport().mapToGlobal(pos))
+        self.context_menu = menu
+
+    # ---- actions --------------------------------------------------------------------------
+    def _open_index(self, index):
+        row = self.proxy.data(index, ROW_ROLE)
+        if row is not None:
+            emit(self.job_opened, row)
+
+    def open_selected(self):
+        for job in self.selected_rows()[:10]:
+            emit(self.job_opened, job)
+
+    def cancel_selected(self):
+        jobs = [j for j in self.selected_rows() if cancellable(j)]
+        if not jobs:
+            return False
+        ids = [j["id"] for j in jobs]
+        if len(ids) == 1:
+            j = jobs[0]
+            text = (f"Cancel job {j['id']} ({j['type']} of {j.get('client') or '?'}, "
+                    f"{j['state']})?")
+        else:
+            shown = ", ".join(map(str, ids[:12])) + (", …" if len(ids) > 12 else "")
+            text = f"Cancel these {len(ids)} jobs?\n\nJobs {shown}"
+        text += ("\n\nA running backup stops and commits nothing; a queued job does not "
+                 "start.")
+        answer = QMessageBox.question(
+            self, "Cancel jobs" if len(ids) > 1 else "Cancel job", text,
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No)
+        if answer != QMessageBox.StandardButton.Yes:
+            return False
+        self.bridge.call(cancel_jobs, ids, done=lambda _: self._acted(
+            f"Cancel requested for job{'s' if len(ids) > 1 else ''} "
+            f"{', '.join(map(str, ids))}."),
+            failed=lambda e: self._show_message(f"Could not cancel: {e}", error=True),
+            context=self)
+        return True
+
+    def restart_selected(self):
+        ids = [j["id"] for j in self.selected_rows() if restartable(j)]
+        if not ids:
+            return False
+        self.bridge.call(restart_jobs, ids, done=self._restarted,
+                         failed=lambda e: self._show_message(f"Could not restart: {e}",
+                                                             error=True),
+                         context=self)
+        return True
+
+    def _restarted(self, result):
+        new, errors = result
+        parts = []
+        if new:
+            parts.append("Restarted as job" + ("s " if len(new) > 1 else " ")
+                         + ", ".join(str(j["id"]) for j in new) + ".")
+            self._select_when_listed = [j["id"] for j in new]
+        if errors:
+            parts.append("Not restarted: " + "; ".join(errors))
+        self._acted(" ".join(parts), error=bool(errors))
+
+    def _acted(self, text, error=False):
+        self._show_message(text, error)
+        if not self.refresh():
+            self._last = 0.0    # a refresh already under way: the next tick reads again
+
+    def _show_message(self, text, error=False):
+        pal = self.message.palette()
+        role = pal.ColorRole.WindowText
+        base = self.palette()
+        pal.setColor(role, base.color(pal.ColorRole.BrightText) if error
+                     else base.color(role))
+        self.message.setPalette(pal)
+        self.message.setText(text)
+        self.message.setVisible(bool(text))
+
+    # ---- remembered layout ------------------------------------------------------------------
+    def save_state(self, settings):
+        settings.setValue("views/activity/header", self.table.horizontalHeader().saveState())
+        settings.setValue("views/activity/splitter", self.splitter.saveState())
+        settings.setValue("views/activity/filter", self.proxy.filter())
+
+    def restore_state(self, settings):
+        h = settings.value("views/activity/header")
+        if h is not None and self.table.horizontalHeader().restoreState(h):
+            self._sized = True
+        s = settings.value("views/activity/splitter")
+        if s is not None:
+            self.splitter.restoreState(s)
+        f = settings.value("views/activity/filter")
+        if isinstance(f, dict):
+            self.set_filter(**{k: f.get(k, "") or ("all" if k == "state" else "")
+                               for k in ("state", "type", "client", "text")})
+        self._fill_saved_filters()

@@ -72,6 +72,8 @@ def _components(name, what):
 
 
 def _plan_components(path):
+    if not isinstance(path, str):
+        raise _Refused("the path is not a string")
     b = os.fsencode(path)
     if not b.startswith(b"/"):
         raise _Refused("not an absolute path")
@@ -358,7 +360,9 @@ class _Restore:
         kind = item.get("kind")
         if kind not in _TYPES:
             raise _Refused("unknown kind %r" % (kind,))
-        comps = _plan_components(path)
+        # "to" is where a relocated item goes under the target; it passes the same checks
+        # as a path, so a relocation can never leave the target directory either
+        comps = _plan_components(item["to"] if item.get("to") is not None else path)
         key = _member_key(m.name)
         try:
             want = _member_key(os.fsencode(item.get("member") or entry.member_name(path)))
@@ -809,7 +813,8 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
                  checksum=tarfmt.DEFAULT_CHECKSUM):
     """Restore the members of `src` (one per plan item, in plan order) under `target_dir`.
 
-    plan items: {"path", "kind", "checksum", "link", "member"} (see the module notes).
+    plan items: {"path", "kind", "checksum", "link", "member"} and, for a relocated item,
+    "to": its absolute path under the target instead of "path" (see the module notes).
     overwrite: "skip", "overwrite" or "rename". Events: "progress", "warning", "log".
     Returns {"files", "dirs", "bytes", "warnings", "skipped", "errors"}.
     """

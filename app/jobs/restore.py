@@ -1,21 +1,27 @@
 """A restore job: turn the chosen paths into a plan from the image's catalog index (which
 members, in image order, with their checksums), then have the storage host's agent read
 exactly those members and the target host's agent write them under the target directory —
-in one agent when both are the same host, agent to agent over the data plane otherwise."""
+in one agent when both are the same host, agent to agent over the data plane otherwise.
+
+A relocation (app/relocate.py) gives each plan item a "to": its path under the target
+directory. The whole plan is mapped and checked before anything is read, so a rename that
+would put two files on one target fails the job with nothing written."""
 
 
 from app import status as st
 from app.agent import entry as E
 from app.errors import Canceled, ValidationError
 from app.jobs.context import JobContext, results, start_listening_side
+from app.relocate import Relocation, plan_targets
 
 
 def _plain(path):
     return path.startswith("/") and ".." not in path.split("/")
 
 
-def build_plan(index, paths):
-    """(plan, extents, files, bytes) for the chosen paths of an image."""
+def build_plan(index, paths, relocation=None):
+    """(plan, extents, files, bytes) for the chosen paths of an image, each item with its
+    relocated target ("to") when a relocation is given."""
     chosen = {}
     for p in paths:
         if p == "/":
@@ -31,12 +37,20 @@ def build_plan(index, paths):
             chosen.setdefault(d.path, d)
     # Directories the index made up (no member in the image: length 0) have nothing to read;
     # the agent creates missing parents by itself.
-    entries = sorted((e for e in chosen.values() if e.length > 0), key=lambda e: e.offset)
+    targets = None
+    if relocation:
+        targets = plan_targets(relocation, ((e.path, e.kind) for e in chosen.values()))
+    entries = sorted((e for e in chosen.values() if e.length > 0
+                      # a directory mapped onto the target itself is merged into it
+                      and not (targets and targets[e.path] == "/")),
+                     key=lambda e: e.offset)
     plan, extents = [], []
     nbytes = nfiles = 0
     for e in entries:
         item = {"path": e.path, "kind": e.kind, "checksum": e.checksum, "link": e.link,
                 "member": E.member_name(e.path), "size": e.size}
+        if targets is not None:
+            item["to"] = targets[e.path]
         extent = [e.offset, e.length]
         if e.kind == E.KIND_HARDLINK and e.link not in chosen:
             # The link's target is not restored: restore the link as a file of its own, from
@@ -57,6 +71,18 @@ def build_plan(index, paths):
     return plan, extents, nfiles, nbytes
 
 
+def describe(relocation):
+    parts = []
+    if relocation.strip:
+        parts.append(f"prefix {relocation.strip} stripped")
+    if relocation.rename:
+        r = relocation.rename
+        parts.append(f"{r.mode} {r.pattern!r} renamed to {r.replacement!r}")
+    if relocation.add:
+        parts.append(f"prefix {relocation.add} added")
+    return ", ".join(parts)
+
+
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
@@ -64,12 +90,15 @@ def run(master, job):
     storage_host = master.config.host(image["storage_host"])
     target_host = master.config.host(p["to_host"])
     target_dir = p["to"]
+    relocation = Relocation.from_dict(p.get("relocate"))
     with master.open_index(image) as index:
-        plan, extents, nfiles, nbytes = build_plan(index, p["paths"])
+        plan, extents, nfiles, nbytes = build_plan(index, p["paths"], relocation)
     ctx.set_totals(nfiles, nbytes)
     ctx.log(f"restore of {', '.join(p['paths'])} from image {image['id']} to "
             f"{target_host['name']}:{target_dir} ({nfiles} files, {nbytes} bytes; existing "
             f"files: {p['overwrite']})")
+    if relocation:
+        ctx.log("relocated: " + describe(relocation))
     ctx.flush()
 
     storage = master.hosts.connect(storage_host)

@@ -1,0 +1,841 @@
+"""The "Backup & restore" page: choose a client and a backup image, check files in its tree
+(or find them by name, in this image or in every image of the client), then restore them,
+usually to a new location, through the restore dialog."""
+
+import html
+import threading
+import time
+from datetime import datetime, time as dtime, timezone
+
+from PySide6.QtCore import QAbstractTableModel, QDate, QItemSelectionModel, QModelIndex, \
+    QSortFilterProxyModel, Qt, Signal
+from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QDateEdit, \
+    QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QTableView, QTabWidget, \
+    QTreeView, QVBoxLayout, QWidget
+
+from app import timeutil
+from ui import fmt
+from ui.file_tree import ImageFilesModel
+from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, number_column, \
+    text_column, time_column
+from ui.qtcompat import emit
+from ui.resources import icon
+from ui.restore_dialog import RestoreDialog
+from ui.views import Placeholder
+
+DEFAULT_DAYS = 30
+SEARCH_LIMIT = 10_000
+VERSIONS_LIMIT = 2_000
+REFRESH_S = 10.0
+
+IMAGE_COLUMNS = [
+    time_column("created", "Date"),
+    text_column("policy", "Policy"),
+    text_column("schedule", "Schedule"),
+    text_column("schedule_type", "Type"),
+    number_column("files", "Files"),
+    number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
+    Column("expires", "Expires",
+           lambda r: fmt.local_time(r["expires"]) if r.get("expires") else "never",
+           sort=lambda r: r.get("expires") or "9999",
+           tooltip=lambda r: fmt.utc_tooltip(r.get("expires"))),
+    text_column("storage_unit", "Storage unit"),
+    text_column("id", "Image ID"),
+]
+
+EMPTY = ("No backup images yet: they appear here after a backup, e.g. "
+         "<code>cairn backup POLICY --wait</code>.")
+
+
+def _day_bounds(since, until):
+    """ISO times of the start of day `since` and the end of day `until` (local dates)."""
+    lo = datetime.combine(since, dtime.min).astimezone(timezone.utc)
+    hi = datetime.combine(until, dtime.max).astimezone(timezone.utc)
+    return timeutil.iso(lo.timestamp()), timeutil.iso(hi.timestamp())
+
+
+def _images(m, client, since, until):
+    return m.images_in_range(client=client, since=since, until=until)
+
+
+def minimal_paths(paths):
+    """Paths without those that lie under another one, in their first order."""
+    chosen = sorted(set(paths), key=lambda p: (p.count("/"), p))
+    keep = set()
+    for p in chosen:
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in keep):
+            keep.add(p)
+    return [p for p in dict.fromkeys(paths) if p in keep]
+
+
+class ResultsModel(QAbstractTableModel):
+    """Rows of a search (files found), optionally with restore check boxes."""
+
+    checks_changed = Signal()
+
+    def __init__(self, columns, checkable, parent=None):
+        super().__init__(parent)
+        self.columns = columns
+        self.checkable = checkable
+        self.rows = []
+        self.checked = set()
+
+    def set_rows(self, rows):
+        self.beginResetModel()
+        self.rows = rows
+        self.checked = set()
+        self.endResetModel()
+        emit(self.checks_changed)
+
+    def set_all_checked(self, on):
+        self.checked = set(range(len(self.rows))) if on else set()
+        if self.rows:
+            emit(self.dataChanged, self.index(0, 0), self.index(len(self.rows) - 1, 0),
+                 [Qt.ItemDataRole.CheckStateRole])
+        emit(self.checks_changed)
+
+    def checked_paths(self):
+        return [self.rows[i]["path"] for i in sorted(self.checked)]
+
+    def rowCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self.columns)
+
+    def flags(self, index):
+        f = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable \
+            | Qt.ItemFlag.ItemNeverHasChildren
+        if self.checkable and index.column() == 0:
+            f |= Qt.ItemFlag.ItemIsUserCheckable
+        return f
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        col = self.columns[index.column()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return col.text(row)
+        if role == SORT_ROLE:
+            return col.sort(row) if col.sort else col.text(row)
+        if role == Qt.ItemDataRole.CheckStateRole and self.checkable and index.column() == 0:
+            return Qt.CheckState.Checked if index.row() in self.checked \
+                else Qt.CheckState.Unchecked
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return col.tooltip(row) if col.tooltip else None
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int((Qt.AlignmentFlag.AlignRight if col.numeric else Qt.AlignmentFlag.AlignLeft)
+                       | Qt.AlignmentFlag.AlignVCenter)
+        if role == ROW_ROLE:
+            return row
+        return None
+
+    def setData(self, index, value, role=Qt.ItemDataRole.EditRole):
+        if role != Qt.ItemDataRole.CheckStateRole or not self.checkable:
+            return False
+        on = getattr(value, "value", value) == Qt.CheckState.Checked.value
+        (self.checked.add if on else self.checked.discard)(index.row())
+        emit(self.dataChanged, index, index, [Qt.ItemDataRole.CheckStateRole])
+        emit(self.checks_changed)
+        return True
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.columns[section].title
+        return None
+
+
+def _size_text(r):
+    return fmt.size(r.get("size")) if r.get("kind") in ("f", "h") else ""
+
+
+FOUND_COLUMNS = [
+    text_column("path", "Path"),
+    Column("size", "Size", _size_text, sort=lambda r: r.get("size") or 0, numeric=True),
+    Column("mtime_ns", "Modified", lambda r: fmt.local_time_ns(r.get("mtime_ns")),
+           sort=lambda r: r.get("mtime_ns") or 0),
+]
+
+VERSION_COLUMNS = [
+    time_column("created", "Image date"),
+    text_column("path", "Path"),
+    Column("size", "Size", _size_text, sort=lambda r: r.get("size") or 0, numeric=True),
+    Column("mtime_ns", "Modified", lambda r: fmt.local_time_ns(r.get("mtime_ns")),
+           sort=lambda r: r.get("mtime_ns") or 0),
+    text_column("policy", "Policy"),
+    text_column("image", "Image ID"),
+]
+
+
+def _table(model, name, sortable=True):
+    proxy = QSortFilterProxyModel(model)
+    proxy.setSourceModel(model)
+    proxy.setSortRole(SORT_ROLE)
+    t = QTableView()
+    t.setObjectName(name)
+    t.setModel(proxy)
+    t.setSortingEnabled(sortable)
+    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    t.setAlternatingRowColors(True)
+    t.setWordWrap(False)
+    t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    t.verticalHeader().hide()
+    t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 10)
+    hh = t.horizontalHeader()
+    hh.setHighlightSections(False)
+    hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+    hh.setSectionsMovable(True)
+    return t, proxy
+
+
+class _SearchPane(QWidget):
+    """A pattern box with Find / Stop, a status line and a results table; the search itself
+    runs on a worker thread and can be stopped."""
+
+    def __init__(self, bridge, columns, checkable, placeholder, button, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.results = ResultsModel(columns, checkable, self)
+        self.table, self.proxy = _table(self.results, "results")
+        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.pattern = QLineEdit()
+        self.pattern.setPlaceholderText(placeholder)
+        self.pattern.setClearButtonEnabled(True)
+        self.case = QCheckBox("Match case")
+        self.find_button = QPushButton(icon("search"), button)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.status = QLabel()
+        self.status.setTextFormat(Qt.TextFormat.PlainText)
+        self.status.setWordWrap(True)
+        self.busy = False
+        self._cancel = None
+        self._generation = 0
+        row = QHBoxLayout()
+        row.addWidget(self.pattern, 1)
+        row.addWidget(self.case)
+        row.addWidget(self.find_button)
+        row.addWidget(self.stop_button)
+        self.extra = QHBoxLayout()
+        self.extra.addWidget(self.status, 1)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 6, 0, 0)
+        lay.addLayout(row)
+        lay.addLayout(self.extra)
+        lay.addWidget(self.table, 1)
+        self.pattern.returnPressed.connect(self.find_button.click)
+        self.stop_button.clicked.connect(self.stop)
+
+    def run(self, fn, *args):
+        """Runs fn(master, *args, cancel_event) on a worker; its result goes to show()."""
+        self.stop()
+        self._generation += 1
+        gen = self._generation
+        self._cancel = threading.Event()
+        self.busy = True
+        self.find_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.status.setText("Searching…")
+        self.bridge.call(fn, *args, self._cancel, done=lambda r: self._done(gen, r),
+                         failed=lambda e: self._failed(gen, e), context=self)
+
+    def stop(self):
+        if self._cancel is not None:
+            self._cancel.set()
+
+    def reset(self, text=""):
+        self.stop()
+        self._generation += 1
+        self._idle()
+        self.results.set_rows([])
+        self.status.setText(text)
+
+    def _idle(self):
+        self.busy = False
+        self._cancel = None
+        self.find_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+
+    def _done(self, gen, r):
+        if gen != self._generation:
+            return
+        self._idle()
+        self.show_result(r)
+
+    def _failed(self, gen, err):
+        if gen != self._generation:
+            return
+        self._idle()
+        self.results.set_rows([])
+        self.status.setText(str(err))
+
+    def show_result(self, r):
+        raise NotImplementedError
+
+    def size_columns(self):
+        t = self.table
+        t.resizeColumnsToContents()
+        hh = t.horizontalHeader()
+        for c in range(self.results.columnCount()):
+            hh.resizeSection(c, min(hh.sectionSize(c), 520))
+
+
+def _search(m, image, pattern, case, cancel):
+    return m.search(image, pattern, limit=SEARCH_LIMIT, case_sensitive=case, cancel=cancel)
+
+
+def _find_versions(m, client, query, case, cancel):
+    return m.find_versions(client, query, limit=VERSIONS_LIMIT, case_sensitive=case,
+                           cancel=cancel)
+
+
+def _counted(r, noun, limit):
+    n = r["count"]
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    text = f"{n:,} {noun if n == 1 else plural} found"
+    if r["truncated"]:
+        text += f"; the first {len(r.get('matches', r.get('versions', []))):,} are listed"
+    if r["cancelled"]:
+        text += " (stopped: there may be more)"
+    return text
+
+
+class RestoreView(QWidget):
+    """Client and images above; the chosen image's files, a search in it, and a search of
+    every image of the client below; the restore button at the bottom."""
+
+    name = "restore"
+    #: a restore job was started (its dict): the main window opens its details
+    job_opened = Signal(dict)
+    refreshed = Signal()
+
+    AUTO_EXPAND_DEPTH = 12
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.error = None
+        self._busy = False
+        self._images_busy = False
+        self._images_again = False
+        self._last = 0.0
+        self._clients_loaded = False
+        self._client = None
+        self._pending_select = None     # (image id, path) from a found version
+        self.dialog = None
+
+        # ---- head
+        title = QLabel("Backup & restore")
+        f = title.font()
+        f.setPointSizeF(f.pointSizeF() * 1.25)
+        f.setBold(True)
+        title.setFont(f)
+        pic = QLabel()
+        pic.setPixmap(icon("restore").pixmap(22, 22))
+        head = QHBoxLayout()
+        head.addWidget(pic)
+        head.addWidget(title, 1)
+        description = QLabel("Choose a client and one of its backup images, check the files "
+                             "and directories to restore, then press Restore.")
+        description.setWordWrap(True)
+        _dim(description)
+
+        # ---- client and dates
+        self.client = QComboBox()
+        self.client.setObjectName("restore-client")
+        self.client.setMinimumContentsLength(16)
+        self.client.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.since = QDateEdit()
+        self.until = QDateEdit()
+        for d in (self.since, self.until):
+            d.setCalendarPopup(True)
+            d.setDisplayFormat("yyyy-MM-dd")
+        self.since.setObjectName("restore-since")
+        self.until.setObjectName("restore-until")
+        self.all_dates = QCheckBox("All dates")
+        self.all_dates.setObjectName("restore-all-dates")
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Client"))
+        bar.addWidget(self.client)
+        bar.addSpacing(16)
+        bar.addWidget(QLabel("Images from"))
+        bar.addWidget(self.since)
+        bar.addWidget(QLabel("to"))
+        bar.addWidget(self.until)
+        bar.addWidget(self.all_dates)
+        bar.addStretch(1)
+
+        # ---- images
+        self.model = ObjectTableModel(IMAGE_COLUMNS, key="id", parent=self)
+        self.table, self.proxy = _table(self.model, "restore-table")
+        self.proxy.setDynamicSortFilter(True)
+        self.proxy.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
+        self.placeholder = Placeholder(self.table)
+        self.placeholder.setText("Loading…")
+
+        # ---- files
+        self.files = ImageFilesModel(bridge, self)
+        self.tree = QTreeView()
+        self.tree.setObjectName("image-files")
+        self.tree.setModel(self.files)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.tree.header().setStretchLastSection(True)
+        self.tree.header().resizeSection(0, 360)
+        self.tree.header().resizeSection(1, 90)
+        self.tree.header().resizeSection(2, 150)
+        self.tree.header().resizeSection(3, 100)
+        self.files_title = QLabel("Select an image to browse its files.")
+        self.files_title.setTextFormat(Qt.TextFormat.RichText)
+        self.files_error = QLabel()
+        self.files_error.setTextFormat(Qt.TextFormat.PlainText)
+        self.files_error.setWordWrap(True)
+        self.files_error.setStyleSheet("color: #b3261e;")
+        self.files_error.hide()
+        files_page = QWidget()
+        fl = QVBoxLayout(files_page)
+        fl.setContentsMargins(0, 6, 0, 0)
+        fl.addWidget(self.files_title)
+        fl.addWidget(self.files_error)
+        fl.addWidget(self.tree, 1)
+
+        self.search = _SearchPane(bridge, FOUND_COLUMNS, True,
+                                  "Name or pattern in this image: *.log, report, "
+                                  "/data/*/raw/*.dat", "Search")
+        self.search.table.setObjectName("search-results")
+        self.search.show_result = self._show_found
+        self.check_all = QPushButton("Check all")
+        self.uncheck_all = QPushButton("Uncheck all")
+        self.show_in_tree = QPushButton(icon("files"), "Show in tree")
+        for b in (self.check_all, self.uncheck_all, self.show_in_tree):
+            b.setEnabled(False)
+            self.search.extra.addWidget(b)
+
+        self.versions = _SearchPane(bridge, VERSION_COLUMNS, False,
+                                    "Path (/data/report.pdf) or pattern (report*.pdf) to find "
+                                    "in every image of the client", "Find versions")
+        self.versions.table.setObjectName("version-results")
+        self.versions.show_result = self._show_versions
+        self.versions.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
+
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("restore-tabs")
+        self.tabs.addTab(files_page, icon("files"), "Files")
+        self.tabs.addTab(self.search, icon("search"), "Search this image")
+        self.tabs.addTab(self.versions, icon("versions"), "Find in every image")
+
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.setObjectName("images-splitter")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.table)
+        self.splitter.addWidget(self.tabs)
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 5)
+
+        # ---- footer
+        self.selection_label = QLabel()
+        self.selection_label.setObjectName("restore-selection")
+        self.selection_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.clear_button = QPushButton("Clear selection")
+        self.restore_button = QPushButton(icon("restore"), "Restore…")
+        self.restore_button.setObjectName("restore-button")
+        self.restore_button.setDefault(True)
+        foot = QHBoxLayout()
+        foot.addWidget(self.selection_label, 1)
+        foot.addWidget(self.clear_button)
+        foot.addWidget(self.restore_button)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 4)
+        lay.addLayout(head)
+        lay.addWidget(description)
+        lay.addLayout(bar)
+        lay.addWidget(self.splitter, 1)
+        lay.addLayout(foot)
+
+        # ---- wiring
+        self.client.currentIndexChanged.connect(self._client_changed)
+        self.since.dateChanged.connect(self._dates_changed)
+        self.until.dateChanged.connect(self._dates_changed)
+        self.all_dates.toggled.connect(self._dates_changed)
+        self.table.selectionModel().selectionChanged.connect(self._image_selected)
+        self.files.rowsInserted.connect(self._auto_expand)
+        self.files.load_failed.connect(self._load_failed)
+        self.files.checks_changed.connect(self._update_selection)
+        self.files.revealed.connect(self._revealed)
+        self.search.results.checks_changed.connect(self._update_selection)
+        self.search.find_button.clicked.connect(self.run_search)
+        self.versions.find_button.clicked.connect(self.run_find_versions)
+        self.versions.table.activated.connect(self._version_chosen)
+        self.versions.table.clicked.connect(self._version_chosen)
+        self.check_all.clicked.connect(lambda: self.search.results.set_all_checked(True))
+        self.uncheck_all.clicked.connect(lambda: self.search.results.set_all_checked(False))
+        self.show_in_tree.clicked.connect(self._show_found_in_tree)
+        self.search.table.activated.connect(lambda _i: self._show_found_in_tree())
+        self.clear_button.clicked.connect(self.clear_selection)
+        self.restore_button.clicked.connect(self.open_restore_dialog)
+        self._set_dates(None)
+        self._update_selection()
+        self._update_placeholder()
+
+    # ---- page interface -------------------------------------------------------------------
+    @property
+    def loaded(self):
+        return self._clients_loaded and self.model.loaded
+
+    @property
+    def settled(self):
+        return (self.loaded and not self._busy and not self._images_busy
+                and not self.files.loading and not self.search.busy
+                and not self.versions.busy)
+
+    def due(self, now=None):
+        now = time.monotonic() if now is None else now
+        return not self._busy and now - self._last >= REFRESH_S
+
+    def refresh(self):
+        if self._busy:
+            return False
+        self._busy = True
+        self.bridge.call(lambda m: m.image_clients(), done=self._show_clients,
+                         failed=self._failed, context=self)
+        return True
+
+    def _show_clients(self, clients):
+        self._busy = False
+        self._last = time.monotonic()
+        self.error = None
+        self._newest = {c["client"]: c["newest"] for c in clients}
+        names = [c["client"] for c in clients]
+        current = self.client.currentText()
+        if names != [self.client.itemText(i) for i in range(self.client.count())]:
+            self.client.blockSignals(True)
+            self.client.clear()
+            for c in clients:
+                self.client.addItem(icon("host"), c["client"])
+                self.client.setItemData(self.client.count() - 1,
+                                        f"{c['images']} images, newest "
+                                        f"{fmt.local_time(c['newest'])}",
+                                        Qt.ItemDataRole.ToolTipRole)
+            i = self.client.findText(current)
+            self.client.setCurrentIndex(i if i >= 0 else (0 if names else -1))
+            self.client.blockSignals(False)
+        self._clients_loaded = True
+        if self.client.currentText() != self._client:
+            self._client_changed()
+        else:
+            self.load_images()
+
+    def _failed(self, err):
+        self._busy = False
+        self._last = time.monotonic()
+        self.error = str(err)
+        self._clients_loaded = True
+        self.model.set_rows([])
+        self._update_placeholder()
+        emit(self.refreshed)
+
+    # ---- client, dates, images ----------------------------------------------------------------
+    def _set_dates(self, newest_iso):
+        """The last DEFAULT_DAYS days; for a client without recent backups the
+        DEFAULT_DAYS days up to its newest image, so that choosing a client always shows
+        its latest backups."""
+        today = QDate.currentDate()
+        end = today
+        newest = fmt.epoch(newest_iso)
+        if newest is not None:
+            d = datetime.fromtimestamp(newest).date()
+            newest_day = QDate(d.year, d.month, d.day)
+            if newest_day.addDays(DEFAULT_DAYS) < today:
+                end = newest_day
+        for w in (self.since, self.until):
+            w.blockSignals(True)
+        self.since.setDate(end.addDays(-DEFAULT_DAYS))
+        self.until.setDate(today)
+        for w in (self.since, self.until):
+            w.blockSignals(False)
+
+    def _client_changed(self, *_):
+        self._client = self.client.currentText() or None
+        self._set_dates(getattr(self, "_newest", {}).get(self._client))
+        self.versions.reset()
+        self.load_images()
+
+    def _dates_changed(self, *_):
+        on = not self.all_dates.isChecked()
+        self.since.setEnabled(on)
+        self.until.setEnabled(on)
+        if self.since.date() > self.until.date():
+            self.until.blockSignals(True)
+            self.until.setDate(self.since.date())
+            self.until.blockSignals(False)
+        self.load_images()
+
+    def date_range(self):
+        """(since, until) ISO times of the chosen range; (None, None) for all dates."""
+        if self.all_dates.isChecked():
+            return None, None
+        return _day_bounds(self.since.date().toPython(), self.until.date().toPython())
+
+    def load_images(self):
+        if self._images_busy:
+            self._images_again = True
+            return
+        if self._client is None:
+            self.model.set_rows([])
+            self._update_placeholder()
+            emit(self.refreshed)
+            return
+        self._images_busy = True
+        since, until = self.date_range()
+        self.bridge.call(_images, self._client, since, until, done=self._show_images,
+                         failed=self._images_failed, context=self)
+
+    def _show_images(self, rows):
+        self._images_busy = False
+        if self._images_again:
+            self._images_again = False
+            self.load_images()
+            return
+        self.model.set_rows(rows)
+        self._update_placeholder()
+        if not self.table.selectionModel().hasSelection() and rows:
+            self.select_key(self._pending_select[0] if self._pending_select else None) or \
+                self.table.selectRow(0)
+        if self._pending_select:
+            self._go_to_version()
+        self._size_columns()
+        emit(self.refreshed)
+
+    def _images_failed(self, err):
+        self._images_busy = False
+        self.error = str(err)
+        self._update_placeholder()
+        emit(self.refreshed)
+
+    def _size_columns(self):
+        if getattr(self, "_sized", False) or not self.model.rowCount():
+            return
+        self._sized = True
+        self.table.resizeColumnsToContents()
+        hh = self.table.horizontalHeader()
+        for c in range(self.model.columnCount()):
+            hh.resizeSection(c, hh.sectionSize(c) + 12)
+        hh.setStretchLastSection(True)
+
+    def _update_placeholder(self):
+        n = self.model.rowCount()
+        if self.error and not n:
+            self.placeholder.setText(f"Could not read the catalog: {html.escape(self.error)}")
+        elif not self.loaded:
+            self.placeholder.setText("Loading…")
+        elif self.client.count() == 0:
+            self.placeholder.setText(EMPTY)
+        else:
+            self.placeholder.setText("No images of this client in these dates: choose "
+                                     "earlier dates or <b>All dates</b>.")
+        self.placeholder.setVisible(n == 0)
+
+    def selected_rows(self):
+        rows = self.table.selectionModel().selectedRows()
+        return [self.proxy.data(i, ROW_ROLE) for i in sorted(rows, key=lambda i: i.row())]
+
+    def select_key(self, key):
+        src = self.model.row_of(key) if key is not None else None
+        if src is None:
+            return False
+        idx = self.proxy.mapFromSource(self.model.index(src, 0))
+        self.table.selectionModel().setCurrentIndex(
+            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows)
+        self.table.scrollTo(idx)
+        return True
+
+    @property
+    def image(self):
+        rows = self.selected_rows()
+        return rows[0] if rows else None
+
+    # ---- the files of the chosen image -------------------------------------------------------
+    def _image_selected(self, *_):
+        image = self.image
+        new_id = image["id"] if image else None
+        if new_id == self.files.image_id:
+            return
+        self.files_error.hide()
+        if image:
+            e = html.escape
+            self.files_title.setText(
+                f"Files in image <b>{e(image['id'])}</b> — client {e(image['client'])}, "
+                f"policy {e(image['policy'])}, {fmt.local_time(image['created'])}")
+        else:
+            self.files_title.setText("Select an image to browse its files.")
+        self.files.set_image(new_id)
+        self.search.reset("" if image else "Select an image to search it.")
+        self._found_buttons()
+
+    def _auto_expand(self, parent, first, last):
+        # Images usually hold one deep selection (/gpfs/fs1/projects/x): open the chain of
+        # single directories so that the files are one click away.
+        if first != 0 or last != 0 or self.files.rowCount(parent) != 1:
+            return
+        depth, p = 0, parent
+        while p.isValid():
+            depth, p = depth + 1, p.parent()
+        if depth >= self.AUTO_EXPAND_DEPTH:
+            return
+        child = self.files.index(0, 0, parent)
+        if self.files.hasChildren(child):
+            self.tree.expand(child)
+
+    def _load_failed(self, path, message):
+        self.files_error.setText(f"Could not list {path}: {message}")
+        self.files_error.show()
+
+    def reveal(self, path, check=False):
+        """Opens the tree down to `path`, selects it and, if asked, checks it."""
+        self._reveal_check = check
+        self.tabs.setCurrentIndex(0)
+        self.files.reveal(path)
+
+    def _revealed(self, path):
+        idx = self.files.index_of_path(path)
+        if not idx.isValid():
+            return
+        p = idx.parent()
+        while p.isValid():
+            self.tree.expand(p)
+            p = p.parent()
+        self.tree.setCurrentIndex(idx)
+        self.tree.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
+        if getattr(self, "_reveal_check", False):
+            self.files.set_checked(idx, 2)
+
+    # ---- search in this image ----------------------------------------------------------------
+    def run_search(self):
+        image = self.image
+        if image is None:
+            self.search.status.setText("Select an image to search it.")
+            return
+        self.search.run(_search, image["id"], self.search.pattern.text(),
+                        self.search.case.isChecked())
+
+    def _show_found(self, r):
+        self.search.results.set_rows(r["matches"])
+        self.search.status.setText(_counted(r, "match", SEARCH_LIMIT) + (
+            ". Check the ones to restore." if r["matches"] else "."))
+        self.search.size_columns()
+        self._found_buttons()
+
+    def _found_buttons(self):
+        has = bool(self.search.results.rows)
+        for b in (self.check_all, self.uncheck_all, self.show_in_tree):
+            b.setEnabled(has)
+
+    def _show_found_in_tree(self):
+        rows = self.search.table.selectionModel().selectedRows()
+        if not rows:
+            return
+        row = self.search.proxy.data(rows[0], ROW_ROLE)
+        self.reveal(row["path"])
+
+    # ---- find in every image ----------------------------------------------------------------
+    def run_find_versions(self):
+        if self._client is None:
+            self.versions.status.setText("Choose a client first.")
+            return
+        self.versions.run(_find_versions, self._client, self.versions.pattern.text(),
+                          self.versions.case.isChecked())
+
+    def _show_versions(self, r):
+        self.versions.results.set_rows(r["versions"])
+        text = _counted(r, "version", VERSIONS_LIMIT)
+        if r["versions"]:
+            text += ". Click one to open its image at that file."
+        if r["errors"]:
+            text += f" {len(r['errors'])} image(s) could not be searched: " + "; ".join(
+                f"{e['image']}: {e['message']}" for e in r["errors"][:3])
+        self.versions.status.setText(text)
+        self.versions.size_columns()
+
+    def _version_chosen(self, index):
+        row = self.versions.proxy.data(index, ROW_ROLE)
+        if row is None:
+            return
+        self._pending_select = (row["image"], row["path"])
+        if self.model.row_of(row["image"]) is None:
+            # outside the chosen dates: show all of them
+            self.all_dates.setChecked(True)
+            return      # _show_images goes on
+        self._go_to_version()
+
+    def _go_to_version(self):
+        image, path = self._pending_select
+        self._pending_select = None
+        if self.select_key(image):
+            self.reveal(path, check=True)
+
+    # ---- selection and restore -------------------------------------------------------------
+    def chosen_paths(self):
+        return minimal_paths(self.files.checked_paths() + self.search.results.checked_paths())
+
+    def _update_selection(self):
+        paths = self.chosen_paths()
+        if not paths:
+            self.selection_label.setText("Nothing chosen yet: check the files and directories "
+                                         "to restore.")
+        else:
+            shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more"
+                                            if len(paths) > 3 else "")
+            self.selection_label.setText(f"{len(paths)} item{'s' if len(paths) != 1 else ''} "
+                                         f"chosen: {shown}")
+        self.selection_label.setToolTip("\n".join(paths[:50]))
+        self.restore_button.setEnabled(bool(paths) and self.image is not None)
+        self.clear_button.setEnabled(bool(paths))
+
+    def clear_selection(self):
+        self.files.clear_checks()
+        self.search.results.set_all_checked(False)
+
+    def open_restore_dialog(self):
+        paths = self.chosen_paths()
+        image = self.image
+        if not paths or image is None:
+            return None
+        self.dialog = RestoreDialog(self.bridge, image, paths, self)
+        self.dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.dialog.started.connect(self._restore_started)
+        self.dialog.open()
+        return self.dialog
+
+    def _restore_started(self, job):
+        emit(self.job_opened, job)
+
+    # ---- remembered layout ------------------------------------------------------------------
+    def save_state(self, settings):
+        settings.setValue("views/restore-browser/header", self.table.horizontalHeader().saveState())
+        settings.setValue("views/restore-browser/splitter", self.splitter.saveState())
+        settings.setValue("views/restore-browser/files-header", self.tree.header().saveState())
+
+    def restore_state(self, settings):
+        h = settings.value("views/restore-browser/header")
+        if h is not None and self.table.horizontalHeader().restoreState(h):
+            self._sized = True
+        s = settings.value("views/restore-browser/splitter")
+        if s is not None:
+            self.splitter.restoreState(s)
+        h = settings.value("views/restore-browser/files-header")
+        if h is not None:
+            self.tree.header().restoreState(h)
+
+
+def _dim(label):
+    pal = label.palette()
+    pal.setColor(label.foregroundRole(), pal.color(pal.ColorRole.PlaceholderText))
+    label.setPalette(pal)
+

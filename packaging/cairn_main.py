@@ -1,0 +1,8 @@
+"""The frozen build's entry point: the `cairn` command."""
+
+import sys
+
+from app.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -141,6 +141,8 @@ def build_parser():
     p = cmd(im, "list", "list images")
     p.add_argument("--client")
     p.add_argument("--policy")
+    p.add_argument("--since", metavar="TIME", help="only images created at or after TIME")
+    p.add_argument("--until", metavar="TIME", help="only images created at or before TIME")
     p = cmd(im, "expire", "expire an image now")
     p.add_argument("image")
 
@@ -159,11 +161,33 @@ def build_parser():
     p.add_argument("--to", required=True, help="target directory ('/' = original location)")
     p.add_argument("--to-host")
     p.add_argument("--overwrite", choices=["skip", "overwrite", "rename"], default="skip")
+    p.add_argument("--strip-prefix", metavar="PREFIX",
+                   help="remove this leading path from every restored path")
+    p.add_argument("--add-prefix", metavar="PREFIX",
+                   help="put this path in front of every restored path")
+    p.add_argument("--rename", nargs=2, metavar=("PATTERN", "REPLACEMENT"),
+                   help="rename paths: a glob (each * or ? of REPLACEMENT takes what the "
+                        "pattern's wildcards matched) or, with --regex, a regular expression")
+    p.add_argument("--regex", action="store_true", help="--rename PATTERN is a regular "
+                   "expression (REPLACEMENT may use \\1)")
+    p.add_argument("--preview", action="store_true",
+                   help="show where the paths would go, and start nothing")
     p.add_argument("--wait", action="store_true")
+
+    rp = cmd(sub, "report", "reports over the job history").add_subparsers(dest="sub",
+                                                                           metavar="REPORT")
+    p = cmd(rp, "backups", "client backups: one row per backup job that ended")
+    p.add_argument("--since", metavar="TIME", help="jobs started at or after TIME")
+    p.add_argument("--until", metavar="TIME", help="jobs started before TIME")
+    p.add_argument("--client", metavar="HOST")
+    p.add_argument("--policy", metavar="NAME")
+    p.add_argument("--csv", metavar="FILE", help="also write the rows to FILE as CSV")
 
     p = cmd(sub, "console", "the desktop console")
     p.add_argument("--screenshot", metavar="FILE")
-    p.add_argument("--view", default="hosts")
+    p.add_argument("--view", help="the page to open (default: getting started until setup "
+                   "is complete, then the activity monitor); with --screenshot also "
+                   "wizard:storage-server, wizard:disk-pool, wizard:storage-unit, wizard:policy")
     ma = cmd(sub, "master", "the master without a GUI").add_subparsers(dest="sub", metavar="ACTION")
     p = cmd(ma, "run", "run the dispatcher")
     p.add_argument("--until-idle", action="store_true", help="stop when no job is queued or running")
@@ -323,8 +347,24 @@ def _dispatch(m, args, c, s):
         elif not image:
             raise CairnError("name the image to restore from, or --client HOST",
                              status_code=st.INVALID_REQUEST)
+        relocate = {}
+        if args.strip_prefix:
+            relocate["strip"] = args.strip_prefix
+        if args.add_prefix:
+            relocate["add"] = args.add_prefix
+        if args.rename:
+            relocate["rename"] = {"pattern": args.rename[0], "replacement": args.rename[1],
+                                  "mode": "regex" if args.regex else "glob"}
+        elif args.regex:
+            raise CairnError("--regex goes with --rename PATTERN REPLACEMENT",
+                             status_code=st.INVALID_REQUEST)
+        if args.preview:
+            r = m.preview_restore(image, args.path, args.to, to_host=args.to_host,
+                                  overwrite=args.overwrite, relocate=relocate or None)
+            return _out(args, r, lambda d: [print(f"{i['path']}  ->  {d['to_host']}:"
+                                                  f"{i['target']}") for i in d["items"]])
         jid = m.start_restore(image, args.path, args.to, to_host=args.to_host,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, relocate=relocate or None)
         return _jobs_result(m, args, [jid])
     if c == "jobs":
         if s == "show":
@@ -348,7 +388,10 @@ def _dispatch(m, args, c, s):
         if s == "expire":
             r = m.expire_image(args.image)
             return _out(args, r, lambda d: print(f"image {args.image} expired"))
-        return _out(args, {"images": m.images(client=args.client, policy=args.policy)},
+        images = (m.images_in_range(args.client, args.policy, args.since, args.until)
+                  if args.since or args.until
+                  else m.images(client=args.client, policy=args.policy))
+        return _out(args, {"images": images},
                     lambda d: _table(d["images"], ["id", "client", "policy", "schedule",
                                                    "created", "expires", "files", "bytes"]))
     if c == "browse":
@@ -366,6 +409,13 @@ def _dispatch(m, args, c, s):
             image, path = pos[0], (pos[1] if len(pos) > 1 else "/")
         r = m.browse(image, path)
         return _out(args, r, _print_listing)
+    if c == "report" and s == "backups":
+        from app import reports
+        doc = reports.backup_report(m, since=args.since, until=args.until, client=args.client,
+                                    policy=args.policy)
+        if args.csv:
+            doc["csv"] = reports.write_csv(doc["rows"], args.csv)
+        return _out(args, doc, _print_backups_report)
     if c == "master" and s == "run":
         print(f"cairn master: dispatcher running on {m.home.root} (Ctrl-C stops it)",
               file=sys.stderr)
@@ -412,6 +462,24 @@ def _ensure_dispatcher(m, args):
     subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                      start_new_session=True, env=os.environ.copy())
     log.close()
+
+
+def _print_backups_report(d):
+    def rate(v):
+        return f"{_size(v)}/s" if v else ""
+
+    _table([dict(r, bytes=_size(r["bytes"]), rate=rate(r["rate_bytes_per_s"]),
+                 group_rate=rate(r["group_rate_bytes_per_s"]))
+            for r in d["rows"]], ["job_id", "client", "policy", "schedule", "started",
+                                  "elapsed_s", "files", "bytes", "rate", "status", "group",
+                                  "group_rate"])
+    s = d["summary"]
+    average, combined = s["average_rate_bytes_per_s"], s["combined_rate_bytes_per_s"]
+    print(f"{s['jobs']} jobs, {s['failed']} failed; {_size(s['bytes'])} in {s['elapsed_s']} s "
+          f"of job time" + (f"; average {rate(average)} per job" if average else "")
+          + (f", {rate(combined)} combined while backups ran" if combined else ""))
+    if d.get("csv"):
+        print(f"wrote {d['csv']['rows']} rows to {d['csv']['path']}")
 
 
 def _print_probe(d):

@@ -76,6 +76,73 @@ def _id_of(db, table, kind, name, listing):
     return row[0]
 
 
+WEEK_HOURS = 7 * 24
+_CLOCK_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def check_windows(windows):
+    """Start windows of a schedule: a list (or its JSON text) of {"day": 0-6 (0 = Monday),
+    "start": "HH:MM", "hours": length}. A window may run past midnight into the next day,
+    Sunday's into Monday's. Returns the windows in a canonical form, in week order; an empty
+    list means the schedule only runs when started by hand."""
+    if windows is None:
+        return []
+    if isinstance(windows, str):
+        try:
+            windows = json.loads(windows) if windows.strip() else []
+        except ValueError as e:
+            raise ValidationError(f"start windows are not valid JSON: {e}",
+                                  hint='write them like [{"day": 0, "start": "22:00", '
+                                       '"hours": 6}]') from None
+    if not isinstance(windows, (list, tuple)):
+        raise ValidationError("start windows must be a list",
+                              hint='write them like [{"day": 0, "start": "22:00", "hours": 6}]')
+    out, spans = [], []
+    for i, w in enumerate(windows, 1):
+        what = f"start window {i}"
+        if not isinstance(w, dict):
+            raise ValidationError(f"{what} is not an object with day, start and hours")
+        missing = [k for k in ("day", "start", "hours") if k not in w]
+        if missing:
+            raise ValidationError(f"{what} has no {', '.join(missing)}",
+                                  hint='give day (0 = Monday), start ("HH:MM") and hours')
+        extra = sorted(set(w) - {"day", "start", "hours"})
+        if extra:
+            raise ValidationError(f"{what} has unknown fields: {', '.join(extra)}")
+        day, start, hours = w["day"], w["start"], w["hours"]
+        if isinstance(day, bool) or not isinstance(day, int) or not 0 <= day <= 6:
+            raise ValidationError(f"{what}: day {day!r} is not a day of the week",
+                                  hint="use 0 (Monday) to 6 (Sunday)")
+        m = _CLOCK_RE.match(start) if isinstance(start, str) else None
+        if not m:
+            raise ValidationError(f"{what}: start {start!r} is not a time of day",
+                                  hint="write it as HH:MM on the 24-hour clock, e.g. 22:00")
+        if isinstance(hours, bool) or not isinstance(hours, (int, float)) \
+                or not 0 < hours <= WEEK_HOURS:
+            raise ValidationError(f"{what}: length {hours!r} hours is out of range",
+                                  hint=f"a window lasts more than 0 and at most {WEEK_HOURS} "
+                                       "hours")
+        begin = day * 24 * 60 + int(m.group(1)) * 60 + int(m.group(2))
+        spans.append((begin, begin + round(hours * 60), i))
+        out.append({"day": day, "start": start, "hours": hours})
+    # Overlaps are compared around the week, so Sunday night's window meets Monday morning's.
+    week = WEEK_HOURS * 60
+    for a, (b1, e1, i) in enumerate(spans):
+        for b2, e2, j in spans[a + 1:]:
+            for shift in (-week, 0, week):
+                if b1 < e2 + shift and b2 + shift < e1:
+                    raise ValidationError(
+                        f"start windows {i} ({_DAYS[out[i - 1]['day']]} {out[i - 1]['start']}) "
+                        f"and {j} ({_DAYS[out[j - 1]['day']]} {out[j - 1]['start']}) overlap",
+                        hint="merge them into one window")
+    total = sum(e - b for b, e, _ in spans)
+    if total > week:
+        raise ValidationError("start windows add up to more than a week")
+    out.sort(key=lambda w: (w["day"], w["start"]))
+    return out
+
+
 class Config:
     def __init__(self, db):
         self.db = db
@@ -306,12 +373,17 @@ class Config:
         if self.db.one("SELECT 1 FROM schedules WHERE policy_id=? AND name=?", (pid, name)):
             raise ValidationError(f"policy {policy!r} already has a schedule named {name!r}")
         ret = timeutil.parse_duration(retention)
-        freq = timeutil.parse_duration(frequency) if frequency else None
+        try:
+            freq = timeutil.parse_duration(frequency) if frequency else None
+        except ValidationError:
+            raise ValidationError(f"frequency {frequency!r} is not a duration",
+                                  hint="use a number and a unit: 12h, 1d, 1w") from None
+        wins = check_windows(windows)
         with self.db.tx() as c:
             c.execute("INSERT INTO schedules(policy_id, name, type, retention_s, frequency_s, "
                       "windows) VALUES (?,?,?,?,?,?)",
                       (pid, name, type, -1 if ret is None else ret, freq,
-                       json.dumps(windows or [])))
+                       json.dumps(wins)))
         return self.policy(policy)
 
     def policy(self, name):

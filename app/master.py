@@ -101,6 +101,19 @@ class Master:
             h = self.config.add_host(name, local=True)
         return h
 
+    def host_reachability(self, timeout=15):
+        """Each host with whether its agent answers now (connecting it if needed), for the
+        console's status bar: [{"name", "reachable", "error"}]."""
+        from app.errors import CairnError
+        out = []
+        for h in self.config.hosts():
+            try:
+                self.hosts.connect(h).call("ping", timeout=timeout)
+                out.append({"name": h["name"], "reachable": True, "error": None})
+            except CairnError as e:
+                out.append({"name": h["name"], "reachable": False, "error": e.message})
+        return out
+
     def probe_host(self, name):
         host = self.config.host(name)
         conn = self.hosts.connect(host)
@@ -112,6 +125,68 @@ class Master:
     def list_host_dir(self, name, path):
         host = self.config.host(name)
         return self.hosts.connect(host).call("list_dir", {"path": path}, timeout=60)
+
+    def host_volumes(self, name):
+        """The file systems a host reports (mount point, type, class, size, free, read-only),
+        for picking the volumes of a disk pool. Every entry comes from the host's mount
+        table, so `mounted` is True; `error` says why one could not be measured."""
+        fss = self.probe_host(name).get("filesystems") or []
+        for fs in fss:
+            fs.setdefault("mounted", True)
+        return fss
+
+    def add_host_trusting_key(self, name, fingerprint, *, address, port=22, user=None,
+                              key_file=None, data_address=None):
+        """add_host for an SSH host whose unknown key the admin accepted after seeing its
+        fingerprint: exactly that key is trusted, and a host that presents another one is
+        refused, so a key swapped between showing and accepting is never trusted."""
+        from app.errors import HostKeyUnknown
+        from app.transport import hostkeys
+        from app.config import check_name
+        check_name("host", name)
+        t = self.hosts.transport({"name": name, "kind": "ssh", "address": address,
+                                  "port": port, "user": user,
+                                  "key_file": key_file and os.path.abspath(
+                                      os.path.expanduser(key_file))})
+        try:
+            t.connect()
+        except HostKeyUnknown as e:
+            if e.fingerprint != fingerprint:
+                raise ValidationError(
+                    f"host {address} now presents {e.key_type} {e.fingerprint}, not the key "
+                    f"{fingerprint} that was accepted; nothing was trusted",
+                    hint="check the fingerprint with the host's administrator") from None
+            hostkeys.add(self.home.known_hosts, address, port, e.pkey)
+        finally:
+            t.close()
+        return self.add_host(name, address=address, port=port, user=user, key_file=key_file,
+                             data_address=data_address, check=True)
+
+    def create_policy(self, name, *, storage_unit, priority=0, multiple_streams=False,
+                      checksum="crc32", clients=(), selections=(), schedules=(), comment=""):
+        """A policy with its clients, backup selections and schedules (dicts of
+        add_schedule's arguments plus `name`), all or nothing: when a later part is
+        refused, the policy is removed again and the error raised."""
+        self.config.add_policy(name, storage_unit=storage_unit, priority=priority,
+                               multiple_streams=multiple_streams, checksum=checksum,
+                               comment=comment)
+        try:
+            for host in clients:
+                self.config.add_policy_client(name, host)
+            for path in selections:
+                self.config.add_policy_selection(name, path)
+            for s in schedules:
+                s = dict(s)
+                self.config.add_schedule(name, s.pop("name"), **s)
+        except BaseException:
+            self._remove_policy(name)
+            raise
+        return self.config.policy(name)
+
+    def _remove_policy(self, name):
+        # Clients, selections and schedules go with it (ON DELETE CASCADE).
+        with self.db.tx() as c:
+            c.execute("DELETE FROM policies WHERE name=?", (name,))
 
     # ---- storage --------------------------------------------------------------------------
     def create_storage_server(self, name, *, type, host, path=None):
@@ -284,26 +359,163 @@ class Master:
                 entries = []
         return {"image": img["id"], "path": path, "entries": [e.to_dict() for e in entries]}
 
-    def start_restore(self, image_id, paths, to, to_host=None, overwrite="skip"):
+    # ---- finding and restoring files ------------------------------------------------------
+    def list_entries(self, image_id, path="/"):
+        """The entries of one directory of an image as the index's own Entry tuples (path,
+        name, kind, mode, uid, gid, size, mtime_ns, offset, length, checksum, link), sorted
+        by name bytes: browse() without a dict per entry, for the console's file tree, which
+        lists directories of 100,000 entries at once."""
+        img = self.image(image_id)
+        path = "/" if path in (None, "", "/") else check_abs_path("path", path)
+        with self.open_index(img) as idx:
+            try:
+                return idx.list_dir(path)
+            except KeyError:
+                raise NotFound(f"{path} is not in image {image_id}") from None
+
+    def images_in_range(self, client=None, policy=None, since=None, until=None):
+        """Images (newest first) created in [since, until]; either end may be open."""
+        rows = self.images(client=client, policy=policy)
+        lo = timeutil.iso(timeutil.parse_iso(since)) if since else None
+        hi = timeutil.iso(timeutil.parse_iso(until)) if until else None
+        return [r for r in rows if (lo is None or r["created"] >= lo)
+                and (hi is None or r["created"] <= hi)]
+
+    def image_clients(self):
+        """The clients that have images: name, images, newest (created)."""
+        return [{"client": r[0], "images": r[1], "newest": r[2]} for r in self.db.all(
+            "SELECT client, COUNT(*), MAX(created) FROM images GROUP BY client "
+            "ORDER BY client")]
+
+    def search(self, image_id, pattern, limit=10_000, case_sensitive=False, cancel=None):
+        """Files of an image whose name (or path, for a pattern with /) matches a glob;
+        see app/search.py. `cancel` is a threading.Event that stops the search early."""
+        from app.search import search_index
+        img = self.image(image_id)
+        try:
+            with self.open_index(img) as idx:
+                found = search_index(idx, pattern, limit=limit, case_sensitive=case_sensitive,
+                                     cancel=cancel)
+        except ValueError as e:
+            if isinstance(e, IndexCorrupt):
+                raise
+            raise ValidationError(str(e)) from None
+        found["image"] = img["id"]
+        return found
+
+    def find_versions(self, client, query, limit=1_000, case_sensitive=False, cancel=None):
+        """Every version of a file in every image of a client, newest image first: an
+        absolute path without wildcards is looked up, anything else searched as a pattern."""
+        from app.search import has_wildcards
+        self.config.host(client)
+        query = (query or "").strip()
+        if not query:
+            raise ValidationError("type a path or a pattern to look for")
+        exact = query.startswith("/") and not has_wildcards(query)
+        if exact:
+            query = check_abs_path("path", query)
+        versions, errors, count, cancelled = [], [], 0, False
+        for img in self.images(client=client):
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            try:
+                if exact:
+                    with self.open_index(img) as idx:
+                        e = idx.lookup(query)
+                    found = [e.to_dict()] if e is not None else []
+                    n = len(found)
+                else:
+                    r = self.search(img["id"], query, limit=max(limit - len(versions), 0),
+                                    case_sensitive=case_sensitive, cancel=cancel)
+                    found, n, cancelled = r["matches"], r["count"], r["cancelled"]
+            except CairnError as e:
+                errors.append({"image": img["id"], "message": e.message})
+                continue
+            count += n
+            for f in found[:max(limit - len(versions), 0)]:
+                f.update(image=img["id"], created=img["created"], policy=img["policy"],
+                         schedule=img["schedule"])
+                versions.append(f)
+            if cancelled:
+                break
+        return {"client": client, "query": query, "versions": versions, "count": count,
+                "truncated": count > len(versions), "cancelled": cancelled, "errors": errors}
+
+    def _restore_request(self, image_id, paths, to, to_host, overwrite, relocate):
+        from app.relocate import Relocation
         img = self.image(image_id)
         if not paths:
             raise ValidationError("choose at least one path to restore",
                                   hint="give --path PATH (browse the image to find paths)")
         norm = [("/" if p == "/" else check_abs_path("path", p)) for p in paths]
+        norm = [p for p in dict.fromkeys(norm)
+                if not any(p != q and (q == "/" or p.startswith(q + "/")) for q in norm)]
         to = check_abs_path("restore target", to)
         host = self.config.host(to_host or img["client"])
         if overwrite not in OVERWRITE_CHOICES:
             raise ValidationError(f"overwrite choice {overwrite!r} is unknown",
                                   hint=f"choose one of: {', '.join(OVERWRITE_CHOICES)}")
+        relocation = (relocate if isinstance(relocate, Relocation)
+                      else Relocation.from_dict(relocate))
+        return img, norm, to, host, relocation
+
+    def preview_restore(self, image_id, paths, to, to_host=None, overwrite="skip",
+                        relocate=None, limit=50, check_limit=200_000):
+        """Where a restore would put the chosen paths, before it runs: the first `limit`
+        items (path, kind, target on the target host) and a check of up to `check_limit`
+        entries for collisions; an invalid relocation raises, naming the first bad path."""
+        from app.relocate import join_target, plan_targets
+        img, norm, to, host, relocation = self._restore_request(
+            image_id, paths, to, to_host, overwrite, relocate)
+        seen, complete = [], True
         with self.open_index(img) as idx:
             for p in norm:
                 if p != "/" and idx.lookup(p) is None:
+                    raise NotFound(f"{p} is not in image {image_id}")
+                walk = (e for top in idx.list_dir("/") for e in idx.walk(top.path)) \
+                    if p == "/" else idx.walk(p)
+                for e in walk:
+                    if len(seen) >= check_limit:
+                        complete = False
+                        break
+                    seen.append((e.path, e.kind))
+                if not complete:
+                    break
+        targets = plan_targets(relocation, seen) if relocation else \
+            {p: p for p, _ in seen}
+        items = [{"path": p, "kind": k, "target": join_target(to, targets[p])}
+                 for p, k in seen[:limit]]
+        return {"image": img["id"], "to": to, "to_host": host["name"], "items": items,
+                "checked": len(seen), "complete": complete,
+                "relocate": relocation.to_dict()}
+
+    def start_restore(self, image_id, paths, to, to_host=None, overwrite="skip",
+                      relocate=None):
+        """Queues a restore job. `relocate` ({"strip", "add", "rename": {"pattern",
+        "replacement", "mode"}}, see app/relocate.py) changes where paths land under `to`;
+        it is checked on the chosen paths now and on everything below them when the job
+        builds its plan, before anything is written."""
+        from app.relocate import plan_targets
+        img, norm, to, host, relocation = self._restore_request(
+            image_id, paths, to, to_host, overwrite, relocate)
+        with self.open_index(img) as idx:
+            kinds = []
+            for p in norm:
+                e = idx.lookup(p) if p != "/" else None
+                if p != "/" and e is None:
                     raise NotFound(f"{p} is not in image {image_id}",
                                    hint=f"see `cairn browse {image_id} {os.path.dirname(p)}`")
+                kinds.append((p, e.kind if e is not None else "d"))
+        if relocation:
+            plan_targets(relocation, kinds)
+        params = {"image": img["id"], "paths": norm, "to": to, "to_host": host["name"],
+                  "overwrite": overwrite}
+        if relocation:
+            params["relocate"] = relocation.to_dict()
         return self.jobs.create("restore", client=img["client"], policy=img["policy"],
                                 schedule=img["schedule"], storage_unit=img["storage_unit"],
-                                params={"image": img["id"], "paths": norm, "to": to,
-                                        "to_host": host["name"], "overwrite": overwrite})
+                                params=params)
 
     # ---- running jobs ---------------------------------------------------------------------
     def wait_for(self, job_ids, timeout=None, poll=0.3):
@@ -320,6 +532,68 @@ class Master:
                 raise CairnError("timed out waiting for jobs " + ", ".join(map(str, job_ids)))
             time.sleep(poll)
         return [self.jobs.get(j) for j in job_ids]
+
+    # ---- the activity monitor -------------------------------------------------------------
+    def restart_job(self, job_id):
+        """Queues a job again with the type and parameters of one that failed or was
+        canceled; returns the new jobs. What it names (policy and client, image and restore
+        target) is checked again first, so a restart of something deleted since is refused
+        here, not in the middle of the new job."""
+        old = self.jobs.get(job_id)
+        if old["state"] != DONE:
+            raise ValidationError(f"job {job_id} is {old['state']}; only an ended job can be "
+                                  "restarted", hint="cancel it first, or wait for it to end")
+        if old["status"] in (status.OK, status.PARTIAL):
+            raise ValidationError(
+                f"job {job_id} ended with status {old['status']} "
+                f"({status.text(old['status'])}); only a failed or canceled job is restarted",
+                hint="start a new job instead, e.g. `cairn backup POLICY`")
+        p = old["params"]
+        if old["type"] == "backup":
+            pol = self.config.policy(old["policy"])
+            if old["client"] not in pol["clients"]:
+                raise ValidationError(f"{old['client']!r} is no longer a client of policy "
+                                      f"{old['policy']!r}",
+                                      hint="add it again with `cairn policy add-client`")
+            self.config.storage_unit(old["storage_unit"])
+            new_id = self.jobs.create("backup", client=old["client"], policy=old["policy"],
+                                      schedule=old["schedule"], storage_unit=old["storage_unit"],
+                                      priority=old["priority"], params=p)
+        elif old["type"] == "restore":
+            extra = {"relocate": p["relocate"]} if p.get("relocate") else {}
+            new_id = self.start_restore(p["image"], p["paths"], p["to"], to_host=p.get("to_host"),
+                                        overwrite=p.get("overwrite", "skip"), **extra)
+        else:
+            raise ValidationError(f"a {old['type']} job cannot be restarted")
+        self.jobs.log(new_id, f"restart of job {job_id}")
+        self.jobs.log(job_id, f"restarted as job {new_id}")
+        return [self.jobs.get(new_id)]
+
+    def job_stats(self, job_id, after=None):
+        """A job with its throughput samples (those after time `after` when given) and, once
+        it has ended, its throughput figures (app.jobs.stats.summary over all its samples)."""
+        from app.jobs import stats
+        job = self.jobs.get(job_id)
+        samples = self.jobs.samples(job_id, after=after)
+        figures = None
+        if job["state"] == DONE:
+            every = samples if after is None else self.jobs.samples(job_id)
+            started = timeutil.parse_iso(job["started"]) if job["started"] else None
+            figures = stats.summary(every, started)
+        return {"job": job, "samples": samples, "stats": figures}
+
+    def throughput(self, window_s=300.0, step=1.0, now=None):
+        """The summed data rate of all jobs over the last `window_s` seconds, one
+        (t, bytes_per_s) point per `step`."""
+        from app.jobs import stats
+        now = time.time() if now is None else now
+        # A second is complete once each running job has written its next sample (one a
+        # second): ending two steps back keeps the newest point from dipping.
+        end = now - 2 * step
+        start = end - window_s
+        # one sample before the window, so a job's rate counts from its first step
+        rows = self.jobs.samples_since(start - 2 * step - 1.0)
+        return stats.aggregate(rows, start, end, step)
 
 
 def _image_dict(row):

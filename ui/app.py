@@ -189,10 +189,42 @@ def take_screenshot(console, path):
     return 0
 
 
-def main(home=None, screenshot=None, view="hosts"):
-    if view not in VIEW_NAMES:
+WIZARD_VIEWS = tuple(f"wizard:{k}" for k in ("storage-server", "disk-pool", "storage-unit",
+                                               "policy"))
+SCREENSHOT_VIEWS = VIEW_NAMES + WIZARD_VIEWS
+
+
+def take_wizard_screenshot(console, kind, path):
+    """The wizard of `kind` over the main window, at its first page once its data loaded."""
+    w = console.window
+    w.resize(*SCREENSHOT_SIZE)
+    w.show()
+    wizard = w.open_wizard(kind)
+    ok = wait_until(lambda: not getattr(wizard, "busy", False) and not console.bridge.pending,
+                    SCREENSHOT_TIMEOUT_S)
+    if not ok:
+        print(f"cairn console: the {kind} wizard did not load within {SCREENSHOT_TIMEOUT_S} s;"
+              " no screenshot written", file=sys.stderr)
+        return 1
+    wait_until(lambda: False, 0.3)  # let the layout settle
+    QApplication.processEvents()
+    if not wizard.grab().save(path, "PNG"):
+        print(f"cairn console: cannot write the screenshot to {path}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def first_view(master):
+    """Getting started until the four setup steps are done, then the activity monitor."""
+    c = master.config
+    done = c.storage_servers() and c.disk_pools() and c.storage_units() and c.policies()
+    return "activity" if done else "getting-started"
+
+
+def main(home=None, screenshot=None, view=None):
+    if view is not None and view not in SCREENSHOT_VIEWS or (view in WIZARD_VIEWS and not screenshot):
         print(f"cairn console: there is no view {view!r}\n  choose one of: "
-              + ", ".join(VIEW_NAMES), file=sys.stderr)
+              + ", ".join(VIEW_NAMES if not screenshot else SCREENSHOT_VIEWS), file=sys.stderr)
         return 2
     if screenshot and not _has_display():
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -207,9 +239,16 @@ def main(home=None, screenshot=None, view="hosts"):
         return e.status or 1
 
     console = Console(master, run_dispatcher=not screenshot, remember_layout=not screenshot)
-    console.window.select_view(view)
+    if view is None:
+        view = first_view(master)
+    if view in WIZARD_VIEWS:
+        console.window.select_view("getting-started")
+    else:
+        console.window.select_view(view)
     if screenshot:
         try:
+            if view in WIZARD_VIEWS:
+                return take_wizard_screenshot(console, view.split(":", 1)[1], screenshot)
             return take_screenshot(console, screenshot)
         finally:
             console.window.close()

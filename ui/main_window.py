@@ -19,6 +19,7 @@ SETTINGS_ORG, SETTINGS_APP = "Cairn", "console"
 # (view name, label, icon, children); the names are also the --view choices.
 NAVIGATION = (
     ("overview", "Master", "master", (
+        ("getting-started", "Getting started", "getting-started", ()),
         ("hosts", "Hosts", "host", ()),
         ("storage", "Storage", "storage", (
             ("storage-servers", "Storage servers", "storage-server", ()),
@@ -28,6 +29,7 @@ NAVIGATION = (
         ("policies", "Policies", "policy", ()),
         ("activity", "Activity monitor", "activity", ()),
         ("restore", "Backup & restore", "restore", ()),
+        ("reports", "Reports", "report", ()),
     )),
 )
 
@@ -41,6 +43,12 @@ def _names(nodes):
 VIEW_NAMES = tuple(_names(NAVIGATION))
 
 STATUS_REFRESH_MS = 1000
+#: how often the status bar asks every host's agent whether it answers
+REACHABILITY_S = 30
+
+NEW_OBJECTS = (("host", "&Host…"), ("storage-server", "&Storage server…"),
+               ("disk-pool", "&Disk pool…"), ("storage-unit", "Storage &unit…"),
+               ("policy", "&Policy…"))
 VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
@@ -92,6 +100,13 @@ class MainWindow(QMainWindow):
                 page.job_opened.connect(self.open_job)
             elif page.name == "activity":
                 page.opened.connect(self.open_job)
+            if hasattr(page, "wizard_requested"):
+                page.wizard_requested.connect(self.open_wizard)
+            actions = getattr(page, "object_actions", None)
+            if actions is not None:
+                actions.new_requested.connect(self.open_wizard)
+                actions.changed.connect(self._catalog_changed)
+                actions.jobs_started.connect(self._jobs_started)
         self._fill_nav(self.nav.invisibleRootItem(), NAVIGATION)
         self.nav.expandAll()
         self.nav.currentItemChanged.connect(self._nav_changed)
@@ -120,6 +135,11 @@ class MainWindow(QMainWindow):
         self.resize(1280, 800)
         if remember_layout:
             self.restore_layout()
+
+        self.reachability = None
+        self._reach_busy = False
+        self._reach_last = 0.0
+        self.wizard = None
 
         self.timer = QTimer(self)
         self.timer.setInterval(STATUS_REFRESH_MS)
@@ -154,6 +174,12 @@ class MainWindow(QMainWindow):
 
     def _make_menus(self):
         file_menu = self.menuBar().addMenu("&File")
+        new_menu = file_menu.addMenu(icon("action-new"), "&New")
+        for kind, label in NEW_OBJECTS:
+            a = QAction(icon(kind), label, self)
+            a.triggered.connect(lambda _=False, k=kind: self.open_wizard(k))
+            new_menu.addAction(a)
+        file_menu.addSeparator()
         quit_action = QAction("&Quit", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
@@ -226,12 +252,99 @@ class MainWindow(QMainWindow):
         self.summary = s
         self.master_label.setText(f"Master: embedded — catalog {s['catalog']}")
         self.master_label.setToolTip(s["catalog"])
-        self.hosts_label.setText(f"Hosts: {s['hosts']}")
+        self._show_hosts()
         self.jobs_label.setText(f"Jobs: {s['running']} running, {s['queued']} queued")
+        now = time.monotonic()
+        if not self._reach_busy and (self.reachability is None or
+                                     now - self._reach_last >= REACHABILITY_S):
+            self.check_hosts()
+
+    def check_hosts(self):
+        """Asks every host's agent whether it answers, off the UI thread."""
+        if self._reach_busy:
+            return
+        self._reach_busy = True
+        self.bridge.call(lambda m: m.host_reachability(), done=self._reached,
+                         failed=self._reach_failed, context=self)
+
+    def _reached(self, result):
+        self._reach_busy = False
+        self._reach_last = time.monotonic()
+        self.reachability = result
+        self._show_hosts()
+
+    def _reach_failed(self, _err):
+        self._reach_busy = False
+        self._reach_last = time.monotonic()
+
+    def _show_hosts(self):
+        r = self.reachability
+        total = (self.summary or {}).get("hosts")
+        if r is None:
+            self.hosts_label.setText(f"Hosts: {total if total is not None else '…'}")
+            return
+        up = [h for h in r if h["reachable"]]
+        down = [h for h in r if not h["reachable"]]
+        self.hosts_label.setText(f"Hosts: {len(up)} of {len(r)} reachable")
+        self.hosts_label.setStyleSheet("color: #c0392b;" if down else "")
+        self.hosts_label.setToolTip("\n".join(
+            [f"{h['name']}: answers" for h in up]
+            + [f"{h['name']}: {h['error']}" for h in down]))
 
     def _status_failed(self, err):
         self._status_busy = False
         self.master_label.setText(f"Master: catalog unreadable — {err}")
+
+    # ---- wizards and catalog changes --------------------------------------------------------
+    def open_wizard(self, kind, **preset):
+        """The wizard that creates an object of `kind` (the add-host dialog for a host)."""
+        from ui import wizards
+        if self.wizard is not None and self.wizard.isVisible():
+            self.wizard.raise_()
+            self.wizard.activateWindow()
+            return self.wizard
+        if kind == "host":
+            w = wizards.make_host_dialog(self.bridge, self)
+            w.accepted.connect(lambda: w.host and self._created("host", w.host["name"]))
+        else:
+            w = wizards.make_wizard(kind, self.bridge, self, **preset)
+        self._track_wizard(w)
+        w.show()
+        return w
+
+    def _track_wizard(self, w):
+        w.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        if hasattr(w, "created"):
+            w.created.connect(self._created)
+        if hasattr(w, "continued"):  # the disk pool wizard goes on to a storage unit
+            w.continued.connect(self._track_wizard)
+        w.destroyed.connect(lambda *_: self._wizard_gone(w))
+        self.wizard = w
+
+    def _wizard_gone(self, w):
+        if self.wizard is w:
+            self.wizard = None
+
+    def _created(self, kind, name):
+        self._catalog_changed(kind, name)
+        view = {"host": "hosts", "storage-server": "storage-servers",
+                "disk-pool": "disk-pools", "storage-unit": "storage-units",
+                "policy": "policies"}.get(kind)
+        if view in self.views:
+            self.views[view].refresh()
+
+    def _catalog_changed(self, kind, _name):
+        for name in ("getting-started", "overview", "storage"):
+            if name in self.views:
+                self.views[name].refresh()
+        if kind == "host":
+            self.reachability = None
+        self.refresh_status()
+
+    def _jobs_started(self, ids):
+        self.select_view("activity")
+        self.statusBar().showMessage(
+            f"Backup job{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))} queued", 8000)
 
     # ---- jobs ---------------------------------------------------------------------------------
     def open_job(self, job):

@@ -5,19 +5,25 @@ and `restore_state(settings)`; a page that loads more after its first refresh al
 `settled`. A page that shows jobs has an `opened(dict)` signal that opens the job's details."""
 
 from ui import views
+from ui.activity import ActivityView
+from ui.restore_view import RestoreView
+from ui.getting_started import GettingStartedView
+from ui.reports import ReportsView
 
 
 def make_pages(bridge):
     specs = {s.name: s for s in views.LIST_SPECS}
     pages = [
         views.OverviewView("overview", "Master — this catalog", "master", views.STEPS, bridge),
+        GettingStartedView(bridge),
         views.OverviewView("storage", "Storage", "storage", views.STEPS[1:4], bridge),
         views.ObjectListView(specs["hosts"], bridge),
         views.ObjectListView(specs["storage-servers"], bridge),
         views.ObjectListView(specs["disk-pools"], bridge),
         views.ObjectListView(specs["storage-units"], bridge),
         views.ObjectListView(specs["policies"], bridge),
-        views.ObjectListView(specs["activity"], bridge),
-        views.ImagesView(specs["restore"], bridge),
+        ActivityView(bridge),
+        RestoreView(bridge),
+        ReportsView(bridge),
     ]
     return pages

@@ -1,5 +1,5 @@
 """The pages on the right of the main window: one list page per kind of catalog object, the
-activity monitor, the backup images with their file tree, and the overview."""
+activity monitor and the overview (the restore page is ui/restore_view.py)."""
 
 import html
 import time
@@ -7,14 +7,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from PySide6.QtCore import QEvent, QItemSelectionModel, QSortFilterProxyModel, Qt, Signal
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QFrame, QGridLayout, \
-    QHBoxLayout, QLabel, QSizePolicy, QSplitter, QStyle, QStyledItemDelegate, \
-    QStyleOptionProgressBar, QTableView, QTreeView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QFrame, QGridLayout, QHBoxLayout, QLabel, \
+    QMenu, QSizePolicy, QTableView, QVBoxLayout, QWidget
 
 from app import status as st
-from ui import fmt
-from ui.models import ROW_ROLE, SORT_ROLE, Column, ImageFilesModel, ObjectTableModel, \
-    list_column, number_column, text_column, time_column
+from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, list_column, \
+    number_column, text_column
+from ui.object_actions import ObjectActions
 from ui.resources import icon
 from ui.qtcompat import emit
 
@@ -35,6 +34,9 @@ class ListSpec:
     sort_order: Qt.SortOrder = Qt.SortOrder.AscendingOrder
     refresh_s: float = 5.0
     delegates: dict = field(default_factory=dict)
+    #: the configuration kind (app.config_edit.KINDS) whose rows can be created, edited and
+    #: deleted from this list; None for read-only lists
+    kind: str = None
 
 
 def _cmd(text):
@@ -43,27 +45,6 @@ def _cmd(text):
 
 def _host_address(row):
     return "(this machine)" if row.get("kind") == "local" else (row.get("address") or "")
-
-
-def _state_icon(job):
-    if job["state"] == "queued":
-        return icon("state-queued")
-    if job["state"] == "active":
-        return icon("state-active")
-    s = job.get("status")
-    if s == st.OK:
-        return icon("state-ok")
-    if s == st.PARTIAL:
-        return icon("state-partial")
-    if s == st.CANCELED:
-        return icon("state-canceled")
-    return icon("state-failed")
-
-
-def _status_tooltip(job):
-    if job.get("status") is None:
-        return None
-    return f"{job['status']}: {job.get('status_text') or st.text(job['status'])}"
 
 
 def _schedules_text(policy):
@@ -81,7 +62,8 @@ HOSTS = ListSpec(
      text_column("user", "User")],
     lambda m: m.config.hosts(),
     "No hosts yet. This machine is registered by itself when the console starts; add another "
-    "one with " + _cmd("cairn host add NAME --address ADDRESS") + ".")
+    "one with " + _cmd("cairn host add NAME --address ADDRESS") + ".",
+    kind="host")
 
 STORAGE_SERVERS = ListSpec(
     "storage-servers", "Storage servers", "storage-server",
@@ -92,7 +74,8 @@ STORAGE_SERVERS = ListSpec(
      text_column("path", "Path")],
     lambda m: m.config.storage_servers(),
     "No storage servers yet: create one with "
-    + _cmd("cairn storage-server create NAME --type advanced-disk --host HOST") + ".")
+    + _cmd("cairn storage-server create NAME --type advanced-disk --host HOST") + ".",
+    kind="storage-server")
 
 DISK_POOLS = ListSpec(
     "disk-pools", "Disk pools", "disk-pool",
@@ -111,7 +94,8 @@ DISK_POOLS = ListSpec(
             help="concurrent reads and writes on the pool's volumes")],
     lambda m: m.config.disk_pools(),
     "No disk pools yet: create one on a storage server with "
-    + _cmd("cairn disk-pool create NAME --server SERVER --volume PATH") + ".")
+    + _cmd("cairn disk-pool create NAME --server SERVER --volume PATH") + ".",
+    kind="disk-pool")
 
 STORAGE_UNITS = ListSpec(
     "storage-units", "Storage units", "storage-unit",
@@ -123,7 +107,8 @@ STORAGE_UNITS = ListSpec(
      number_column("active_jobs", "Active jobs")],
     lambda m: m.config.storage_units(),
     "No storage units yet: create one with "
-    + _cmd("cairn storage-unit create NAME --pool POOL") + ".")
+    + _cmd("cairn storage-unit create NAME --pool POOL") + ".",
+    kind="storage-unit")
 
 POLICIES = ListSpec(
     "policies", "Policies", "policy",
@@ -140,88 +125,32 @@ POLICIES = ListSpec(
     "No policies yet: create one with "
     + _cmd("cairn policy create NAME --storage-unit UNIT") + ", then give it clients and "
     "backup selections with " + _cmd("cairn policy add-client POLICY HOST") + " and "
-    + _cmd("cairn policy add-selection POLICY PATH") + ".")
+    + _cmd("cairn policy add-selection POLICY PATH") + ".",
+    kind="policy")
 
-ACTIVITY = ListSpec(
-    "activity", "Activity monitor", "activity",
-    "Every job: running, waiting and done. Double-click a job for its details and log.",
-    [number_column("id", "Job ID"),
-     text_column("type", "Type"),
-     Column("state", "State", lambda r: r["state"], sort=lambda r: r["state"],
-            icon=_state_icon),
-     number_column("status", "Status", tooltip=_status_tooltip,
-                   help="0 is success; see `cairn status-codes`"),
-     text_column("client", "Client"),
-     text_column("policy", "Policy"),
-     text_column("schedule", "Schedule"),
-     text_column("storage_unit", "Storage unit"),
-     time_column("started", "Start", short=True),
-     number_column("elapsed_s", "Elapsed", format=fmt.duration),
-     number_column("files", "Files"),
-     number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
-     number_column("rate_bytes_per_s", "Rate", format=fmt.rate),
-     number_column("percent", "% complete", format=fmt.percent),
-     number_column("eta_s", "Time left", format=fmt.duration),
-     text_column("wait_reason", "Waiting for")],
-    lambda m: m.jobs.list(),
-    "No jobs yet: start a backup with " + _cmd("cairn backup POLICY")
-    + "; its jobs show up here while they run.",
-    key="id", sort_column=0, sort_order=Qt.SortOrder.DescendingOrder, refresh_s=1.0)
-
-IMAGES = ListSpec(
-    "restore", "Backup & restore", "restore",
-    "Backup images. Select one to browse its files.",
-    [text_column("id", "Image ID"),
-     text_column("client", "Client"),
-     text_column("policy", "Policy"),
-     text_column("schedule", "Schedule"),
-     text_column("schedule_type", "Type"),
-     time_column("created", "Created"),
-     Column("expires", "Expires",
-            lambda r: fmt.local_time(r["expires"]) if r.get("expires") else "never",
-            sort=lambda r: r.get("expires") or "9999",
-            tooltip=lambda r: fmt.utc_tooltip(r.get("expires"))),
-     number_column("files", "Files"),
-     number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
-     text_column("storage_unit", "Storage unit")],
-    lambda m: m.images(),
-    "No backup images yet: they appear here after a backup, e.g. "
-    + _cmd("cairn backup POLICY --wait") + ".",
-    key="id", sort_column=5, sort_order=Qt.SortOrder.DescendingOrder)
-
-LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, POLICIES, ACTIVITY, IMAGES)
+LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, POLICIES)
 
 
 # ---- widgets ---------------------------------------------------------------------------------
 
-class ProgressDelegate(QStyledItemDelegate):
-    """% complete as a progress bar; blank while unknown."""
+def add_column_chooser(header, model):
+    """Right-click on a table's header: a checkable list of its columns to show or hide. The
+    choice is part of the header state that each view saves in the settings."""
+    header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
 
-    def paint(self, painter, option, index):
-        row = index.data(ROW_ROLE)
-        pct = row.get("percent") if row else None
-        if pct is None:
-            super().paint(painter, option, index)
-            return
-        self.initStyleOption(option, index)
-        style = option.widget.style() if option.widget else QApplication.style()
-        # Selection background first, so a selected row stays one band.
-        style.drawPrimitive(QStyle.PrimitiveElement.PE_PanelItemViewItem, option, painter,
-                            option.widget)
-        bar = QStyleOptionProgressBar()
-        bar.rect = option.rect.adjusted(3, 3, -3, -3)
-        bar.minimum, bar.maximum = 0, 1000
-        bar.progress = int(round(pct * 10))
-        bar.text = fmt.percent(pct)
-        bar.textVisible = True
-        bar.textAlignment = Qt.AlignmentFlag.AlignCenter
-        bar.state = option.state | QStyle.StateFlag.State_Horizontal
-        bar.palette = option.palette
-        bar.fontMetrics = option.fontMetrics
-        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter, option.widget)
+    def menu(pos):
+        m = QMenu(header)
+        shown = [c for c in range(model.columnCount()) if not header.isSectionHidden(c)]
+        for c in range(model.columnCount()):
+            a = m.addAction(str(model.headerData(c, Qt.Orientation.Horizontal)))
+            a.setCheckable(True)
+            a.setChecked(not header.isSectionHidden(c))
+            a.setEnabled(not (len(shown) == 1 and c in shown))  # keep one column
+            a.toggled.connect(lambda on, c=c: header.setSectionHidden(c, not on))
+        m.popup(header.mapToGlobal(pos))
+        header._column_menu = m  # for tests: the last menu shown
 
-
-ACTIVITY.delegates[[c.key for c in ACTIVITY.columns].index("percent")] = ProgressDelegate
+    header.customContextMenuRequested.connect(menu)
 
 
 class Placeholder(QLabel):
@@ -312,9 +241,15 @@ class ObjectListView(QWidget):
             self.table.setItemDelegateForColumn(col, delegate(self.table))
         # activated: a double-click, or Enter on the current row
         self.table.activated.connect(self._open)
+        add_column_chooser(self.table.horizontalHeader(), self.model)
         self.placeholder = Placeholder(self.table)
         self.placeholder.setText("Loading…")
         self._size_columns(contents=False)
+
+        self.object_actions = None
+        if spec.kind:
+            self.object_actions = ObjectActions(self)
+            head.addWidget(self.object_actions.toolbar)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 8, 8, 4)
@@ -405,6 +340,10 @@ class ObjectListView(QWidget):
             self.placeholder.setText(f"Could not read the catalog: {html.escape(self.error)}")
         elif not self.model.loaded:
             self.placeholder.setText("Loading…")
+        elif self.object_actions is not None:
+            self.placeholder.setText(
+                self.spec.empty + f"<br><br>Or click <b>{html.escape(self.object_actions.new.text())}"
+                "</b> above: a wizard checks each choice on the hosts as you go.")
         else:
             self.placeholder.setText(self.spec.empty)
         self.placeholder.setVisible(n == 0)
@@ -440,107 +379,6 @@ class ObjectListView(QWidget):
         if state is not None and self.table.horizontalHeader().restoreState(state):
             self._sized = True
             self._resize_on_show = False  # the admin's own column widths win
-
-
-class ImagesView(ObjectListView):
-    """Backup images above, the selected image's files below."""
-
-    AUTO_EXPAND_DEPTH = 12
-
-    def __init__(self, spec, bridge, parent=None):
-        super().__init__(spec, bridge, parent)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.files = ImageFilesModel(bridge, self)
-        self.tree = QTreeView()
-        self.tree.setObjectName("image-files")
-        self.tree.setModel(self.files)
-        self.tree.setUniformRowHeights(True)
-        self.tree.setAlternatingRowColors(True)
-        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.tree.header().setStretchLastSection(True)
-        self.tree.header().resizeSection(0, 320)
-        self.tree.header().resizeSection(2, 150)
-        self.files_title = QLabel("Select an image to browse its files.")
-        self.files_title.setTextFormat(Qt.TextFormat.RichText)
-        self.files_error = QLabel()
-        self.files_error.setTextFormat(Qt.TextFormat.PlainText)
-        self.files_error.setWordWrap(True)
-        self.files_error.hide()
-        self.files.rowsInserted.connect(self._auto_expand)
-        self.files.load_failed.connect(self._load_failed)
-        # also fires when the selected image is expired and its row goes away
-        self.table.selectionModel().selectionChanged.connect(self._image_selected)
-
-        lower = QWidget()
-        ll = QVBoxLayout(lower)
-        ll.setContentsMargins(0, 4, 0, 0)
-        ll.addWidget(self.files_title)
-        ll.addWidget(self.files_error)
-        ll.addWidget(self.tree, 1)
-
-        # Move the table into a splitter with the tree under it.
-        lay = self.layout()
-        lay.removeWidget(self.table)
-        self.splitter = QSplitter(Qt.Orientation.Vertical)
-        self.splitter.setObjectName("images-splitter")
-        self.splitter.setChildrenCollapsible(False)
-        self.splitter.addWidget(self.table)
-        self.splitter.addWidget(lower)
-        self.splitter.setStretchFactor(0, 2)
-        self.splitter.setStretchFactor(1, 3)
-        lay.addWidget(self.splitter, 1)
-
-    @property
-    def settled(self):
-        return self.loaded and not self.files.loading
-
-    def _image_selected(self, *_):
-        rows = self.selected_rows()
-        image = rows[0] if rows else None
-        new_id = image["id"] if image else None
-        if new_id == self.files.image_id:
-            return
-        self.files_error.hide()
-        if image:
-            e = html.escape
-            self.files_title.setText(
-                f"Files in image <b>{e(image['id'])}</b> — client {e(image['client'])}, "
-                f"policy {e(image['policy'])}, {fmt.local_time(image['created'])}")
-        else:
-            self.files_title.setText("Select an image to browse its files.")
-        self.files.set_image(new_id)
-
-    def _auto_expand(self, parent, first, last):
-        # Images usually hold one deep selection (/gpfs/fs1/projects/x): open the chain of
-        # single directories so the files are one click away.
-        if first != 0 or last != 0 or self.files.rowCount(parent) != 1:
-            return
-        depth, p = 0, parent
-        while p.isValid():
-            depth, p = depth + 1, p.parent()
-        if depth >= self.AUTO_EXPAND_DEPTH:
-            return
-        child = self.files.index(0, 0, parent)
-        if self.files.hasChildren(child):
-            self.tree.expand(child)
-
-    def _load_failed(self, path, message):
-        self.files_error.setText(f"Could not list {path}: {message}")
-        self.files_error.show()
-
-    def save_state(self, settings):
-        super().save_state(settings)
-        settings.setValue("views/restore/splitter", self.splitter.saveState())
-        settings.setValue("views/restore/files-header", self.tree.header().saveState())
-
-    def restore_state(self, settings):
-        super().restore_state(settings)
-        s = settings.value("views/restore/splitter")
-        if s is not None:
-            self.splitter.restoreState(s)
-        h = settings.value("views/restore/files-header")
-        if h is not None:
-            self.tree.header().restoreState(h)
 
 
 # ---- the overview ------------------------------------------------------------------------------

@@ -34,11 +34,13 @@ def nav_tree(item):
 def test_navigation_follows_the_storage_model(console):
     assert nav_tree(console.window.nav.invisibleRootItem()) == [
         ("Master", [
+            ("Getting started", []),
             ("Hosts", []),
             ("Storage", [("Storage servers", []), ("Disk pools", []), ("Storage units", [])]),
             ("Policies", []),
             ("Activity monitor", []),
             ("Backup & restore", []),
+            ("Reports", []),
         ]),
     ]
     for name in ("hosts", "storage-servers", "disk-pools", "storage-units", "policies",
@@ -112,17 +114,6 @@ def test_activity_monitor_lists_jobs(console, master, qtbot):
     assert "at its limit" in cell(v, jobs["queued"], "wait_reason")
     # newest first
     assert v.proxy.index(0, 0).data() == str(max(jobs.values()))
-
-
-def test_images_list(console, master, qtbot):
-    v = show(console, qtbot, "restore")
-    ids = [i["id"] for i in master.images()]
-    assert v.model.rowCount() == 2
-    for i in ids:
-        assert cell(v, i, "client") == master.test_host
-        assert cell(v, i, "policy") == "p1"
-        assert cell(v, i, "files") == "4"
-    assert v.proxy.index(0, 0).data() == ids[0]   # newest first
 
 
 @pytest.mark.parametrize("name, command", [

@@ -1,0 +1,89 @@
+"""Renders the README's screenshots (docs/screenshots/*.png) from a demo catalog made with
+real backups and a restore on this machine.
+
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--keep DIR]
+
+The demo: this machine as the client and storage server, an AdvancedDisk pool in a scratch
+directory, a policy with a nightly schedule, three backups of a generated tree (the tree
+grows between them) and one restore to a new directory."""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+VIEWS = ("getting-started", "hosts", "storage-servers", "disk-pools", "storage-units",
+         "policies", "activity", "restore", "reports", "wizard:storage-server",
+         "wizard:disk-pool", "wizard:storage-unit", "wizard:policy")
+
+
+def make_tree(root, files, size):
+    for i in range(files):
+        d = os.path.join(root, "projects", f"run-{i // 40:03d}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"sample-{i:04d}.dat"), "wb") as f:
+            f.write(os.urandom(size))
+    with open(os.path.join(root, "projects", "README.md"), "w") as f:
+        f.write("Instrument runs of the imaging lab.\n")
+
+
+def demo_catalog(home, scratch):
+    from app.master import Master
+    m = Master(home)
+    host = m.ensure_local_host()["name"]
+    vol = os.path.join(scratch, "pool", "vol1")
+    os.makedirs(vol)
+    src = os.path.join(scratch, "gpfs", "fs1")
+    m.create_storage_server("ss-disk1", type="advanced-disk", host=host)
+    m.create_disk_pool("dp-fs1", server="ss-disk1", volumes=[vol], high_water=95,
+                       low_water=80, max_io_streams=4)
+    m.config.add_storage_unit("stu-fs1", pool="dp-fs1", max_concurrent_jobs=2)
+    m.config.add_policy("projects-nightly", storage_unit="stu-fs1", priority=10)
+    m.config.add_policy_client("projects-nightly", host)
+    m.config.add_policy_selection("projects-nightly", os.path.join(src, "projects"))
+    m.config.add_schedule("projects-nightly", "nightly", type="full", retention="4w",
+                          windows=[{"day": d, "start": "22:00", "hours": 6} for d in range(5)])
+    for round_, files in enumerate((300, 420, 520)):
+        make_tree(src, files, 256 * 1024 * (round_ + 1))
+        [jid] = m.start_backup("projects-nightly")
+        m.dispatcher.run_until_done()
+    img = m.images()[-1]  # the first backup: restore a directory of it to a new place
+    m.start_restore(img["id"], [os.path.join(src, "projects", "run-001")],
+                    os.path.join(scratch, "restored"))
+    m.dispatcher.run_until_done()
+    m.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
+    ap.add_argument("--keep", help="make the demo catalog here and keep it")
+    args = ap.parse_args()
+    scratch = args.keep or tempfile.mkdtemp(prefix="cairn-demo-")
+    home = os.path.join(scratch, "home")
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        if not os.path.exists(os.path.join(home, "catalog.db")):
+            demo_catalog(home, scratch)
+        env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=ROOT,
+                   XDG_CONFIG_HOME=os.path.join(scratch, "settings"))
+        failed = 0
+        for view in VIEWS:
+            out = os.path.join(args.out, view.replace(":", "-") + ".png")
+            p = subprocess.run([sys.executable, "-m", "app", "--home", home, "console",
+                                "--screenshot", out, "--view", view], env=env)
+            print(f"{view}: {'ok' if p.returncode == 0 else 'FAILED'} -> {out}")
+            failed += p.returncode != 0
+        return 1 if failed else 0
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""New, properties, delete and back up now on the console's lists, the getting-started page
+and the status bar's host reachability, against a real catalog."""
+
+import pytest
+from PySide6.QtWidgets import QMessageBox
+
+pytestmark = pytest.mark.gui
+
+
+def show(console, qtbot, name):
+    w = console.window
+    w.select_view(name)
+    view = w.views[name]
+    qtbot.waitUntil(lambda: view.loaded, timeout=5000)
+    return view
+
+
+def select(view, key, qtbot):
+    qtbot.waitUntil(lambda: view.model.row_of(key) is not None, timeout=5000)
+    assert view.select_key(key)
+
+
+def test_list_pages_have_their_actions(console, qtbot):
+    for name, extra in (("hosts", []), ("storage-servers", []), ("disk-pools", []),
+                        ("storage-units", []), ("policies", ["Back up now"])):
+        view = show(console, qtbot, name)
+        texts = [a.text() for a in view.object_actions.toolbar.actions() if a.text()]
+        assert texts[0].startswith("New ")
+        for t in ["Properties…", "Delete…", "Refresh"] + extra:
+            assert t in texts, (name, texts)
+        # nothing selected: nothing to edit or delete
+        view.table.clearSelection()
+        assert not view.object_actions.properties.isEnabled()
+        assert not view.object_actions.delete.isEnabled()
+    assert getattr(show(console, qtbot, "activity"), "object_actions", None) is None
+
+
+def test_properties_change_a_disk_pool(console, master, qtbot):
+    view = show(console, qtbot, "disk-pools")
+    select(view, "dp1", qtbot)
+    dlg = view.object_actions._properties()
+    assert not dlg.save_button.isEnabled()
+    dlg.editors["high_water"].setValue(90)
+    dlg.editors["low_water"].setValue(95)  # above the high-water mark: the catalog refuses
+    dlg.save_button.click()
+    qtbot.waitUntil(lambda: dlg.error.isVisible(), timeout=5000)
+    assert "must be below the high-water mark" in dlg.error.text()
+    assert master.config.disk_pool("dp1")["high_water"] == 98
+    dlg.editors["low_water"].setValue(70)
+    dlg.editors["max_io_streams"].setValue(3)
+    dlg.save_button.click()
+    qtbot.waitUntil(lambda: dlg.saved is not None, timeout=5000)
+    p = master.config.disk_pool("dp1")
+    assert (p["high_water"], p["low_water"], p["max_io_streams"]) == (90, 70, 3)
+    qtbot.waitUntil(lambda: view.model.row_dict(view.model.row_of("dp1"))["high_water"] == 90,
+                    timeout=5000)
+
+
+def test_delete_names_the_dependents_and_refuses(console, master, qtbot):
+    view = show(console, qtbot, "storage-units")
+    select(view, "stu1", qtbot)
+    view.object_actions.delete.trigger()
+    qtbot.waitUntil(lambda: view.object_actions.last_box is not None
+                    and view.object_actions.last_box.isVisible(), timeout=5000)
+    box = view.object_actions.last_box
+    assert "cannot be deleted" in box.text() and "p1" in box.text()
+    assert box.button(QMessageBox.StandardButton.Yes) is None  # no way to delete
+    box.button(QMessageBox.StandardButton.Ok).click()
+    assert master.config.storage_unit("stu1")
+
+
+def test_delete_after_confirmation(console, master, qtbot):
+    master.config.add_storage_unit("spare", pool="dp1")
+    view = show(console, qtbot, "storage-units")
+    view.refresh()
+    select(view, "spare", qtbot)
+    view.object_actions.delete.trigger()
+    qtbot.waitUntil(lambda: view.object_actions.last_box is not None
+                    and view.object_actions.last_box.isVisible(), timeout=5000)
+    box = view.object_actions.last_box
+    assert "Delete <b>storage unit spare</b>?" in box.text()
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert [u["name"] for u in master.config.storage_units()] == ["spare", "stu1"]
+    view.object_actions.delete.trigger()
+    qtbot.waitUntil(lambda: view.object_actions.last_box is not box
+                    and view.object_actions.last_box.isVisible(), timeout=5000)
+    view.object_actions.last_box.button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: view.model.row_of("spare") is None, timeout=5000)
+    assert [u["name"] for u in master.config.storage_units()] == ["stu1"]
+
+
+def test_back_up_now_queues_and_shows_the_activity_monitor(console, master, qtbot):
+    before = {j["id"] for j in master.jobs.list()}
+    view = show(console, qtbot, "policies")
+    select(view, "p1", qtbot)
+    view.object_actions.backup.trigger()
+    qtbot.waitUntil(lambda: console.window.current_view.name == "activity", timeout=5000)
+    new = [j for j in master.jobs.list() if j["id"] not in before]
+    assert len(new) == 1 and new[0]["policy"] == "p1" and new[0]["state"] == "queued"
+    assert str(new[0]["id"]) in console.window.statusBar().currentMessage()
+
+
+def test_getting_started_shows_what_is_done(make_console, empty_master, qtbot):
+    c = make_console(empty_master)
+    view = show(c, qtbot, "getting-started")
+    states = [card.state.text() for card in view.cards]
+    assert states[0] == "<b>Next step</b>"
+    assert states[1:] == ["Not done yet"] * 3
+    empty_master.create_storage_server("ss1", type="advanced-disk",
+                                       host=empty_master.config.local_host()["name"])
+    view.refresh()
+    qtbot.waitUntil(lambda: "Done" in view.cards[0].state.text(), timeout=5000)
+    assert "1 storage server" in view.cards[0].state.text()
+    assert view.cards[1].state.text() == "<b>Next step</b>"
+    assert view.cards[1].button.isDefault()
+
+
+def test_status_bar_says_which_hosts_answer(console, master, qtbot):
+    w = console.window
+    master.config.add_host("gone", address="127.0.0.1", port=1, user="nobody")
+    w.reachability = None
+    w.refresh_status()
+    qtbot.waitUntil(lambda: w.reachability is not None, timeout=30000)
+    assert w.hosts_label.text() == "Hosts: 1 of 2 reachable"
+    tip = w.hosts_label.toolTip()
+    assert f"{master.test_host}: answers" in tip
+    assert "gone: " in tip
+
+
+def test_getting_started_step_runs_its_wizard_and_the_lists_follow(make_console, empty_master,
+                                                                    qtbot):
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QWizard
+    c = make_console(empty_master)
+    w = c.window
+    view = show(c, qtbot, "getting-started")
+    qtbot.mouseClick(view.cards[0].button, Qt.MouseButton.LeftButton)
+    wiz = w.wizard
+    assert wiz is not None and wiz.isVisible()
+    qtbot.waitUntil(lambda: not wiz.busy, timeout=20000)
+    for _ in range(3):  # type, host, name (the proposed name)
+        qtbot.mouseClick(wiz.button(QWizard.WizardButton.NextButton), Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not wiz.busy, timeout=20000)
+    qtbot.mouseClick(wiz.button(QWizard.WizardButton.NextButton), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: wiz.result_page.result is not None, timeout=20000)
+    qtbot.mouseClick(wiz.button(QWizard.WizardButton.FinishButton), Qt.MouseButton.LeftButton)
+    [srv] = empty_master.config.storage_servers()
+    qtbot.waitUntil(lambda: "Done" in view.cards[0].state.text(), timeout=5000)
+    servers = show(c, qtbot, "storage-servers")
+    qtbot.waitUntil(lambda: servers.model.row_of(srv["name"]) is not None, timeout=5000)
+
+
+def test_new_host_from_the_file_menu_opens_the_add_host_dialog(console, qtbot):
+    w = console.window
+    [new_menu] = [a.menu() for a in w.menuBar().actions()[0].menu().actions() if a.menu()]
+    [host_action] = [a for a in new_menu.actions() if a.text() == "&Host…"]
+    host_action.trigger()
+    dlg = w.wizard
+    assert dlg.windowTitle() == "Add a host" and dlg.isVisible()
+    dlg.reject()
+
+
+def test_hidden_columns_are_remembered(make_console, master, qtbot):
+    from ui.main_window import settings
+    from ui.qtcompat import emit
+    c = make_console(master)
+    view = show(c, qtbot, "disk-pools")
+    hh = view.table.horizontalHeader()
+    emit(hh.customContextMenuRequested, hh.rect().center())
+    menu = hh._column_menu
+    [volumes] = [a for a in menu.actions() if a.text() == "Volumes"]
+    volumes.setChecked(False)
+    col = [x.key for x in view.model.columns].index("volumes")
+    assert hh.isSectionHidden(col)
+    menu.close()
+    c.window.save_layout()
+    c.window.close()
+    again = make_console(master)
+    assert again.window.views["disk-pools"].table.horizontalHeader().isSectionHidden(col)
+    assert settings().value("views/disk-pools/header") is not None

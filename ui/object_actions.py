@@ -1,0 +1,187 @@
+"""New, properties, delete (and, for policies, back up now) on a list of configuration objects:
+as a toolbar above the list and as the list's context menu.
+
+Deleting first asks the master what still depends on the object. If anything does, the
+confirmation names it and offers no delete button, since the catalog would refuse anyway;
+otherwise it says what deleting means before anything is removed. Message boxes are opened
+window-modal with open(), never exec(), so the console keeps painting and tests can answer
+them."""
+
+import html
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu, QMessageBox, QToolBar
+
+from ui.properties import KIND_LABELS, PropertiesDialog
+from ui.qtcompat import emit
+from ui.resources import icon
+
+_AFTER_DELETE = {
+    "host": "Its backup images stay in the catalog until they expire.",
+    "storage-server": "Nothing on the host is removed.",
+    "disk-pool": "The volumes and any files in them stay on the storage server.",
+    "storage-unit": "",
+    "policy": "Its backup images stay until they expire and can still be restored.",
+}
+
+
+class ObjectActions(QObject):
+    #: the admin asked to create an object of this kind (the main window opens its wizard)
+    new_requested = Signal(str)
+    #: an action changed the catalog: (kind, name)
+    changed = Signal(str, str)
+    #: backups were queued from a policy: the job ids
+    jobs_started = Signal(list)
+
+    def __init__(self, view):
+        super().__init__(view)
+        self.view = view
+        self.kind = view.spec.kind
+        self.bridge = view.bridge
+        self.last_box = None
+        self.last_dialog = None
+        label = KIND_LABELS[self.kind].lower()
+
+        def action(text, icon_name, slot, shortcut=None, tip=None):
+            a = QAction(icon(icon_name), text, view)
+            a.triggered.connect(slot)
+            if shortcut:
+                a.setShortcut(shortcut)
+                a.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            a.setToolTip(tip or text.rstrip("…"))
+            view.addAction(a)
+            return a
+
+        self.new = action(f"New {label}…", "action-new", self._new, "Ctrl+N",
+                          f"Create a {label} with a wizard")
+        self.properties = action("Properties…", "action-properties", self._properties,
+                                 "Alt+Return", f"Show and change the selected {label}")
+        self.delete = action("Delete…", "action-delete", self._delete, "Delete",
+                             f"Delete the selected {label}, after saying what depends on it")
+        self.backup = None
+        if self.kind == "policy":
+            self.backup = action("Back up now", "action-backup", self._backup_now, None,
+                                 "Queue a backup of every client of the selected policy")
+        self.refresh = action("Refresh", "action-refresh", view.refresh, None,
+                              "Read the list again from the catalog")
+
+        self.toolbar = QToolBar()
+        self.toolbar.setObjectName(f"{view.name}-toolbar")
+        self.toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toolbar.setIconSize(self.toolbar.iconSize().scaled(16, 16,
+                                                               Qt.AspectRatioMode.KeepAspectRatio))
+        for a in self._ordered():
+            self.toolbar.addAction(a)
+        self.toolbar.insertSeparator(self.refresh)
+
+        t = view.table
+        t.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        t.customContextMenuRequested.connect(self._menu)
+        t.selectionModel().selectionChanged.connect(self.update_enabled)
+        view.model.modelReset.connect(self.update_enabled)
+        self.update_enabled()
+
+    def _ordered(self):
+        return [a for a in (self.new, self.backup, self.properties, self.delete, self.refresh)
+                if a is not None]
+
+    def selected(self):
+        rows = self.view.selected_rows()
+        return rows[0] if len(rows) == 1 else None
+
+    def update_enabled(self, *_):
+        one = self.selected() is not None
+        for a in (self.properties, self.delete, self.backup):
+            if a is not None:
+                a.setEnabled(one)
+
+    def _menu(self, pos):
+        menu = QMenu(self.view)
+        for a in self._ordered():
+            if a is self.refresh:
+                menu.addSeparator()
+            menu.addAction(a)
+        menu.popup(self.view.table.viewport().mapToGlobal(pos))
+
+    # ---- actions --------------------------------------------------------------------------
+    def _new(self):
+        emit(self.new_requested, self.kind)
+
+    def _properties(self):
+        row = self.selected()
+        if row is None:
+            return None
+        dlg = PropertiesDialog(self.bridge, self.kind, row, self.view.window())
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.accepted.connect(lambda: self._saved(dlg))
+        self.last_dialog = dlg
+        dlg.open()
+        return dlg
+
+    def _saved(self, dlg):
+        if dlg.saved is not None:
+            self.view.refresh()
+            emit(self.changed, self.kind, dlg.name)
+
+    def _delete(self):
+        row = self.selected()
+        if row is None:
+            return
+        name = row["name"]
+        self.bridge.call(lambda m: m.dependents(self.kind, name), done=self._confirm_delete,
+                         failed=self._error, context=self)
+
+    def _confirm_delete(self, deps):
+        what = f"{KIND_LABELS[self.kind].lower()} {deps['name']}"
+        box = QMessageBox(self.view.window())
+        box.setObjectName("confirm-delete")
+        box.setWindowTitle(f"Delete {what}")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        if deps["dependents"]:
+            box.setIcon(QMessageBox.Icon.Warning)
+            box.setText(f"<b>{html.escape(what.capitalize())}</b> cannot be deleted: it is "
+                        f"used by {html.escape(deps['text'])}.")
+            box.setInformativeText("Delete or change those first; then try again.")
+            box.setStandardButtons(QMessageBox.StandardButton.Ok)
+        else:
+            box.setIcon(QMessageBox.Icon.Question)
+            box.setText(f"Delete <b>{html.escape(what)}</b>?")
+            box.setInformativeText(("Nothing else uses it. " + _AFTER_DELETE[self.kind]).strip())
+            box.setStandardButtons(QMessageBox.StandardButton.Yes
+                                   | QMessageBox.StandardButton.Cancel)
+            box.button(QMessageBox.StandardButton.Yes).setText("Delete")
+            box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+            box.accepted.connect(lambda: self._do_delete(deps["name"]))
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.last_box = box
+        box.open()
+
+    def _do_delete(self, name):
+        self.bridge.call(lambda m: m.delete_object(self.kind, name),
+                         done=lambda _r: self._deleted(name), failed=self._error, context=self)
+
+    def _deleted(self, name):
+        self.view.refresh()
+        emit(self.changed, self.kind, name)
+
+    def _backup_now(self):
+        row = self.selected()
+        if row is None:
+            return
+        name = row["name"]
+        self.bridge.call(lambda m: m.start_backup(name), done=self._backups_queued,
+                         failed=self._error, context=self)
+
+    def _backups_queued(self, ids):
+        emit(self.jobs_started, list(ids))
+
+    def _error(self, err):
+        box = QMessageBox(QMessageBox.Icon.Warning, "Cairn console", err.message,
+                          QMessageBox.StandardButton.Ok, self.view.window())
+        box.setObjectName("action-error")
+        if err.hint:
+            box.setInformativeText(err.hint)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.last_box = box
+        box.open()

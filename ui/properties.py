@@ -1,0 +1,210 @@
+"""The properties window of a configuration object: every attribute shown, the ones that can
+change (app.config_edit.EDITABLE) editable, saved through the master with the error shown in
+the window when the catalog refuses it."""
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, \
+    QLabel, QLineEdit, QSpinBox, QVBoxLayout
+
+from app.config import CHECKSUMS
+from app.config_edit import EDITABLE
+from ui import fmt
+from ui.resources import icon
+
+KIND_LABELS = {"host": "Host", "storage-server": "Storage server", "disk-pool": "Disk pool",
+               "storage-unit": "Storage unit", "policy": "Policy"}
+
+# attributes shown read-only, per kind, in this order (after the name)
+READ_ONLY = {
+    "host": ("kind", "address", "created"),
+    "storage-server": ("type", "host", "path", "created"),
+    "disk-pool": ("server", "server_type", "host", "volumes", "created"),
+    "storage-unit": ("pool", "server", "host", "active_jobs", "created"),
+    "policy": ("clients", "selections", "schedules", "compression", "encryption", "created"),
+}
+
+LABELS = {
+    "kind": "Reached", "address": "Address", "created": "Created", "type": "Type",
+    "host": "Host", "path": "Path", "server": "Storage server", "server_type": "Storage type",
+    "volumes": "Volumes", "pool": "Disk pool", "active_jobs": "Active jobs",
+    "clients": "Clients", "selections": "Backup selections", "schedules": "Schedules",
+    "compression": "Compression", "encryption": "Encryption", "port": "SSH port",
+    "user": "SSH user", "key_file": "Private key file", "data_address": "Data address",
+    "comment": "Comment", "high_water": "High-water mark", "low_water": "Low-water mark",
+    "max_io_streams": "Maximum I/O streams", "max_concurrent_jobs": "Maximum concurrent jobs",
+    "storage_unit": "Storage unit", "priority": "Priority",
+    "multiple_streams": "Allow multiple data streams", "checksum": "File checksums",
+    "active": "Active (scheduled backups run)",
+}
+
+
+def _text(key, value):
+    if value is None or value == "":
+        return "—"
+    if key == "created":
+        return fmt.local_time(value)
+    if key == "kind":
+        return "this machine, without SSH" if value == "local" else "over SSH"
+    if key == "schedules":
+        return "\n".join(f"{s['name']}: {s['type']}, kept {s['retention']}" for s in value) or "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return "\n".join(map(str, value)) or "—"
+    return str(value)
+
+
+def editor_values(m, kind):
+    """Choices some editors need from the catalog (a policy's storage units)."""
+    if kind == "policy":
+        return {"storage_units": [u["name"] for u in m.config.storage_units()]}
+    return {}
+
+
+class PropertiesDialog(QDialog):
+    def __init__(self, bridge, kind, obj, parent=None):
+        super().__init__(parent)
+        self.bridge, self.kind, self.obj = bridge, kind, dict(obj)
+        self.name = obj["name"]
+        self.saved = None
+        self.setWindowTitle(f"{KIND_LABELS[kind]} {self.name} — properties")
+        self.setWindowIcon(icon(kind if kind != "host" else "host"))
+        self.setMinimumWidth(520)
+
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        title = QLabel(f"<b>{html.escape(self.name)}</b>")
+        form.addRow("Name", title)
+        for key in READ_ONLY[kind]:
+            if key in obj:
+                label = QLabel(_text(key, obj[key]))
+                label.setTextFormat(Qt.TextFormat.PlainText)
+                label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+                label.setWordWrap(True)
+                form.addRow(LABELS.get(key, key), label)
+        self.editors = {}
+        for key in EDITABLE[kind]:
+            if kind == "host" and obj.get("kind") == "local" and key != "comment":
+                continue  # this machine has no SSH settings
+            w = self._editor(key, obj.get(key))
+            self.editors[key] = w
+            form.addRow(LABELS.get(key, key), w)
+
+        self.error = QLabel()
+        self.error.setObjectName("properties-error")
+        self.error.setWordWrap(True)
+        self.error.setTextFormat(Qt.TextFormat.PlainText)
+        self.error.setStyleSheet("color: #c0392b;")
+        self.error.hide()
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save
+                                        | QDialogButtonBox.StandardButton.Cancel)
+        self.save_button = self.buttons.button(QDialogButtonBox.StandardButton.Save)
+        self.save_button.setEnabled(False)
+        self.buttons.accepted.connect(self.save)
+        self.buttons.rejected.connect(self.reject)
+
+        lay = QVBoxLayout(self)
+        lay.addLayout(form)
+        lay.addWidget(self.error)
+        lay.addWidget(self.buttons)
+        if kind == "policy":
+            bridge.call(editor_values, kind, done=self._choices, context=self)
+
+    # ---- editors --------------------------------------------------------------------------
+    def _editor(self, key, value):
+        if key in ("high_water", "low_water"):
+            w = QSpinBox()
+            w.setRange(0 if key == "low_water" else 1, 100)
+            w.setSuffix(" %")
+            w.setValue(int(value))
+            w.valueChanged.connect(self._changed)
+        elif key in ("max_io_streams", "max_concurrent_jobs", "priority", "port"):
+            w = QSpinBox()
+            hi = {"priority": 99999, "port": 65535}.get(key, 1000)
+            if key == "max_io_streams":
+                w.setRange(0, hi)
+                w.setSpecialValueText("no limit")
+            else:
+                w.setRange(1 if key != "priority" else 0, hi)
+            w.setValue(int(value or 0))
+            w.valueChanged.connect(self._changed)
+        elif key in ("multiple_streams", "active"):
+            w = QCheckBox()
+            w.setChecked(bool(value))
+            w.toggled.connect(self._changed)
+        elif key == "checksum":
+            w = QComboBox()
+            w.addItems(CHECKSUMS)
+            w.setCurrentText(value or CHECKSUMS[0])
+            w.setToolTip("crc32: fast, catches corruption; sha256: also evidence against "
+                         "tampering, costs CPU")
+            w.currentTextChanged.connect(self._changed)
+        elif key == "storage_unit":
+            w = QComboBox()
+            w.addItem(value)
+            w.setCurrentText(value)
+            w.currentTextChanged.connect(self._changed)
+        else:
+            w = QLineEdit(value or "")
+            w.setClearButtonEnabled(True)
+            w.textChanged.connect(self._changed)
+        w.setObjectName(f"edit-{key}")
+        return w
+
+    def _choices(self, values):
+        combo = self.editors.get("storage_unit")
+        if combo is None:
+            return
+        current = combo.currentText()
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItems(values["storage_units"])
+        combo.setCurrentText(current)
+        combo.blockSignals(False)
+
+    def value(self, key):
+        w = self.editors[key]
+        if isinstance(w, QSpinBox):
+            v = w.value()
+            return None if key == "max_io_streams" and v == 0 else v
+        if isinstance(w, QCheckBox):
+            return w.isChecked()
+        if isinstance(w, QComboBox):
+            return w.currentText()
+        return w.text().strip()
+
+    def changes(self):
+        out = {}
+        for key in self.editors:
+            old = self.obj.get(key)
+            new = self.value(key)
+            if isinstance(self.editors[key], QLineEdit):
+                old = old or ""
+            if new != old:
+                out[key] = new
+        return out
+
+    def _changed(self, *_):
+        self.save_button.setEnabled(bool(self.changes()))
+        self.error.hide()
+
+    # ---- saving ---------------------------------------------------------------------------
+    def save(self):
+        changes = self.changes()
+        if not changes:
+            self.accept()
+            return
+        self.save_button.setEnabled(False)
+        self.bridge.call(lambda m: m.update_object(self.kind, self.name, **changes),
+                         done=self._saved, failed=self._failed, context=self)
+
+    def _saved(self, obj):
+        self.saved = obj
+        self.accept()
+
+    def _failed(self, err):
+        self.error.setText(err.message + (f"\n{err.hint}" if err.hint else ""))
+        self.error.show()
+        self.save_button.setEnabled(True)

@@ -136,6 +136,9 @@ def build_parser():
     p.add_argument("id", type=int)
     p = cmd(jb, "cancel", "cancel a job")
     p.add_argument("id", type=int)
+    p = cmd(jb, "restart", "queue a failed or canceled job again with the same parameters")
+    p.add_argument("id", type=int)
+    p.add_argument("--wait", action="store_true", help="wait for the new job to end")
 
     im = cmd(sub, "images", "backup images").add_subparsers(dest="sub", metavar="ACTION")
     p = cmd(im, "list", "list images")
@@ -376,6 +379,9 @@ def _dispatch(m, args, c, s):
             return _out(args, {"id": args.id, "log": logs},
                         lambda d: [print(f"{x['ts']} {x['level']:7} {x['message']}")
                                    for x in d["log"]])
+        if s == "restart":
+            ids = [j["id"] for j in m.restart_job(args.id)]
+            return _jobs_result(m, args, ids)
         if s == "cancel":
             j = m.jobs.request_cancel(args.id)
             return _out(args, j, lambda d: print(f"job {d['id']}: cancel requested "

@@ -55,7 +55,7 @@ def backup_rows(db, since=None, until=None, client=None, policy=None):
         raise ValidationError(f"the report's range is empty: {since} is not before {until}",
                               hint="give --since a time before --until")
     sql = ("SELECT id, client, policy, schedule, params, started, ended, files, bytes, status,"
-           " image_id FROM jobs WHERE type='backup' AND state='done' AND started IS NOT NULL"
+           " image_id, rate_bytes_per_s FROM jobs WHERE type='backup' AND state='done' AND started IS NOT NULL"
            " AND ended IS NOT NULL")
     args = []
     for clause, value in (("started>=?", since), ("started<?", until), ("client=?", client),
@@ -76,12 +76,19 @@ def backup_rows(db, since=None, until=None, client=None, policy=None):
             "schedule": r["schedule"], "schedule_type": schedule_type,
             "started": r["started"], "ended": r["ended"], "elapsed_s": int(elapsed),
             "files": r["files"], "bytes": r["bytes"],
-            "rate_bytes_per_s": (r["bytes"] / elapsed) if elapsed > 0 else None,
+            # Catalog times have whole seconds: a job shorter than a few seconds has the
+            # rate it measured itself while running.
+            "rate_bytes_per_s": (r["bytes"] / elapsed if elapsed >= SHORT_JOB_S
+                                 else r["rate_bytes_per_s"]),
             "status": r["status"],
             "status_text": st.text(r["status"]) if r["status"] is not None else None,
             "image_id": r["image_id"],
         })
     return rows
+
+
+#: below this many seconds between start and end, second-resolution times say little
+SHORT_JOB_S = 5
 
 
 def group_overlapping(rows):
@@ -94,16 +101,19 @@ def group_overlapping(rows):
         g = groups[-1] if groups else None
         if g is None or start >= g["_end"]:
             g = {"group": len(groups) + 1, "_start": start, "_end": end, "jobs": [],
-                 "bytes": 0}
+                 "rows": [], "bytes": 0}
             groups.append(g)
         g["_end"] = max(g["_end"], end)
         g["jobs"].append(row["job_id"])
+        g["rows"].append(row)
         g["bytes"] += row["bytes"]
         row["group"] = g["group"]
     out = []
     for g in groups:
         span = g["_end"] - g["_start"]
-        rate = g["bytes"] / span if span > 0 else None
+        rate = g["bytes"] / span if span >= SHORT_JOB_S else None
+        if rate is None and len(g["rows"]) == 1:
+            rate = g["rows"][0]["rate_bytes_per_s"]
         out.append({"group": g["group"], "started": timeutil.iso(g["_start"]),
                     "ended": timeutil.iso(g["_end"]), "span_s": int(span), "jobs": g["jobs"],
                     "bytes": g["bytes"], "rate_bytes_per_s": rate})

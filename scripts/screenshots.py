@@ -50,12 +50,11 @@ def demo_catalog(home, scratch):
                           windows=[{"day": d, "start": "22:00", "hours": 6} for d in range(5)])
     for round_, files in enumerate((300, 420, 520)):
         make_tree(src, files, 256 * 1024 * (round_ + 1))
-        [jid] = m.start_backup("projects-nightly")
-        m.dispatcher.run_until_done()
+        m.wait_for(m.start_backup("projects-nightly"))
     img = m.images()[-1]  # the first backup: restore a directory of it to a new place
-    m.start_restore(img["id"], [os.path.join(src, "projects", "run-001")],
-                    os.path.join(scratch, "restored"))
-    m.dispatcher.run_until_done()
+    job = m.start_restore(img["id"], [os.path.join(src, "projects", "run-001")],
+                          os.path.join(scratch, "restored"))
+    m.wait_for([job])
     m.close()
 
 

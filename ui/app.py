@@ -192,6 +192,7 @@ def take_screenshot(console, path):
 WIZARD_VIEWS = tuple(f"wizard:{k}" for k in ("storage-server", "disk-pool", "storage-unit",
                                                "policy"))
 SCREENSHOT_VIEWS = VIEW_NAMES + WIZARD_VIEWS
+WIZARD_SHOWCASE_PAGES = {"disk-pool": 1}
 
 
 def take_wizard_screenshot(console, kind, path):
@@ -206,6 +207,15 @@ def take_wizard_screenshot(console, kind, path):
         print(f"cairn console: the {kind} wizard did not load within {SCREENSHOT_TIMEOUT_S} s;"
               " no screenshot written", file=sys.stderr)
         return 1
+    # The disk pool's first page only picks the server; its volumes page says more, and the
+    # catalog's first server is preselected, so go on when the wizard allows it.
+    for _ in range(WIZARD_SHOWCASE_PAGES.get(kind, 0)):
+        button = wizard.button(wizard.WizardButton.NextButton)
+        if not button.isEnabled():
+            break
+        wizard.next()
+        wait_until(lambda: not wizard.busy and not console.bridge.pending,
+                   SCREENSHOT_TIMEOUT_S)
     wait_until(lambda: False, 0.3)  # let the layout settle
     QApplication.processEvents()
     if not wizard.grab().save(path, "PNG"):

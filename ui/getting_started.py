@@ -93,8 +93,10 @@ class StepCard(QFrame):
             self.state.setText("Not done yet")
         self.button.setDefault(is_next)
         pal = self.palette()
-        role = pal.ColorRole.Highlight if is_next else pal.ColorRole.Mid
-        color = pal.color(role).name()
+        if n:
+            color = "#2f7d46"
+        else:
+            color = pal.color(pal.ColorRole.Highlight if is_next else pal.ColorRole.Mid).name()
         self.number.setStyleSheet(f"border: 2px solid {color}; border-radius: 17px;"
                                   + (f"color: {color};" if is_next or n else ""))
 

@@ -30,6 +30,21 @@ def test_each_view_renders_to_png(master, tmp_path, view):
     assert len(distinct_colors(img)) > 8, "the screenshot is blank"
 
 
+@pytest.mark.parametrize("kind", ["storage-server", "disk-pool", "storage-unit", "policy"])
+def test_each_wizard_renders_to_png(master, tmp_path, kind):
+    out = tmp_path / f"{kind}.png"
+    assert main(home=master.home.root, screenshot=str(out), view=f"wizard:{kind}") == 0
+    img = QImage(str(out))
+    assert not img.isNull()
+    assert img.width() >= 700 and img.height() >= 500
+    assert len(distinct_colors(img, step=8)) > 4, "the screenshot is blank"
+
+
+def test_a_wizard_is_a_screenshot_view_only(tmp_path, capsys):
+    assert main(home=str(tmp_path / "h"), view="wizard:policy") == 2
+    assert "'wizard:policy'" in capsys.readouterr().err
+
+
 def test_screenshot_waits_for_the_data(master, tmp_path, qapp):
     """The window grabbed is the loaded one: the list and the status bar are filled."""
     from ui import app as console_app

@@ -245,3 +245,13 @@ def test_report_of_real_backups_through_the_cli(tmp_path):
     bad = cairn(home, "report", "backups", "--since", "last week", check=False)
     assert bad.returncode == st.INVALID_REQUEST
     assert "'last week' is not a time" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_job_shorter_than_its_times_can_show_keeps_the_rate_it_measured(m):
+    jid = add_job(m, "alpha", "2026-09-21T20:00:00Z", "2026-09-21T20:00:01Z", 600 << 20)
+    m.db.execute("UPDATE jobs SET rate_bytes_per_s=? WHERE id=?", (750 << 20, jid))
+    rows = reports.backup_rows(m.db)
+    reports.group_overlapping(rows)
+    [row] = [r for r in rows if r["job_id"] == jid]
+    assert row["rate_bytes_per_s"] == 750 << 20   # not 600 MiB over a "1 s" rounded span
+    assert row["group_rate_bytes_per_s"] == 750 << 20

@@ -179,8 +179,12 @@ class ObjectTableModel(QAbstractTableModel):
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not (0 <= index.row() < len(self._rows)):
             return None
-        row = self._rows[index.row()]
-        col = self.columns[index.column()]
+        return self.cell(self._rows[index.row()], index.column(), role)
+
+    def cell(self, row, column, role=Qt.ItemDataRole.DisplayRole):
+        """What data() gives for `row` (a row's dict) in `column`: for models that show
+        these rows in an order of their own without a QModelIndex round trip per cell."""
+        col = self.columns[column]
         if role == Qt.ItemDataRole.DisplayRole:
             return col.text(row)
         if role == SORT_ROLE:

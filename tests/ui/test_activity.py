@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox, QTableView
 
 from app import status as st
 from ui import fmt
-from ui.activity import COLUMNS, JobFilter, JobTableModel
+from ui.activity import COLUMNS, JobFilter, JobTableModel, category
 from ui.models import ROW_ROLE
 
 pytestmark = pytest.mark.gui
@@ -73,6 +73,139 @@ def test_changed_rows_keep_the_selection_and_the_sort(qtbot):
     selected = [proxy.data(i, ROW_ROLE)["id"] for i in view.selectionModel().selectedRows()]
     assert selected == [3]
     assert not resets and not removed
+
+
+def sorted_view(qtbot, column, order=Qt.SortOrder.DescendingOrder):
+    model = JobTableModel()
+    proxy = JobFilter()
+    proxy.setSourceModel(model)
+    view = QTableView()
+    qtbot.addWidget(view)
+    view.setModel(proxy)
+    view.setSortingEnabled(True)
+    view.sortByColumn(col(column), order)
+    return model, proxy, view
+
+
+def expected_ids(model, column, descending=True, accept=lambda j: True):
+    """The job IDs in the order the view must show: Python's sort of the column's own sort
+    key, ties by job ID."""
+    c = COLUMNS[col(column)]
+    jobs = [model.row_dict(r) for r in range(model.rowCount())]
+    jobs = sorted((j for j in jobs if accept(j)), key=lambda j: (c.sort(j), j["id"]),
+                  reverse=descending)
+    return [j["id"] for j in jobs]
+
+
+def selected_ids(view):
+    return sorted(view.model().data(i, ROW_ROLE)["id"]
+                  for i in view.selectionModel().selectedRows())
+
+
+def test_ticks_that_move_rows_keep_the_sort_and_the_selection(qtbot):
+    import random
+    rnd = random.Random(5)
+    model, proxy, view = sorted_view(qtbot, "bytes")
+    jobs = {i: job(i, "active", bytes=rnd.randrange(1000)) for i in range(1, 301)}
+    model.apply_changes(list(jobs.values()))
+    assert shown_ids(proxy) == expected_ids(model, "bytes")
+    # one selected job near the top, one near the bottom, the current row on a third
+    top, bottom, current = shown_ids(proxy)[2], shown_ids(proxy)[-3], shown_ids(proxy)[150]
+    sm = view.selectionModel()
+    view.selectRow(2)
+    sm.select(proxy.index(proxy.rowCount() - 3, 0),
+              sm.SelectionFlag.Select | sm.SelectionFlag.Rows)
+    sm.setCurrentIndex(proxy.index(150, 0), sm.SelectionFlag.NoUpdate)
+    resets = []
+    proxy.modelReset.connect(lambda: resets.append(1))
+    for tick in range(20):
+        moved = rnd.sample(sorted(jobs), 40) + [top, bottom, current]
+        for i in moved:
+            # the selected jobs swap ends of the table every tick
+            big = (i == top) == (tick % 2 == 0)
+            b = rnd.randrange(2000, 3000) if i in (top, bottom) and big else \
+                rnd.randrange(10) if i in (top, bottom) else rnd.randrange(1000)
+            jobs[i] = dict(jobs[i], bytes=b)
+        model.apply_changes([jobs[i] for i in moved])
+        assert shown_ids(proxy) == expected_ids(model, "bytes"), tick
+        assert selected_ids(view) == sorted([top, bottom]), tick
+        assert proxy.data(sm.currentIndex(), ROW_ROLE)["id"] == current
+    assert shown_ids(proxy)[0] in (top, bottom) and shown_ids(proxy)[-1] in (top, bottom)
+    assert not resets
+
+
+def test_every_column_sorts_both_ways(qtbot):
+    import random
+    rnd = random.Random(9)
+    states = [("queued", None), ("active", None), ("done", st.OK), ("done", st.PARTIAL),
+              ("done", st.CANCELED), ("done", st.VOLUME_UNAVAILABLE)]
+    model, proxy, view = sorted_view(qtbot, "id")
+    rows = []
+    for i in range(1, 121):
+        state, status = rnd.choice(states)
+        rows.append(job(i, state, status, type=rnd.choice(["backup", "restore", "Backup"]),
+                        client=rnd.choice(["alpha", "Beta", "gamma", None]),
+                        bytes=rnd.randrange(5) << 30, files=rnd.randrange(3),
+                        started=rnd.choice([None, "2024-05-01T10:00:00Z",
+                                            "2024-05-02T09:00:00Z"]),
+                        percent=rnd.choice([None, 10.5, 99.0]),
+                        dedup_ratio=rnd.choice([None, 2.5, 7.0]),
+                        cancel_requested=rnd.random() < 0.2,
+                        wait_reason=rnd.choice([None, "storage unit", "Drive"])))
+    model.apply_changes(rows)
+    header = view.horizontalHeader()
+    for c in COLUMNS:
+        for order in (Qt.SortOrder.DescendingOrder, Qt.SortOrder.AscendingOrder):
+            header.setSortIndicator(col(c.key), order)      # as a click on the header does
+            assert proxy.sortColumn() == col(c.key)
+            assert shown_ids(proxy) == expected_ids(
+                model, c.key, order == Qt.SortOrder.DescendingOrder), (c.key, order)
+
+
+def test_filter_follows_ticks_in_a_sorted_view(qtbot):
+    model, proxy, view = sorted_view(qtbot, "bytes")
+    model.apply_changes([job(i, "active", bytes=i * 10, client=f"c{i % 3}")
+                         for i in range(1, 41)])
+    proxy.set_filter(state="active", client="c1")
+    active_c1 = lambda j: category(j) == "active" and j["client"] == "c1"  # noqa: E731
+    assert shown_ids(proxy) == expected_ids(model, "bytes", accept=active_c1)
+    view.selectRow(shown_ids(proxy).index(16))
+    # 16 ends (no longer shown), 19 overtakes everything, 7 leaves client c1, 41 is new
+    model.apply_changes([job(16, "done", st.OK, bytes=160, client="c1"),
+                         job(19, "active", bytes=10_000, client="c1"),
+                         job(7, "active", bytes=70, client="c2"),
+                         job(41, "active", bytes=5, client="c1"),
+                         job(13, "active", bytes=9_000, client="c1")], removed=[10])
+    assert shown_ids(proxy) == expected_ids(model, "bytes", accept=active_c1)
+    assert shown_ids(proxy)[:2] == [19, 13] and shown_ids(proxy)[-1] == 41
+    assert 16 not in shown_ids(proxy) and selected_ids(view) == []
+    view.selectRow(shown_ids(proxy).index(4))
+    proxy.set_filter(text="c1")
+    assert selected_ids(view) == [4]
+    proxy.set_filter(state="all", client="")       # the selection survives the filter
+    assert shown_ids(proxy) == expected_ids(model, "bytes", accept=lambda j: "c1" in
+                                            j["client"])
+    assert selected_ids(view) == [4]
+    proxy.set_filter(text="")
+    assert shown_ids(proxy) == expected_ids(model, "bytes")
+    assert selected_ids(view) == [4]
+    assert proxy.mapToSource(proxy.mapFromSource(model.index(model.row_of(4), 3))).row() == \
+        model.row_of(4)
+
+
+@pytest.mark.qt_log_level_fail("WARNING")
+def test_job_filter_passes_the_model_tester_while_rows_change(qtmodeltester, qtbot):
+    model, proxy, view = sorted_view(qtbot, "bytes")
+    qtmodeltester.check(proxy)
+    model.apply_changes([job(i, "active", bytes=i) for i in range(1, 30)])
+    view.selectRow(5)
+    model.apply_changes([job(3, "active", bytes=1000), job(30, "queued")], removed=[4, 5, 20])
+    proxy.set_filter(state="active")
+    model.apply_changes([job(3, "done", st.OK, bytes=1000), job(31, "active", bytes=7)])
+    view.sortByColumn(col("client"), Qt.SortOrder.AscendingOrder)
+    proxy.set_filter(state="all", text="backup")
+    model.apply_changes([], removed=list(range(1, 32)))
+    assert proxy.rowCount() == 0
 
 
 def test_inserts_removals_and_counters():
@@ -241,6 +374,44 @@ def test_layout_and_filter_are_remembered(make_console, master, qtbot):
     top, bottom = v2.splitter.sizes()
     assert top / (top + bottom) == pytest.approx(400 / 700, abs=0.03)
     assert v2.state_box.currentData() == "active"
+
+
+def test_a_click_on_a_header_sorts_and_the_sort_is_remembered(make_console, master, qtbot):
+    from PySide6.QtCore import QPoint
+    from PySide6.QtTest import QTest
+    c = make_console(master)
+    v = show(c, qtbot)
+    jobs = master.test_jobs
+    assert shown_ids(v.proxy) == sorted(jobs.values(), reverse=True)     # newest first
+    v.select_key(jobs["failed"])
+    header = v.table.horizontalHeader()
+    c_bytes = col("bytes")
+    v.table.scrollTo(v.proxy.index(0, c_bytes))
+    x = header.sectionViewportPosition(c_bytes) + header.sectionSize(c_bytes) // 2
+    QTest.mouseClick(header.viewport(), Qt.MouseButton.LeftButton,
+                     Qt.KeyboardModifier.NoModifier, QPoint(x, header.height() // 2))
+    assert v.proxy.sortColumn() == c_bytes
+    assert shown_ids(v.proxy) == expected_ids(v.model, "bytes",
+                                              header.sortIndicatorOrder()
+                                              == Qt.SortOrder.DescendingOrder)
+    assert [r["id"] for r in v.selected_rows()] == [jobs["failed"]]
+    # the running job grows past the finished one: it moves, the selection stays
+    master.jobs.progress(jobs["active"], bytes=2_000_000_000, files=4, rate=1)
+    v.refresh()
+    qtbot.waitUntil(lambda: shown_ids(v.proxy) == expected_ids(
+        v.model, "bytes", header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder)
+        and v.model.row_dict(v.model.row_of(jobs["active"]))["bytes"] == 2_000_000_000,
+        timeout=4000)
+    assert [r["id"] for r in v.selected_rows()] == [jobs["failed"]]
+    order = header.sortIndicatorOrder()
+    c.window.close()
+
+    from app.master import Master
+    c2 = make_console(Master(master.home.root))
+    v2 = show(c2, qtbot)
+    assert v2.proxy.sortColumn() == c_bytes and v2.proxy.sortOrder() == order
+    assert shown_ids(v2.proxy) == expected_ids(v2.model, "bytes",
+                                               order == Qt.SortOrder.DescendingOrder)
 
 
 # ---- real backups ------------------------------------------------------------------------------

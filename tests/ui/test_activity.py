@@ -47,7 +47,7 @@ def test_job_model_passes_the_model_tester_while_rows_change(qtmodeltester):
     assert model.rowCount() == 4
 
 
-def test_changed_rows_keep_the_selection_and_the_sort(qtbot):
+def sorted_view(qtbot, column, order=Qt.SortOrder.DescendingOrder):
     model = JobTableModel()
     proxy = JobFilter()
     proxy.setSourceModel(model)
@@ -55,7 +55,12 @@ def test_changed_rows_keep_the_selection_and_the_sort(qtbot):
     qtbot.addWidget(view)
     view.setModel(proxy)
     view.setSortingEnabled(True)
-    view.sortByColumn(col("bytes"), Qt.SortOrder.DescendingOrder)
+    view.sortByColumn(col(column), order)
+    return model, proxy, view
+
+
+def test_changed_rows_keep_the_selection_and_the_sort(qtbot):
+    model, proxy, view = sorted_view(qtbot, "bytes")
     model.apply_changes([job(i, "active", bytes=i * 100) for i in range(1, 11)])
     assert shown_ids(proxy) == list(range(10, 0, -1))
     view.selectRow(shown_ids(proxy).index(3))
@@ -73,18 +78,6 @@ def test_changed_rows_keep_the_selection_and_the_sort(qtbot):
     selected = [proxy.data(i, ROW_ROLE)["id"] for i in view.selectionModel().selectedRows()]
     assert selected == [3]
     assert not resets and not removed
-
-
-def sorted_view(qtbot, column, order=Qt.SortOrder.DescendingOrder):
-    model = JobTableModel()
-    proxy = JobFilter()
-    proxy.setSourceModel(model)
-    view = QTableView()
-    qtbot.addWidget(view)
-    view.setModel(proxy)
-    view.setSortingEnabled(True)
-    view.sortByColumn(col(column), order)
-    return model, proxy, view
 
 
 def expected_ids(model, column, descending=True, accept=lambda j: True):

@@ -247,6 +247,11 @@ class Database:
                 shutil.copy2(self.path, f"{self.path}.bak-v{version}")
             for n in range(version, len(MIGRATIONS)):
                 conn.execute("BEGIN IMMEDIATE")
+                # Another process (a console and a `cairn` command started together) may have
+                # applied this step while we waited for the write lock.
+                if conn.execute("PRAGMA user_version").fetchone()[0] > n:
+                    conn.execute("ROLLBACK")
+                    continue
                 try:
                     # executescript would commit on its own; run statements one by one so the
                     # migration and the version bump land together or not at all.

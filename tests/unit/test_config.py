@@ -163,3 +163,38 @@ def test_upgrade_from_version_1_keeps_data_and_marks_old_images_sha256(tmp_path,
     assert cfg.add_policy("p1", storage_unit="stu1")["checksum"] == "crc32"
     with pytest.raises(ValidationError, match="checksum 'md5' is unknown"):
         cfg.add_policy("p2", storage_unit="stu1", checksum="md5")
+
+
+def test_a_migration_another_process_applied_meanwhile_is_not_applied_again(tmp_path,
+                                                                           monkeypatch):
+    """Two processes open an old catalog at once: the second reads the old version, waits for
+    the write lock while the first migrates, and must then find nothing left to do."""
+    import threading
+    import time
+    from app.store import db as dbmod
+    path = str(tmp_path / "c.db")
+    monkeypatch.setattr("app.store.db.MIGRATIONS", MIGRATIONS[:1])
+    Database(path).close()
+    monkeypatch.setattr("app.store.db.MIGRATIONS", MIGRATIONS)
+    first = sqlite3.connect(path, isolation_level=None)
+    first.execute("BEGIN IMMEDIATE")           # the first process holds the write lock
+    errors = []
+
+    def second():
+        try:
+            Database(path).close()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=second)
+    t.start()
+    time.sleep(0.5)                            # the second one now waits for the lock
+    for n in range(1, len(MIGRATIONS)):
+        for stmt in dbmod._split_sql(MIGRATIONS[n]):
+            first.execute(stmt)
+    first.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+    first.execute("COMMIT")
+    first.close()
+    t.join(60)
+    assert errors == []
+    assert Database(path).one("PRAGMA user_version")[0] == len(MIGRATIONS)

@@ -1,5 +1,6 @@
 """The dispatcher: takes queued jobs in priority order and runs each in its own thread, as
-long as the storage unit's limit of concurrent jobs allows; a job that must wait says why.
+long as the storage unit's limit of concurrent jobs and the disk pool's limit of I/O streams
+allow; a job that must wait says why.
 
 Only one dispatcher acts on a catalog at a time: it holds a lease row that it renews, so a
 console and a headless master (or a CLI with --wait) never run the same job twice. A job
@@ -78,20 +79,28 @@ class Dispatcher:
             del self._threads[jid]
         queued = self.db.all("SELECT * FROM jobs WHERE state=? ORDER BY priority DESC, id",
                              (QUEUED,))
-        active_per_stu = {}
+        active_per_stu, active_per_pool = {}, {}
+        pools = self._pools()
         for r in self.db.all("SELECT storage_unit, count(*) AS n FROM jobs WHERE state=? "
                              "GROUP BY storage_unit", (ACTIVE,)):
             active_per_stu[r["storage_unit"]] = r["n"]
+            pool = pools["of_stu"].get(r["storage_unit"])
+            if pool:
+                active_per_pool[pool] = active_per_pool.get(pool, 0) + r["n"]
         for job in queued:
-            reason = self._wait_reason(job, active_per_stu)
+            reason = self._wait_reason(job, active_per_stu, active_per_pool, pools)
             if reason:
                 if reason != job["wait_reason"]:
                     self.master.jobs.set_wait_reason(job["id"], reason)
                 continue
             if not self.master.jobs.claim(job["id"], self.id):
                 continue
-            if job["storage_unit"]:
-                active_per_stu[job["storage_unit"]] = active_per_stu.get(job["storage_unit"], 0) + 1
+            stu = job["storage_unit"]
+            if stu:
+                active_per_stu[stu] = active_per_stu.get(stu, 0) + 1
+                pool = pools["of_stu"].get(stu)
+                if pool:
+                    active_per_pool[pool] = active_per_pool.get(pool, 0) + 1
             t = threading.Thread(target=self._run, args=(job["id"],), daemon=True,
                                  name=f"job-{job['id']}")
             self._threads[job["id"]] = t
@@ -101,17 +110,31 @@ class Dispatcher:
     def _alive(self):
         return [t for t in self._threads.values() if t.is_alive()]
 
-    def _wait_reason(self, job, active_per_stu):
-        if job["type"] != "backup" or not job["storage_unit"]:
+    def _pools(self):
+        """Each storage unit's disk pool, and each pool's limit of I/O streams."""
+        of_stu, streams = {}, {}
+        for r in self.db.all("SELECT u.name AS stu, d.name AS pool, d.max_io_streams "
+                             "FROM storage_units u JOIN disk_pools d ON d.id=u.pool_id"):
+            of_stu[r["stu"]] = r["pool"]
+            streams[r["pool"]] = r["max_io_streams"]
+        return {"of_stu": of_stu, "streams": streams}
+
+    def _wait_reason(self, job, active_per_stu, active_per_pool, pools):
+        stu = job["storage_unit"]
+        if not stu:
             return None
-        row = self.db.one("SELECT max_concurrent_jobs FROM storage_units WHERE name=?",
-                          (job["storage_unit"],))
-        if row is None:
-            return None
-        limit = row[0]
-        if active_per_stu.get(job["storage_unit"], 0) >= limit:
-            return (f"storage unit {job['storage_unit']} is at its limit of {limit} "
-                    f"concurrent job{'s' if limit != 1 else ''}")
+        if job["type"] == "backup":
+            row = self.db.one("SELECT max_concurrent_jobs FROM storage_units WHERE name=?",
+                              (stu,))
+            if row is not None and active_per_stu.get(stu, 0) >= row[0]:
+                return (f"storage unit {stu} is at its limit of {row[0]} "
+                        f"concurrent job{'s' if row[0] != 1 else ''}")
+        # Backups write and restores read the pool's volumes: both count as I/O streams.
+        pool = pools["of_stu"].get(stu)
+        limit = pools["streams"].get(pool)
+        if limit is not None and active_per_pool.get(pool, 0) >= limit:
+            return (f"disk pool {pool} is at its limit of {limit} I/O "
+                    f"stream{'s' if limit != 1 else ''}")
         return None
 
     def _run(self, job_id):

@@ -125,6 +125,34 @@ def test_queued_job_waits_for_the_storage_unit_limit_and_says_why(tmp_path):
     m.close()
 
 
+def test_queued_jobs_wait_for_the_disk_pool_streams_and_say_why(tmp_path):
+    vol = str(tmp_path / "vol")
+    os.mkdir(vol)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"x" * 1000)
+    m = Master(str(tmp_path / "home"))
+    configure(m, vol, str(src))
+    m.update_object("storage-unit", "stu1", max_concurrent_jobs=5)
+    m.update_object("disk-pool", "dp1", max_io_streams=1)
+    [first] = m.start_backup("p1")
+    [done] = m.wait_for([first])
+    ids = [m.start_backup("p1")[0],
+           m.start_restore(done["image_id"], [str(src)], str(tmp_path / "out"))]
+    d = m.dispatcher
+    assert d.acquire_lease()
+    d.tick()
+    running, waiting = m.jobs.get(ids[0]), m.jobs.get(ids[1])
+    assert running["state"] == "active"
+    assert waiting["state"] == "queued" and waiting["type"] == "restore"
+    assert waiting["wait_reason"] == "disk pool dp1 is at its limit of 1 I/O stream"
+    d.release_lease()
+    jobs = m.wait_for(ids)
+    assert [j["status"] for j in jobs] == [0, 0]
+    assert jobs[1]["started"] >= jobs[0]["ended"]
+    m.close()
+
+
 def test_second_dispatcher_cannot_take_the_lease(tmp_path):
     m1 = Master(str(tmp_path / "home"))
     m2 = Master(str(tmp_path / "home"))

@@ -215,7 +215,14 @@ class JobDetailsDialog(QDialog):
         started = timeutil.parse_iso(job["started"]) if job.get("started") else None
         pts = job_stats.points(self._samples, started)
         origin = pts[0][0] if pts else 0.0
-        self.plot.set_points([(t - origin, r) for t, r in job_stats.rates(pts)])
+        # Each sampled interval's rate held across it: a ramp drawn between the points would
+        # show speeds the job never ran at.
+        steps = []
+        for (t0, b0), (t1, b1) in zip(pts, pts[1:]):
+            if t1 > t0:
+                rate = max(0.0, (b1 - b0) / (t1 - t0))
+                steps += [(t0 - origin, rate), (t1 - origin, rate)]
+        self.plot.set_points(steps)
         if job["state"] == "queued":
             self.rate_note.setText("The job has not started yet.")
         elif job["state"] == "active":

@@ -28,7 +28,8 @@ def _clock_text(seconds):
 class ElapsedAxis(pg.AxisItem):
     """Seconds since a job started as m:ss (h:mm:ss past an hour), ticks on round minutes."""
 
-    STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
+    STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+             14400, 28800)
 
     def tickSpacing(self, minVal, maxVal, size):
         span = max(maxVal - minVal, 1e-9)
@@ -38,6 +39,8 @@ class ElapsedAxis(pg.AxisItem):
         return [(major, 0)]
 
     def tickStrings(self, values, scale, spacing):
+        if spacing < 1:  # a job of a second or less: tenths of a second
+            return [f"{v:.1f} s" for v in values]
         return [_clock_text(v) for v in values]
 
 
@@ -49,6 +52,8 @@ class ThroughputPlot(pg.PlotWidget):
 
     def __init__(self, title="", clock=False, parent=None):
         axis = pg.DateAxisItem(orientation="bottom") if clock else ElapsedAxis("bottom")
+        # m:ss labels carry their own unit; a "(x0.001)" scale beside them reads as nonsense
+        axis.enableAutoSIPrefix(False)
         super().__init__(parent=parent, axisItems={"bottom": axis})
         self.setObjectName("throughput-plot")
         self.clock = clock

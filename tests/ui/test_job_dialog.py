@@ -35,15 +35,16 @@ def test_plot_follows_a_running_job(master, bridge, qtbot):
                              sample_t=now - 3 + s)
     dlg = JobDetailsDialog(bridge, master.jobs.get(jid))
     qtbot.addWidget(dlg)
-    qtbot.waitUntil(lambda: len(dlg.plot.points) == 3, timeout=4000)
-    assert [round(r, 3) for _, r in dlg.plot.points] == [10.0, 10.0, 10.0]   # MiB/s
+    # each sampled second's rate held across it: two points per interval
+    qtbot.waitUntil(lambda: len(dlg.plot.points) == 6, timeout=4000)
+    assert [round(r, 3) for _, r in dlg.plot.points] == [10.0] * 6   # MiB/s
     assert "when the job ends" in dlg.rate_note.text()
     assert dlg.figure("average") == "—"
     for s in (4, 5):
         master.jobs.progress(jid, bytes=(30 + (s - 3) * 20) * (1 << 20), files=s,
                              rate=20 << 20, sample_t=now - 3 + s)
-    qtbot.waitUntil(lambda: len(dlg.plot.points) == 5, timeout=4000)
-    assert dlg.plot.points[-1] == pytest.approx((5.0, 20.0))
+    qtbot.waitUntil(lambda: len(dlg.plot.points) == 10, timeout=4000)
+    assert dlg.plot.points[-2:] == [pytest.approx((4.0, 20.0)), pytest.approx((5.0, 20.0))]
     master.jobs.finish(jid, st.OK)
     qtbot.waitUntil(lambda: dlg.figures is not None, timeout=4000)
     assert dlg.figures["bytes"] == 70 * (1 << 20)
@@ -65,7 +66,7 @@ def test_figures_of_a_finished_job_show_ramp_up_and_down(master, bridge, qtbot):
     dlg = JobDetailsDialog(bridge, master.jobs.get(jid))
     qtbot.addWidget(dlg)
     qtbot.waitUntil(lambda: dlg.figures is not None, timeout=4000)
-    assert len(dlg.plot.points) == 360
+    assert len(dlg.plot.points) == 2 * 360
     assert dlg.figure("peak").startswith("100.0 MiB/s (best 10 s")
     assert dlg.figure("tail") == "10.0 MiB/s"
     first = dlg.figures["first"]

@@ -61,8 +61,16 @@ def ping(req):
 
 @handler
 def probe(req):
-    from plugins.filesystems import posix
+    from plugins.filesystems import posix, storage_scale
     u = platform.uname()
+    # A cluster that cannot be read is reported, never a reason for the probe to fail; the
+    # short per-command timeout keeps the whole probe within the master's wait.
+    try:
+        scale = storage_scale.cluster_info(timeout=20)
+    except storage_scale.ScaleError as e:
+        scale = e.to_dict()
+    except Exception as e:  # noqa: BLE001
+        scale = {"error": f"the Storage Scale cluster could not be read: {e}", "hint": None}
     return {
         "hostname": socket.getfqdn(),
         "os": _os_release(),
@@ -75,6 +83,7 @@ def probe(req):
         "uid": os.getuid(),
         "accelerators": _accelerators(),
         "filesystems": posix.filesystems(),
+        "storage_scale": scale,
     }
 
 

@@ -493,6 +493,19 @@ def _print_probe(d):
           f"{d['cpus']} CPUs, {_size(d['memory_bytes'])} memory")
     _table([dict(f, size=_size(f.get("size")), free=_size(f.get("free")))
             for f in d["filesystems"]], ["mount_point", "type", "size", "free", "class"])
+    scale = d.get("storage_scale")
+    if scale and scale.get("error"):
+        print(f"Storage Scale: {scale['error']}")
+        if scale.get("hint"):
+            print(f"  {scale['hint']}")
+    elif scale:
+        print(f"Storage Scale cluster {scale.get('cluster_name')} "
+              f"(id {scale.get('cluster_id')}, version {scale.get('version')})")
+        _table(scale.get("nodes") or [], ["name", "state", "quorum", "manager"])
+        _table([dict(f, size=_size(f.get("size")), free=_size(f.get("free")),
+                     mounted_on=", ".join(m["node"] for m in f.get("mounted_on") or []))
+                for f in scale.get("filesystems") or []],
+               ["device", "mount_point", "size", "free", "mounted_on"])
 
 
 def _print_job(j):

@@ -277,3 +277,16 @@ def test_probe_reports_a_cluster_error_without_failing(double, master):
 def test_probe_without_storage_scale_reports_none(tmp_path, monkeypatch, master):
     monkeypatch.setenv(ss.ENV_BIN, str(tmp_path))
     assert _probe(master)["storage_scale"] is None
+
+
+def test_cli_probe_prints_the_cluster(double, tmp_path):
+    from clihelp import cairn
+    home = tmp_path / "clihome"
+    cairn(home, "host", "add", "me", "--local")
+    out = cairn(home, "host", "probe", "me").stdout
+    assert "Storage Scale cluster hpc.example.com (id 16014213318453722105" in out
+    assert "arbitrating" in out
+    assert "/ibm/scratch data:2" in out
+    double(failure="daemon_down")
+    out = cairn(home, "host", "probe", "me").stdout
+    assert "Storage Scale: " in out and "mmstartup" in out

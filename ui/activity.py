@@ -14,9 +14,9 @@ from collections import Counter
 from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QItemSelectionModel, \
     QModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QComboBox, QHBoxLayout, \
+from PySide6.QtWidgets import QApplication, QComboBox, QHBoxLayout, \
     QInputDialog, QLabel, QLineEdit, QMenu, QMessageBox, QSplitter, QStyle, \
-    QStyledItemDelegate, QStyleOptionProgressBar, QTableView, QToolBar, QToolButton, \
+    QStyledItemDelegate, QStyleOptionProgressBar, QToolBar, QToolButton, \
     QVBoxLayout, QWidget
 
 from app import status as st
@@ -25,6 +25,7 @@ from ui.models import ROW_ROLE, Column, ObjectTableModel, number_column, \
     text_column, time_column
 from ui.plots import ThroughputPlot
 from ui.qtcompat import emit
+from ui.tables import data_table
 from ui.resources import icon
 
 REFRESH_S = 1.0
@@ -667,19 +668,8 @@ class ActivityView(QWidget):
         pl.addWidget(self.plot_title)
         pl.addWidget(self.plot, 1)
 
-        self.table = QTableView()
-        self.table.setObjectName("activity-table")
-        self.table.setModel(self.proxy)
-        self.table.setSortingEnabled(True)
+        self.table = data_table(self.proxy, "activity-table")
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.table.setAlternatingRowColors(True)
-        self.table.setWordWrap(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 10)
-        self.table.horizontalHeader().setHighlightSections(False)
         self.table.setItemDelegateForColumn(PERCENT_COLUMN, ProgressDelegate(self.table))
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)

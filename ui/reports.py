@@ -8,18 +8,19 @@ import time
 from datetime import datetime, timedelta
 
 import pyqtgraph as pg
-from PySide6.QtCore import QDate, QEvent, QSize, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import QDate, QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QAbstractItemView, QComboBox, QDateEdit, QFileDialog, \
-    QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSplitter, QTableView, QToolTip, \
+from PySide6.QtWidgets import QComboBox, QDateEdit, QFileDialog, \
+    QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSplitter, QToolTip, \
     QVBoxLayout, QWidget
 
 from app import reports
 from app import status as st
 from ui import fmt
-from ui.models import SORT_ROLE, Column, ObjectTableModel, number_column, text_column, \
+from ui.models import Column, ObjectTableModel, number_column, text_column, \
     time_column
 from ui.qtcompat import emit
+from ui.tables import data_table, sorting_proxy
 from ui.resources import icon
 from ui.views import Placeholder
 
@@ -350,26 +351,10 @@ class ReportsView(QWidget):
 
         self.chart = BytesPerDayChart()
         self.model = ObjectTableModel(COLUMNS, key="job_id", parent=self)
-        self.proxy = QSortFilterProxyModel(self)
-        self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
-        self.proxy.setDynamicSortFilter(True)
-        self.proxy.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        self.table = QTableView()
-        self.table.setObjectName("reports-table")
-        self.table.setModel(self.proxy)
-        self.table.setSortingEnabled(True)
+        self.proxy = sorting_proxy(self.model, self)
+        self.table = data_table(self.proxy, "reports-table")
         self.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setAlternatingRowColors(True)
-        self.table.setWordWrap(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 10)
         hh = self.table.horizontalHeader()
-        hh.setHighlightSections(False)
-        hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-        hh.setSectionsMovable(True)
         hh.setStretchLastSection(False)
         self.placeholder = Placeholder(self.table)
         self.placeholder.setText("Loading…")

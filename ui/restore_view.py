@@ -10,7 +10,7 @@ from datetime import datetime, time as dtime, timezone
 from PySide6.QtCore import QAbstractTableModel, QDate, QItemSelectionModel, QModelIndex, \
     QSortFilterProxyModel, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QDateEdit, \
-    QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QTableView, QTabWidget, \
+    QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QTabWidget, \
     QTreeView, QVBoxLayout, QWidget
 
 from app import timeutil
@@ -20,6 +20,7 @@ from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, number_colu
     text_column, time_column
 from ui.qtcompat import emit
 from ui.resources import icon
+from ui.tables import Selection, data_table
 from ui.restore_dialog import RestoreDialog
 from ui.views import Placeholder
 
@@ -168,26 +169,11 @@ VERSION_COLUMNS = [
 ]
 
 
-def _table(model, name, sortable=True):
+def _table(model, name):
     proxy = QSortFilterProxyModel(model)
     proxy.setSourceModel(model)
     proxy.setSortRole(SORT_ROLE)
-    t = QTableView()
-    t.setObjectName(name)
-    t.setModel(proxy)
-    t.setSortingEnabled(sortable)
-    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    t.setAlternatingRowColors(True)
-    t.setWordWrap(False)
-    t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    t.verticalHeader().hide()
-    t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 10)
-    hh = t.horizontalHeader()
-    hh.setHighlightSections(False)
-    hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-    hh.setSectionsMovable(True)
-    return t, proxy
+    return data_table(proxy, name, selection=Selection.SingleSelection), proxy
 
 
 class _SearchPane(QWidget):

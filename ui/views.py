@@ -6,15 +6,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QSortFilterProxyModel, Qt, Signal
-from PySide6.QtWidgets import QAbstractItemView, QFrame, QGridLayout, QHBoxLayout, QLabel, \
-    QMenu, QSizePolicy, QTableView, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QItemSelectionModel, Qt, Signal
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, \
+    QMenu, QSizePolicy, QVBoxLayout, QWidget
 
 from app import status as st
-from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, list_column, \
+from ui.models import ROW_ROLE, Column, ObjectTableModel, list_column, \
     number_column, text_column
 from ui.object_actions import ObjectActions
 from ui.resources import icon
+from ui.tables import data_table, sorting_proxy
 from ui.qtcompat import emit
 
 # ---- what each list shows --------------------------------------------------------------------
@@ -193,11 +194,7 @@ class ObjectListView(QWidget):
         self.name = spec.name
         self.bridge = bridge
         self.model = ObjectTableModel(spec.columns, key=spec.key, parent=self)
-        self.proxy = QSortFilterProxyModel(self)
-        self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
-        self.proxy.setDynamicSortFilter(True)
-        self.proxy.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.proxy = sorting_proxy(self.model, self)
         self._busy = False
         self._last = 0.0
         self._sized = False
@@ -219,23 +216,9 @@ class ObjectListView(QWidget):
         pal.setColor(self.description.foregroundRole(), pal.color(pal.ColorRole.PlaceholderText))
         self.description.setPalette(pal)
 
-        self.table = QTableView(self)
-        self.table.setObjectName(f"{spec.name}-table")
-        self.table.setModel(self.proxy)
-        self.table.setSortingEnabled(True)
+        self.table = data_table(self.proxy, f"{spec.name}-table")
         self.table.sortByColumn(spec.sort_column, spec.sort_order)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.table.setAlternatingRowColors(True)
-        self.table.setWordWrap(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(
-            self.table.fontMetrics().height() + 10)
         hh = self.table.horizontalHeader()
-        hh.setHighlightSections(False)
-        hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-        hh.setSectionsMovable(True)
         hh.setMinimumSectionSize(36)
         for col, delegate in spec.delegates.items():
             self.table.setItemDelegateForColumn(col, delegate(self.table))

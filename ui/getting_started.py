@@ -3,7 +3,6 @@ unit, backup policy) as large actions, each saying whether it is done, the next 
 highlighted. Each action opens the step's wizard through the main window."""
 
 import html
-import time
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, \
@@ -11,7 +10,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushBut
 
 from ui.qtcompat import emit
 from ui.resources import icon
-from ui.views import overview_counts
+from ui.views import CatalogCountsPage
 
 # (wizard kind, count key, title, what it is, button text, word for the count)
 STEPS = (
@@ -101,20 +100,13 @@ class StepCard(QFrame):
                                   + (f"color: {color};" if is_next or n else ""))
 
 
-class GettingStartedView(QWidget):
-    refreshed = Signal()
+class GettingStartedView(CatalogCountsPage):
     #: the admin chose a step: the wizard kind to open
     wizard_requested = Signal(str)
+    refresh_s = 3.0
 
     def __init__(self, bridge, parent=None):
-        super().__init__(parent)
-        self.name = "getting-started"
-        self.bridge = bridge
-        self.loaded = False
-        self.counts = None
-        self._busy = False
-        self._last = 0.0
-        self.refresh_s = 3.0
+        super().__init__("getting-started", bridge, parent)
 
         title = QLabel("Getting started")
         f = title.font()
@@ -160,22 +152,7 @@ class GettingStartedView(QWidget):
     def request(self, kind):
         emit(self.wizard_requested, kind)
 
-    def due(self, now=None):
-        now = time.monotonic() if now is None else now
-        return not self._busy and now - self._last >= self.refresh_s
-
-    def refresh(self):
-        if self._busy:
-            return False
-        self._busy = True
-        self.bridge.call(overview_counts, done=self._show, failed=self._failed, context=self)
-        return True
-
-    def _show(self, c):
-        self._busy = False
-        self._last = time.monotonic()
-        self.loaded = True
-        self.counts = c
+    def show_counts(self, c):
         next_kind = next((card.kind for card in self.cards if not c[card.key]), None)
         for card in self.cards:
             card.show_count(c[card.key], card.kind == next_kind)
@@ -187,16 +164,6 @@ class GettingStartedView(QWidget):
                 f"{_plural(c['images'], 'backup image')}.")
         else:
             self.summary.setText("")
-        emit(self.refreshed)
 
-    def _failed(self, err):
-        self._busy = False
-        self._last = time.monotonic()
-        self.summary.setText(f"Could not read the catalog: {html.escape(str(err))}")
-        emit(self.refreshed)
-
-    def save_state(self, settings):
-        pass
-
-    def restore_state(self, settings):
-        pass
+    def show_error(self, text):
+        self.summary.setText(html.escape(text))

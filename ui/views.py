@@ -405,20 +405,66 @@ def overview_counts(m):
     }
 
 
-class OverviewView(QWidget):
-    """What the catalog holds and, while setting up, which step comes next."""
+class CatalogCountsPage(QWidget):
+    """A page that shows the catalog's counts (overview_counts), read again every refresh_s
+    seconds; subclasses show them in show_counts() and a failure in show_error()."""
 
     refreshed = Signal()
+    refresh_s = 5.0
 
-    def __init__(self, name, title, icon_name, steps, bridge, parent=None):
+    def __init__(self, name, bridge, parent=None):
         super().__init__(parent)
         self.name = name
         self.bridge = bridge
-        self.steps = steps
         self.loaded = False
+        self.counts = None
         self._busy = False
         self._last = 0.0
-        self.refresh_s = 5.0
+
+    def due(self, now=None):
+        now = time.monotonic() if now is None else now
+        return not self._busy and now - self._last >= self.refresh_s
+
+    def refresh(self):
+        if self._busy:
+            return False
+        self._busy = True
+        self.bridge.call(overview_counts, done=self._arrived, failed=self._failed, context=self)
+        return True
+
+    def _arrived(self, counts):
+        self._busy = False
+        self._last = time.monotonic()
+        self.loaded = True
+        self.counts = counts
+        self.show_counts(counts)
+        emit(self.refreshed)
+
+    def _failed(self, err):
+        self._busy = False
+        self._last = time.monotonic()
+        self.show_error(f"Could not read the catalog: {err}")
+        emit(self.refreshed)
+
+    def show_counts(self, counts):
+        raise NotImplementedError
+
+    def show_error(self, text):
+        raise NotImplementedError
+
+    def save_state(self, settings):
+        pass
+
+    def restore_state(self, settings):
+        pass
+
+
+class OverviewView(CatalogCountsPage):
+    """What the catalog holds and, while setting up, which step comes next."""
+
+    def __init__(self, name, title, icon_name, steps, bridge, parent=None):
+        super().__init__(name, bridge, parent)
+        self.steps = steps
 
         head = QHBoxLayout()
         pic = QLabel()
@@ -474,21 +520,7 @@ class OverviewView(QWidget):
         lay.addWidget(self.jobs)
         lay.addStretch(1)
 
-    def due(self, now=None):
-        now = time.monotonic() if now is None else now
-        return not self._busy and now - self._last >= self.refresh_s
-
-    def refresh(self):
-        if self._busy:
-            return False
-        self._busy = True
-        self.bridge.call(overview_counts, done=self._show, failed=self._failed, context=self)
-        return True
-
-    def _show(self, c):
-        self._busy = False
-        self._last = time.monotonic()
-        self.loaded = True
+    def show_counts(self, c):
         self.subtitle.setText(f"Catalog: {c['catalog']}")
         next_step = next((s.key for s in self.steps if not c[s.key]), None)
         for s in self.steps:
@@ -501,17 +533,7 @@ class OverviewView(QWidget):
                 self._hints[s.key].setText("")
         self.jobs.setText(f"Jobs: {c['running']} running, {c['queued']} queued, "
                           f"{c['failed']} failed (see the activity monitor).")
-        emit(self.refreshed)
 
-    def _failed(self, err):
-        self._busy = False
-        self._last = time.monotonic()
-        self.subtitle.setText(f"Could not read the catalog: {err}")
-        emit(self.refreshed)
-
-    def save_state(self, settings):
-        pass
-
-    def restore_state(self, settings):
-        pass
+    def show_error(self, text):
+        self.subtitle.setText(text)
 

@@ -11,7 +11,7 @@ import html
 import time
 from collections import Counter
 
-from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QItemSelectionModel, \
+from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, \
     QModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QComboBox, QHBoxLayout, \
@@ -25,7 +25,7 @@ from ui.models import ROW_ROLE, Column, ObjectTableModel, number_column, \
     text_column, time_column
 from ui.plots import ThroughputPlot
 from ui.qtcompat import emit
-from ui.tables import data_table
+from ui.tables import data_table, select_keys, selected_rows
 from ui.resources import icon
 
 REFRESH_S = 1.0
@@ -873,30 +873,13 @@ class ActivityView(QWidget):
 
     # ---- selection ------------------------------------------------------------------------
     def selected_rows(self):
-        rows = self.table.selectionModel().selectedRows()
-        return [self.proxy.data(i, ROW_ROLE) for i in sorted(rows, key=lambda i: i.row())]
+        return selected_rows(self.table)
 
     def select_key(self, key):
         return self.select_keys([key])
 
     def select_keys(self, keys):
-        sm = self.table.selectionModel()
-        first = True
-        for key in keys:
-            src = self.model.row_of(key)
-            if src is None:
-                continue
-            idx = self.proxy.mapFromSource(self.model.index(src, 0))
-            if not idx.isValid():
-                continue
-            flags = QItemSelectionModel.SelectionFlag.Rows | (
-                QItemSelectionModel.SelectionFlag.ClearAndSelect if first
-                else QItemSelectionModel.SelectionFlag.Select)
-            sm.setCurrentIndex(idx, flags)
-            if first:
-                self.table.scrollTo(idx)
-            first = False
-        return not first
+        return select_keys(self.table, self.model, keys)
 
     def _update_actions(self, *_):
         jobs = self.selected_rows()

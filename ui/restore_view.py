@@ -7,7 +7,7 @@ import threading
 import time
 from datetime import datetime, time as dtime, timezone
 
-from PySide6.QtCore import QAbstractTableModel, QDate, QItemSelectionModel, QModelIndex, \
+from PySide6.QtCore import QAbstractTableModel, QDate, QModelIndex, \
     QSortFilterProxyModel, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QDateEdit, \
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QTabWidget, \
@@ -20,7 +20,7 @@ from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, number_colu
     text_column, time_column
 from ui.qtcompat import emit
 from ui.resources import icon
-from ui.tables import Selection, data_table
+from ui.tables import Selection, data_table, select_keys, selected_rows
 from ui.restore_dialog import RestoreDialog
 from ui.views import Placeholder
 
@@ -178,11 +178,13 @@ def _table(model, name):
 
 class _SearchPane(QWidget):
     """A pattern box with Find / Stop, a status line and a results table; the search itself
-    runs on a worker thread and can be stopped."""
+    runs on a worker thread and can be stopped; `show_result(result)` shows what it found."""
 
-    def __init__(self, bridge, columns, checkable, placeholder, button, parent=None):
+    def __init__(self, bridge, columns, checkable, placeholder, button, show_result,
+                 parent=None):
         super().__init__(parent)
         self.bridge = bridge
+        self.show_result = show_result
         self.results = ResultsModel(columns, checkable, self)
         self.table, self.proxy = _table(self.results, "results")
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
@@ -257,9 +259,6 @@ class _SearchPane(QWidget):
         self._idle()
         self.results.set_rows([])
         self.status.setText(str(err))
-
-    def show_result(self, r):
-        raise NotImplementedError
 
     def size_columns(self):
         t = self.table
@@ -392,9 +391,8 @@ class RestoreView(QWidget):
 
         self.search = _SearchPane(bridge, FOUND_COLUMNS, True,
                                   "Name or pattern in this image: *.log, report, "
-                                  "/data/*/raw/*.dat", "Search")
+                                  "/data/*/raw/*.dat", "Search", self._show_found)
         self.search.table.setObjectName("search-results")
-        self.search.show_result = self._show_found
         self.check_all = QPushButton("Check all")
         self.uncheck_all = QPushButton("Uncheck all")
         self.show_in_tree = QPushButton(icon("files"), "Show in tree")
@@ -404,9 +402,9 @@ class RestoreView(QWidget):
 
         self.versions = _SearchPane(bridge, VERSION_COLUMNS, False,
                                     "Path (/data/report.pdf) or pattern (report*.pdf) to find "
-                                    "in every image of the client", "Find versions")
+                                    "in every image of the client", "Find versions",
+                                    self._show_versions)
         self.versions.table.setObjectName("version-results")
-        self.versions.show_result = self._show_versions
         self.versions.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
 
         self.tabs = QTabWidget()
@@ -628,19 +626,10 @@ class RestoreView(QWidget):
         self.placeholder.setVisible(n == 0)
 
     def selected_rows(self):
-        rows = self.table.selectionModel().selectedRows()
-        return [self.proxy.data(i, ROW_ROLE) for i in sorted(rows, key=lambda i: i.row())]
+        return selected_rows(self.table)
 
     def select_key(self, key):
-        src = self.model.row_of(key) if key is not None else None
-        if src is None:
-            return False
-        idx = self.proxy.mapFromSource(self.model.index(src, 0))
-        self.table.selectionModel().setCurrentIndex(
-            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
-            | QItemSelectionModel.SelectionFlag.Rows)
-        self.table.scrollTo(idx)
-        return True
+        return select_keys(self.table, self.model, [key])
 
     @property
     def image(self):

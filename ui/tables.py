@@ -2,10 +2,10 @@
 selected, alternating colours, no editing, movable left-aligned columns) and the sorting proxy
 over an ObjectTableModel."""
 
-from PySide6.QtCore import QSortFilterProxyModel, Qt
+from PySide6.QtCore import QItemSelectionModel, QSortFilterProxyModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QTableView
 
-from ui.models import SORT_ROLE
+from ui.models import ROW_ROLE, SORT_ROLE
 
 Selection = QAbstractItemView.SelectionMode
 
@@ -37,3 +37,32 @@ def data_table(model, name, selection=Selection.ExtendedSelection, sortable=True
     hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
     hh.setSectionsMovable(True)
     return t
+
+
+def selected_rows(table):
+    """The row dicts (ROW_ROLE) of a table's selected rows, top to bottom."""
+    model = table.model()
+    rows = sorted(table.selectionModel().selectedRows(), key=lambda i: i.row())
+    return [model.data(i, ROW_ROLE) for i in rows]
+
+
+def select_keys(table, source, keys):
+    """Selects the rows of `source` (an ObjectTableModel under the table's proxy) with these
+    keys, makes the first current and scrolls to it; False when none is shown."""
+    proxy, sm = table.model(), table.selectionModel()
+    first = True
+    for key in keys:
+        src = source.row_of(key) if key is not None else None
+        if src is None:
+            continue
+        idx = proxy.mapFromSource(source.index(src, 0))
+        if not idx.isValid():
+            continue
+        flags = QItemSelectionModel.SelectionFlag.Rows | (
+            QItemSelectionModel.SelectionFlag.ClearAndSelect if first
+            else QItemSelectionModel.SelectionFlag.Select)
+        sm.setCurrentIndex(idx, flags)
+        if first:
+            table.scrollTo(idx)
+        first = False
+    return not first

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, \
     QMenu, QSizePolicy, QVBoxLayout, QWidget
 
@@ -15,7 +15,7 @@ from ui.models import ROW_ROLE, Column, ObjectTableModel, list_column, \
     number_column, text_column
 from ui.object_actions import ObjectActions
 from ui.resources import icon
-from ui.tables import data_table, sorting_proxy
+from ui.tables import data_table, select_keys, selected_rows, sorting_proxy
 from ui.qtcompat import emit
 
 # ---- what each list shows --------------------------------------------------------------------
@@ -333,19 +333,10 @@ class ObjectListView(QWidget):
 
     # ---- selection ------------------------------------------------------------------------
     def selected_rows(self):
-        rows = self.table.selectionModel().selectedRows()
-        return [self.proxy.data(i, ROW_ROLE) for i in sorted(rows, key=lambda i: i.row())]
+        return selected_rows(self.table)
 
     def select_key(self, key):
-        src = self.model.row_of(key)
-        if src is None:
-            return False
-        idx = self.proxy.mapFromSource(self.model.index(src, 0))
-        self.table.selectionModel().setCurrentIndex(
-            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect
-            | QItemSelectionModel.SelectionFlag.Rows)
-        self.table.scrollTo(idx)
-        return True
+        return select_keys(self.table, self.model, [key])
 
     def _open(self, index):
         row = self.proxy.data(index, ROW_ROLE)

@@ -203,6 +203,7 @@ class RestoreDialog(QDialog):
         self.bridge.call(lambda m: [h["name"] for h in m.config.hosts()],
                          done=self._hosts, context=self)
         self.resize(860, 700)
+        self._timer.start()  # the first preview, or what it still needs
 
     # ---- the form ---------------------------------------------------------------------------
     def _hosts(self, names):

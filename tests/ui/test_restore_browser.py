@@ -86,6 +86,8 @@ def test_restore_a_directory_and_a_file_to_a_new_directory(make_console, backed_
     qtbot.mouseClick(v.restore_button, Qt.MouseButton.LeftButton)
     dlg = v.dialog
     assert dlg is not None and dlg.isVisible()
+    # it opens on a preview or on what the preview still needs, never on a waiting message
+    qtbot.waitUntil(lambda: "Preparing" not in dlg.status.text(), timeout=5000)
     dst = str(tmp_path / "restored")
     dlg.elsewhere.click()
     qtbot.waitUntil(lambda: dlg.host.findText("other") >= 0, timeout=5000)

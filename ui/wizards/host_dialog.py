@@ -67,7 +67,9 @@ class AddHostDialog(QDialog):
         form.addRow("&Address:", self.address)
         form.addRow("&Port:", self.port)
         form.addRow("&User:", self.user)
-        form.addRow("&Key file:", key_row)
+        key_label = QLabel("&Key file:")
+        key_label.setBuddy(self.key_file)  # a row of two widgets gets no buddy by itself
+        form.addRow(key_label, key_row)
         fields = QWidget()
         fl = QVBoxLayout(fields)
         fl.setContentsMargins(0, 0, 0, 0)

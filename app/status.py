@@ -19,6 +19,7 @@ RESTORE_TARGET_INVALID = 60
 CHECKSUM_MISMATCH = 61
 IMAGE_DAMAGED = 62
 CANCELED = 150
+WINDOW_CLOSED = 196     # a scheduled job could not start before its start window closed
 INTERNAL = 99
 
 STATUS_TEXT = {
@@ -41,6 +42,7 @@ STATUS_TEXT = {
     IMAGE_DAMAGED: "the backup image is missing or damaged",
     INTERNAL: "internal error (see the job log)",
     CANCELED: "canceled by the administrator",
+    WINDOW_CLOSED: "not started: the schedule's start window closed before the job could start (missed)",
 }
 
 

@@ -61,16 +61,27 @@ class JobStore:
         self.db = db
 
     def create(self, type, *, client=None, policy=None, schedule=None, storage_unit=None,
-               priority=0, params=None):
-        with self.db.tx() as c:
-            cur = c.execute(
-                "INSERT INTO jobs(type, state, client, policy, schedule, storage_unit, priority,"
-                f" created, params, changed) VALUES (?,?,?,?,?,?,?,?,?,{NEXT_CHANGE})",
-                (type, QUEUED, client, policy, schedule, storage_unit, priority,
-                 timeutil.iso(time.time()), json.dumps(params or {})))
-            jid = cur.lastrowid
-            c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
-                      (jid, timeutil.iso(time.time()), "info", f"{type} job queued"))
+               priority=0, params=None, parent_id=None, attempt=1, retry_of=None,
+               not_before=None, not_after=None, note=None, c=None):
+        """Queues a job. not_before/not_after (epoch seconds) bound when it may start: a job
+        still queued after not_after ends as missed (status 196). `c`: an open write
+        transaction to create it in, so that a caller's own record lands with it."""
+        if c is None:
+            with self.db.tx() as c:
+                return self.create(type, client=client, policy=policy, schedule=schedule,
+                                   storage_unit=storage_unit, priority=priority, params=params,
+                                   parent_id=parent_id, attempt=attempt, retry_of=retry_of,
+                                   not_before=not_before, not_after=not_after, note=note, c=c)
+        cur = c.execute(
+            "INSERT INTO jobs(type, state, client, policy, schedule, storage_unit, priority,"
+            " created, params, parent_id, attempt, retry_of, not_before, not_after, changed) "
+            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,{NEXT_CHANGE})",
+            (type, QUEUED, client, policy, schedule, storage_unit, priority,
+             timeutil.iso(time.time()), json.dumps(params or {}), parent_id, attempt, retry_of,
+             not_before, not_after))
+        jid = cur.lastrowid
+        c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
+                  (jid, timeutil.iso(time.time()), "info", note or f"{type} job queued"))
         return jid
 
     def get(self, job_id):

@@ -180,6 +180,49 @@ MIGRATIONS = [
     CREATE INDEX job_removals_changed ON job_removals(changed);
     CREATE INDEX job_samples_t ON job_samples(t)
     """,
+    # 4: schedules that run themselves. Calendar schedules; the scheduler's record of each
+    # window it acted on (one row per policy, schedule, client and due time, so two masters can
+    # never queue the same run); job families (parent/child streams, retries) and start
+    # limits; images that reference other images' data (incrementals, stream sets); per-client
+    # job limits and master settings.
+    """
+    ALTER TABLE schedules ADD COLUMN calendar TEXT;
+    CREATE TABLE schedule_runs (
+        id INTEGER PRIMARY KEY,
+        policy TEXT NOT NULL,
+        schedule TEXT NOT NULL,
+        client TEXT NOT NULL,
+        due TEXT NOT NULL,
+        window_end TEXT,
+        outcome TEXT NOT NULL,
+        job_id INTEGER,
+        noted TEXT NOT NULL,
+        UNIQUE (policy, schedule, client, due)
+    );
+    CREATE INDEX schedule_runs_last ON schedule_runs(policy, schedule, client, due);
+    ALTER TABLE jobs ADD COLUMN parent_id INTEGER;
+    ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE jobs ADD COLUMN retry_of INTEGER;
+    ALTER TABLE jobs ADD COLUMN not_before REAL;
+    ALTER TABLE jobs ADD COLUMN not_after REAL;
+    ALTER TABLE jobs ADD COLUMN suspended INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_parent ON jobs(parent_id);
+    ALTER TABLE images ADD COLUMN base_image TEXT;
+    ALTER TABLE images ADD COLUMN sources TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE images ADD COLUMN part_of TEXT;
+    ALTER TABLE images ADD COLUMN stream TEXT;
+    CREATE TABLE image_deps (
+        image_id TEXT NOT NULL,
+        depends_on TEXT NOT NULL,
+        PRIMARY KEY (image_id, depends_on)
+    );
+    CREATE INDEX image_deps_on ON image_deps(depends_on);
+    ALTER TABLE hosts ADD COLUMN max_jobs INTEGER;
+    CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )
+    """,
 ]
 
 

@@ -34,8 +34,15 @@ calls instead of a Python loop per entry:
     i64[n] size, i64[n] mtime_ns, i64[n] offset, i64[n] length, u32[n] uid, u32[n] gid,
     u16[n] mode, n bytes kind (ASCII), n bytes has-checksum (0/1),
     32 bytes per entry: the raw SHA-256 digest, zeros for an entry without one,
+    (version 2:) i64[n] ctime_ns, u64[n] inode, u16[n] source,
     names joined by NUL (raw bytes; NUL and "/" cannot occur in a name),
     links joined by NUL (raw bytes)
+
+Version 2 added change time, inode and source: an incremental image lists the whole tree as of
+its backup, and an entry it did not send again (unchanged since the image it was compared with)
+keeps the offset and length of the member in the image that holds it: source 0 is the image
+itself, source k the k-th image of the image's `sources` list in the catalog. Version 1 files
+read with zeros in those columns.
 
 A digest column with a slot for every entry costs 32 bytes per directory or symlink, but lets
 the reader hex the whole column in one call instead of placing digests entry by entry.
@@ -66,7 +73,8 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 
 from app.agent.entry import FIELDS, KINDS
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAGIC = b"CAIRNIDX"
 TRAILER_MAGIC = b"CAIRNEND"
 
@@ -77,7 +85,10 @@ _RECORD_BODY = _RECORD.size - 4
 _BLOCK_HEAD = struct.Struct("<IIII")
 _DIGEST = 32
 # Bytes per entry of the fixed-size columns: 4 x i64, 2 x u32, u16, kind, has-checksum, digest.
-_FIXED_PER_ENTRY = 8 * 4 + 4 * 2 + 2 + 1 + 1 + _DIGEST
+_FIXED_V1 = 8 * 4 + 4 * 2 + 2 + 1 + 1 + _DIGEST
+# Version 2 adds ctime_ns (i64), inode (u64) and source (u16).
+_FIXED_V2 = _FIXED_V1 + 8 + 8 + 2
+_FIXED_PER_ENTRY = {1: _FIXED_V1, 2: _FIXED_V2}
 _NO_DIGEST_HEX = "0" * (2 * _DIGEST)
 
 # Paths are encoded the way os.fsencode does; the encoding is looked up once because the
@@ -96,7 +107,7 @@ _PROBES_BEFORE_LOAD = 256
 _CACHE_MAX_DIRS = 16
 _CACHE_MAX_ENTRIES = 150_000
 
-for _code, _size in (("q", 8), ("I", 4), ("H", 2)):
+for _code, _size in (("q", 8), ("Q", 8), ("I", 4), ("H", 2)):
     if array(_code).itemsize != _size:  # pragma: no cover - exotic platforms only
         raise ImportError(f"array typecode {_code!r} is not {_size} bytes on this platform")
 
@@ -128,9 +139,16 @@ class Entry(NamedTuple):
     length: int
     checksum: str
     link: str
+    ctime_ns: int = 0
+    ino: int = 0
+    src: int = 0
 
     def to_row(self) -> list:
         """The 11-field row of app.agent.entry."""
+        return [self[0], *self[2:12]]
+
+    def to_full_row(self) -> list:
+        """The 14-field row: the 11 fields, ctime_ns, inode and source."""
         return [self[0], *self[2:]]
 
     def to_dict(self) -> dict:
@@ -207,6 +225,13 @@ def _encode_block(names: list, rows: list):
     if len(name_heap) > _BLOCK_LIMIT or len(link_heap) > _BLOCK_LIMIT:
         raise ValueError("a directory is too large for one index block")
 
+    # Rows of 11 fields (no change time or inode known), 13 (from a client) or 14 (with the
+    # source image) may meet in one index, never in one directory run.
+    width = min(map(len, rows))
+    zeros = bytes(8 * n)
+    ctimes = _col("q", map(itemgetter(11), rows)) if width > 11 else zeros
+    inodes = _col("Q", map(itemgetter(12), rows)) if width > 12 else zeros
+    sources = _col("H", map(itemgetter(13), rows)) if width > 13 else bytes(2 * n)
     block = b"".join((
         _BLOCK_HEAD.pack(n, len(name_heap), len(link_heap), 0),
         _col("q", map(itemgetter(5), rows)),
@@ -219,6 +244,9 @@ def _encode_block(names: list, rows: list):
         kinds.encode("ascii"),
         bytes(map(bool, checksums)),
         digests,
+        ctimes,
+        inodes,
+        sources,
         name_heap,
         link_heap,
     ))
@@ -233,8 +261,8 @@ def _check_row(row) -> Optional[str]:
     """Why one row cannot be indexed, or None. Only used to name the culprit after a run
     failed to encode, so it may be slow."""
     try:
-        if len(row) != len(FIELDS):
-            return f"a row has {len(row)} fields, expected {len(FIELDS)}"
+        if len(row) not in (len(FIELDS), len(FIELDS) + 2, len(FIELDS) + 3):
+            return f"a row has {len(row)} fields, expected {len(FIELDS)} to {len(FIELDS) + 3}"
         _fsencode(row[0])
         if row[1] not in _KIND_SET:
             return f"kind {row[1]!r} is not one of {', '.join(KINDS)}"
@@ -247,6 +275,12 @@ def _check_row(row) -> Optional[str]:
             return f"checksum {row[9]!r} is not 64 hex digits"
         if "\0" in row[10]:
             return "link contains a NUL byte"
+        for i, code in ((11, "q"), (12, "Q"), (13, "H")):
+            if len(row) > i:
+                try:
+                    array(code, [row[i]])
+                except (TypeError, OverflowError):
+                    return f"field {i} {row[i]!r} is not an integer in range"
         _fsencode(row[10])
     except (TypeError, ValueError) as e:
         return str(e)
@@ -260,11 +294,12 @@ class _Block(NamedTuple):
     reserved: int
 
 
-def _block_head(buf, n_expected: int, where: str, path: str) -> _Block:
+def _block_head(buf, n_expected: int, where: str, path: str, version: int) -> _Block:
     if len(buf) < _BLOCK_HEAD.size:
         raise IndexCorrupt(path, f"block of {where} is truncated")
     head = _Block(*_BLOCK_HEAD.unpack_from(buf, 0))
-    size = _BLOCK_HEAD.size + _FIXED_PER_ENTRY * head.n + head.name_len + head.link_len
+    size = (_BLOCK_HEAD.size + _FIXED_PER_ENTRY[version] * head.n + head.name_len
+            + head.link_len)
     if head.n != n_expected or size != len(buf) or head.reserved:
         raise IndexCorrupt(path, f"block of {where} has an inconsistent layout")
     return head
@@ -286,13 +321,13 @@ def _int_col(code: str, mv, start: int, n: int) -> list:
     return a.tolist()
 
 
-_ITEMSIZE = {"q": 8, "I": 4, "H": 2}
+_ITEMSIZE = {"q": 8, "Q": 8, "I": 4, "H": 2}
 
 
-def _decode_block(buf: bytes, n: int, where: str, path: str):
+def _decode_block(buf: bytes, n: int, where: str, path: str, version: int = FORMAT_VERSION):
     """All columns of a block: names, kinds, mode, uid, gid, size, mtime_ns, offset, length,
-    checksum, link (names and links as str)."""
-    head = _block_head(buf, n, where, path)
+    checksum, link (names and links as str), ctime_ns, inode, source."""
+    head = _block_head(buf, n, where, path, version)
     mv = memoryview(buf)
     o = _BLOCK_HEAD.size
     sizes = _int_col("q", mv, o, n)
@@ -332,6 +367,15 @@ def _decode_block(buf: bytes, n: int, where: str, path: str):
         elif absent:
             checksums = [d if f else "" for d, f in zip(checksums, flags)]
     o += _DIGEST * n
+    if version >= 2:
+        ctimes = _int_col("q", mv, o, n)
+        o += 8 * n
+        inodes = _int_col("Q", mv, o, n)
+        o += 8 * n
+        sources = _int_col("H", mv, o, n)
+        o += 2 * n
+    else:
+        ctimes = inodes = sources = [0] * n
     # One decode and one split per heap. NUL is ASCII, so decoding the joined heap gives
     # the same strings as decoding each name on its own.
     names = str(mv[o:o + head.name_len], _FS_ENC, _FS_ERR).split("\0")
@@ -342,7 +386,8 @@ def _decode_block(buf: bytes, n: int, where: str, path: str):
         links = str(mv[o:o + head.link_len], _FS_ENC, _FS_ERR).split("\0")
     if len(names) != n or len(links) != n:
         raise IndexCorrupt(path, f"block of {where} has a bad name or link table")
-    return names, kinds, modes, uids, gids, sizes, mtimes, offsets, lengths, checksums, links
+    return (names, kinds, modes, uids, gids, sizes, mtimes, offsets, lengths, checksums, links,
+            ctimes, inodes, sources)
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,7 +501,8 @@ class IndexWriter:
                 missing.setdefault(parent or _ROOT_KEY, []).append(name)
                 k = parent or _ROOT_KEY
         for parent, names in missing.items():
-            rows = [["", "d", _SYNTH_DIR_MODE, 0, 0, 0, 0, 0, 0, "", ""] for _ in names]
+            rows = [["", "d", _SYNTH_DIR_MODE, 0, 0, 0, 0, 0, 0, "", "", 0, 0, 0]
+                    for _ in names]
             self._write_block(parent, names, rows, synthesized=True)
 
     def _merge_split_dirs(self):
@@ -610,9 +656,10 @@ class IndexReader:
         magic, version, _flags, _ = _HEADER.unpack(self._read(0, _HEADER.size))
         if magic != MAGIC:
             raise IndexCorrupt(self.path, "not a Cairn catalog index (bad magic)")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise IndexCorrupt(self.path, f"format version {version} is not supported by this "
-                                          f"Cairn (it reads version {FORMAT_VERSION})")
+                                          f"Cairn (it reads versions 1 to {FORMAT_VERSION})")
+        self._version = version
         t = self._read(size - _TRAILER.size, _TRAILER.size)
         fields = _TRAILER.unpack(t)
         if fields[0] != TRAILER_MAGIC:
@@ -705,7 +752,7 @@ class IndexReader:
         reenable = gc.isenabled()
         gc.disable()
         try:
-            cols = _decode_block(buf, n, repr(_fsdecode(key)), self.path)
+            cols = _decode_block(buf, n, repr(_fsdecode(key)), self.path, self._version)
             paths = list(map(_child_prefix(key).__add__, cols[0]))
             return list(map(_tuple_new, repeat(Entry, n), zip(paths, *cols)))
         finally:
@@ -758,8 +805,8 @@ class IndexReader:
             return None
         buf, n = got
         where = repr(_fsdecode(parent))
-        head = _block_head(buf, n, where, self.path)
-        o_names = _BLOCK_HEAD.size + _FIXED_PER_ENTRY * n
+        head = _block_head(buf, n, where, self.path, self._version)
+        o_names = _BLOCK_HEAD.size + _FIXED_PER_ENTRY[self._version] * n
         names = buf[o_names:o_names + head.name_len].split(b"\0")
         if len(names) != n:
             raise IndexCorrupt(self.path, f"block of {where} has a bad name table")
@@ -784,8 +831,14 @@ class IndexReader:
         link = _fsdecode(buf[o_links:o_links + head.link_len].split(b"\0")[i])
         if kind not in _KIND_SET:
             raise IndexCorrupt(self.path, f"block of {where} has a bad kind column")
+        ctime = ino = src = 0
+        if self._version >= 2:
+            o = o + 2 * n + _DIGEST * n
+            ctime, = struct.unpack_from("<q", buf, o + 8 * i)
+            ino, = struct.unpack_from("<Q", buf, o + 8 * n + 8 * i)
+            src, = struct.unpack_from("<H", buf, o + 16 * n + 2 * i)
         return Entry(_fsdecode(key), _fsdecode(name), kind, mode, uid, gid, size, mtime, offset,
-                     length, checksum, link)
+                     length, checksum, link, ctime, ino, src)
 
     def __del__(self):
         self.close()
@@ -825,6 +878,17 @@ class IndexReader:
                         break
             else:
                 stack.pop()
+
+    def directories(self) -> Iterator[tuple]:
+        """(directory path bytes, its entries) for every directory with children, in path
+        byte order: the whole index with one read per block, for a full pass."""
+        for i in range(self._ndirs):
+            key = self._record(i)[0]
+            if key == _ROOT_ROW_KEY:
+                continue
+            entries = self._entries(key)
+            if entries:
+                yield key, entries
 
     def count(self) -> int:
         """Entries in the index (each path once; rows repeating a path are merged)."""

@@ -599,4 +599,5 @@ class Master:
 def _image_dict(row):
     d = dict(row)
     d["selections"] = json.loads(d["selections"])
+    d["sources"] = json.loads(d.get("sources") or "[]")
     return d

@@ -22,6 +22,7 @@ import time
 from collections import deque
 
 from app.agent import entry, tarfmt
+from app.agent.changes import PreviousState, state_digest
 from app.agent.errors import Cancelled, InvalidRequest, NothingToBackup, StorageFailure
 
 CHUNK = 1 << 20
@@ -206,8 +207,17 @@ class _Totals(threading.Thread):
 
 
 class _Backup:
-    def __init__(self, out, emit, is_cancelled, checksum, excludes=None):
+    def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None):
         self.checksum = checksum
+        # An incremental: entries whose state matches the previous image's are listed, not
+        # sent again (see app/agent/changes.py).
+        try:
+            self.previous = PreviousState(previous) if previous else None
+        except ValueError as e:
+            raise InvalidRequest(str(e))
+        self.prev_names = None
+        self.unchanged = 0
+        self.unchanged_bytes = 0
         # absolute path (bytes) -> why it is left out
         self.excludes = {os.fsencode(p.rstrip("/") or "/"): why
                          for p, why in (excludes or {}).items()}
@@ -333,8 +343,13 @@ class _Backup:
 
     def run(self, selections, image_meta):
         roots = self.selected_roots(selections)
-        self.totals = _Totals(list(roots), self.excludes)
-        self.totals.start()
+        if self.previous is None:
+            self.totals = _Totals(list(roots), self.excludes)
+            self.totals.start()
+        else:
+            # What an incremental will send is known only at its end: no percentage.
+            self.log("compared with the previous backup's %d entries: only new and changed "
+                     "entries are sent" % self.previous.entries)
         meta = json.dumps(image_meta, indent=1, sort_keys=True).encode("utf-8") + b"\n"
         now_ns = time.time_ns()
         self.out.put(tarfmt.member_header(b".cairn/image.json", tarfmt.REGTYPE, 0o644, 0, 0,
@@ -434,6 +449,8 @@ class _Backup:
                 self.warn(path, "cannot open directory: %s" % _why(e))
             return
         try:
+            self.prev_names = (self.previous.directory(path) if self.previous is not None
+                               else None)
             if node is None:
                 try:
                     # listing by fd gives str names; fsencode restores the exact bytes
@@ -483,13 +500,20 @@ class _Backup:
         mode = st.st_mode
         spath = os.fsdecode(path)
         self.current = spath
+        prev = self.prev_names
+        if prev is not None and not stat.S_ISDIR(mode):
+            digest = prev.get(name)
+            if digest is not None and self.unchanged_entry(dfd, name, spath, st, digest):
+                return True
         member = path[1:]
         uid = st.st_uid
         gid = st.st_gid
         if stat.S_ISREG(mode):
             if st.st_nlink > 1:
                 first = self.links.get((st.st_dev, st.st_ino))
-                if first is not None:
+                # A group whose first link was unchanged has no member in this image to link
+                # to: this one is stored with its data (and the group's later links to it).
+                if first is not None and first[0] is not None:
                     return self.hardlink(path, spath, st, first)
             return self.regular(dfd, name, path, spath, st)
         if stat.S_ISDIR(mode):
@@ -544,7 +568,51 @@ class _Backup:
         if kind != entry.KIND_DIR and st.st_nlink > 1:
             self.links[(st.st_dev, st.st_ino)] = (member, spath)
         self.add_row([spath, kind, stat.S_IMODE(mode), uid, gid, 0, st.st_mtime_ns, offset,
-                      self.out.pos - offset, "", os.fsdecode(link)])
+                      self.out.pos - offset, "", os.fsdecode(link), st.st_ctime_ns, st.st_ino])
+        return True
+
+    def unchanged_entry(self, dfd, name, spath, st, digest):
+        """List an entry without sending it when its state matches the previous image's.
+        Returns False when it must be sent."""
+        mode = st.st_mode
+        size = 0
+        link = ""
+        if stat.S_ISREG(mode):
+            kind = entry.KIND_FILE
+            size = st.st_size
+            if st.st_nlink > 1:
+                first = self.links.get((st.st_dev, st.st_ino))
+                if first is not None:
+                    if first[0] is not None:
+                        return False  # the group's data is in this image: link to it
+                    kind, size, link = entry.KIND_HARDLINK, 0, first[1]
+        elif st.st_nlink > 1:
+            return False
+        elif stat.S_ISLNK(mode):
+            kind = entry.KIND_SYMLINK
+            try:
+                link = os.fsdecode(os.readlink(name, dir_fd=dfd))
+            except OSError:
+                return False  # the normal path reports it
+        elif stat.S_ISFIFO(mode):
+            kind = entry.KIND_FIFO
+        elif stat.S_ISCHR(mode):
+            kind = entry.KIND_CHAR
+        elif stat.S_ISBLK(mode):
+            kind = entry.KIND_BLOCK
+        else:
+            return False
+        perm = stat.S_IMODE(mode)
+        if state_digest(kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
+                        st.st_ctime_ns, st.st_ino, link) != digest:
+            return False
+        if kind == entry.KIND_FILE and st.st_nlink > 1:
+            self.links[(st.st_dev, st.st_ino)] = (None, spath)
+        self.unchanged += 1
+        self.unchanged_bytes += size
+        # offset -1: the member is in an earlier image; the master fills in where.
+        self.add_row([spath, kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns, -1, 0, "",
+                      link, st.st_ctime_ns, st.st_ino])
         return True
 
     def hardlink(self, path, spath, st, first):
@@ -556,7 +624,7 @@ class _Backup:
         self.files += 1
         self.add_row([spath, entry.KIND_HARDLINK, stat.S_IMODE(st.st_mode), st.st_uid,
                       st.st_gid, 0, st.st_mtime_ns, offset, self.out.pos - offset, "",
-                      target_path])
+                      target_path, st.st_ctime_ns, st.st_ino])
         return True
 
     def open_file(self, dfd, name, path):
@@ -667,7 +735,7 @@ class _Backup:
             self.files += 1
             self.bytes += area - (len(smap) if segs is not None else 0)
             row = [spath, entry.KIND_FILE, mode, uid, gid, size, st.st_mtime_ns, offset,
-                   out.pos - offset, None, ""]
+                   out.pos - offset, None, "", st.st_ctime_ns, st.st_ino]
             out.finish(h, row)
             self.add_row(row)
             if st.st_nlink > 1:
@@ -745,6 +813,7 @@ class _Backup:
         self.emit("progress", {"files": self.files, "bytes": self.bytes, "path": ""})
         return {"files": self.files, "dirs": self.dirs, "bytes": self.bytes,
                 "warnings": self.warnings, "image_bytes": out.pos,
+                "unchanged": self.unchanged, "unchanged_bytes": self.unchanged_bytes,
                 "index_offset": index_offset, "index_length": out.pos - 1024 - index_offset}
 
     def close(self):
@@ -757,7 +826,7 @@ class _Backup:
 
 
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
-              checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None):
+              checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -771,14 +840,18 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     excludes: {absolute path: reason}; those directories or files and everything below them
     are left out (logged once each).
 
-    Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "index_offset",
-    "index_length"}; the last two locate the `.cairn/index.jsonl` member in the image.
+    previous: the state of the image an incremental compares with (app/agent/changes.py);
+    unchanged entries get rows with offset -1 and no member.
+
+    Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "unchanged",
+    "unchanged_bytes", "index_offset", "index_length"}; the last two locate the
+    `.cairn/index.jsonl` member in the image.
     """
     try:
         tarfmt.piece_hash(checksum)
     except ValueError as e:
         raise InvalidRequest(str(e))
-    b = _Backup(out, emit, is_cancelled, checksum, excludes)
+    b = _Backup(out, emit, is_cancelled, checksum, excludes, previous)
     try:
         return b.run(selections, image_meta)
     finally:

@@ -1,6 +1,7 @@
-"""Reading byte ranges of an image file: the members a restore needs, located by the rows'
-[offset, length], become one stream (ExtentReader) or are copied raw to a sink
-(copy_extents). Standard library only: this runs on storage servers.
+"""Reading byte ranges of image files: the members a restore needs, located by the rows'
+[offset, length] (and, for an incremental chain, [offset, length, k]: the k-th image file of
+the list), become one stream (ExtentReader) or are copied raw to a sink (copy_extents).
+Standard library only: this runs on storage servers.
 """
 
 import os
@@ -19,54 +20,65 @@ def _why(e):
     return (e.strerror or str(e)).lower()
 
 
-def _merge(extents):
-    """Validated (offset, length) pairs, neighbours joined so that a run of adjacent members
-    is read with large reads."""
+def _merge(extents, nfiles=1):
+    """Validated [offset, length, file] triples, neighbours in one file joined so that a run
+    of adjacent members is read with large reads."""
     out = []
     for ext in extents:
         try:
             off, ln = int(ext[0]), int(ext[1])
+            k = int(ext[2]) if len(ext) > 2 else 0
         except (TypeError, ValueError, IndexError):
             raise _damaged("invalid image extent %r" % (ext,))
-        if off < 0 or ln < 0:
+        if off < 0 or ln < 0 or not 0 <= k < nfiles:
             raise _damaged("invalid image extent %r" % (ext,))
         if not ln:
             continue
-        if out and out[-1][0] + out[-1][1] == off:
+        if out and out[-1][2] == k and out[-1][0] + out[-1][1] == off:
             out[-1][1] += ln
         else:
-            out.append([off, ln])
+            out.append([off, ln, k])
     return out
 
 
 class ExtentReader:
-    """A read-only stream over the concatenation of byte ranges of one file."""
+    """A read-only stream over the concatenation of byte ranges of one file (`paths` a str) or
+    of several (a list; each extent names its file)."""
 
-    def __init__(self, path, extents):
-        self.path = path
-        self._extents = _merge(extents)
+    def __init__(self, paths, extents):
+        self.paths = [paths] if isinstance(paths, str) else list(paths)
+        self._extents = _merge(extents, len(self.paths))
         self._i = 0
-        self._pos = self._extents[0][0] if self._extents else 0
-        self._left = self._extents[0][1] if self._extents else 0
+        first = self._extents[0] if self._extents else [0, 0, 0]
+        self._pos, self._left, self._k = first
+        self._fds = []
         try:
-            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError as e:
-            raise _damaged("the backup image %s cannot be opened: %s" % (path, _why(e)))
-        try:
-            size = os.fstat(self._fd).st_size
-            for off, ln in self._extents:
-                if off + ln > size:
+            sizes = []
+            for path in self.paths:
+                try:
+                    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except OSError as e:
+                    raise _damaged("the backup image %s cannot be opened: %s"
+                                   % (path, _why(e)))
+                self._fds.append(fd)
+                sizes.append(os.fstat(fd).st_size)
+            for off, ln, k in self._extents:
+                if off + ln > sizes[k]:
                     raise _damaged(
                         "the backup image %s is damaged: it is %d bytes long, but bytes up "
-                        "to %d are needed" % (path, size, off + ln))
+                        "to %d are needed" % (self.paths[k], sizes[k], off + ln))
             if len(self._extents) == 1 and self._extents[0][1] >= 8 * CHUNK:
                 try:
-                    os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                    os.posix_fadvise(self._fds[first[2]], 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 except (OSError, AttributeError):
                     pass
         except BaseException:
-            os.close(self._fd)
+            self.close()
             raise
+
+    @property
+    def path(self):
+        return self.paths[self._k] if self.paths else ""
 
     def readable(self):
         return True
@@ -82,10 +94,10 @@ class ExtentReader:
                 self._i += 1
                 if self._i >= len(self._extents):
                     break
-                self._pos, self._left = self._extents[self._i]
+                self._pos, self._left, self._k = self._extents[self._i]
             n = min(self._left, want - total)
             try:
-                got = os.preadv(self._fd, [mv[total:total + n]], self._pos)
+                got = os.preadv(self._fds[self._k], [mv[total:total + n]], self._pos)
             except OSError as e:
                 raise _damaged("reading the backup image %s failed: %s" % (self.path, _why(e)))
             if not got:
@@ -98,16 +110,16 @@ class ExtentReader:
 
     def read(self, n=-1):
         if n is None or n < 0:
-            n = self._left + sum(ln for _, ln in self._extents[self._i + 1:])
+            n = self._left + sum(e[1] for e in self._extents[self._i + 1:])
         buf = bytearray(n)
         got = self.readinto(buf)
         del buf[got:]
         return bytes(buf)
 
     def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        fds, self._fds = getattr(self, "_fds", []), []
+        for fd in fds:
+            os.close(fd)
 
     def __enter__(self):
         return self

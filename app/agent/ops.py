@@ -216,7 +216,8 @@ def _remove(path):
 
 
 @handler
-def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None):
+def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
+           previous=None):
     """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
     is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
     storage server's agent."""
@@ -226,7 +227,8 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None):
         try:
             summary = backup_to(sink, selections, emit=req.emit,
                                 is_cancelled=req.is_cancelled, image_meta=image_meta,
-                                checksum=checksum, excludes=excludes)
+                                checksum=checksum, excludes=excludes,
+                                previous=previous)
             sink.finish()
         except BaseException:
             sink.close()
@@ -239,7 +241,8 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None):
         try:
             summary = backup_to(chan, selections, emit=req.emit,
                                 is_cancelled=req.is_cancelled, image_meta=image_meta,
-                                checksum=checksum, excludes=excludes)
+                                checksum=checksum, excludes=excludes,
+                                previous=previous)
             chan.finish()
         finally:
             chan.close()
@@ -344,12 +347,14 @@ def _check_target(target_dir):
 
 
 @handler
-def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checksum="sha256"):
-    """Restore when the image and the target are on this host: no network at all."""
+def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checksum="sha256",
+            image_paths=None):
+    """Restore when the image and the target are on this host: no network at all.
+    image_paths: the image files of an incremental chain, which extents name by position."""
     from app.agent.extents import ExtentReader
     from app.agent.extract import restore_from
     _check_target(target_dir)
-    src = ExtentReader(image_path, extents)
+    src = ExtentReader(image_paths or image_path, extents)
     try:
         return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
                             is_cancelled=req.is_cancelled, checksum=checksum)
@@ -358,11 +363,12 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
 
 
 @handler
-def send_extents(req, image_path, extents, cert, key, token):
+def send_extents(req, image_path, extents, cert, key, token, image_paths=None):
     """Storage side of a restore to another host: serve the image's members to the peer."""
     from app.agent.extents import copy_extents
-    if not os.path.exists(image_path):
-        raise AgentFailure(f"image file {image_path} is missing", code=status.IMAGE_DAMAGED)
+    for p in image_paths or [image_path]:
+        if not os.path.exists(p):
+            raise AgentFailure(f"image file {p} is missing", code=status.IMAGE_DAMAGED)
     listener = dataplane.Listener(cert, key, token)
     try:
         req.emit("listening", {"port": listener.port})
@@ -370,7 +376,8 @@ def send_extents(req, image_path, extents, cert, key, token):
     finally:
         listener.close()
     try:
-        n = copy_extents(image_path, extents, chan, is_cancelled=req.is_cancelled)
+        n = copy_extents(image_paths or image_path, extents, chan,
+                         is_cancelled=req.is_cancelled)
         chan.finish()
     finally:
         chan.close()

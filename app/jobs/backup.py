@@ -12,6 +12,7 @@ from app import status as st
 from app import timeutil
 from app.catalog_index import IndexWriter
 from app.errors import CairnError, Canceled
+from app.jobs import incremental
 from app.jobs.context import JobContext, results, start_listening_side
 
 
@@ -55,12 +56,41 @@ def run(master, job):
     ctx.log(f"image {image_id} goes to volume {volume}")
     schedule = next((s for s in cfg.policy(job["policy"])["schedules"]
                      if s["name"] == job["schedule"]), None)
+    level = p.get("schedule_type") or (schedule["type"] if schedule else "full")
+    checksum = p.get("checksum", "crc32")
+    stream = p.get("stream")
+    base = base_index = completer = previous = None
+    if level != "full":
+        base, why = incremental.choose_base(master.db, client=client_host["name"],
+                                            policy=job["policy"], pool=pool["name"],
+                                            level=level, stream=stream)
+        if base is not None:
+            try:
+                base_index = incremental.open_base_index(master, base)
+                previous, base_entries = incremental.previous_state(base_index)
+            except (CairnError, ValueError) as e:
+                why = f"the index of image {base['id']} cannot be read ({e})"
+                if base_index is not None:
+                    base_index.close()
+                    base_index = None
+                base = None
+        if base is None:
+            ctx.log(f"{level} incremental taken as a full backup: {why}", "warning")
+            level = "full"
+        else:
+            # The chain keeps one checksum kind, so that a restore verifies all its members
+            # alike.
+            checksum = base["checksum"]
+            completer = incremental.Completer(base, base_index, base_entries)
+            ctx.log(f"{level} incremental: compared with image {base['id']} "
+                    f"({base['schedule_type']}, {base['created']}, {base_entries} files)")
     created = time.time()
     meta = {"format": "cairn-image", "format_version": 1, "image_id": image_id,
             "client": client_host["name"], "policy": job["policy"],
-            "schedule": job["schedule"], "schedule_type": schedule["type"] if schedule else "full",
+            "schedule": job["schedule"], "schedule_type": level,
+            "base_image": base["id"] if base else None,
             "created": timeutil.iso(created), "selections": selections, "job_id": job["id"],
-            "checksum": p.get("checksum", "crc32")}
+            "checksum": checksum}
 
     index_path = master.home.index_path(image_id)
     index = IndexWriter(index_path)
@@ -70,6 +100,8 @@ def run(master, job):
         if event == "rows":
             if not index_error:
                 try:
+                    if completer is not None:
+                        completer.complete(data["rows"])
                     index.add_rows(data["rows"])
                 except Exception as e:  # noqa: BLE001 - reported as the job's failure below
                     index_error.append(e)
@@ -97,7 +129,8 @@ def run(master, job):
                     f"the image directory of disk pool {pool['name']}"
         send = client.start("backup", {"selections": selections, "image_meta": meta,
                                        "dest": dest, "checksum": meta["checksum"],
-                                       "excludes": excludes}, on_event=on_event)
+                                       "excludes": excludes, "previous": previous},
+                            on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)
         summary = results(calls)[0]
@@ -124,21 +157,33 @@ def run(master, job):
             pass
         ctx.flush()
         raise
+    finally:
+        if base_index is not None:
+            base_index.close()
 
     retention = schedule["retention_s"] if schedule else None
     expires = timeutil.iso(created + retention) if retention else None
     # The agent counts its warnings in the summary and also sends each as an event.
     warnings = max(summary.get("warnings", 0), ctx.warnings)
+    sources = completer.sources if completer else []
     with master.db.tx() as c:
         c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
                   "expires, bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
-                  "job_id, selections, warnings, checksum) "
-                  "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                  "job_id, selections, warnings, checksum, base_image, sources, stream) "
+                  "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                   (image_id, client_host["name"], job["policy"], job["schedule"],
                    meta["schedule_type"], meta["created"], expires, summary["bytes"],
                    summary["files"], stu["name"], pool["name"], storage_host["name"],
                    committed["path"], committed["bytes"], job["id"], json.dumps(selections),
-                   warnings, meta["checksum"]))
+                   warnings, meta["checksum"], meta["base_image"], json.dumps(sources),
+                   stream))
+        c.executemany("INSERT OR IGNORE INTO image_deps(image_id, depends_on) VALUES (?,?)",
+                      [(image_id, s) for s in sources])
+    if completer is not None:
+        ctx.log(f"{level} incremental: {summary['files']} new or changed entries sent "
+                f"({completer.new} new), {completer.unchanged} unchanged "
+                f"({summary.get('unchanged_bytes', 0)} bytes not sent again), "
+                f"{completer.deleted} deleted since image {base['id']}")
     ctx.bytes, ctx.files = summary["bytes"], summary["files"]
     ctx.log(f"image {image_id} committed: {summary['files']} files, {summary.get('dirs', 0)} "
             f"directories, {summary['bytes']} bytes of data ({committed['bytes']} bytes on "

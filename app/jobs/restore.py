@@ -10,7 +10,7 @@ would put two files on one target fails the job with nothing written."""
 
 from app import status as st
 from app.agent import entry as E
-from app.errors import Canceled, ValidationError
+from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.jobs.context import JobContext, results, start_listening_side
 from app.relocate import Relocation, plan_targets
 
@@ -40,18 +40,18 @@ def build_plan(index, paths, relocation=None):
     targets = None
     if relocation:
         targets = plan_targets(relocation, ((e.path, e.kind) for e in chosen.values()))
-    entries = sorted((e for e in chosen.values() if e.length > 0
-                      # a directory mapped onto the target itself is merged into it
-                      and not (targets and targets[e.path] == "/")),
-                     key=lambda e: e.offset)
-    plan, extents = [], []
-    nbytes = nfiles = 0
+    entries = [e for e in chosen.values() if e.length > 0
+               # a directory mapped onto the target itself is merged into it
+               and not (targets and targets[e.path] == "/")]
+    items = []
     for e in entries:
         item = {"path": e.path, "kind": e.kind, "checksum": e.checksum, "link": e.link,
                 "member": E.member_name(e.path), "size": e.size}
         if targets is not None:
             item["to"] = targets[e.path]
-        extent = [e.offset, e.length]
+        # The third field names the image file that holds the member: 0 this image, k its
+        # k-th source (an incremental lists unchanged entries held by earlier images).
+        extent = [e.offset, e.length, e.src]
         if e.kind == E.KIND_HARDLINK and e.link not in chosen:
             # The link's target is not restored: restore the link as a file of its own, from
             # the target's member.
@@ -59,8 +59,15 @@ def build_plan(index, paths, relocation=None):
             if target is not None and target.kind == E.KIND_FILE:
                 item.update(kind=E.KIND_FILE, checksum=target.checksum,
                             member=E.member_name(target.path), size=target.size)
-                extent = [target.offset, target.length]
+                extent = [target.offset, target.length, target.src]
             # else: a link to nothing the image holds; the agent refuses and logs it.
+        items.append((item, extent))
+    # Image by image in image order: each file is read front to back. Directory metadata is
+    # applied at the end by the agent, so the order of images does not matter for it.
+    items.sort(key=lambda ie: (ie[1][2], ie[1][0]))
+    plan, extents = [], []
+    nbytes = nfiles = 0
+    for item, extent in items:
         plan.append(item)
         extents.append(extent)
         if item["kind"] != E.KIND_DIR:
@@ -69,6 +76,28 @@ def build_plan(index, paths, relocation=None):
         # moves only its data.
         nbytes += extent[1] if item["kind"] == E.KIND_FILE else 0
     return plan, extents, nfiles, nbytes
+
+
+def image_files(master, image, extents):
+    """The image files a restore reads, by the position its extents name: the image's own
+    file, then each source image's. They must all be on the image's storage server."""
+    paths = [image["path"]]
+    used = {x[2] for x in extents}
+    for k, source_id in enumerate(image["sources"], 1):
+        if k not in used:
+            paths.append(image["path"])  # keeps positions; never read
+            continue
+        try:
+            src = master.image(source_id)
+        except NotFound:
+            raise CairnError(f"image {image['id']} needs image {source_id}, which is no "
+                             f"longer in the catalog", status_code=st.IMAGE_DAMAGED) from None
+        if src["storage_host"] != image["storage_host"]:
+            raise CairnError(f"image {source_id} is on {src['storage_host']}, not on "
+                             f"{image['storage_host']} with image {image['id']}",
+                             status_code=st.IMAGE_DAMAGED)
+        paths.append(src["path"])
+    return paths
 
 
 def describe(relocation):
@@ -100,20 +129,25 @@ def run(master, job):
     if relocation:
         ctx.log("relocated: " + describe(relocation))
     ctx.flush()
+    image_paths = image_files(master, image, extents)
+    if len(image_paths) > 1:
+        ctx.log(f"the files come from {len(image_paths)} images: {image['id']} and the "
+                f"images it builds on ({', '.join(image['sources'])})")
 
     storage = master.hosts.connect(storage_host)
     calls = []
     try:
         if storage_host["name"] == target_host["name"]:
             call = storage.start("restore", {
-                "image_path": image["path"], "extents": extents, "plan": plan,
-                "target_dir": target_dir, "overwrite": p["overwrite"],
+                "image_path": image["path"], "image_paths": image_paths, "extents": extents,
+                "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
                 "checksum": image["checksum"]}, on_event=ctx.on_event)
             calls.append(call)
         else:
             target = master.hosts.connect(target_host)
             send, port, cert, token = start_listening_side(
-                ctx, storage, "send_extents", {"image_path": image["path"], "extents": extents},
+                ctx, storage, "send_extents", {"image_path": image["path"],
+                                               "image_paths": image_paths, "extents": extents},
                 job["id"])
             calls.append(send)
             addr = master.hosts.data_address(storage_host, target_host)

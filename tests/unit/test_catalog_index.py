@@ -215,7 +215,50 @@ def test_entry_to_dict_and_to_row():
     assert e.to_row() == ["/a/b", "f", 0o644, 1, 2, 3, 4, 5, 6, SHA, ""]
     assert e.to_dict() == {"path": "/a/b", "name": "b", "kind": "f", "mode": 0o644, "uid": 1,
                            "gid": 2, "size": 3, "mtime_ns": 4, "offset": 5, "length": 6,
-                           "checksum": SHA, "link": ""}
+                           "checksum": SHA, "link": "", "ctime_ns": 0, "ino": 0, "src": 0}
+    e = Entry("/a/b", "b", "f", 0o644, 1, 2, 3, 4, 5, 6, SHA, "", 7, 8, 2)
+    assert e.to_row() == ["/a/b", "f", 0o644, 1, 2, 3, 4, 5, 6, SHA, ""]
+    assert e.to_full_row() == ["/a/b", "f", 0o644, 1, 2, 3, 4, 5, 6, SHA, "", 7, 8, 2]
+
+
+def test_change_time_inode_and_source_columns(idx):
+    """Rows of 13 fields (from a client) and 14 (with the source image) keep their change
+    time, inode (full 64-bit range) and source through listing, lookup and merged runs."""
+    rows = [["/d", "d", 0o755, 0, 0, 0, 1, 0, 512, "", "", 11, 2**63 + 5],
+            ["/d/a", "f", 0o644, 0, 0, 3, 1, 512, 1024, SHA, "", 12, 77, 0],
+            ["/d/b", "f", 0o644, 0, 0, 3, 1, 4096, 1024, SHA, "", 13, 78, 3],
+            ["/e", "d", 0o755, 0, 0, 0, 1, 0, 512, "", "", 14, 79],
+            # /d again in a second run: merged with the first on close
+            ["/d/c", "l", 0o777, 0, 0, 0, 1, 9000, 512, "", "a", 15, 80, 1]]
+    build_index(idx, rows)
+    with IndexReader(idx) as r:
+        got = {e.path: (e.ctime_ns, e.ino, e.src) for e in r.list_dir("/d")}
+        assert got == {"/d/a": (12, 77, 0), "/d/b": (13, 78, 3), "/d/c": (15, 80, 1)}
+        assert r.lookup("/d/b")[12:] == (13, 78, 3)
+        assert r.lookup("/d").ino == 2**63 + 5
+        assert r.lookup("/d/c").to_full_row() == rows[4]
+
+
+def test_reads_format_version_1(idx, monkeypatch):
+    """Indexes written before change times and sources existed still open, with zeros."""
+    import app.catalog_index as ci
+    rows = [["/x", "f", 0o600, 5, 6, 10, 99, 0, 1536, SHA, ""]]
+
+    def encode_v1(names, rows_):
+        block, n, nd, dn = orig(names, rows_)
+        # drop the three version-2 columns (18 bytes per entry) before the name heap
+        fixed1 = ci._BLOCK_HEAD.size + ci._FIXED_V1 * n
+        return block[:fixed1] + block[fixed1 + 18 * n:], n, nd, dn
+    orig = ci._encode_block
+    monkeypatch.setattr(ci, "_encode_block", encode_v1)
+    monkeypatch.setattr(ci, "FORMAT_VERSION", 1)
+    build_index(idx, rows)
+    monkeypatch.undo()
+    with IndexReader(idx) as r:
+        assert r._version == 1
+        e = r.lookup("/x")
+        assert e.to_row() == rows[0] and e[12:] == (0, 0, 0)
+        assert [x.to_row() for x in r.list_dir("/")] == rows
 
 
 def test_empty_index(idx):

@@ -1,0 +1,132 @@
+"""Incremental backups on the master's side: which image a differential or cumulative backup
+compares with, the state of that image for the client's agent, and the completion of the rows
+of entries the agent found unchanged.
+
+Every image lists the whole tree as of its backup. An entry an incremental did not send again
+keeps the location of its member in the image that holds the data (a "source"), so browsing
+or restoring any image shows exactly its point in time, and an entry deleted since the
+previous backup is simply not listed."""
+
+import json
+
+from app.agent import entry as E
+from app.agent.changes import encode_state, state_digest
+from app.catalog_index import IndexCorrupt, IndexReader
+
+LEVELS = ("full", "differential", "cumulative")
+MAX_SOURCES = 0xFFFF  # the index's source column is u16
+
+
+def choose_base(db, *, client, policy, pool, level, stream=None):
+    """The image an incremental compares with, or (None, why a full is taken instead).
+    Differential: the newest image of any level; cumulative: the newest full. Only images in
+    the same disk pool (a restore reads one storage server) and of the same stream."""
+    sql = ("SELECT * FROM images WHERE client=? AND policy=? AND pool=? "
+           "AND coalesce(stream, '')=?")
+    args = [client, policy, pool, stream or ""]
+    if level == "cumulative":
+        sql += " AND schedule_type='full'"
+    row = db.one(sql + " ORDER BY created DESC, id DESC LIMIT 1", args)
+    if row is None:
+        what = "full backup" if level == "cumulative" else "backup"
+        return None, (f"no earlier {what} of {client} under policy {policy} in disk pool "
+                      f"{pool}")
+    return dict(row), None
+
+
+def open_base_index(master, base):
+    """The base image's catalog index, open for the whole backup."""
+    path = master.home.index_path(base["id"])
+    try:
+        return IndexReader(path)
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing") from None
+
+
+def previous_state(index):
+    """(state text for the agent, entries that are not directories) of an image's index."""
+    count = [0]
+
+    def dirs():
+        for key, entries in index.directories():
+            out = []
+            for e in entries:
+                if e.kind == E.KIND_DIR:
+                    continue
+                out.append((e.name.encode("utf-8", "surrogateescape"),
+                            state_digest(e.kind, e.mode, e.uid, e.gid, e.size, e.mtime_ns,
+                                         e.ctime_ns, e.ino, e.link)))
+            count[0] += len(out)
+            yield key, out
+    text = encode_state(dirs())
+    return text, count[0]
+
+
+class Completer:
+    """Fills in the rows of unchanged entries (offset -1) from the base image's index and
+    gives every row its source column; counts what was new, changed and deleted."""
+
+    def __init__(self, base, base_index: IndexReader, base_entries: int):
+        self.base = base
+        self.index = base_index
+        sources = base.get("sources") or []
+        self.base_sources = json.loads(sources) if isinstance(sources, str) else sources
+        self.sources = []          # this image's sources, in order (source k = sources[k-1])
+        self._src_of = {}
+        self._dir = None
+        self._listing = {}
+        self.base_entries = base_entries
+        self.seen_in_base = 0
+        self.unchanged = 0
+        self.new = 0
+
+    def _source(self, image_id):
+        k = self._src_of.get(image_id)
+        if k is None:
+            if len(self.sources) >= MAX_SOURCES:
+                raise ValueError("too many images in one incremental chain")
+            self.sources.append(image_id)
+            k = self._src_of[image_id] = len(self.sources)
+        return k
+
+    def _base_entry(self, path):
+        parent, _, name = path.rpartition("/")
+        parent = parent or "/"
+        if parent != self._dir:
+            self._dir = parent
+            try:
+                self._listing = {e.name: e for e in self.index.list_dir(parent)}
+            except KeyError:
+                self._listing = {}
+        return self._listing.get(name)
+
+    def complete(self, rows):
+        for row in rows:
+            if len(row) < 13:
+                row.extend([0] * (13 - len(row)))
+            if row[E.KIND] == E.KIND_DIR:
+                row.append(0)
+                continue
+            e = self._base_entry(row[E.PATH])
+            if e is not None and e.kind != E.KIND_DIR:
+                self.seen_in_base += 1
+            if row[E.OFFSET] != -1:
+                if e is None:
+                    self.new += 1
+                row.append(0)
+                continue
+            if e is None or e.kind != row[E.KIND] or e.size != row[E.SIZE]:
+                raise IndexCorrupt(self.index.path,
+                                   f"{row[E.PATH]} was reported unchanged but the index of "
+                                   f"image {self.base['id']} does not hold it as it is")
+            row[E.OFFSET] = e.offset
+            row[E.LENGTH] = e.length
+            row[E.CHECKSUM] = e.checksum
+            holder = self.base["id"] if e.src == 0 else self.base_sources[e.src - 1]
+            row.append(self._source(holder))
+            self.unchanged += 1
+        return rows
+
+    @property
+    def deleted(self):
+        return max(0, self.base_entries - self.seen_in_base)

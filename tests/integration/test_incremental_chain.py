@@ -1,0 +1,141 @@
+"""Differential and cumulative incrementals on the embedded default: each image restores
+exactly the tree of its point in time (files added, changed, renamed, deleted, chmod-only,
+content changed behind a restored modification time), sends only what changed, and the
+point-in-time lookups find the right image."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from app import status as st
+from app.master import Master
+from clihelp import cairn_json
+from treegen import assert_trees_equal, make_tree
+
+
+def snapshot(src, dst):
+    # cp -a keeps hard links, times, modes and extended attributes: the expected tree.
+    subprocess.run(["cp", "-a", src, dst], check=True)
+
+
+def backup(m, schedule):
+    [job] = m.wait_for(m.start_backup("p1", schedule=schedule))
+    assert job["status"] == st.OK, m.jobs.logs(job["id"])
+    img = m.image(job["image_id"])
+    return job, img
+
+
+def log_text(m, job):
+    return "\n".join(x["message"] for x in m.jobs.logs(job["id"]))
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    base = tmp_path_factory.mktemp("chain")
+    src, vol, home = str(base / "src"), base / "vol", str(base / "home")
+    vol.mkdir()
+    make_tree(src)
+    m = Master(home)
+    m.config.add_host("me", local=True)
+    m.config.add_storage_server("ss1", type="advanced-disk", host="me")
+    m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)])
+    m.config.add_storage_unit("stu1", pool="dp1")
+    m.config.add_policy("p1", storage_unit="stu1")
+    m.config.add_policy_client("p1", "me")
+    m.config.add_policy_selection("p1", src)
+    m.config.add_schedule("p1", "weekly", type="full")
+    m.config.add_schedule("p1", "daily", type="differential")
+    m.config.add_schedule("p1", "cum", type="cumulative")
+
+    steps = []
+
+    def record(name, schedule):
+        job, img = backup(m, schedule)
+        exp = str(base / f"expected-{name}")
+        snapshot(src, exp)
+        steps.append({"name": name, "job": job, "image": img, "expected": exp})
+
+    # A differential with nothing before it is taken as a full.
+    record("full", "daily")
+
+    with open(os.path.join(src, "new-file.txt"), "w") as f:
+        f.write("added after the full\n")
+    os.rename(os.path.join(src, "small.txt"), os.path.join(src, "renamed.txt"))
+    os.unlink(os.path.join(src, "dir", "sub", "deeper", "file.txt"))
+    os.chmod(os.path.join(src, "dir", "top.txt"), 0o600)         # metadata only
+    p = os.path.join(src, "private", "secret")
+    st0 = os.stat(p)
+    with open(p, "r+b") as f:                                     # same size, same mtime
+        data = f.read()
+        f.seek(0)
+        f.write(bytes(reversed(data)))
+    os.utime(p, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    record("diff1", "daily")
+
+    os.makedirs(os.path.join(src, "later", "deeper"))
+    with open(os.path.join(src, "later", "deeper", "x.bin"), "wb") as f:
+        f.write(os.urandom(300_000))
+    shutil.rmtree(os.path.join(src, "dir", "sub"))  # takes a hard link of hard/c with it
+    os.symlink("renamed.txt", os.path.join(src, "link-to-renamed"))
+    record("diff2", "daily")
+
+    with open(os.path.join(src, "renamed.txt"), "a") as f:
+        f.write("grown\n")
+    record("cum1", "cum")
+
+    record("diff3", "daily")  # nothing changed since the cumulative
+    yield m, steps, src, base, home
+    m.close()
+
+
+def test_each_image_restores_its_point_in_time(chain, tmp_path):
+    m, steps, src, _, _ = chain
+    for step in steps:
+        dst = str(tmp_path / step["name"])
+        [job] = m.wait_for([m.start_restore(step["image"]["id"], [src], dst)])
+        assert job["status"] == st.OK, (step["name"], m.jobs.logs(job["id"]))
+        assert_trees_equal(step["expected"], dst + src, check_owner=False)
+
+
+def test_levels_bases_and_what_was_sent(chain):
+    m, steps, src, _, _ = chain
+    by = {s["name"]: s for s in steps}
+    full, d1, d2, c1, d3 = (by[n]["image"] for n in ("full", "diff1", "diff2", "cum1", "diff3"))
+    assert full["schedule_type"] == "full" and full["base_image"] is None
+    assert "taken as a full backup" in log_text(m, by["full"]["job"])
+    assert (d1["schedule_type"], d1["base_image"]) == ("differential", full["id"])
+    assert (d2["schedule_type"], d2["base_image"]) == ("differential", d1["id"])
+    assert (c1["schedule_type"], c1["base_image"]) == ("cumulative", full["id"])
+    assert (d3["schedule_type"], d3["base_image"]) == ("differential", c1["id"])
+    # diff1 sent the new, renamed, chmod-ed and rewritten files, nothing else
+    assert d1["files"] == 4, log_text(m, by["diff1"]["job"])
+    assert d1["bytes"] < full["bytes"] / 2
+    log = log_text(m, by["diff1"]["job"])
+    assert "2 deleted since" in log, log
+    # the cumulative sends everything changed since the full again
+    assert c1["files"] > d2["files"]
+    assert d3["files"] == 0 and d3["bytes"] == 0
+    assert set(d3["sources"]) >= {c1["id"]}
+    # every image an incremental reads from is recorded as a dependency
+    deps = {(r[0], r[1]) for r in m.db.all("SELECT image_id, depends_on FROM image_deps")}
+    assert (d1["id"], full["id"]) in deps and (d3["id"], c1["id"]) in deps
+
+
+def test_point_in_time_browse_shows_deletions_and_renames(chain):
+    m, steps, src, _, home = chain
+    by = {s["name"]: s for s in steps}
+    full, d1 = by["full"]["image"], by["diff1"]["image"]
+    names_full = {e["name"] for e in m.browse(full["id"], src)["entries"]}
+    names_d1 = {e["name"] for e in m.browse(d1["id"], src)["entries"]}
+    assert "small.txt" in names_full and "renamed.txt" not in names_full
+    assert "small.txt" not in names_d1 and {"renamed.txt", "new-file.txt"} <= names_d1
+    assert m.browse(d1["id"], src + "/dir/sub/deeper")["entries"] == []
+    assert [e["name"] for e in m.browse(full["id"], src + "/dir/sub/deeper")["entries"]] == [
+        "file.txt"]
+    assert m.image_at("me", at=d1["created"])["id"] in (d1["id"], by["diff2"]["image"]["id"],
+                                                        by["cum1"]["image"]["id"],
+                                                        by["diff3"]["image"]["id"])
+    doc, _ = cairn_json(home, "browse", "--client", "me", "--policy", "p1", src)
+    assert {e["name"] for e in doc["entries"]} == set(os.listdir(src))

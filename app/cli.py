@@ -109,11 +109,39 @@ def build_parser():
     p = cmd(po, "add-selection", "add a backup selection to a policy")
     p.add_argument("policy")
     p.add_argument("path")
-    p = cmd(po, "add-schedule", "add a schedule to a policy")
+    p = cmd(po, "add-schedule", "add a schedule to a policy",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description="Add a schedule to a policy. A schedule with start windows runs by "
+                        "itself:\neither every --frequency, or on the calendar days of "
+                        "--weekdays/--monthdays;\nwith windows but neither, a full runs "
+                        "weekly and an incremental daily.\nWithout --window it only runs "
+                        "when started by hand (cairn backup).",
+            epilog="examples:\n"
+                   "  cairn policy add-schedule home weekly --type full --retention 4w \\\n"
+                   "      --window \"sat 20:00 12h\"\n"
+                   "  cairn policy add-schedule home nightly --type differential "
+                   "--frequency 1d \\\n      --window \"mon-fri 22:00 8h\"\n"
+                   "  cairn policy add-schedule home monthly --type full --monthdays 1,last "
+                   "\\\n      --window \"daily 22:00 8h\" --exclude-date 2026-12-25\n"
+                   "Windows are in the master's local time; a window may run past midnight.")
     p.add_argument("policy")
     p.add_argument("name")
-    p.add_argument("--type", required=True)
+    p.add_argument("--type", required=True,
+                   help="full, differential (changes since the last backup of any type) or "
+                        "cumulative (changes since the last full)")
     p.add_argument("--retention", default="2w")
+    p.add_argument("--frequency", metavar="DURATION",
+                   help="run when no backup of this schedule succeeded for this long: 12h, "
+                        "1d, 1w")
+    p.add_argument("--window", action="append", metavar='"DAYS HH:MM LENGTH"',
+                   help='a start window, e.g. "mon 22:00 8h", "daily 22:00 8h", '
+                        '"mon-fri 20:00 90m"; repeat for more')
+    p.add_argument("--weekdays", metavar="DAYS",
+                   help="calendar: run on these days of the week, e.g. mon,wed")
+    p.add_argument("--monthdays", metavar="DAYS",
+                   help="calendar: run on these days of the month, e.g. 1,15,last")
+    p.add_argument("--exclude-date", action="append", metavar="YYYY-MM-DD",
+                   help="calendar: not on this date; repeat for more")
     cmd(po, "list", "list policies")
     p = cmd(po, "delete", "delete a policy (its images stay until they expire)")
     p.add_argument("name")
@@ -136,6 +164,10 @@ def build_parser():
     p.add_argument("id", type=int)
     p = cmd(jb, "cancel", "cancel a job")
     p.add_argument("id", type=int)
+    p = cmd(jb, "suspend", "hold a queued job until it is resumed")
+    p.add_argument("id", type=int)
+    p = cmd(jb, "resume", "let a suspended job start again")
+    p.add_argument("id", type=int)
     p = cmd(jb, "restart", "queue a failed or canceled job again with the same parameters")
     p.add_argument("id", type=int)
     p.add_argument("--wait", action="store_true", help="wait for the new job to end")
@@ -146,7 +178,12 @@ def build_parser():
     p.add_argument("--policy")
     p.add_argument("--since", metavar="TIME", help="only images created at or after TIME")
     p.add_argument("--until", metavar="TIME", help="only images created at or before TIME")
-    p = cmd(im, "expire", "expire an image now")
+    p = cmd(im, "expire", "expire an image now (an expire job; waits for it)")
+    p.add_argument("image")
+    p.add_argument("--with-dependents", action="store_true",
+                   help="also expire the images that read data from it (later incrementals, "
+                        "stream images); without it such an image is refused, naming them")
+    p = cmd(im, "dependents", "the images that go when an image is expired")
     p.add_argument("image")
 
     p = cmd(sub, "browse", "list a directory of an image")
@@ -194,6 +231,17 @@ def build_parser():
     ma = cmd(sub, "master", "the master without a GUI").add_subparsers(dest="sub", metavar="ACTION")
     p = cmd(ma, "run", "run the dispatcher")
     p.add_argument("--until-idle", action="store_true", help="stop when no job is queued or running")
+    cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay)")
+    p = cmd(ma, "set", "change a master setting")
+    p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay"])
+    p.add_argument("value")
+    sc = cmd(sub, "schedule", "what the scheduler will run and what it did").add_subparsers(
+        dest="sub", metavar="ACTION")
+    p = cmd(sc, "runs", "upcoming scheduled runs, and recorded ones (queued, missed, skipped)")
+    p.add_argument("--policy", metavar="NAME")
+    p.add_argument("--horizon", metavar="DURATION", default="7d",
+                   help="how far ahead to look (default 7d)")
+    p.add_argument("--limit", type=int, default=200, help="recorded runs to show (default 200)")
     cmd(sub, "status-codes", "the table of job status codes")
     sub.add_parser("agent", help=argparse.SUPPRESS)
     return ap
@@ -327,7 +375,12 @@ def _dispatch(m, args, c, s):
         elif s == "add-selection":
             r = cfg.add_policy_selection(args.policy, args.path)
         elif s == "add-schedule":
-            r = cfg.add_schedule(args.policy, args.name, type=args.type, retention=args.retention)
+            from app.config import calendar_from_text, parse_windows_text
+            r = cfg.add_schedule(args.policy, args.name, type=args.type, retention=args.retention,
+                                 frequency=args.frequency,
+                                 windows=parse_windows_text(args.window) if args.window else None,
+                                 calendar=calendar_from_text(args.weekdays, args.monthdays,
+                                                             args.exclude_date))
         elif s == "show":
             r = cfg.policy(args.name)
         else:
@@ -382,6 +435,9 @@ def _dispatch(m, args, c, s):
         if s == "restart":
             ids = [j["id"] for j in m.restart_job(args.id)]
             return _jobs_result(m, args, ids)
+        if s in ("suspend", "resume"):
+            j = m.suspend_job(args.id) if s == "suspend" else m.resume_job(args.id)
+            return _out(args, j, lambda d: print(f"job {d['id']}: {s}d"))
         if s == "cancel":
             j = m.jobs.request_cancel(args.id)
             return _out(args, j, lambda d: print(f"job {d['id']}: cancel requested "
@@ -392,8 +448,13 @@ def _dispatch(m, args, c, s):
                                                  "percent", "wait_reason"]))
     if c == "images":
         if s == "expire":
-            r = m.expire_image(args.image)
-            return _out(args, r, lambda d: print(f"image {args.image} expired"))
+            r = m.expire_image(args.image, with_dependents=args.with_dependents)
+            return _out(args, r, lambda d: print(
+                f"expired by job {d['job']}: {', '.join(d['images'])} ({d['bytes']} bytes)"))
+        if s == "dependents":
+            r = m.expire_preview(args.image)
+            return _out(args, r, lambda d: print(
+                f"expiring {d['image']} also expires: {', '.join(d['with']) or 'nothing else'}"))
         images = (m.images_in_range(args.client, args.policy, args.since, args.until)
                   if args.since or args.until
                   else m.images(client=args.client, policy=args.policy))
@@ -422,6 +483,21 @@ def _dispatch(m, args, c, s):
         if args.csv:
             doc["csv"] = reports.write_csv(doc["rows"], args.csv)
         return _out(args, doc, _print_backups_report)
+    if c == "schedule" and s == "runs":
+        from app.scheduler import Scheduler
+        horizon = timeutil.parse_duration(args.horizon)
+        if horizon is None:
+            raise CairnError(f"horizon {args.horizon!r} must be a length of time, e.g. 7d",
+                             status_code=st.INVALID_REQUEST)
+        sched = Scheduler(m)
+        doc = {"upcoming": sched.next_runs(args.policy, horizon_s=horizon),
+               "runs": sched.runs(args.policy, limit=args.limit)}
+        return _out(args, doc, _print_schedule_runs)
+    if c == "master" and s in ("settings", "set"):
+        doc = m.set_setting(args.key, args.value) if s == "set" else m.settings()
+        return _out(args, {"settings": doc}, lambda d: [
+            print(f"{k:22} {v['value']!s:8} {v['about']} (default {v['default']})")
+            for k, v in d["settings"].items()])
     if c == "master" and s == "run":
         print(f"cairn master: dispatcher running on {m.home.root} (Ctrl-C stops it)",
               file=sys.stderr)
@@ -486,6 +562,15 @@ def _print_backups_report(d):
           + (f", {rate(combined)} combined while backups ran" if combined else ""))
     if d.get("csv"):
         print(f"wrote {d['csv']['rows']} rows to {d['csv']['path']}")
+
+
+def _print_schedule_runs(d):
+    print("upcoming:")
+    _table([dict(e, note=e["note"] or "") for e in d["upcoming"]],
+           ["due", "policy", "schedule", "type", "client", "window_end", "runs", "note"])
+    print("recorded:")
+    _table(d["runs"], ["due", "policy", "schedule", "client", "outcome", "job_id",
+                       "job_state", "job_status"])
 
 
 def _print_probe(d):

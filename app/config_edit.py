@@ -22,7 +22,7 @@ _CREATE = {"host": "host add", "storage-server": "storage-server create",
 
 #: attributes the properties dialog may change, per kind
 EDITABLE = {
-    "host": ("port", "user", "key_file", "data_address", "comment"),
+    "host": ("port", "user", "key_file", "data_address", "max_jobs", "comment"),
     "storage-server": ("comment",),
     "disk-pool": ("high_water", "low_water", "max_io_streams", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
@@ -145,6 +145,10 @@ def update(db, config, kind, name, **changes):
             if a is not None and not ADDRESS_RE.match(a):
                 raise ValidationError(f"data address {a!r} is not valid")
             values["data_address"] = a
+        if "max_jobs" in changes:
+            # empty: the master's limit of jobs per client applies
+            values["max_jobs"] = (None if changes["max_jobs"] in (None, "") else
+                                  check_int("maximum jobs", changes["max_jobs"], 1, 1000))
     elif kind == "disk-pool":
         pool = config.disk_pool(name)
         hw = check_int("high-water mark", changes.get("high_water", pool["high_water"]), 1, 100)

@@ -262,16 +262,45 @@ class Master:
                                                          or "none"))
         ids = []
         for c in ([client] if client else pol["clients"]):
-            ids.append(self.jobs.create(
-                "backup", client=c, policy=policy, schedule=sched["name"],
-                storage_unit=pol["storage_unit"], priority=pol["priority"],
-                params={"selections": pol["selections"], "schedule_type": sched["type"],
-                        "checksum": pol["checksum"]}))
+            ids.append(self.queue_backup(pol, c, sched))
         return ids
 
+    def queue_backup(self, pol, client, sched, *, not_after=None, note=None, c=None):
+        """Queues the backup of one client under a policy dict and a schedule dict: one job,
+        or with multiple data streams a parent job and a child job per stream. Returns the
+        (parent) job id. `c`: an open write transaction to queue it in."""
+        from app.config import STREAM_MARKER
+        from app.jobs.backup_set import split_streams, stream_key
+        if c is None:
+            with self.db.tx() as c:
+                return self.queue_backup(pol, client, sched, not_after=not_after, note=note,
+                                         c=c)
+        plain = [s for s in pol["selections"] if s != STREAM_MARKER]
+        streams = split_streams(pol["selections"]) if pol["multiple_streams"] else [plain]
+        base = {"schedule_type": sched["type"], "checksum": pol["checksum"]}
+        common = dict(client=client, policy=pol["name"], schedule=sched["name"],
+                      priority=pol["priority"], not_after=not_after, c=c)
+        if len(streams) < 2:
+            return self.jobs.create("backup", storage_unit=pol["storage_unit"],
+                                    params={**base, "selections": plain}, note=note, **common)
+        parent = self.jobs.create(
+            "backup", storage_unit=None,
+            params={**base, "selections": plain, "streams": streams},
+            note=(note or "backup job queued") + f": {len(streams)} data streams, each a child "
+                                                  "job", **common)
+        for sel in streams:
+            self.jobs.create("backup", storage_unit=pol["storage_unit"], parent_id=parent,
+                             params={**base, "selections": sel, "stream": stream_key(sel)},
+                             note=f"stream {', '.join(sel)} of job {parent}", **common)
+        return parent
+
     # ---- images ---------------------------------------------------------------------------
-    def images(self, client=None, policy=None):
+    def images(self, client=None, policy=None, include_parts=False):
+        """Images newest first. The stream images of a multi-stream backup are listed only
+        with include_parts: their set image is the backup to browse and restore."""
         sql, args = "SELECT * FROM images WHERE 1=1", []
+        if not include_parts:
+            sql += " AND part_of IS NULL"
         if client:
             sql += " AND client=?"
             args.append(client)
@@ -291,7 +320,7 @@ class Master:
     def image_at(self, client, policy=None, at=None):
         """The newest image of a client (under a policy) created at or before `at`."""
         self.config.host(client)
-        sql, args = "SELECT * FROM images WHERE client=?", [client]
+        sql, args = "SELECT * FROM images WHERE client=? AND part_of IS NULL", [client]
         if policy:
             sql += " AND policy=?"
             args.append(policy)
@@ -305,23 +334,90 @@ class Master:
                            + (f" under policy {policy!r}" if policy else ""))
         return _image_dict(row)
 
-    def expire_image(self, image_id):
-        """Removes an image from its pool, its index and the catalog, now."""
+    def expire_preview(self, image_id):
+        """What expiring an image takes with it: every image that reads data from it (the
+        incrementals after it, the stream images of a set), which must go together."""
+        from app.jobs import expire
         img = self.image(image_id)
-        busy = self.db.one("SELECT id FROM jobs WHERE state!='done' AND type='restore' AND "
-                           "params LIKE ?", (f'%"image": "{img["id"]}"%',))
+        others = [self.image(i) for i in expire.dependents(self.db, [img["id"]])]
+        others.sort(key=lambda d: (d["created"], d["id"]))
+        return {"image": img["id"], "with": [d["id"] for d in others], "images": [img] + others,
+                "bytes": img["image_bytes"] + sum(d["image_bytes"] for d in others)}
+
+    def start_expire(self, image_id, with_dependents=True):
+        """Queues an expire job for an image and everything that depends on it (see
+        expire_preview). With with_dependents=False an image others depend on is refused."""
+        from app.jobs import expire
+        preview = self.expire_preview(image_id)
+        if preview["with"] and not with_dependents:
+            raise ValidationError(
+                f"image {image_id} is needed by {len(preview['with'])} other image(s): "
+                f"{', '.join(preview['with'])}",
+                hint="expire them together with --with-dependents")
+        ids = [preview["image"]] + preview["with"]
+        busy = expire.busy_with(self.db, ids)
         if busy:
-            raise ValidationError(f"image {image_id} is being restored by job {busy[0]}",
+            raise ValidationError(f"image {image_id} is being read by restore job {busy}",
                                   hint="wait for that job or cancel it")
-        conn = self.hosts.connect(self.config.host(img["storage_host"]))
-        conn.call("remove_image", {"path": img["path"]}, timeout=120)
-        with self.db.tx() as c:
-            c.execute("DELETE FROM images WHERE id=?", (img["id"],))
+        return expire.make_job(self, ids, "expired by the administrator")
+
+    def expire_image(self, image_id, with_dependents=False):
+        """Expires an image (and, when allowed, its dependents) through an expire job, and
+        waits for it."""
+        jid = self.start_expire(image_id, with_dependents=with_dependents)
+        [job] = self.wait_for([jid])
+        if job["status"] != status.OK:
+            raise CairnError(f"expiring image {image_id} failed: {job['status_text']} "
+                             f"(see `cairn jobs log {jid}`)", status_code=job["status"])
+        return {"expired": image_id, "job": jid, "images": job["params"]["images"],
+                "bytes": job["bytes"]}
+
+    def expire_due(self, now=None):
+        """Queues expire jobs for images whose retention has ended (see app/jobs/expire.py)."""
+        from app.jobs import expire
+        return expire.expire_due(self, now)
+
+    def remove_index(self, image_id):
         try:
-            os.unlink(self.home.index_path(img["id"]))
+            os.unlink(self.home.index_path(image_id))
         except FileNotFoundError:
             pass
-        return {"expired": img["id"], "path": img["path"], "bytes": img["image_bytes"]}
+
+    # ---- settings -------------------------------------------------------------------------
+    SETTINGS = {"max_jobs_per_client": (4, "jobs of one client that may run at once"),
+                "backup_tries": (2, "attempts of a failed backup, the first one included"),
+                "retry_delay": ("10m", "wait before the next attempt of a failed backup")}
+
+    def setting(self, key):
+        if key not in self.SETTINGS:
+            raise NotFound(f"there is no setting {key!r}",
+                           hint="settings: " + ", ".join(sorted(self.SETTINGS)))
+        row = self.db.one("SELECT value FROM settings WHERE key=?", (key,))
+        default = self.SETTINGS[key][0]
+        if row is None:
+            return default
+        return int(row[0]) if isinstance(default, int) else row[0]
+
+    def settings(self):
+        return {k: {"value": self.setting(k), "default": d, "about": about}
+                for k, (d, about) in sorted(self.SETTINGS.items())}
+
+    def set_setting(self, key, value):
+        self.setting(key)  # an unknown key is refused here
+        default = self.SETTINGS[key][0]
+        if isinstance(default, int):
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ValidationError(f"{key} must be a whole number, not {value!r}") from None
+            if value < 1:
+                raise ValidationError(f"{key} must be at least 1")
+        else:
+            timeutil.parse_duration(value)
+        with self.db.tx() as c:
+            c.execute("INSERT INTO settings(key, value) VALUES (?,?) ON CONFLICT(key) DO UPDATE "
+                      "SET value=excluded.value", (key, str(value)))
+        return self.settings()
 
     @contextmanager
     def open_index(self, img):
@@ -509,7 +605,9 @@ class Master:
                 kinds.append((p, e.kind if e is not None else "d"))
         if relocation:
             plan_targets(relocation, kinds)
-        params = {"image": img["id"], "paths": norm, "to": to, "to_host": host["name"],
+        # "reads": every image whose data the restore may read, so none expires under it.
+        params = {"image": img["id"], "reads": [img["id"]] + img["sources"], "paths": norm,
+                  "to": to, "to_host": host["name"],
                   "overwrite": overwrite}
         if relocation:
             params["relocate"] = relocation.to_dict()
@@ -556,9 +654,17 @@ class Master:
                                       f"{old['policy']!r}",
                                       hint="add it again with `cairn policy add-client`")
             self.config.storage_unit(old["storage_unit"])
+            if p.get("streams"):
+                raise ValidationError(f"job {job_id} is the parent of a multi-stream backup",
+                                      hint="restart the stream jobs that failed, or start a "
+                                           "new backup of the policy")
             new_id = self.jobs.create("backup", client=old["client"], policy=old["policy"],
                                       schedule=old["schedule"], storage_unit=old["storage_unit"],
-                                      priority=old["priority"], params=p)
+                                      priority=old["priority"], params=p,
+                                      attempt=old["attempt"] + 1,
+                                      retry_of=old["retry_of"] or job_id,
+                                      note=f"attempt {old['attempt'] + 1}: restart of job "
+                                           f"{job_id}")
         elif old["type"] == "restore":
             extra = {"relocate": p["relocate"]} if p.get("relocate") else {}
             new_id = self.start_restore(p["image"], p["paths"], p["to"], to_host=p.get("to_host"),
@@ -568,6 +674,28 @@ class Master:
         self.jobs.log(new_id, f"restart of job {job_id}")
         self.jobs.log(job_id, f"restarted as job {new_id}")
         return [self.jobs.get(new_id)]
+
+    def suspend_job(self, job_id):
+        """Holds a queued job until it is resumed. A running job cannot be suspended: an
+        advanced-disk image is one stream that cannot continue where it stopped, so it is
+        canceled and restarted instead."""
+        job = self.jobs.get(job_id)
+        if job["state"] != "queued":
+            raise ValidationError(
+                f"job {job_id} is {job['state']}: only a queued job can be suspended",
+                hint="an advanced-disk backup cannot resume mid-stream; cancel it and "
+                     "restart it later" if job["state"] == "active" else None)
+        self.jobs.set_suspended(job_id, True)
+        self.jobs.log(job_id, "suspended by the administrator")
+        return self.jobs.get(job_id)
+
+    def resume_job(self, job_id):
+        job = self.jobs.get(job_id)
+        if not job["suspended"]:
+            raise ValidationError(f"job {job_id} is not suspended")
+        self.jobs.set_suspended(job_id, False)
+        self.jobs.log(job_id, "resumed by the administrator")
+        return self.jobs.get(job_id)
 
     def job_stats(self, job_id, after=None):
         """A job with its throughput samples (those after time `after` when given) and, once

@@ -54,12 +54,18 @@ class ExtentReader:
         self._fds = []
         try:
             sizes = []
-            for path in self.paths:
+            used = {e[2] for e in self._extents}
+            for k, path in enumerate(self.paths):
+                if k not in used:
+                    # a file no extent reads (an image of a chain this restore does not need)
+                    self._fds.append(None)
+                    sizes.append(0)
+                    continue
                 try:
                     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-                except OSError as e:
+                except (OSError, TypeError, ValueError) as e:
                     raise _damaged("the backup image %s cannot be opened: %s"
-                                   % (path, _why(e)))
+                                   % (path, _why(e) if isinstance(e, OSError) else e))
                 self._fds.append(fd)
                 sizes.append(os.fstat(fd).st_size)
             for off, ln, k in self._extents:
@@ -119,7 +125,8 @@ class ExtentReader:
     def close(self):
         fds, self._fds = getattr(self, "_fds", []), []
         for fd in fds:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     def __enter__(self):
         return self

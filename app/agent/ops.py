@@ -366,8 +366,9 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
 def send_extents(req, image_path, extents, cert, key, token, image_paths=None):
     """Storage side of a restore to another host: serve the image's members to the peer."""
     from app.agent.extents import copy_extents
-    for p in image_paths or [image_path]:
-        if not os.path.exists(p):
+    used = {e[2] for e in extents if len(e) > 2} or {0}
+    for k, p in enumerate(image_paths or [image_path]):
+        if k in used and not os.path.exists(p):
             raise AgentFailure(f"image file {p} is missing", code=status.IMAGE_DAMAGED)
     listener = dataplane.Listener(cert, key, token)
     try:

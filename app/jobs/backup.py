@@ -16,12 +16,15 @@ from app.jobs import incremental
 from app.jobs.context import JobContext, results, start_listening_side
 
 
-def new_image_id(db, client):
-    base = int(time.time())
-    n = base
-    while db.one("SELECT 1 FROM images WHERE id=?", (f"{client}_{n}",)):
+def new_image_id(db, client, job_id):
+    """Client, second and job: unique even for backups of one client that run at once
+    (streams, several policies)."""
+    base = f"{client}_{int(time.time())}_{job_id}"
+    n, iid = 1, base
+    while db.one("SELECT 1 FROM images WHERE id=?", (iid,)):
         n += 1
-    return f"{client}_{n}"
+        iid = f"{base}.{n}"
+    return iid
 
 
 def run(master, job):
@@ -51,7 +54,7 @@ def run(master, job):
                          status_code=code)
     client = master.hosts.connect(client_host)
 
-    image_id = new_image_id(master.db, client_host["name"])
+    image_id = new_image_id(master.db, client_host["name"], job["id"])
     partial, final = plugin.image_paths(volume, client_host["name"], image_id)
     ctx.log(f"image {image_id} goes to volume {volume}")
     schedule = next((s for s in cfg.policy(job["policy"])["schedules"]

@@ -1,6 +1,11 @@
 """The dispatcher: takes queued jobs in priority order and runs each in its own thread, as
-long as the storage unit's limit of concurrent jobs and the disk pool's limit of I/O streams
-allow; a job that must wait says why.
+long as the storage unit's limit of concurrent jobs, the disk pool's limit of I/O streams and
+the client's limit of jobs allow; a job that must wait says why. A scheduled job still waiting
+when its start window closes ends as missed (status 196); a failed backup is tried again after
+a delay, up to the master's number of tries, each attempt a job of its own.
+
+Where it runs for good (the console, `cairn master run`), the dispatcher also runs the
+scheduler and queues expiry of images whose retention has ended.
 
 Only one dispatcher acts on a catalog at a time: it holds a lease row that it renews, so a
 console and a headless master (or a CLI with --wait) never run the same job twice. A job
@@ -15,20 +20,32 @@ import traceback
 import uuid
 
 from app import status as st
+from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import backup, restore
+from app.jobs import backup, backup_set, expire, restore
 from app.jobs.store import ACTIVE, QUEUED
 
 LEASE = "dispatcher"
 LEASE_SECONDS = 15.0
 STALE_SECONDS = 60.0
-RUNNERS = {"backup": backup.run, "restore": restore.run}
+SCHEDULE_EVERY = 15.0
+EXPIRE_EVERY = 60.0
+RUNNERS = {"backup": backup.run, "restore": restore.run, "expire": expire.run,
+           "backup-set": backup_set.run}
+# Failures another attempt cannot mend: wrong input, missing trust or software, or a decision.
+NO_RETRY = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED, st.INVALID_REQUEST,
+            st.NOTHING_TO_BACKUP, st.AUTH_FAILED, st.HOST_KEY_UNKNOWN, st.HOST_KEY_CHANGED,
+            st.NO_PYTHON}
 
 
 class Dispatcher:
-    def __init__(self, master):
+    def __init__(self, master, clock=time.time):
         self.master = master
         self.db = master.db
+        self.clock = clock
+        self.scheduler = None
+        self._next_schedule = 0.0
+        self._next_expire = 0.0
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._threads = {}
         self._stop = threading.Event()
@@ -87,14 +104,32 @@ class Dispatcher:
             pool = pools["of_stu"].get(r["storage_unit"])
             if pool:
                 active_per_pool[pool] = active_per_pool.get(pool, 0) + r["n"]
+        per_client = {r["client"]: r["n"] for r in self.db.all(
+            "SELECT client, count(*) AS n FROM jobs WHERE state=? AND type='backup' "
+            "AND storage_unit IS NOT NULL GROUP BY client", (ACTIVE,))}
+        limits = self._client_limits() if queued else {}
+        now = self.clock()
         for job in queued:
-            reason = self._wait_reason(job, active_per_stu, active_per_pool, pools)
+            if job["not_after"] is not None and now > job["not_after"]:
+                self._missed(job)
+                continue
+            reason = self._hold_reason(job, now)
+            # The parent of a multi-stream backup (no storage unit) only waits for its children.
+            if reason is None and job["type"] == "backup" and job["storage_unit"]:
+                limit = limits.get(job["client"], limits.get(None))
+                if limit is not None and per_client.get(job["client"], 0) >= limit:
+                    reason = (f"client {job['client']} is at its limit of {limit} "
+                              f"job{'s' if limit != 1 else ''}")
+            if reason is None:
+                reason = self._wait_reason(job, active_per_stu, active_per_pool, pools)
             if reason:
                 if reason != job["wait_reason"]:
                     self.master.jobs.set_wait_reason(job["id"], reason)
                 continue
             if not self.master.jobs.claim(job["id"], self.id):
                 continue
+            if job["type"] == "backup" and job["storage_unit"]:
+                per_client[job["client"]] = per_client.get(job["client"], 0) + 1
             stu = job["storage_unit"]
             if stu:
                 active_per_stu[stu] = active_per_stu.get(stu, 0) + 1
@@ -109,6 +144,80 @@ class Dispatcher:
 
     def _alive(self):
         return [t for t in self._threads.values() if t.is_alive()]
+
+    def _hold_reason(self, job, now):
+        if job["suspended"]:
+            return "suspended by the administrator: resume it to let it start"
+        if job["not_before"] is not None and now < job["not_before"]:
+            return f"attempt {job['attempt']} starts at {timeutil.iso(job['not_before'])}"
+        return None
+
+    def _client_limits(self):
+        """{client: limit} for hosts with their own limit, and None: the master's."""
+        limits = {None: self.master.setting("max_jobs_per_client")}
+        for r in self.db.all("SELECT name, max_jobs FROM hosts WHERE max_jobs IS NOT NULL"):
+            limits[r["name"]] = r["max_jobs"]
+        return limits
+
+    def _missed(self, job):
+        self.master.jobs.finish(
+            job["id"], st.WINDOW_CLOSED,
+            f"missed: the start window closed at {timeutil.iso(job['not_after'])} before the "
+            f"job could start" + (f" (it waited: {job['wait_reason']})"
+                                  if job["wait_reason"] else ""))
+        with self.db.tx() as c:
+            c.execute("UPDATE schedule_runs SET outcome='missed' WHERE job_id=?", (job["id"],))
+
+    def _retry(self, job_id):
+        """Queues the next attempt of a failed backup, if tries and its window allow."""
+        jobs = self.master.jobs
+        job = jobs.get(job_id)
+        # Scheduled backups (they have a window) are tried again, as admins expect from a
+        # schedule; a backup started by hand is the admin's to restart.
+        if (job["type"] != "backup" or job["status"] in NO_RETRY or job["not_after"] is None
+                or job["params"].get("streams")):
+            return None
+        tries = self.master.setting("backup_tries")
+        if job["attempt"] >= tries:
+            if tries > 1:
+                jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed: no tries left")
+            return None
+        delay = timeutil.parse_duration(self.master.setting("retry_delay")) or 0
+        start = self.clock() + delay
+        if job["not_after"] is not None and start > job["not_after"]:
+            jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed; no retry: the start "
+                     f"window closes before {timeutil.iso(start)}", "warning")
+            return None
+        new = jobs.create(
+            "backup", client=job["client"], policy=job["policy"], schedule=job["schedule"],
+            storage_unit=job["storage_unit"], priority=job["priority"], params=job["params"],
+            parent_id=job["parent_id"], attempt=job["attempt"] + 1,
+            retry_of=job["retry_of"] or job_id, not_before=start, not_after=job["not_after"],
+            note=f"attempt {job['attempt'] + 1} of {tries}, after job {job_id} failed with "
+                 f"status {job['status']}")
+        jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed; attempt "
+                 f"{job['attempt'] + 1} queued as job {new}, to start at {timeutil.iso(start)}",
+                 "warning")
+        return new
+
+    def housekeeping(self):
+        """The scheduler and automatic expiry, at their own pace, under the lease."""
+        now = self.clock()
+        if now >= self._next_schedule:
+            self._next_schedule = now + SCHEDULE_EVERY
+            try:
+                if self.scheduler is None:
+                    from app.scheduler import Scheduler
+                    self.scheduler = Scheduler(self.master, clock=self.clock)
+                self.scheduler.tick(now)
+            except Exception:  # noqa: BLE001 - the dispatcher must go on; logged for admins
+                traceback.print_exc()
+        if now >= self._next_expire:
+            self._next_expire = now + EXPIRE_EVERY
+            try:
+                self.master.expire_due(now)
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
 
     def _pools(self):
         """Each storage unit's disk pool, and each pool's limit of I/O streams."""
@@ -143,7 +252,8 @@ class Dispatcher:
         try:
             if job["cancel_requested"]:
                 raise Canceled()
-            code, msg, image_id, nbytes, nfiles = RUNNERS[job["type"]](self.master, job)
+            runner = RUNNERS["backup-set" if job["params"].get("streams") else job["type"]]
+            code, msg, image_id, nbytes, nfiles = runner(self.master, job)
             jobs.finish(job_id, code, msg, image_id=image_id, bytes=nbytes, files=nfiles)
         except Canceled:
             jobs.finish(job_id, st.CANCELED, "canceled by the administrator; nothing was "
@@ -154,6 +264,11 @@ class Dispatcher:
             jobs.log(job_id, traceback.format_exc(), "debug")
             jobs.finish(job_id, st.INTERNAL, f"{type(e).__name__}: {e}")
         finally:
+            try:
+                self._retry(job_id)
+            except Exception:  # noqa: BLE001 - the failed attempt is recorded either way
+                jobs.log(job_id, "queueing the next attempt failed: " + traceback.format_exc(),
+                         "error")
             self._changed.set()
 
     # ---- loops ----------------------------------------------------------------------------
@@ -182,6 +297,7 @@ class Dispatcher:
             while not self._stop.is_set():
                 if self.acquire_lease():
                     self.reap_stale()
+                    self.housekeeping()
                     self.tick()
                     if until_idle and not self._alive() and not self.db.one(
                             "SELECT 1 FROM jobs WHERE state=?", (QUEUED,)):

@@ -81,11 +81,12 @@ def build_plan(index, paths, relocation=None):
 def image_files(master, image, extents):
     """The image files a restore reads, by the position its extents name: the image's own
     file, then each source image's. They must all be on the image's storage server."""
-    paths = [image["path"]]
     used = {x[2] for x in extents}
+    # A set image (multi-stream) has no file of its own: all its entries are in sources.
+    paths = [image["path"] or None]
     for k, source_id in enumerate(image["sources"], 1):
         if k not in used:
-            paths.append(image["path"])  # keeps positions; never read
+            paths.append(None)  # keeps positions; never read
             continue
         try:
             src = master.image(source_id)

@@ -53,6 +53,8 @@ def job_dict(row):
         eta = int((tb - d["bytes"]) / d["rate_bytes_per_s"])
     d["eta_s"] = eta
     d["cancel_requested"] = bool(d["cancel_requested"])
+    if "suspended" in d:
+        d["suspended"] = bool(d["suspended"])
     return d
 
 
@@ -229,6 +231,11 @@ class JobStore:
         else:
             self.log(job_id, "cancel requested by the administrator", "warning")
         return self.get(job_id)
+
+    def set_suspended(self, job_id, on):
+        with self.db.tx() as c:
+            c.execute(f"UPDATE jobs SET suspended=?, changed={NEXT_CHANGE} WHERE id=? AND state=?",
+                      (int(bool(on)), job_id, QUEUED))
 
     def cancel_requested(self, job_id):
         row = self.db.one("SELECT cancel_requested FROM jobs WHERE id=?", (job_id,))

@@ -1,0 +1,144 @@
+"""Multiple data streams: the parent job of a multi-stream backup. Its child jobs (one per
+stream) each write an image of their own selections, in parallel as the limits allow; when
+the last one has ended (retries included), the parent records one set image whose catalog
+index joins the streams' indexes, so that the backup is browsed and restored as one point in
+time. The stream images belong to the set (images.part_of) and expire with it.
+
+Streams come from the policy's selections: one per selection, or, when the list holds
+NEW_STREAM markers, one per group of selections between markers."""
+
+import json
+import time
+
+from app import status as st
+from app.catalog_index import IndexReader, IndexWriter
+from app.errors import CairnError, Canceled
+from app.jobs.backup import new_image_id
+from app.jobs.context import JobContext
+from app.jobs.store import DONE
+
+STREAM_MARKER = "NEW_STREAM"
+POLL = 0.5
+
+
+def split_streams(selections):
+    """The streams of a selection list: groups between NEW_STREAM markers, or one per
+    selection when there is no marker. Empty groups are dropped."""
+    if STREAM_MARKER in selections:
+        groups, cur = [], []
+        for s in selections:
+            if s == STREAM_MARKER:
+                if cur:
+                    groups.append(cur)
+                cur = []
+            else:
+                cur.append(s)
+        if cur:
+            groups.append(cur)
+        return groups
+    return [[s] for s in selections]
+
+
+def stream_key(selections):
+    return json.dumps(sorted(selections))
+
+
+def _latest_attempts(db, parent_id):
+    """The last attempt of each stream (a retry replaces the attempt it follows)."""
+    rows = db.all("SELECT * FROM jobs WHERE parent_id=? ORDER BY id", (parent_id,))
+    latest = {}
+    for r in rows:
+        latest[json.loads(r["params"]).get("stream")] = r
+    return rows, latest
+
+
+def run(master, job):
+    ctx = JobContext(master.jobs, job["id"])
+    streams = job["params"]["streams"]
+    ctx.log(f"multi-stream backup of {job['client']}: {len(streams)} streams, each a child job")
+    ctx.flush()
+    while True:
+        rows, latest = _latest_attempts(master.db, job["id"])
+        if ctx.check_cancel():
+            for r in rows:
+                if r["state"] != DONE:
+                    master.jobs.request_cancel(r["id"])
+        if all(r["state"] == DONE for r in rows):
+            break
+        ctx.files = sum(r["files"] for r in latest.values())
+        ctx.bytes = sum(r["bytes"] for r in latest.values())
+        ctx.flush(sample=True)
+        time.sleep(POLL)
+    if ctx.cancelled:
+        raise Canceled()
+    good = [r for r in latest.values() if r["status"] in (st.OK, st.PARTIAL) and r["image_id"]]
+    bad = [r for r in latest.values() if r not in good]
+    for r in bad:
+        ctx.log(f"stream {json.loads(r['params'])['selections']} (job {r['id']}) ended with "
+                f"status {r['status']}: {st.text(r['status'])}", "error")
+    if not good:
+        worst = max((r["status"] for r in bad), default=st.INTERNAL)
+        raise CairnError(f"no stream of the backup succeeded (see jobs "
+                         f"{', '.join(str(r['id']) for r in bad)})", status_code=worst)
+    images = [master.image(r["image_id"]) for r in good]
+    set_id, info, sources = _write_set_index(master, job, images)
+    created = min(i["created"] for i in images)
+    expires = max((i["expires"] for i in images if i["expires"]), default=None)
+    levels = {i["schedule_type"] for i in images}
+    level = levels.pop() if len(levels) == 1 else "mixed"
+    with master.db.tx() as c:
+        c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
+                  "expires, bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
+                  "job_id, selections, warnings, checksum, base_image, sources, stream) "
+                  "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                  (set_id, job["client"], job["policy"], job["schedule"], level, created,
+                   expires, sum(i["bytes"] for i in images), sum(i["files"] for i in images),
+                   images[0]["storage_unit"], images[0]["pool"], images[0]["storage_host"], "",
+                   0, job["id"], json.dumps(job["params"]["selections"]),
+                   sum(i["warnings"] for i in images), images[0]["checksum"], None,
+                   json.dumps(sources), None))
+        c.executemany("INSERT OR IGNORE INTO image_deps(image_id, depends_on) VALUES (?,?)",
+                      [(set_id, s) for s in sources])
+        c.executemany("UPDATE images SET part_of=? WHERE id=?",
+                      [(set_id, i["id"]) for i in images])
+    ctx.files = sum(i["files"] for i in images)
+    ctx.bytes = sum(i["bytes"] for i in images)
+    ctx.log(f"set image {set_id} recorded: {len(images)} stream image(s) "
+            f"({', '.join(i['id'] for i in images)}), {info['files']} entries in its index")
+    ctx.flush(sample=True)
+    if bad:
+        return (st.PARTIAL, f"{len(bad)} of {len(latest)} streams failed; the set image holds "
+                "the others", set_id, ctx.bytes, ctx.files)
+    return st.OK, None, set_id, ctx.bytes, ctx.files
+
+
+def _write_set_index(master, job, images):
+    """One index over the stream images: every entry points at the image file holding it."""
+    set_id = new_image_id(master.db, job["client"], job["id"])
+    sources, src_of = [], {}
+
+    def source(image_id):
+        k = src_of.get(image_id)
+        if k is None:
+            sources.append(image_id)
+            k = src_of[image_id] = len(sources)
+        return k
+
+    writer = IndexWriter(master.home.index_path(set_id))
+    try:
+        for img in images:
+            with IndexReader(master.home.index_path(img["id"])) as r:
+                for _key, entries in r.directories():
+                    rows = []
+                    for e in entries:
+                        row = e.to_full_row()
+                        holder = img["id"] if e.src == 0 else img["sources"][e.src - 1]
+                        row[13] = source(holder)
+                        rows.append(row)
+                    writer.add_rows(rows)
+        info = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return set_id, info, sources
+

@@ -460,7 +460,8 @@ def _dispatch(m, args, c, s):
                   else m.images(client=args.client, policy=args.policy))
         return _out(args, {"images": images},
                     lambda d: _table(d["images"], ["id", "client", "policy", "schedule",
-                                                   "created", "expires", "files", "bytes"]))
+                                                   "schedule_type", "created", "expires",
+                                                   "files", "bytes"]))
     if c == "browse":
         pos = list(args.args)
         if args.client:

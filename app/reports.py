@@ -56,6 +56,8 @@ def backup_rows(db, since=None, until=None, client=None, policy=None):
                               hint="give --since a time before --until")
     sql = ("SELECT id, client, policy, schedule, params, started, ended, files, bytes, status,"
            " image_id, rate_bytes_per_s FROM jobs WHERE type='backup' AND state='done' AND started IS NOT NULL"
+           # the parent of a multi-stream backup (no storage unit) adds up its streams' jobs
+           " AND storage_unit IS NOT NULL"
            " AND ended IS NOT NULL")
     args = []
     for clause, value in (("started>=?", since), ("started<?", until), ("client=?", client),

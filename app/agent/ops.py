@@ -101,7 +101,10 @@ def check_volumes(req, paths, create=False):
             if not stat.S_ISDIR(st.st_mode):
                 v["error"] = "not a directory"
             else:
-                probe_name = os.path.join(p, f".cairn-write-test-{os.getpid()}")
+                # One agent serves concurrent jobs: the name must differ per call, not only
+                # per process.
+                probe_name = os.path.join(
+                    p, f".cairn-write-test-{os.getpid()}-{os.urandom(6).hex()}")
                 try:
                     fd = os.open(probe_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                     os.close(fd)

@@ -17,7 +17,6 @@ counting past the limit, so that the user learns how many matches there are in a
 import fnmatch
 import re
 
-from app import catalog_index as ci
 
 WILDCARDS = "*?["
 DEFAULT_LIMIT = 10_000
@@ -38,25 +37,6 @@ def compile_pattern(pattern, case_sensitive=False):
     return re.compile(fnmatch.translate(p), flags), "/" in p
 
 
-def _directory_blocks(reader):
-    """(directory path, names) of every directory of an index, in table order."""
-    for i in range(reader._ndirs):
-        key, bo, bl, n, crc = reader._record(i)
-        if key == ci._ROOT_ROW_KEY:
-            continue            # the row of "/" itself, not a directory's children
-        buf = reader._read(bo, bl)
-        if ci.zlib.crc32(buf) != crc:
-            raise ci.IndexCorrupt(reader.path, f"block of {ci._fsdecode(key)!r} checksum "
-                                               "mismatch")
-        head = ci._block_head(buf, n, repr(ci._fsdecode(key)), reader.path)
-        o = ci._BLOCK_HEAD.size + ci._FIXED_PER_ENTRY * n
-        names = str(buf[o:o + head.name_len], ci._FS_ENC, ci._FS_ERR).split("\0")
-        if len(names) != n:
-            raise ci.IndexCorrupt(reader.path, f"block of {ci._fsdecode(key)!r} has a bad "
-                                               "name table")
-        yield ci._fsdecode(key), names
-
-
 def search_index(reader, pattern, *, limit=DEFAULT_LIMIT, case_sensitive=False,
                  cancel=None):
     """{"matches": [entry dict, ...] (at most `limit`), "count": all matches found,
@@ -64,7 +44,7 @@ def search_index(reader, pattern, *, limit=DEFAULT_LIMIT, case_sensitive=False,
     rx, whole_path = compile_pattern(pattern, case_sensitive)
     match = rx.match
     matches, count, cancelled = [], 0, False
-    for n_dir, (dirpath, names) in enumerate(_directory_blocks(reader)):
+    for n_dir, (dirpath, names) in enumerate(reader.directory_names()):
         if cancel is not None and n_dir % 64 == 0 and cancel.is_set():
             cancelled = True
             break

@@ -36,7 +36,7 @@ STATE_HELP = {
     "queued": "waiting to start (the Waiting for column says why)",
     "active": "running now",
     "done": "ended with status 0, or 1 (some files skipped)",
-    "failed": "ended with any other status, canceled jobs included",
+    "failed": "ended with any other status, canceled and missed jobs included",
 }
 SETTINGS_FILTERS = "views/activity/saved-filters"
 
@@ -59,10 +59,22 @@ def restartable(job):
 
 # ---- the columns ---------------------------------------------------------------------------
 
+def missed(job):
+    """A scheduled job that could not start before its start window closed."""
+    return job["state"] == "done" and job.get("status") == st.WINDOW_CLOSED
+
+
 def _state_text(job):
     if job["state"] == "active" and job.get("cancel_requested"):
         return "canceling"
+    if missed(job):
+        return "missed"
     return job["state"]
+
+
+def what(job):
+    """`backup of client1`, or only the type for a job without a client (expire)."""
+    return f"{job['type']} of {job['client']}" if job.get("client") else job["type"]
 
 
 def _state_icon(job):
@@ -73,6 +85,8 @@ def _state_icon(job):
     s = job.get("status")
     if s == st.OK:
         return icon("state-ok")
+    if s == st.WINDOW_CLOSED:
+        return icon("state-canceled")
     if s == st.PARTIAL:
         return icon("state-partial")
     if s == st.CANCELED:
@@ -84,6 +98,26 @@ def _status_tooltip(job):
     if job.get("status") is None:
         return None
     return f"{job['status']}: {job.get('status_text') or st.text(job['status'])}"
+
+
+def max_attempts(job):
+    """How many attempts the job may take in all, for a job that is tried again by itself
+    (see poll)."""
+    n = job.get("max_attempts")
+    return n if isinstance(n, int) and n > 0 else None
+
+
+def _attempt_text(job):
+    n = job.get("attempt") or 1
+    most = max_attempts(job)
+    return f"{n} of {most}" if most else str(n)
+
+
+def _attempt_tooltip(job):
+    text = f"Attempt {_attempt_text(job)}"
+    if job.get("retry_of"):
+        text += f": retries job {job['retry_of']}"
+    return text
 
 
 def _dedup(ratio):
@@ -123,8 +157,22 @@ COLUMNS = [
     number_column("dedup_ratio", "Dedup rate", format=_dedup, tooltip=_dedup_tooltip,
                   help="bytes of data per byte stored, for jobs on deduplicating pools"),
     text_column("wait_reason", "Waiting for", help="why a queued job has not started yet"),
+    # Later columns go at the end, so that a table layout saved before they existed still
+    # finds its columns where it left them.
+    Column("attempt", "Attempt", _attempt_text,
+           sort=lambda j: (j.get("attempt") or 1, max_attempts(j) or 0),
+           tooltip=_attempt_tooltip, numeric=True,
+           help="which try of the job this is: a failed scheduled backup is tried again"),
+    number_column("parent_id", "Parent",
+                  help="the job this one is part of, such as the backup whose data streams "
+                       "run as separate jobs"),
 ]
-PERCENT_COLUMN = [c.key for c in COLUMNS].index("percent")
+_KEYS = [c.key for c in COLUMNS]
+PERCENT_COLUMN = _KEYS.index("percent")
+#: hidden until chosen in the header's menu
+HIDDEN_COLUMNS = ("parent_id",)
+#: shown right after another column rather than at the end: (column, after)
+PLACED_COLUMNS = (("attempt", "status"),)
 EMPTY_TEXT = ("No jobs yet: start a backup with " + _cmd("cairn backup POLICY")
               + "; its jobs show up here while they run.")
 
@@ -255,6 +303,7 @@ class JobFilter(QAbstractTableModel):
             hay = " ".join(str(job.get(k) or "") for k in (
                 "id", "type", "state", "policy", "schedule", "client", "storage_unit",
                 "wait_reason", "status_text", "image_id")).casefold()
+            hay += " " + _state_text(job)
             hay += f" status {job.get('status')}"
             return all(w in hay for w in self._words)
         return True
@@ -506,7 +555,21 @@ class ProgressDelegate(QStyledItemDelegate):
 
 def poll(m, cursor, plot_window):
     """The jobs changed since `cursor`, and the summed throughput of the last minutes."""
-    return m.jobs.changes(cursor), m.throughput(plot_window)
+    changes = m.jobs.changes(cursor)
+    if changes["jobs"]:
+        tries = m.setting("backup_tries")
+        for job in changes["jobs"]:
+            if retried(job):
+                job["max_attempts"] = tries
+    return changes, m.throughput(plot_window)
+
+
+def retried(job):
+    """Whether a failed attempt of the job is tried again by itself, up to the master's
+    backup_tries: scheduled backups (they have a start window), not the parent of a backup's
+    streams. A backup started by hand is the administrator's to restart."""
+    return (job.get("type") == "backup" and job.get("not_after") is not None
+            and not (job.get("params") or {}).get("streams"))
 
 
 def cancel_jobs(m, job_ids):
@@ -675,9 +738,11 @@ class ActivityView(QWidget):
         self.table.customContextMenuRequested.connect(self._context_menu)
         self.table.doubleClicked.connect(self._open_index)
         self.table.activated.connect(self._open_index)
+        self._default_columns(_KEYS)
+        from ui.views import Placeholder, add_column_chooser
+        add_column_chooser(self.table.horizontalHeader(), self.proxy)
         self.table.selectionModel().selectionChanged.connect(self._update_actions)
         self.model.dataChanged.connect(self._update_actions)
-        from ui.views import Placeholder
         self.placeholder = Placeholder(self.table)
         self.placeholder.setText("Loading…")
 
@@ -916,8 +981,7 @@ class ActivityView(QWidget):
         ids = [j["id"] for j in jobs]
         if len(ids) == 1:
             j = jobs[0]
-            text = (f"Cancel job {j['id']} ({j['type']} of {j.get('client') or '?'}, "
-                    f"{j['state']})?")
+            text = f"Cancel job {j['id']} ({what(j)}, {j['state']})?"
         else:
             shown = ", ".join(map(str, ids[:12])) + (", …" if len(ids) > 12 else "")
             text = f"Cancel these {len(ids)} jobs?\n\nJobs {shown}"
@@ -973,8 +1037,20 @@ class ActivityView(QWidget):
         self.message.setVisible(bool(text))
 
     # ---- remembered layout ------------------------------------------------------------------
+    def _default_columns(self, new_keys):
+        """Hides and places the columns in `new_keys` as a fresh table has them."""
+        hh = self.table.horizontalHeader()
+        for key in HIDDEN_COLUMNS:
+            if key in new_keys:
+                hh.setSectionHidden(_KEYS.index(key), True)
+        for key, after in PLACED_COLUMNS:
+            if key in new_keys:
+                hh.moveSection(hh.visualIndex(_KEYS.index(key)),
+                               hh.visualIndex(_KEYS.index(after)) + 1)
+
     def save_state(self, settings):
         settings.setValue("views/activity/header", self.table.horizontalHeader().saveState())
+        settings.setValue("views/activity/columns", list(_KEYS))
         settings.setValue("views/activity/splitter", self.splitter.saveState())
         settings.setValue("views/activity/filter", self.proxy.filter())
 
@@ -982,6 +1058,10 @@ class ActivityView(QWidget):
         h = settings.value("views/activity/header")
         if h is not None and self.table.horizontalHeader().restoreState(h):
             self._sized = True
+            known = settings.value("views/activity/columns")
+            # a layout saved before some columns existed shows them as a new table would
+            known = set(known) if isinstance(known, list) else set(_KEYS[:_KEYS.index("attempt")])
+            self._default_columns([k for k in _KEYS if k not in known])
         s = settings.value("views/activity/splitter")
         if s is not None:
             self.splitter.restoreState(s)

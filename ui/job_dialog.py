@@ -20,6 +20,9 @@ FIELDS = (
     ("type", "Type", str),
     ("state", "State", str),
     ("status", "Status", None),
+    ("attempt", "Attempt", str),
+    ("retry_of", "Retries job", str),
+    ("parent_id", "Part of job", str),
     ("client", "Client", str),
     ("policy", "Policy", str),
     ("schedule", "Schedule", str),
@@ -34,6 +37,7 @@ FIELDS = (
     ("percent", "Complete", fmt.percent),
     ("eta_s", "Time left", fmt.duration),
     ("wait_reason", "Waiting for", str),
+    ("not_after", "Start window closes", lambda v: fmt.local_time(timeutil.iso(v))),
     ("image_id", "Image", str),
 )
 
@@ -198,6 +202,8 @@ class JobDetailsDialog(QDialog):
             v = job.get(key)
             if key == "status":
                 text = "—" if v is None else f"{v} — {job.get('status_text') or st.text(v)}"
+                if v == st.WINDOW_CLOSED:
+                    text = "missed: " + text
             else:
                 text = "—" if v is None or v == "" else f(v)
             self._values[key].setText(text)

@@ -3,6 +3,7 @@ change (app.config_edit.EDITABLE) editable, saved through the master with the er
 the window when the catalog refuses it."""
 
 import html
+import time
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, \
@@ -12,6 +13,7 @@ from app.config import CHECKSUMS
 from app.config_edit import EDITABLE
 from ui import fmt
 from ui.resources import icon
+from ui.wizards.schedule_text import summary as schedule_summary
 
 KIND_LABELS = {"host": "Host", "storage-server": "Storage server", "disk-pool": "Disk pool",
                "storage-unit": "Storage unit", "policy": "Policy"}
@@ -48,12 +50,34 @@ def _text(key, value):
     if key == "kind":
         return "this machine, without SSH" if value == "local" else "over SSH"
     if key == "schedules":
-        return "\n".join(f"{s['name']}: {s['type']}, kept {s['retention']}" for s in value) or "—"
+        return "\n".join(schedule_summary(s) for s in value) or "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list):
         return "\n".join(map(str, value)) or "—"
     return str(value)
+
+
+#: how many of a policy's coming backups its properties list
+NEXT_BACKUPS = 5
+
+
+def next_backups(m, policy):
+    """The policy's next scheduled backups within a week (those that run, soonest first)."""
+    from app.scheduler import Scheduler
+    return [r for r in Scheduler(m).next_runs(policy=policy) if r["runs"]][:NEXT_BACKUPS]
+
+
+def next_backups_text(runs):
+    if not runs:
+        return ("None in the next 7 days: without start windows a policy's backups run only "
+                "when started by hand.")
+    lines = []
+    for r in runs:
+        when = time.strftime("%a %Y-%m-%d %H:%M", time.localtime(fmt.epoch(r["due"])))
+        lines.append(f"{when}  {r['schedule']} ({r['type']}) of {r['client']}"
+                     + (f", {r['runs']} times in that window" if r["runs"] > 1 else ""))
+    return "\n".join(lines)
 
 
 def editor_values(m, kind):
@@ -84,6 +108,14 @@ class PropertiesDialog(QDialog):
                 label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
                 label.setWordWrap(True)
                 form.addRow(LABELS.get(key, key), label)
+        self.next_label = None
+        if kind == "policy":
+            self.next_label = QLabel("Looking…")
+            self.next_label.setObjectName("next-backups")
+            self.next_label.setTextFormat(Qt.TextFormat.PlainText)
+            self.next_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.next_label.setWordWrap(True)
+            form.addRow("Next backups", self.next_label)
         self.editors = {}
         for key in EDITABLE[kind]:
             if kind == "host" and obj.get("kind") == "local" and key != "comment":
@@ -111,6 +143,11 @@ class PropertiesDialog(QDialog):
         lay.addWidget(self.buttons)
         if kind == "policy":
             bridge.call(editor_values, kind, done=self._choices, context=self)
+            bridge.call(next_backups, self.name,
+                        done=lambda runs: self.next_label.setText(next_backups_text(runs)),
+                        failed=lambda e: self.next_label.setText(
+                            f"Cannot tell: {getattr(e, 'message', e)}"),
+                        context=self)
 
     # ---- editors --------------------------------------------------------------------------
     def _editor(self, key, value):

@@ -7,13 +7,15 @@ import threading
 import time
 from datetime import datetime, time as dtime, timezone
 
-from PySide6.QtCore import QAbstractTableModel, QDate, QModelIndex, \
+from PySide6.QtCore import QAbstractTableModel, QDate, QDateTime, QModelIndex, \
     QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QDateEdit, \
-    QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QTabWidget, \
-    QTreeView, QVBoxLayout, QWidget
+    QDateTimeEdit, QHBoxLayout, QLabel, QLineEdit, QMenu, QMessageBox, QPushButton, \
+    QSplitter, QTabWidget, QToolButton, QTreeView, QVBoxLayout, QWidget
 
 from app import timeutil
+from app.errors import NotFound
 from ui import fmt
 from ui.file_tree import ImageFilesModel
 from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, number_column, \
@@ -23,6 +25,7 @@ from ui.resources import icon
 from ui.tables import Selection, data_table, select_keys, selected_rows
 from ui.restore_dialog import RestoreDialog
 from ui.views import Placeholder
+from ui.wizards.schedule_text import LEVEL_LABELS
 
 DEFAULT_DAYS = 30
 SEARCH_LIMIT = 10_000
@@ -33,7 +36,12 @@ IMAGE_COLUMNS = [
     time_column("created", "Date"),
     text_column("policy", "Policy"),
     text_column("schedule", "Schedule"),
-    text_column("schedule_type", "Type"),
+    Column("schedule_type", "Level", lambda r: _level(r.get("schedule_type")),
+           sort=lambda r: _level(r.get("schedule_type")).lower(),
+           tooltip=lambda r: _level_tooltip(r),
+           help="Full: every file; Differential: the changes since the previous backup; "
+                "Cumulative: the changes since the last full. Each image lists every file as "
+                "of its backup."),
     number_column("files", "Files"),
     number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
     Column("expires", "Expires",
@@ -43,6 +51,28 @@ IMAGE_COLUMNS = [
     text_column("storage_unit", "Storage unit"),
     text_column("id", "Image ID"),
 ]
+
+AT_FORMAT = "yyyy-MM-dd HH:mm"
+#: dependent images named one by one in the expire confirmation
+EXPIRE_LISTED = 15
+
+
+def _level(schedule_type):
+    return LEVEL_LABELS.get(schedule_type, schedule_type or "")
+
+
+def _level_tooltip(image):
+    base = image.get("base_image")
+    if not base:
+        return _level(image.get("schedule_type")) or None
+    return f"{_level(image.get('schedule_type'))}: the changes since image {base}"
+
+
+def _image_line(image):
+    """`img_1 — 2026-09-21 22:00:00, Full, 1.2 GiB`"""
+    return (f"{image['id']} — {fmt.local_time(image['created'])}, "
+            f"{_level(image.get('schedule_type'))}, {fmt.size(image.get('bytes'))}")
+
 
 EMPTY = ("No backup images yet: they appear here after a backup, e.g. "
          "<code>cairn backup POLICY --wait</code>.")
@@ -57,6 +87,22 @@ def _day_bounds(since, until):
 
 def _images(m, client, since, until):
     return m.images_in_range(client=client, since=since, until=until)
+
+
+def _image_at(m, client, at):
+    """The client's newest image at or before `at`, or None when it has none then."""
+    try:
+        return m.image_at(client, at=at)
+    except NotFound:
+        return None
+
+
+def _expire_preview(m, image_id):
+    return m.expire_preview(image_id)
+
+
+def _start_expire(m, image_id):
+    return m.start_expire(image_id)
 
 
 def minimal_paths(paths):
@@ -296,6 +342,8 @@ class RestoreView(QWidget):
     #: a restore job was started (its dict): the main window opens its details
     job_opened = Signal(dict)
     refreshed = Signal()
+    #: an expire job was queued (its id)
+    expire_started = Signal(int)
 
     AUTO_EXPAND_DEPTH = 12
 
@@ -309,7 +357,9 @@ class RestoreView(QWidget):
         self._last = 0.0
         self._clients_loaded = False
         self._client = None
-        self._pending_select = None     # (image id, path) from a found version
+        self._pending_select = None     # (image id, path or None) to select once listed
+        self._pending_reloaded = False
+        self.expire_job = None
         self.dialog = None
 
         # ---- head
@@ -353,12 +403,54 @@ class RestoreView(QWidget):
         bar.addWidget(self.all_dates)
         bar.addStretch(1)
 
+        # ---- point in time: the image that was the newest at a moment
+        self.point = QComboBox()
+        self.point.setObjectName("restore-point")
+        self.point.addItem("Newest", None)
+        self.point.addItem("At a time", "at")
+        self.point.setToolTip("Shows the files as they were at a moment: selects the client's "
+                              "newest image made at or before it")
+        self.at = QDateTimeEdit(QDateTime.currentDateTime())
+        self.at.setObjectName("restore-at")
+        self.at.setCalendarPopup(True)
+        self.at.setDisplayFormat(AT_FORMAT)
+        self.at.setEnabled(False)
+        # a row of its own: the page stays as narrow as a small window
+        point_bar = QHBoxLayout()
+        point_bar.addWidget(QLabel("Files as of"))
+        point_bar.addWidget(self.point)
+        point_bar.addWidget(self.at)
+        point_bar.addStretch(1)
+
+        # ---- what the image list does
+        self.expire_action = QAction(icon("action-delete"), "Expire…", self)
+        self.expire_action.setToolTip("Remove the selected image from its disk pool and the "
+                                      "catalog, with the images that depend on it")
+        self.expire_action.setEnabled(False)
+        self.expire_action.triggered.connect(self.expire_selected)
+        expire = QToolButton()
+        expire.setObjectName("expire-button")
+        expire.setDefaultAction(self.expire_action)
+        expire.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        expire.setAutoRaise(True)
+        point_bar.addWidget(expire)
+        self.message = QLabel()
+        self.message.setObjectName("restore-message")
+        self.message.setTextFormat(Qt.TextFormat.PlainText)
+        self.message.setWordWrap(True)
+        self.message.hide()
+        self.expire_box = None
+        self._point_busy = False
+        self._point_generation = 0
+
         # ---- images
         self.model = ObjectTableModel(IMAGE_COLUMNS, key="id", parent=self)
         self.table, self.proxy = _table(self.model, "restore-table")
         self.proxy.setDynamicSortFilter(True)
         self.proxy.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._context_menu)
         self.placeholder = Placeholder(self.table)
         self.placeholder.setText("Loading…")
 
@@ -439,6 +531,8 @@ class RestoreView(QWidget):
         lay.addLayout(head)
         lay.addWidget(description)
         lay.addLayout(bar)
+        lay.addLayout(point_bar)
+        lay.addWidget(self.message)
         lay.addWidget(self.splitter, 1)
         lay.addLayout(foot)
 
@@ -447,6 +541,8 @@ class RestoreView(QWidget):
         self.since.dateChanged.connect(self._dates_changed)
         self.until.dateChanged.connect(self._dates_changed)
         self.all_dates.toggled.connect(self._dates_changed)
+        self.point.currentIndexChanged.connect(self._point_changed)
+        self.at.dateTimeChanged.connect(self._point_changed)
         self.table.selectionModel().selectionChanged.connect(self._image_selected)
         self.files.rowsInserted.connect(self._auto_expand)
         self.files.load_failed.connect(self._load_failed)
@@ -475,7 +571,7 @@ class RestoreView(QWidget):
     @property
     def settled(self):
         return (self.loaded and not self._busy and not self._images_busy
-                and not self.files.loading and not self.search.busy
+                and not self._point_busy and not self.files.loading and not self.search.busy
                 and not self.versions.busy)
 
     def due(self, now=None):
@@ -549,6 +645,8 @@ class RestoreView(QWidget):
         self._set_dates(getattr(self, "_newest", {}).get(self._client))
         self.versions.reset()
         self.load_images()
+        if self.point.currentData() == "at":
+            self.go_to_point_in_time()
 
     def _dates_changed(self, *_):
         on = not self.all_dates.isChecked()
@@ -588,11 +686,13 @@ class RestoreView(QWidget):
             return
         self.model.set_rows(rows)
         self._update_placeholder()
-        if not self.table.selectionModel().hasSelection() and rows:
-            self.select_key(self._pending_select[0] if self._pending_select else None) or \
-                self.table.selectRow(0)
         if self._pending_select:
             self._go_to_version()
+        # An image still to be found (beyond these dates) is selected once listed; until
+        # then the tree keeps what it shows.
+        if not self.table.selectionModel().hasSelection() and rows \
+                and not self._pending_select:
+            self.table.selectRow(0)
         self._size_columns()
         emit(self.refreshed)
 
@@ -645,14 +745,17 @@ class RestoreView(QWidget):
         self.files_error.hide()
         if image:
             e = html.escape
+            level = _level(image.get("schedule_type"))
             self.files_title.setText(
                 f"Files in image <b>{e(image['id'])}</b> — client {e(image['client'])}, "
-                f"policy {e(image['policy'])}, {fmt.local_time(image['created'])}")
+                f"policy {e(image['policy'])}, {fmt.local_time(image['created'])}"
+                + (f", {e(level)}" if level else "") + " — every file as of that backup")
         else:
             self.files_title.setText("Select an image to browse its files.")
         self.files.set_image(new_id)
         self.search.reset("" if image else "Select an image to search it.")
         self._found_buttons()
+        self.expire_action.setEnabled(image is not None)
 
     def _auto_expand(self, parent, first, last):
         # Images usually hold one deep selection (/gpfs/fs1/projects/x): open the chain of
@@ -742,18 +845,179 @@ class RestoreView(QWidget):
         row = self.versions.proxy.data(index, ROW_ROLE)
         if row is None:
             return
-        self._pending_select = (row["image"], row["path"])
-        if self.model.row_of(row["image"]) is None:
-            # outside the chosen dates: show all of them
-            self.all_dates.setChecked(True)
-            return      # _show_images goes on
-        self._go_to_version()
+        self.select_image(row["image"], row["path"])
+
+    def select_image(self, image_id, path=None):
+        """Selects an image in the list (showing all dates if it lies outside the chosen
+        ones) and, given a path, opens the tree at it and checks it."""
+        self._pending_select = (image_id, path)
+        self._pending_reloaded = False
+        if not self._images_busy:
+            self._go_to_version()
+        # else _show_images goes on
 
     def _go_to_version(self):
         image, path = self._pending_select
-        self._pending_select = None
         if self.select_key(image):
-            self.reveal(path, check=True)
+            self._pending_select = None
+            if path:
+                self.reveal(path, check=True)
+        elif not self.all_dates.isChecked():
+            self.all_dates.setChecked(True)     # outside the chosen dates: _show_images goes on
+        elif not self._pending_reloaded:
+            self._pending_reloaded = True       # newer than the list: read it again
+            self.load_images()
+        else:
+            self._pending_select = None
+
+    # ---- point in time ------------------------------------------------------------------------
+    def point_in_time(self):
+        """The chosen moment as an ISO time, or None for the newest image."""
+        if self.point.currentData() != "at":
+            return None
+        # The edit shows minutes: 20:00 takes in the images made during that minute.
+        start = self.at.dateTime().toSecsSinceEpoch()
+        return timeutil.iso(start - start % 60 + 59)
+
+    def set_point_in_time(self, when):
+        """`when`: None for the newest image, or seconds since the epoch."""
+        self.at.blockSignals(True)
+        if when is not None:
+            self.at.setDateTime(QDateTime.fromSecsSinceEpoch(int(when)))
+        self.at.blockSignals(False)
+        index = self.point.findData(None if when is None else "at")
+        if index != self.point.currentIndex():
+            self.point.setCurrentIndex(index)   # _point_changed goes on
+        else:
+            self._point_changed()
+
+    def _point_changed(self, *_):
+        self.at.setEnabled(self.point.currentData() == "at")
+        self.go_to_point_in_time()
+
+    def go_to_point_in_time(self):
+        """Selects the client's newest image made at or before the chosen moment."""
+        if self._client is None:
+            return False
+        self._point_generation += 1
+        gen, at, client = self._point_generation, self.point_in_time(), self._client
+        shown = self.at.dateTime().toString(AT_FORMAT) if at else None
+        self._point_busy = True
+        self.bridge.call(_image_at, client, at,
+                         done=lambda image: self._point_found(gen, client, shown, image),
+                         failed=lambda err: self._point_failed(gen, err), context=self)
+        return True
+
+    def _point_found(self, gen, client, shown, image):
+        if gen != self._point_generation:
+            return
+        self._point_busy = False
+        if image is None:
+            self._show_message(f"Client {client} has no image at or before {shown}: choose "
+                               "a later time, or Newest." if shown else
+                               f"Client {client} has no image.", error=True)
+            return
+        if shown is None:
+            self._show_message("")
+        else:
+            self._show_message(f"The newest image at or before {shown} is {image['id']}, "
+                               f"from {fmt.local_time(image['created'])}: its files show the "
+                               "client as it was then.")
+        self.select_image(image["id"])
+
+    def _point_failed(self, gen, err):
+        if gen != self._point_generation:
+            return
+        self._point_busy = False
+        message = getattr(err, "message", str(err))
+        self._show_message(f"Cannot find the image of that time: {message}", error=True)
+
+    def _show_message(self, text, error=False):
+        self.message.setStyleSheet("color: #b3261e;" if error else "")
+        self.message.setText(text)
+        self.message.setVisible(bool(text))
+
+    # ---- expire -------------------------------------------------------------------------------
+    def _context_menu(self, pos):
+        if not self.table.indexAt(pos).isValid():
+            return
+        menu = QMenu(self)
+        menu.addAction(self.expire_action)
+        menu.popup(self.table.viewport().mapToGlobal(pos))
+        self.context_menu = menu
+
+    def expire_selected(self):
+        """Asks what goes with the selected image, then for a confirmation (expire_box)."""
+        image = self.image
+        if image is None:
+            return False
+        self.expire_action.setEnabled(False)
+        self._show_message(f"Looking for the images that depend on {image['id']}…")
+        self.bridge.call(_expire_preview, image["id"], done=self._confirm_expire,
+                         failed=lambda e: self._expire_failed("Cannot expire", e),
+                         context=self)
+        return True
+
+    def _confirm_expire(self, preview):
+        images = preview["images"]
+        self.expire_action.setEnabled(self.image is not None)
+        self._show_message("")
+        first, others = images[0], images[1:]
+        info = _image_line(first)
+        if others:
+            info += (f"\n\n{'This image depends' if len(others) == 1 else 'These images depend'}"
+                     " on it and will be expired with it:\n"
+                     + "\n".join("  " + _image_line(i) for i in others[:EXPIRE_LISTED]))
+            if len(others) > EXPIRE_LISTED:
+                info += f"\n  … and {len(others) - EXPIRE_LISTED} more"
+        else:
+            info += "\n\nNo other image depends on it."
+        if preview.get("bytes") is not None:
+            info += (f"\n\n{'Together they take' if others else 'It takes'} "
+                     f"{fmt.size(preview['bytes'])} on the disk pool.")
+        info += ("\n\nExpired images are removed from their disk pool and from the catalog: "
+                 "their files can no longer be restored.")
+        n = len(images)
+        box = QMessageBox(QMessageBox.Icon.Warning, "Expire images" if n > 1 else "Expire image",
+                          f"Expire image {first['id']}"
+                          + (f" and the {n - 1} images that depend on it?" if n > 2
+                             else " and the image that depends on it?" if n == 2 else "?"),
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                          self)
+        box.setObjectName("expire-confirmation")
+        # wide enough that each image keeps to one line
+        box.setStyleSheet("QLabel#qt_msgbox_label, QLabel#qt_msgbox_informativelabel "
+                          "{ min-width: 480px; }")
+        box.setInformativeText(info)
+        yes = box.button(QMessageBox.StandardButton.Yes)
+        yes.setText(f"Expire {n} images" if n > 1 else "Expire")
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.buttonClicked.connect(
+            lambda b: self._start_expire(first["id"], [i["id"] for i in others])
+            if b is yes else None)
+        if self.expire_box is not None:
+            self.expire_box.deleteLater()
+        self.expire_box = box
+        box.open()
+
+    def _start_expire(self, image_id, others):
+        self.bridge.call(_start_expire, image_id,
+                         done=lambda job_id: self._expire_started(image_id, others, job_id),
+                         failed=lambda e: self._expire_failed("Could not start the expiry", e),
+                         context=self)
+
+    def _expire_started(self, image_id, others, job_id):
+        self.expire_job = job_id
+        more = f" and {len(others)} more" if others else ""
+        self._show_message(f"Expiring image {image_id}{more} as job {job_id}: follow it in the "
+                           "activity monitor.")
+        emit(self.expire_started, job_id)
+
+    def _expire_failed(self, prefix, err):
+        self.expire_action.setEnabled(self.image is not None)
+        message = getattr(err, "message", str(err))
+        hint = getattr(err, "hint", None)
+        self._show_message(f"{prefix}: {message}" + (f" ({hint})" if hint else ""), error=True)
 
     # ---- selection and restore -------------------------------------------------------------
     def chosen_paths(self):

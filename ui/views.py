@@ -53,6 +53,11 @@ def _schedules_text(policy):
                      for s in policy.get("schedules") or [])
 
 
+def _schedules_tooltip(policy):
+    from ui.wizards.schedule_text import summary
+    return "\n".join(summary(s) for s in policy.get("schedules") or []) or None
+
+
 HOSTS = ListSpec(
     "hosts", "Hosts", "host",
     "Machines the master reaches: clients to back up and storage servers.",
@@ -121,7 +126,7 @@ POLICIES = ListSpec(
      list_column("selections", "Selections"),
      Column("schedules", "Schedules", _schedules_text,
             sort=lambda r: _schedules_text(r).lower(),
-            tooltip=lambda r: _schedules_text(r).replace(", ", "\n") or None)],
+            tooltip=_schedules_tooltip)],
     lambda m: m.config.policies(),
     "No policies yet: create one with "
     + _cmd("cairn policy create NAME --storage-unit UNIT") + ", then give it clients and "

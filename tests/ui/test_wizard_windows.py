@@ -73,9 +73,10 @@ def test_a_policy_is_created_all_or_nothing(empty_master, tmp_path):
     m.create_storage_server("ss1", type="advanced-disk", host=host)
     m.create_disk_pool("dp1", server="ss1", volumes=[str(tmp_path)], check=False)
     m.config.add_storage_unit("stu1", pool="dp1")
-    with pytest.raises(ValidationError, match="not available in this version"):
+    with pytest.raises(ValidationError, match="needs a start window"):
         m.create_policy("p1", storage_unit="stu1", clients=[host], selections=["/data"],
-                        schedules=[{"name": "inc", "type": "differential"}])
+                        schedules=[{"name": "inc", "type": "differential",
+                                    "calendar": {"weekdays": [0]}}])
     assert m.config.policies() == []
     assert m.db.one("SELECT count(*) FROM policy_clients")[0] == 0
     assert m.db.one("SELECT count(*) FROM policy_selections")[0] == 0

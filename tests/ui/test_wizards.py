@@ -342,8 +342,9 @@ def test_policy_wizard_with_schedule_client_and_browsed_selection(open_wizard, e
     assert "started by hand" in sp.hint.text()
     qtbot.mouseClick(sp.add_button, Qt.MouseButton.LeftButton)
     dlg = sp.dialog
-    model = dlg.type.model()
-    assert [model.item(i).isEnabled() for i in range(3)] == [True, False, False]
+    assert list(dlg.type_buttons) == ["full", "differential", "cumulative"]
+    assert all(b.isEnabled() for b in dlg.type_buttons.values())
+    assert dlg.type_buttons["full"].isChecked()
     assert "manual backups only" in dlg.windows_text.text()
     drag(qtbot, dlg.grid, (0, 22), (0, 23))      # Monday 22:00-24:00
     drag(qtbot, dlg.grid, (1, 0), (1, 3))        # Tuesday 00:00-04:00

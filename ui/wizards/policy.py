@@ -12,8 +12,8 @@ from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, disable
     fit_combo, name_problem, narrow, note
 from ui.wizards.dir_browser import DirBrowserDialog
 from ui.wizards.host_dialog import AddHostDialog
+from ui.wizards.schedule_text import summary as schedule_summary
 from ui.wizards.schedule_dialog import ScheduleDialog
-from ui.wizards.week_grid import describe
 
 ATTRIBUTES_PAGE, SCHEDULES_PAGE, CLIENTS_PAGE, SELECTIONS_PAGE, SUMMARY_PAGE, RESULT_PAGE = \
     range(6)
@@ -93,29 +93,12 @@ class AttributesPage(Page):
         return None if self.unit.currentText() else "Choose a storage unit."
 
 
-_UNIT_WORDS = {"h": "hour", "d": "day", "w": "week", "y": "year", "m": "minute", "s": "second"}
-
-
-def _spoken(duration):
-    """`2w` as `2 weeks`."""
-    n, unit = int(duration[:-1]), duration[-1]
-    return f"{n} {_UNIT_WORDS[unit]}{'s' if n != 1 else ''}"
-
-
-def _schedule_text(s):
-    ret = s["retention"]
-    parts = [f"{s['name']}: {s['type']}",
-             "kept forever" if ret == "infinite" else f"kept {_spoken(ret)}"]
-    if s.get("frequency"):
-        parts.append(f"every {_spoken(s['frequency'])}")
-    windows = describe(s["windows"])
-    return ", ".join(parts) + "; " + windows[0].lower() + windows[1:]
-
-
 class SchedulesPage(Page):
     def __init__(self):
         super().__init__("Schedules", "When backups run and how long their images are kept.")
         self.list = QListWidget()
+        self.list.setWordWrap(True)
+        self.list.setSpacing(2)
         self.list.itemDoubleClicked.connect(lambda _: self.edit())
         self.list.currentRowChanged.connect(self._buttons)
         self.add_button = QPushButton("&Add…")
@@ -145,12 +128,19 @@ class SchedulesPage(Page):
     def _refill(self):
         self.list.clear()
         for s in self.schedules:
-            item = QListWidgetItem(icon("wizard-schedule"), _schedule_text(s))
-            item.setToolTip(_schedule_text(s))
+            item = QListWidgetItem(icon("wizard-schedule"), schedule_summary(s, "\n"))
+            item.setToolTip(schedule_summary(s))
             self.list.addItem(item)
-        self.hint.setText("" if self.schedules else
-                          "Without a schedule, the policy's backups run only when started by "
-                          "hand (a full backup with the default retention).")
+        types = {s["type"] for s in self.schedules}
+        if not self.schedules:
+            hint = ("Without a schedule, the policy's backups run only when started by hand "
+                    "(a full backup with the default retention).")
+        elif "full" not in types:
+            hint = ("There is no full schedule: the first backup of each client is taken as a "
+                    "full, and every later one is an incremental built on it.")
+        else:
+            hint = ""
+        self.hint.setText(hint)
         self._buttons()
         self.revalidate()
 
@@ -390,7 +380,7 @@ class PolicyWizard(WizardBase):
         return [("Name", s["name"]), ("Storage unit", s["storage_unit"]),
                 ("Priority", str(s["priority"])), ("Checksum", s["checksum"]),
                 ("Multiple data streams", "yes" if s["multiple_streams"] else "no"),
-                ("Schedules", "\n".join(_schedule_text(x) for x in s["schedules"])
+                ("Schedules", "\n".join(schedule_summary(x) for x in s["schedules"])
                  or "none: backups only when started by hand"),
                 ("Clients", ", ".join(s["clients"])),
                 ("Backup selections", "\n".join(s["selections"]))]

@@ -1,27 +1,25 @@
-"""One schedule of a policy: type, retention, frequency and start windows."""
+"""One schedule of a policy: level (full, differential or cumulative), retention, how often
+(every N hours/days/weeks, or calendar days) and start windows."""
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, \
-    QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout
+from PySide6.QtCore import QDate, Qt
+from PySide6.QtWidgets import QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, \
+    QDateEdit, QDialog, QDialogButtonBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, \
+    QLabel, QLayout, QLineEdit, QListWidget, QPushButton, QRadioButton, QSpinBox, QToolButton, \
+    QVBoxLayout, QWidget
 
 from app import timeutil
 from app.config import check_name
 from app.errors import ValidationError
+from ui.wizards.schedule_text import DAYS, TYPE_HELP, TYPE_LABELS, describe_calendar, \
+    ordinal
 from ui.wizards.common import StatusLine, note
-from ui.wizards.week_grid import WeekGrid, describe
+from ui.wizards.week_grid import WeekGrid, daily_windows, describe
 
-# (type, label, unavailable reason or None); config.add_schedule refuses the incrementals.
-TYPES = (
-    ("full", "Full backup", None),
-    ("differential", "Differential incremental — not available in this version",
-     "not available in this version"),
-    ("cumulative", "Cumulative incremental — not available in this version",
-     "not available in this version"),
-)
+TYPES = ("full", "differential", "cumulative")
 RETENTION_UNITS = (("d", "days"), ("w", "weeks"), ("y", "years"), ("h", "hours"))
 FREQUENCY_UNITS = (("h", "hours"), ("d", "days"), ("w", "weeks"))
 _UNIT_SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+DATE_FORMAT = "yyyy-MM-dd"
 
 
 def split_duration(seconds, units):
@@ -32,9 +30,146 @@ def split_duration(seconds, units):
     return max(1, seconds // 3600), "h"
 
 
+class CalendarBox(QGroupBox):
+    """Calendar days: weekdays, days of the month (the last one included) and dates left
+    out, such as holidays."""
+
+    def __init__(self, parent=None):
+        super().__init__("Calendar days", parent)
+        self.weekdays = []
+        week = QHBoxLayout()
+        week.addWidget(QLabel("Weekdays:"))
+        for d in DAYS:
+            box = QCheckBox(d)
+            self.weekdays.append(box)
+            week.addWidget(box)
+        week.addStretch(1)
+
+        self.monthdays = {}
+        month = QGridLayout()
+        month.setSpacing(2)
+        for n in range(1, 32):
+            self.monthdays[n] = self._day_button(str(n), f"Runs on the {ordinal(n)} of every month "
+                                                 "that has it")
+            month.addWidget(self.monthdays[n], (n - 1) // 7, (n - 1) % 7)
+        self.monthdays["last"] = self._day_button("Last day", "Runs on the last day of every "
+                                                  "month (28th to 31st)")
+        month.addWidget(self.monthdays["last"], 4, 3, 1, 4)
+
+        self.exclude = QListWidget()
+        self.exclude.setObjectName("calendar-exclude")
+        self.exclude.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.exclude.setMaximumHeight(90)
+        self.exclude_date = QDateEdit(QDate.currentDate())
+        self.exclude_date.setCalendarPopup(True)
+        self.exclude_date.setDisplayFormat(DATE_FORMAT)
+        self.add_exclude = QPushButton("Add")
+        self.remove_exclude = QPushButton("Remove")
+        self.add_exclude.clicked.connect(self.add_excluded)
+        self.remove_exclude.clicked.connect(self.remove_excluded)
+        self.exclude_date.dateChanged.connect(self._exclude_buttons)
+        self.exclude.itemSelectionChanged.connect(self._exclude_buttons)
+        pick = QHBoxLayout()
+        pick.addWidget(self.exclude_date, 1)
+        pick.addWidget(self.add_exclude)
+        pick.addWidget(self.remove_exclude)
+        excluded = QVBoxLayout()
+        excluded.addWidget(QLabel("Except on these dates:"))
+        excluded.addWidget(self.exclude, 1)
+        excluded.addLayout(pick)
+
+        monthly = QVBoxLayout()
+        monthly.addWidget(QLabel("Days of the month:"))
+        monthly.addLayout(month)
+        monthly.addStretch(1)
+        row = QHBoxLayout()
+        row.addLayout(monthly)
+        row.addSpacing(16)
+        row.addLayout(excluded, 1)
+
+        self.summary = note("")
+        lay = QVBoxLayout(self)
+        lay.addLayout(week)
+        lay.addLayout(row)
+        lay.addWidget(self.summary)
+        self._listeners = []
+        for box in self.weekdays:
+            box.toggled.connect(self._changed)
+        self._exclude_buttons()
+        self._changed()
+
+    def _day_button(self, text, tip):
+        b = QToolButton()
+        b.setText(text)
+        b.setCheckable(True)
+        b.setToolTip(tip)
+        b.setMinimumWidth(30)
+        # the style's own checked look is too faint to tell chosen days at a glance
+        b.setStyleSheet("QToolButton:checked { background: palette(highlight); "
+                        "color: palette(highlighted-text); border: 1px solid palette(dark); "
+                        "border-radius: 2px; }")
+        b.toggled.connect(self._changed)
+        return b
+
+    def on_change(self, callback):
+        self._listeners.append(callback)
+
+    def _changed(self, *_):
+        self.summary.setText("A backup is due " + describe_calendar(self.calendar())
+                             + ", in that day's start window.")
+        for callback in self._listeners:
+            callback()
+
+    # ---- excluded dates ----------------------------------------------------------------------
+    def excluded(self):
+        return [self.exclude.item(i).text() for i in range(self.exclude.count())]
+
+    def _set_excluded(self, dates):
+        self.exclude.clear()
+        self.exclude.addItems(sorted(set(dates)))
+        self._exclude_buttons()
+
+    def add_excluded(self, date=None):
+        text = date or self.exclude_date.date().toString(DATE_FORMAT)
+        if text in self.excluded():
+            return False
+        self._set_excluded(self.excluded() + [text])
+        self._changed()
+        return True
+
+    def remove_excluded(self):
+        gone = {i.text() for i in self.exclude.selectedItems()}
+        if gone:
+            self._set_excluded([d for d in self.excluded() if d not in gone])
+            self._changed()
+
+    def _exclude_buttons(self, *_):
+        text = self.exclude_date.date().toString(DATE_FORMAT)
+        self.add_exclude.setEnabled(text not in self.excluded())
+        self.remove_exclude.setEnabled(bool(self.exclude.selectedItems()))
+
+    # ---- the whole calendar ------------------------------------------------------------------
+    def calendar(self):
+        return {"weekdays": [d for d, box in enumerate(self.weekdays) if box.isChecked()],
+                "monthdays": [k for k, b in self.monthdays.items() if b.isChecked()],
+                "exclude": self.excluded()}
+
+    def set_calendar(self, calendar):
+        calendar = calendar or {}
+        days = set(calendar.get("weekdays") or ())
+        for d, box in enumerate(self.weekdays):
+            box.setChecked(d in days)
+        monthdays = set(calendar.get("monthdays") or ())
+        for k, b in self.monthdays.items():
+            b.setChecked(k in monthdays)
+        self._set_excluded(calendar.get("exclude") or ())
+        self._changed()
+
+
 class ScheduleDialog(QDialog):
-    """Edits a schedule dict {"name", "type", "retention", "frequency", "windows"}; `taken`
-    holds the names of the policy's other schedules."""
+    """Edits a schedule dict {"name", "type", "retention", "frequency", "windows"} plus
+    "calendar" for a calendar schedule; `taken` holds the names of the policy's other
+    schedules."""
 
     def __init__(self, schedule=None, taken=(), parent=None):
         super().__init__(parent)
@@ -42,15 +177,16 @@ class ScheduleDialog(QDialog):
         self.taken = set(taken)
 
         self.name = QLineEdit()
-        self.type = QComboBox()
-        model = QStandardItemModel(self.type)
-        self.type.setModel(model)
-        for key, label, unavailable in TYPES:
-            self.type.addItem(label, key)
-            if unavailable:
-                item = model.item(self.type.count() - 1)
-                item.setEnabled(False)
-                item.setToolTip(unavailable)
+        self.type_buttons = {}
+        self.type_group = QButtonGroup(self)
+        types = QVBoxLayout()
+        types.setSpacing(2)
+        for key in TYPES:
+            b = QRadioButton(f"{TYPE_LABELS[key]} — {TYPE_HELP[key]}")
+            b.setObjectName(f"type-{key}")
+            self.type_buttons[key] = b
+            self.type_group.addButton(b)
+            types.addWidget(b)
 
         self.keep_forever = QCheckBox("Keep forever")
         self.retention = QSpinBox()
@@ -65,7 +201,11 @@ class ScheduleDialog(QDialog):
         retention_row.addStretch(1)
         self.keep_forever.toggled.connect(self._retention_toggled)
 
-        self.every = QCheckBox("Every")
+        self.every = QRadioButton("Every")
+        self.on_calendar = QRadioButton("On calendar days")
+        often = QButtonGroup(self)
+        often.addButton(self.every)
+        often.addButton(self.on_calendar)
         self.frequency = QSpinBox()
         self.frequency.setRange(1, 999)
         self.frequency_unit = QComboBox()
@@ -75,8 +215,11 @@ class ScheduleDialog(QDialog):
         freq_row.addWidget(self.every)
         freq_row.addWidget(self.frequency)
         freq_row.addWidget(self.frequency_unit)
+        freq_row.addSpacing(24)
+        freq_row.addWidget(self.on_calendar)
         freq_row.addStretch(1)
-        self.every.toggled.connect(self._frequency_toggled)
+        self.calendar_box = CalendarBox()
+        self.every.toggled.connect(self._how_often_toggled)
 
         self.grid = WeekGrid()
         self.windows_text = QLabel()
@@ -90,13 +233,15 @@ class ScheduleDialog(QDialog):
 
         form = QFormLayout()
         form.addRow("&Name:", self.name)
-        form.addRow("&Type:", self.type)
+        form.addRow("Type:", types)
         form.addRow("Retention:", retention_row)
         form.addRow("", note("How long the images of this schedule are kept before they "
                              "expire."))
-        form.addRow("Frequency:", freq_row)
-        form.addRow("", note("How often a backup is due; without a frequency the schedule "
-                             "starts once in each window."))
+        form.addRow("How often:", freq_row)
+        self.how_often_text = note("A backup is due once this long has passed since the "
+                                   "last successful backup of this schedule; it starts in "
+                                   "the next start window.")
+        form.addRow("", self.how_often_text)
 
         self.status = StatusLine()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
@@ -104,12 +249,23 @@ class ScheduleDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
 
+        windows = QWidget()
+        wl = QVBoxLayout(windows)
+        wl.setContentsMargins(0, 0, 0, 0)
+        wl.addWidget(QLabel("<b>Start windows</b> — the hours in which backups may start "
+                            "(click or drag). Without any, the schedule never starts by "
+                            "itself: its backups run only when started by hand."))
+        wl.itemAt(0).widget().setWordWrap(True)
+        wl.addLayout(grid_row)
+        wl.addWidget(self.windows_text)
+
         layout = QVBoxLayout(self)
+        # Wrapped notes make the dialog's own size guess short: never below what the week
+        # grid and the calendar need.
+        layout.setSizeConstraint(QLayout.SizeConstraint.SetMinimumSize)
         layout.addLayout(form)
-        layout.addWidget(QLabel("<b>Start windows</b> — the hours in which backups may start "
-                                "(click or drag):"))
-        layout.addLayout(grid_row)
-        layout.addWidget(self.windows_text)
+        layout.addWidget(self.calendar_box)
+        layout.addWidget(windows)
         layout.addStretch(1)
         layout.addWidget(self.status)
         layout.addWidget(self.buttons)
@@ -118,6 +274,13 @@ class ScheduleDialog(QDialog):
                                "frequency": "1d", "windows": []})
         self.name.textChanged.connect(self.revalidate)
         self.retention.valueChanged.connect(self.revalidate)
+        self.retention_unit.currentIndexChanged.connect(self.revalidate)
+        self.keep_forever.toggled.connect(self.revalidate)
+        self.frequency.valueChanged.connect(self.revalidate)
+        self.frequency_unit.currentIndexChanged.connect(self.revalidate)
+        self.every.toggled.connect(self.revalidate)
+        self.type_group.buttonToggled.connect(self.revalidate)
+        self.calendar_box.on_change(self.revalidate)
         self.grid.changed.connect(self.revalidate)
         self.revalidate()
 
@@ -132,7 +295,7 @@ class ScheduleDialog(QDialog):
 
     def _set(self, s):
         self.name.setText(s["name"])
-        self.type.setCurrentIndex(max(0, self.type.findData(s["type"])))
+        self.type_buttons.get(s["type"], self.type_buttons["full"]).setChecked(True)
         ret = timeutil.parse_duration(s.get("retention") or "infinite")
         self.keep_forever.setChecked(ret is None)
         if ret is not None:
@@ -142,32 +305,62 @@ class ScheduleDialog(QDialog):
         else:
             self.retention.setValue(2)
             self.retention_unit.setCurrentIndex(self.retention_unit.findData("w"))
-        freq = timeutil.parse_duration(s["frequency"]) if s.get("frequency") else None
-        self.every.setChecked(freq is not None)
+        self._retention_toggled(ret is None)
+        freq = timeutil.parse_duration(s["frequency"]) if s.get("frequency") \
+            else s.get("frequency_s")
         n, u = split_duration(freq or 86400, FREQUENCY_UNITS)
         self.frequency.setValue(n)
         self.frequency_unit.setCurrentIndex(self.frequency_unit.findData(u))
-        self._frequency_toggled(self.every.isChecked())
+        calendar = s.get("calendar")
+        (self.on_calendar if calendar else self.every).setChecked(True)
+        self.calendar_box.set_calendar(calendar)
+        self._how_often_toggled()
         self.grid.set_windows(s.get("windows") or [])
 
     def _retention_toggled(self, forever):
         self.retention.setEnabled(not forever)
         self.retention_unit.setEnabled(not forever)
 
-    def _frequency_toggled(self, on):
-        self.frequency.setEnabled(on)
-        self.frequency_unit.setEnabled(on)
+    def _how_often_toggled(self, *_):
+        every = self.every.isChecked()
+        self.frequency.setEnabled(every)
+        self.frequency_unit.setEnabled(every)
+        self.calendar_box.setVisible(not every)
+        self.how_often_text.setVisible(every)
+        if self.isVisible():
+            self._fit_height(shrink=True)
+
+    def _fit_height(self, shrink=False):
+        # Qt sizes a window by its layout's minimum, which counts each wrapped note as one
+        # line and so squeezes the week grid: ask for the height at this width instead.
+        self.layout().activate()
+        need = self.layout().totalHeightForWidth(self.width())
+        if need > self.height() or shrink:
+            self.resize(self.width(), need)
+
+    def showEvent(self, event):
+        super().showEvent(event)
+        self._fit_height()
+
+    def schedule_type(self):
+        return next(k for k, b in self.type_buttons.items() if b.isChecked())
 
     def schedule(self):
-        return {
+        """The schedule as add_schedule's arguments plus its name; "calendar" only for a
+        calendar schedule, which has no frequency."""
+        s = {
             "name": self.name.text().strip(),
-            "type": self.type.currentData(),
+            "type": self.schedule_type(),
             "retention": "infinite" if self.keep_forever.isChecked()
             else f"{self.retention.value()}{self.retention_unit.currentData()}",
-            "frequency": f"{self.frequency.value()}{self.frequency_unit.currentData()}"
-            if self.every.isChecked() else None,
+            "frequency": f"{self.frequency.value()}{self.frequency_unit.currentData()}",
             "windows": self.grid.windows(),
         }
+        if self.on_calendar.isChecked():
+            s["frequency"] = None
+            s["calendar"] = self.calendar_box.calendar()
+            s["windows"] = daily_windows(s["windows"])
+        return s
 
     def problem(self):
         s = self.schedule()
@@ -179,13 +372,30 @@ class ScheduleDialog(QDialog):
             return f"{e.message[0].upper()}{e.message[1:]}: {e.hint}."
         if s["name"] in self.taken:
             return f"The policy already has a schedule named '{s['name']}'."
+        cal = s.get("calendar")
+        if cal is not None:
+            if not cal["weekdays"] and not cal["monthdays"]:
+                return "Check at least one weekday or day of the month, or choose “Every”."
+            if not s["windows"]:
+                return ("A calendar schedule needs a start window: mark the hours it may "
+                        "start in on the grid below.")
+            # The catalog runs a calendar day in the windows that open on it.
+            opening = {w["day"] for w in s["windows"]}
+            lost = [DAYS[d] for d in cal["weekdays"] if d not in opening]
+            if lost:
+                them = "that day" if len(lost) == 1 else "those days"
+                return (f"No start window opens on {', '.join(lost)}, so the calendar would "
+                        f"never run then: add a window on {them} or uncheck "
+                        f"{'it' if len(lost) == 1 else 'them'}.")
         return None
 
     def revalidate(self, *_):
-        self.windows_text.setText(describe(self.grid.windows()))
+        self.windows_text.setText(describe(self.schedule()["windows"]))
         p = self.problem()
         if p:
             self.status.problem(p)
         else:
             self.status.clear()
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(p is None)
+        if self.isVisible():
+            self._fit_height()

@@ -38,6 +38,25 @@ def cells_to_windows(cells):
     return windows
 
 
+def daily_windows(windows):
+    """Windows cut into pieces of at most a day, each starting where the last one ended. A
+    calendar schedule runs in the windows that open on its days, so a run of several days
+    (the whole week selected) needs a window opening on each of them."""
+    out = []
+    for w in windows:
+        hh, mm = (int(x) for x in w["start"].split(":"))
+        begin, left = w["day"] * 24 * 60 + hh * 60 + mm, round(w["hours"] * 60)
+        while left > 0:
+            piece = min(left, 24 * 60)
+            start = begin % (WEEK * 60)
+            out.append({"day": start // (24 * 60),
+                        "start": f"{start // 60 % 24:02d}:{start % 60:02d}",
+                        "hours": piece // 60 if piece % 60 == 0 else round(piece / 60, 4)})
+            begin, left = begin + piece, left - piece
+    out.sort(key=lambda w: (w["day"], w["start"]))
+    return out
+
+
 def windows_to_cells(windows):
     """The hours a list of windows touches, as (day, hour) cells."""
     cells = set()
@@ -52,13 +71,34 @@ def windows_to_cells(windows):
     return cells
 
 
+def _days_text(days):
+    """[0, 1, 2, 4] as `Mon–Wed, Fri`."""
+    runs, out = [], []
+    for d in sorted(days):
+        if runs and d == runs[-1][-1] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    for run in runs:
+        if len(run) >= 3:
+            out.append(f"{DAYS[run[0]]}–{DAYS[run[-1]]}")
+        else:
+            out.extend(DAYS[d] for d in run)
+    return ", ".join(out)
+
+
 def describe(windows):
+    """`Starts within: Mon–Fri 22:00 for 6 hours; Sat 08:00 for 12 hours.`: windows of the
+    same hours on several days are named once."""
     if not windows:
         return "No start windows: this schedule runs manual backups only."
-    parts = []
+    alike = {}
     for w in windows:
-        hours = w["hours"]
-        parts.append(f"{DAYS[w['day']]} {w['start']} for {hours:g} hour{'s' if hours != 1 else ''}")
+        alike.setdefault((w["start"], w["hours"]), []).append(w["day"])
+    parts = []
+    for (start, hours), days in sorted(alike.items(), key=lambda kv: (min(kv[1]), kv[0])):
+        parts.append(f"{_days_text(days)} {start} for {hours:g} "
+                     f"hour{'s' if hours != 1 else ''}")
     return "Starts within: " + "; ".join(parts) + "."
 
 

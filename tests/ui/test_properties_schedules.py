@@ -1,0 +1,46 @@
+"""A policy's properties: its schedules in words and its next scheduled backups, from the
+scheduler over the real catalog."""
+
+import pytest
+
+from ui.bridge import Bridge
+from ui.properties import PropertiesDialog
+from ui.wizards.week_grid import daily_windows
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def bridge(master):
+    b = Bridge(master)
+    yield b
+    b.shutdown()
+
+
+def open_properties(qtbot, bridge, master, policy):
+    dlg = PropertiesDialog(bridge, "policy", master.config.policy(policy))
+    qtbot.addWidget(dlg)
+    dlg.show()
+    qtbot.waitUntil(lambda: dlg.next_label.text() != "Looking…", timeout=5000)
+    return dlg
+
+
+def test_schedules_and_next_backups_of_a_policy(qtbot, bridge, master):
+    m = master
+    m.config.add_schedule("p1", "diff", type="differential", retention="1w",
+                          calendar={"weekdays": [0, 1, 2, 3, 4, 5, 6], "exclude": []},
+                          windows=daily_windows([{"day": 0, "start": "00:00", "hours": 168}]))
+    dlg = open_properties(qtbot, bridge, m, "p1")
+    texts = [w.text() for w in dlg.findChildren(type(dlg.next_label))]
+    schedules = next(t for t in texts if t.startswith("daily: full"))
+    assert "daily: full, kept 2 weeks; no start windows" in schedules
+    assert ("diff: differential incremental, every day, kept 1 week; starts within: Mon–Sun "
+            "00:00 for 24 hours.") in schedules
+    # open the whole week: a backup of the calendar schedule is due today
+    lines = dlg.next_label.text().splitlines()
+    assert lines and all(f"diff (differential) of {m.test_host}" in line for line in lines)
+
+
+def test_a_policy_without_start_windows_has_no_next_backups(qtbot, bridge, master):
+    dlg = open_properties(qtbot, bridge, master, "p1")
+    assert dlg.next_label.text().startswith("None in the next 7 days")

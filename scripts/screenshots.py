@@ -46,11 +46,15 @@ def demo_catalog(home, scratch):
     m.config.add_policy("projects-nightly", storage_unit="stu-fs1", priority=10)
     m.config.add_policy_client("projects-nightly", host)
     m.config.add_policy_selection("projects-nightly", os.path.join(src, "projects"))
-    m.config.add_schedule("projects-nightly", "nightly", type="full", retention="4w",
+    m.config.add_schedule("projects-nightly", "weekly", type="full", retention="4w",
+                          calendar={"weekdays": [5]},
+                          windows=[{"day": 5, "start": "20:00", "hours": 12}])
+    m.config.add_schedule("projects-nightly", "nightly", type="differential", retention="2w",
                           windows=[{"day": d, "start": "22:00", "hours": 6} for d in range(5)])
     for round_, files in enumerate((300, 420, 520)):
         make_tree(src, files, 256 * 1024 * (round_ + 1))
-        m.wait_for(m.start_backup("projects-nightly"))
+        m.wait_for(m.start_backup("projects-nightly",
+                                  schedule="weekly" if round_ == 0 else "nightly"))
     img = m.images()[-1]  # the first backup: restore a directory of it to a new place
     job = m.start_restore(img["id"], [os.path.join(src, "projects", "run-001")],
                           os.path.join(scratch, "restored"))

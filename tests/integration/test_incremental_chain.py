@@ -6,12 +6,13 @@ point-in-time lookups find the right image."""
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
 from app import status as st
 from app.master import Master
-from clihelp import cairn_json
+from clihelp import cairn, cairn_json
 from treegen import assert_trees_equal, make_tree
 
 
@@ -139,3 +140,54 @@ def test_point_in_time_browse_shows_deletions_and_renames(chain):
                                                         by["diff3"]["image"]["id"])
     doc, _ = cairn_json(home, "browse", "--client", "me", "--policy", "p1", src)
     assert {e["name"] for e in doc["entries"]} == set(os.listdir(src))
+
+
+@pytest.mark.ssh
+def test_incremental_over_ssh_and_point_in_time_restore_to_another_host(tmp_path, sshd,
+                                                                        sshd_as_localhost):
+    """The client is reached over SSH and its image goes over the data plane; a cumulative
+    after a change restores (to another SSH host, `--at`) exactly the tree of its time."""
+    home, vol, src = tmp_path / "home", tmp_path / "vol", str(tmp_path / "src")
+    vol.mkdir()
+    make_tree(src)
+    cairn(home, "host", "add", "me", "--local")
+    for name, addr in (("client1", sshd.host), ("other", "localhost")):
+        cairn(home, "host", "add", name, "--address", addr, "--port", sshd.port, "--user",
+              sshd.user, "--key", sshd.key_file, "--trust-host-key")
+    cairn(home, "storage-server", "create", "ss1", "--type", "advanced-disk", "--host", "me")
+    cairn(home, "disk-pool", "create", "dp1", "--server", "ss1", "--volume", str(vol))
+    cairn(home, "storage-unit", "create", "stu1", "--pool", "dp1")
+    cairn(home, "policy", "create", "p1", "--storage-unit", "stu1")
+    cairn(home, "policy", "add-client", "p1", "client1")
+    cairn(home, "policy", "add-selection", "p1", src)
+    cairn(home, "policy", "add-schedule", "p1", "full", "--type", "full")
+    cairn(home, "policy", "add-schedule", "p1", "cum", "--type", "cumulative")
+    doc, _ = cairn_json(home, "backup", "p1", "--schedule", "full", "--wait")
+    assert doc["status"] == 0
+    before = str(tmp_path / "before")
+    snapshot(src, before)
+    with open(os.path.join(src, "added.txt"), "w") as f:
+        f.write("over ssh\n")
+    os.unlink(os.path.join(src, "big.bin"))
+    time.sleep(1.1)  # image times have whole seconds: --at must tell the two apart
+    doc, _ = cairn_json(home, "backup", "p1", "--schedule", "cum", "--wait")
+    assert doc["status"] == 0
+    job = doc["jobs"][0]
+    log = cairn(home, "jobs", "log", str(job["id"])).stdout
+    assert "cumulative incremental: compared with image" in log and "data plane" in log
+    img, _ = cairn_json(home, "images", "list")
+    cum, full = img["images"]
+    assert (cum["schedule_type"], cum["base_image"], cum["files"]) == ("cumulative",
+                                                                      full["id"], 1)
+    # the full's point in time, by --at, restored to another SSH host
+    dst = str(tmp_path / "dst")
+    doc, _ = cairn_json(home, "restore", "--client", "client1", "--policy", "p1", "--at",
+                        full["created"], "--path", src, "--to", dst, "--to-host", "other",
+                        "--wait")
+    assert doc["status"] == 0
+    assert_trees_equal(before, dst + src, check_owner=False)
+    dst2 = str(tmp_path / "dst2")
+    doc, _ = cairn_json(home, "restore", cum["id"], "--path", src, "--to", dst2, "--to-host",
+                        "other", "--wait")
+    assert doc["status"] == 0
+    assert_trees_equal(src, dst2 + src, check_owner=False)

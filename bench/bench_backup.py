@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from app.master import Master  # noqa: E402
+from bench.benchlib import local_master  # noqa: E402
 
 MB = 1e6
 RUNS = 3
@@ -83,15 +83,7 @@ class Cairn:
         self.src = src
         self.tgt = os.path.join(work, "cairn.restore")
         os.makedirs(self.vol)
-        m = self.m = Master(self.home)
-        m.config.add_host("me", local=True)
-        m.config.add_storage_server("ss", type="advanced-disk", host="me")
-        m.create_disk_pool("dp", server="ss", volumes=[self.vol], high_water=100, low_water=99)
-        m.config.add_storage_unit("stu", pool="dp")
-        m.config.add_policy("p", storage_unit="stu")
-        m.config.add_policy_client("p", "me")
-        m.config.add_policy_selection("p", src)
-        m.hosts.connect(m.config.host("me"))  # the agent is up, as in a running console
+        self.m = local_master(self.home, self.vol, src)
 
     def run(self):
         m = self.m

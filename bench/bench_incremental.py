@@ -47,7 +47,7 @@ from app.agent import archiver, protocol  # noqa: E402
 from app.agent.changes import PreviousState  # noqa: E402
 from app.catalog_index import IndexWriter  # noqa: E402
 from app.jobs import incremental  # noqa: E402
-from app.master import Master  # noqa: E402
+from bench.benchlib import local_master  # noqa: E402
 
 TARGET_S = 10.0
 PER_DIR = 100
@@ -135,17 +135,8 @@ class Cairn:
         self.home = os.path.join(work, "cairn-home")
         self.vol = os.path.join(work, "cairn-vol")
         os.makedirs(self.vol)
-        m = self.m = Master(self.home)
-        m.config.add_host("me", local=True)
-        m.config.add_storage_server("ss", type="advanced-disk", host="me")
-        m.create_disk_pool("dp", server="ss", volumes=[self.vol], high_water=100, low_water=99)
-        m.config.add_storage_unit("stu", pool="dp")
-        m.config.add_policy("p", storage_unit="stu")
-        m.config.add_policy_client("p", "me")
-        m.config.add_policy_selection("p", src)
-        m.config.add_schedule("p", "full", type="full")
-        m.config.add_schedule("p", "diff", type="differential")
-        m.hosts.connect(m.config.host("me"))  # the agent is up, as in a running console
+        self.m = local_master(self.home, self.vol, src,
+                              schedules=[("full", "full"), ("diff", "differential")])
 
     def backup(self, schedule):
         m = self.m

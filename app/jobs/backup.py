@@ -27,6 +27,17 @@ def new_image_id(db, client, job_id):
     return iid
 
 
+def record_image(c, *, sources, selections, **fields):
+    """The catalog row of a committed image and its dependencies on the images it reads
+    from, in the caller's transaction."""
+    fields.update(sources=json.dumps(sources), selections=json.dumps(selections))
+    names = ", ".join(fields)
+    c.execute(f"INSERT INTO images({names}) VALUES ({', '.join('?' * len(fields))})",
+              tuple(fields.values()))
+    c.executemany("INSERT OR IGNORE INTO image_deps(image_id, depends_on) VALUES (?,?)",
+                  [(fields["id"], s) for s in sources])
+
+
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
@@ -170,18 +181,14 @@ def run(master, job):
     warnings = max(summary.get("warnings", 0), ctx.warnings)
     sources = completer.sources if completer else []
     with master.db.tx() as c:
-        c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
-                  "expires, bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
-                  "job_id, selections, warnings, checksum, base_image, sources, stream) "
-                  "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                  (image_id, client_host["name"], job["policy"], job["schedule"],
-                   meta["schedule_type"], meta["created"], expires, summary["bytes"],
-                   summary["files"], stu["name"], pool["name"], storage_host["name"],
-                   committed["path"], committed["bytes"], job["id"], json.dumps(selections),
-                   warnings, meta["checksum"], meta["base_image"], json.dumps(sources),
-                   stream))
-        c.executemany("INSERT OR IGNORE INTO image_deps(image_id, depends_on) VALUES (?,?)",
-                      [(image_id, s) for s in sources])
+        record_image(c, id=image_id, client=client_host["name"], policy=job["policy"],
+                     schedule=job["schedule"], schedule_type=meta["schedule_type"],
+                     created=meta["created"], expires=expires, bytes=summary["bytes"],
+                     files=summary["files"], storage_unit=stu["name"], pool=pool["name"],
+                     storage_host=storage_host["name"], path=committed["path"],
+                     image_bytes=committed["bytes"], job_id=job["id"],
+                     selections=selections, warnings=warnings, checksum=meta["checksum"],
+                     base_image=meta["base_image"], sources=sources, stream=stream)
     if completer is not None:
         ctx.log(f"{level} incremental: {summary['files']} new or changed entries sent "
                 f"({completer.new} new), {completer.unchanged} unchanged "

@@ -13,7 +13,7 @@ import time
 from app import status as st
 from app.catalog_index import IndexReader, IndexWriter
 from app.errors import CairnError, Canceled
-from app.jobs.backup import new_image_id
+from app.jobs.backup import new_image_id, record_image
 from app.jobs.context import JobContext
 from app.jobs.store import DONE
 
@@ -87,18 +87,16 @@ def run(master, job):
     levels = {i["schedule_type"] for i in images}
     level = levels.pop() if len(levels) == 1 else "mixed"
     with master.db.tx() as c:
-        c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
-                  "expires, bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
-                  "job_id, selections, warnings, checksum, base_image, sources, stream) "
-                  "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                  (set_id, job["client"], job["policy"], job["schedule"], level, created,
-                   expires, sum(i["bytes"] for i in images), sum(i["files"] for i in images),
-                   images[0]["storage_unit"], images[0]["pool"], images[0]["storage_host"], "",
-                   0, job["id"], json.dumps(job["params"]["selections"]),
-                   sum(i["warnings"] for i in images), images[0]["checksum"], None,
-                   json.dumps(sources), None))
-        c.executemany("INSERT OR IGNORE INTO image_deps(image_id, depends_on) VALUES (?,?)",
-                      [(set_id, s) for s in sources])
+        record_image(c, id=set_id, client=job["client"], policy=job["policy"],
+                     schedule=job["schedule"], schedule_type=level, created=created,
+                     expires=expires, bytes=sum(i["bytes"] for i in images),
+                     files=sum(i["files"] for i in images),
+                     storage_unit=images[0]["storage_unit"], pool=images[0]["pool"],
+                     storage_host=images[0]["storage_host"], path="", image_bytes=0,
+                     job_id=job["id"], selections=job["params"]["selections"],
+                     warnings=sum(i["warnings"] for i in images),
+                     checksum=images[0]["checksum"], base_image=None, sources=sources,
+                     stream=None)
         c.executemany("UPDATE images SET part_of=? WHERE id=?",
                       [(set_id, i["id"]) for i in images])
     ctx.files = sum(i["files"] for i in images)

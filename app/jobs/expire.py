@@ -62,9 +62,8 @@ def due(db, now):
 def busy_with(db, image_ids):
     """A restore job that is queued or running and reads one of the images, or None."""
     for r in db.all("SELECT id, params FROM jobs WHERE state!='done' AND type='restore'"):
-        used = json.loads(r["params"] or "{}").get("reads") or []
-        image = json.loads(r["params"] or "{}").get("image")
-        if image in image_ids or set(used) & set(image_ids):
+        params = json.loads(r["params"] or "{}")
+        if {params.get("image"), *(params.get("reads") or [])} & set(image_ids):
             return r["id"]
     return None
 

@@ -191,3 +191,35 @@ def test_incremental_over_ssh_and_point_in_time_restore_to_another_host(tmp_path
                         "other", "--wait")
     assert doc["status"] == 0
     assert_trees_equal(src, dst2 + src, check_owner=False)
+
+
+def test_damaged_base_index_gives_a_full_and_a_missing_source_a_clear_restore_error(tmp_path):
+    src, vol = str(tmp_path / "src"), tmp_path / "vol"
+    vol.mkdir()
+    make_tree(src)
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        m.config.add_storage_server("ss1", type="advanced-disk", host="me")
+        m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)])
+        m.config.add_storage_unit("stu1", pool="dp1")
+        m.config.add_policy("p1", storage_unit="stu1")
+        m.config.add_policy_client("p1", "me")
+        m.config.add_policy_selection("p1", src)
+        m.config.add_schedule("p1", "daily", type="differential")
+        job1, full = backup(m, "daily")
+        with open(m.home.index_path(full["id"]), "r+b") as f:
+            f.truncate(100)
+        job2, img2 = backup(m, "daily")
+        assert img2["schedule_type"] == "full" and img2["base_image"] is None
+        assert "taken as a full backup: the index of image" in log_text(m, job2)
+        # a differential on top of the good second full, then its source file goes missing
+        job3, img3 = backup(m, "daily")
+        assert img3["base_image"] == img2["id"]
+        os.unlink(img2["path"])
+        dst = str(tmp_path / "dst")
+        [r] = m.wait_for([m.start_restore(img3["id"], [src], dst)])
+        assert r["status"] == st.IMAGE_DAMAGED, m.jobs.logs(r["id"])
+        assert img2["path"] in log_text(m, r) and not os.path.exists(dst + src)
+    finally:
+        m.close()

@@ -232,14 +232,103 @@ def test_a_slow_file_system_is_reported_on_that_file_system_only(double):
 
 
 def test_the_failures_are_distinct():
-    kinds = {cls.kind for cls in (ss.DaemonDown, ss.NotInCluster, ss.PermissionDenied,
-                                  ss.CommandTimeout, ss.CommandFailed)}
-    assert len(kinds) == 5
+    classes = (ss.DaemonDown, ss.NotInCluster, ss.PermissionDenied, ss.CommandTimeout,
+               ss.CommandFailed, ss.NodeUnreachable, ss.SnapshotNotFound, ss.InvalidArgument)
+    assert len({cls.kind for cls in classes}) == len(classes)
     other = ss.classify("mmdf", 1, "mmdf: 6027-1011 File system x is not known.\n"
                         "mmdf: Command failed. Examine previous error messages to determine "
                         "cause.\n")
     assert type(other) is ss.CommandFailed
     assert "6027-1011 File system x is not known" in other.message
+
+
+# ---- the local node, and nodes that cannot be reached --------------------------------------
+
+def test_local_node_is_the_node_mmgetstate_reports_without_all(double):
+    assert ss.local_node() == "gpfs-1.example.com"
+    double(local_node="client-3.example.com")
+    assert ss.local_node() == "client-3.example.com"
+    double(local_node="not-a-member.example.com")  # mmgetstate names no node
+    assert ss.local_node() is None
+
+
+def test_local_node_is_none_without_storage_scale(tmp_path, monkeypatch):
+    monkeypatch.setenv(ss.ENV_BIN, str(tmp_path))
+    assert ss.local_node() is None
+
+
+def test_the_local_node_is_matched_by_number_then_by_short_name():
+    nodes = ss.parse_y(MMLSCLUSTER, "mmlscluster")["clusterNode"]
+    assert ss._local_name({"nodeName": "whatever", "nodeNumber": "2"}, nodes) == \
+        "server-2.domain.com"
+    assert ss._local_name({"nodeName": "SERVER-1", "nodeNumber": ""}, nodes) == \
+        "server-1.domain.com"
+    assert ss._local_name({"nodeName": "x.y", "daemonShortName": "server-2"}, nodes) == \
+        "server-2.domain.com"
+    # Not in the cluster's list: mmgetstate's own name is all there is.
+    assert ss._local_name({"nodeName": "lost.domain.com", "nodeNumber": "9"}, nodes) == \
+        "lost.domain.com"
+
+
+def test_cluster_info_says_which_node_this_is_and_what_is_mounted_on_it(double):
+    info = ss.cluster_info()
+    assert info["local_node"] == "gpfs-1.example.com"
+    assert [(f["device"], f["mounted_here"]) for f in info["filesystems"]] == [
+        ("fs1", True), ("scratch", True)]
+    double(local_node="client-3.example.com")
+    info = ss.cluster_info()
+    assert info["local_node"] == "client-3.example.com"
+    assert [f["mounted_here"] for f in info["filesystems"]] == [True, False]
+    double(local_node="not-a-member.example.com")
+    info = ss.cluster_info()
+    assert info["local_node"] is None
+    assert [f["mounted_here"] for f in info["filesystems"]] == [None, None]
+
+
+def test_unreachable_nodes_show_as_unknown_and_leave_the_mount_list(double):
+    double(failure="node_unreachable", unreachable=["gpfs-2"])
+    info = ss.cluster_info()
+    assert {n["name"]: n["state"] for n in info["nodes"]} == {
+        "gpfs-1.example.com": "active", "gpfs-2.example.com": "unknown",
+        "client-3.example.com": "down"}
+    fs1, scratch = info["filesystems"]
+    assert [m["node"] for m in fs1["mounted_on"]] == [
+        "gpfs-1.example.com", "client-3.example.com"]
+    assert [m["node"] for m in scratch["mounted_on"]] == ["gpfs-1.example.com"]
+    assert "error" not in fs1 and "error" not in scratch
+
+
+def test_a_command_that_cannot_reach_a_node_is_reported_as_such(double):
+    double(failure="node_unreachable", unreachable=["gpfs-2", "client-3"], failing=["mmdf"])
+    info = ss.cluster_info()
+    assert [n["state"] for n in info["nodes"]] == ["active", "unknown", "unknown"]
+    for fs in info["filesystems"]:
+        assert fs["error"]["kind"] == "node_unreachable"
+        assert "6027-1617 There are no available nodes" in fs["error"]["error"]
+        assert "mmgetstate -a" in fs["error"]["hint"]
+    with pytest.raises(ss.NodeUnreachable) as e:
+        ss.run("mmdf", "fs1", "-Y")
+    assert e.value.to_dict()["kind"] == "node_unreachable"
+    assert e.value.command == "mmdf"
+
+
+@pytest.mark.parametrize("text", [
+    "mmdsh: 6027-1617 There are no available nodes on which to run the command.\n"
+    "mmdf: Command failed. Examine previous error messages to determine cause.\n",
+    "gpfs-2: ssh: connect to host gpfs-2 port 22: No route to host\n",
+    "gpfs-2: ssh: connect to host gpfs-2 port 22: Connection timed out\n",
+    "mmcommon: 6027-1637 mmdf quitting.  None of the specified nodes are valid.\n",
+    "gpfs-2: Network is unreachable\n",
+])
+def test_unreachable_nodes_are_told_apart_from_other_failures(text):
+    e = ss.classify("mmdf", 1, text)
+    assert type(e) is ss.NodeUnreachable
+    assert "Command failed. Examine" not in e.message
+
+
+def test_a_remote_command_that_merely_failed_is_not_an_unreachable_node():
+    e = ss.classify("mmdf", 1, "mmdsh: gpfs-2 remote shell process had return code 1.\n")
+    assert type(e) is ss.CommandFailed
 
 
 # ---- the agent's probe, through the master --------------------------------------------------

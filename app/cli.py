@@ -58,6 +58,15 @@ def build_parser():
                    help="drop the key trusted before (the host was reinstalled)")
     p = cmd(host, "remove", "unregister a host")
     p.add_argument("name")
+    p = cmd(host, "set", "change a host's attribute",
+            description="Change one attribute of a registered host: port, user, key_file, "
+                        "data_address, max_jobs, agent_env or comment. agent_env is the "
+                        "environment its agent starts with, as NAME=value pairs separated by "
+                        "commas (CAIRN_* variables, PATH, TMPDIR), e.g. CAIRN_MMFS_SUDO=1; "
+                        "an empty value clears it.")
+    p.add_argument("name")
+    p.add_argument("key")
+    p.add_argument("value")
 
     # storage
     ss = cmd(sub, "storage-server", "storage servers").add_subparsers(dest="sub", metavar="ACTION")
@@ -103,6 +112,20 @@ def build_parser():
     p.add_argument("--checksum", choices=["crc32", "sha256"], default="crc32",
                    help="file checksums checked at restore: crc32 (fast, catches corruption) "
                         "or sha256 (also evidence against tampering; costs CPU)")
+    p.add_argument("--snapshot", choices=["none", "filesystem", "fileset"], default="none",
+                   help="back up from a Storage Scale snapshot of the file system (or of the "
+                        "fileset) holding each selection, taken and deleted by the backup")
+    p.add_argument("--file-list", choices=["auto", "walk"], default="auto",
+                   help="how backups find their files: auto uses the Storage Scale policy "
+                        "engine where the selection is on Storage Scale and walks the tree "
+                        "elsewhere; walk always walks")
+    p = cmd(po, "set", "change a policy's attribute",
+            description="Change one attribute of a policy: storage_unit, priority, "
+                        "multiple_streams, checksum, snapshot (none, filesystem, fileset), "
+                        "file_list (auto, walk), active or comment.")
+    p.add_argument("name")
+    p.add_argument("key")
+    p.add_argument("value")
     p = cmd(po, "add-client", "add a client to a policy")
     p.add_argument("policy")
     p.add_argument("host")
@@ -184,6 +207,8 @@ def build_parser():
                    help="also expire the images that read data from it (later incrementals, "
                         "stream images); without it such an image is refused, naming them")
     p = cmd(im, "dependents", "the images that go when an image is expired")
+    p.add_argument("image")
+    p = cmd(im, "show", "one image: where it is, what it holds, the snapshot it was read from")
     p.add_argument("image")
 
     p = cmd(sub, "browse", "list a directory of an image")
@@ -329,6 +354,10 @@ def _dispatch(m, args, c, s):
             return _out(args, r, lambda d: print(
                 f"host {d['host']}: trusted {d['key_type']} {d['fingerprint']}" if d["trusted"]
                 else f"host {d['host']}: its key is trusted already"))
+        if s == "set":
+            r = m.update_object("host", args.name,
+                                **{args.key: _setting_value(args.key, args.value)})
+            return _out(args, r, lambda d: print(f"host {d['name']}: {args.key} changed"))
         if s == "remove":
             m.delete_object("host", args.name)
             return _out(args, {"removed": args.name}, lambda d: print(f"host {args.name} removed"))
@@ -369,7 +398,11 @@ def _dispatch(m, args, c, s):
             r = cfg.add_policy(args.name, storage_unit=args.storage_unit, priority=args.priority,
                                compression=args.compression, encryption=args.encryption,
                                multiple_streams=args.multiple_streams,
-                               checksum=args.checksum)
+                               checksum=args.checksum, snapshot=args.snapshot,
+                               file_list=args.file_list)
+        elif s == "set":
+            r = m.update_object("policy", args.name,
+                                **{args.key: _setting_value(args.key, args.value)})
         elif s == "add-client":
             r = cfg.add_policy_client(args.policy, args.host)
         elif s == "add-selection":
@@ -451,6 +484,8 @@ def _dispatch(m, args, c, s):
             r = m.expire_image(args.image, with_dependents=args.with_dependents)
             return _out(args, r, lambda d: print(
                 f"expired by job {d['job']}: {', '.join(d['images'])} ({d['bytes']} bytes)"))
+        if s == "show":
+            return _out(args, m.image(args.image), _print_image)
         if s == "dependents":
             r = m.expire_preview(args.image)
             return _out(args, r, lambda d: print(
@@ -594,6 +629,23 @@ def _print_probe(d):
                ["device", "mount_point", "size", "free", "mounted_on"])
 
 
+def _print_image(d):
+    for k in ("id", "client", "policy", "schedule", "schedule_type", "base_image", "created",
+              "expires", "files", "bytes", "storage_unit", "pool", "storage_host", "path",
+              "image_bytes", "checksum", "warnings", "stream", "part_of"):
+        if d.get(k) is not None:
+            print(f"{k:16} {d[k]}")
+    for snap in d.get("snapshot") or []:
+        where = f"fileset {snap['fileset']} of {snap['device']}" if snap.get("fileset") \
+            else f"file system {snap['device']}"
+        print(f"{'snapshot':16} {snap['name']} of {where}, taken "
+              f"{timeutil.iso(snap['created'])}")
+    scan = d.get("scan") or {}
+    if scan.get("method"):
+        print(f"{'file list':16} "
+              + ("Storage Scale policy engine" if scan["method"] == "policy" else "tree walk"))
+
+
 def _print_job(j):
     shown = dict(j, bytes=f"{j['bytes']} ({_size(j['bytes'])})",
                  rate_bytes_per_s=(f"{_size(j['rate_bytes_per_s'])}/s"
@@ -614,6 +666,18 @@ def _print_listing(d):
         print(f"  {e['kind']} {e['mode']:04o} {e['uid']:>6} {e['gid']:>6} {e['size']:>12} "
               f"{mt} {printable(e['name'])}" + (f" -> {printable(e['link'])}" if e["link"]
                                                  else ""))
+
+
+def _setting_value(key, text):
+    """A value given on the command line: yes/no and true/false for switches."""
+    if key not in ("multiple_streams", "active"):
+        return text
+    low = text.strip().lower()
+    if low in ("yes", "true", "on"):
+        return True
+    if low in ("no", "false", "off"):
+        return False
+    return text
 
 
 def _delete(m, args, kind):

@@ -17,6 +17,59 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ADDRESS_RE = re.compile(r"^[A-Za-z0-9._:\-\[\]%]+$")
 MAX_CONCURRENT_JOBS = 1000
 CHECKSUMS = ("crc32", "sha256")  # the agent's tarfmt.PIECE_HASHES
+# none: the live tree; filesystem: a snapshot of the whole Storage Scale file system holding
+# each selection; fileset: a snapshot of the fileset holding it (independent filesets).
+SNAPSHOT_MODES = ("none", "filesystem", "fileset")
+# auto: the Storage Scale policy engine lists the files where the selection is on Storage
+# Scale, a tree walk elsewhere; walk: always walk.
+FILE_LIST_MODES = ("auto", "walk")
+# Variables a host's agent may be started with: Cairn's own, and the search paths.
+AGENT_ENV_RE = re.compile(r"^(CAIRN_[A-Z0-9_]+|PATH|TMPDIR)$")
+
+
+def check_snapshot_mode(mode):
+    if mode not in SNAPSHOT_MODES:
+        raise ValidationError(f"snapshot mode {mode!r} is unknown",
+                              hint="choose none, filesystem (a snapshot of the Storage Scale "
+                                   "file system) or fileset (of the fileset holding each "
+                                   "selection)")
+    return mode
+
+
+def check_file_list(mode):
+    if mode not in FILE_LIST_MODES:
+        raise ValidationError(f"file list mode {mode!r} is unknown",
+                              hint="choose auto (the Storage Scale policy engine where it "
+                                   "applies, a tree walk elsewhere) or walk")
+    return mode
+
+
+def check_agent_env(env):
+    """{name: value} from a dict or "NAME=value,NAME2=value" text; empty -> None."""
+    if env in (None, "", {}):
+        return None
+    if isinstance(env, str):
+        pairs = {}
+        for part in env.split(","):
+            if not part.strip():
+                continue
+            name, eq, value = part.strip().partition("=")
+            if not eq:
+                raise ValidationError(f"agent environment entry {part.strip()!r} is not "
+                                      "NAME=value", hint="e.g. CAIRN_MMFS_SUDO=1")
+            pairs[name.strip()] = value.strip()
+        env = pairs
+    if not isinstance(env, dict):
+        raise ValidationError("the agent environment must be NAME=value pairs")
+    for name, value in env.items():
+        if not AGENT_ENV_RE.match(str(name)):
+            raise ValidationError(f"{name!r} cannot be set in an agent's environment",
+                                  hint="allowed: CAIRN_* variables (e.g. CAIRN_MMFS_SUDO=1, "
+                                       "CAIRN_MMFS_BIN=/usr/lpp/mmfs/bin), PATH and TMPDIR")
+        if not isinstance(value, str) or "\0" in value or "\n" in value or len(value) > 4096:
+            raise ValidationError(f"the value of {name} is not valid",
+                                  hint="a single line of text")
+    return dict(env) or None
 MAX_IO_STREAMS = 1000
 
 
@@ -552,8 +605,11 @@ class Config:
 
     # ---- policies ------------------------------------------------------------------------
     def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
-                   multiple_streams=False, checksum="crc32", comment=""):
+                   multiple_streams=False, checksum="crc32", snapshot="none",
+                   file_list="auto", comment=""):
         _unique(self.db, "policies", "policy", name)
+        check_snapshot_mode(snapshot)
+        check_file_list(file_list)
         sid = _id_of(self.db, "storage_units", "storage unit", storage_unit,
                      "storage-unit create")
         prio = check_int("priority", priority, 0, 99999)
@@ -569,10 +625,10 @@ class Config:
                                        "(also evidence against tampering; costs CPU)")
         with self.db.tx() as c:
             c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
-                      "encryption, multiple_streams, checksum, comment, created) "
-                      "VALUES (?,?,?,?,?,?,?,?,?)",
+                      "encryption, multiple_streams, checksum, snapshot, file_list, comment, "
+                      "created) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                       (name, sid, prio, int(bool(compression)), int(bool(encryption)),
-                       int(bool(multiple_streams)), checksum, comment,
+                       int(bool(multiple_streams)), checksum, snapshot, file_list, comment,
                        timeutil.iso(timeutil.now())))
         return self.policy(name)
 
@@ -690,6 +746,8 @@ _POLICY_SQL = ("SELECT p.*, u.name AS storage_unit FROM policies p "
 
 def _host_dict(row):
     d = dict(row)
+    env = d.get("agent_env")
+    d["agent_env"] = json.loads(env) if env else {}
     return d
 
 

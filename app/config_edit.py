@@ -8,8 +8,10 @@ renaming is not offered because jobs and images record names."""
 
 import os
 
+import json
+
 from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUMS, \
-    _id_of, check_int
+    _id_of, check_agent_env, check_file_list, check_int, check_snapshot_mode
 from app.errors import ValidationError
 
 KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy")
@@ -22,11 +24,12 @@ _CREATE = {"host": "host add", "storage-server": "storage-server create",
 
 #: attributes the properties dialog may change, per kind
 EDITABLE = {
-    "host": ("port", "user", "key_file", "data_address", "max_jobs", "comment"),
+    "host": ("port", "user", "key_file", "data_address", "max_jobs", "agent_env", "comment"),
     "storage-server": ("comment",),
     "disk-pool": ("high_water", "low_water", "max_io_streams", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
-    "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "active", "comment"),
+    "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "snapshot",
+               "file_list", "active", "comment"),
 }
 
 
@@ -149,6 +152,9 @@ def update(db, config, kind, name, **changes):
             # empty: the master's limit of jobs per client applies
             values["max_jobs"] = (None if changes["max_jobs"] in (None, "") else
                                   check_int("maximum jobs", changes["max_jobs"], 1, 1000))
+        if "agent_env" in changes:
+            env = check_agent_env(changes["agent_env"])
+            values["agent_env"] = json.dumps(env, sort_keys=True) if env else None
     elif kind == "disk-pool":
         pool = config.disk_pool(name)
         hw = check_int("high-water mark", changes.get("high_water", pool["high_water"]), 1, 100)
@@ -181,6 +187,10 @@ def update(db, config, kind, name, **changes):
                 raise ValidationError(f"checksum {changes['checksum']!r} is unknown",
                                       hint=f"choose one of: {', '.join(CHECKSUMS)}")
             values["checksum"] = changes["checksum"]
+        if "snapshot" in changes:
+            values["snapshot"] = check_snapshot_mode(changes["snapshot"])
+        if "file_list" in changes:
+            values["file_list"] = check_file_list(changes["file_list"])
     if "comment" in changes:
         c = changes["comment"] or ""
         if len(c) > 1000 or "\0" in c:

@@ -15,6 +15,9 @@ class HostPool:
         self._transports = {}
         self._locks = {}
         self._lock = threading.Lock()
+        # Connections made with an agent environment that has changed since: their running
+        # calls finish on them, new calls get a connection with the new environment.
+        self._retired = []
 
     def _host_lock(self, name):
         with self._lock:
@@ -23,25 +26,30 @@ class HostPool:
     def transport(self, host, trust_unknown_key=False):
         if host["kind"] == "local":
             from app.transport.local import LocalTransport
-            return LocalTransport()
+            return LocalTransport(env=host.get("agent_env") or None)
         from app.transport.ssh import SSHTransport
         return SSHTransport(host["address"], port=host["port"] or 22, user=host["user"],
                             key_file=host["key_file"], known_hosts=self.home.known_hosts,
                             trust_unknown_key=trust_unknown_key,
-                            password_provider=self.password_provider)
+                            password_provider=self.password_provider,
+                            env=host.get("agent_env") or None)
 
     def connect(self, host, trust_unknown_key=False):
         """The live agent connection of a host (a dict from Config.host)."""
         name = host["name"]
         with self._host_lock(name):
+            env = host.get("agent_env") or {}
             conn = self._conns.get(name)
-            if conn is not None and conn.alive:
+            if conn is not None and conn.alive and getattr(conn, "agent_env", {}) == env:
                 return conn
-            if conn is not None:
-                conn.close()
             old = self._transports.pop(name, None)
-            if old is not None:
-                old.close()
+            if conn is not None and conn.alive:
+                self._retired.append((conn, old))
+            else:
+                if conn is not None:
+                    conn.close()
+                if old is not None:
+                    old.close()
             transport = self.transport(host, trust_unknown_key)
             try:
                 process = transport.start_agent()
@@ -57,6 +65,7 @@ class HostPool:
             except BaseException:
                 transport.close()
                 raise
+            conn.agent_env = env
             self._transports[name] = transport
             self._conns[name] = conn
             return conn
@@ -77,6 +86,11 @@ class HostPool:
         with self._lock:
             conns, self._conns = list(self._conns.values()), {}
             transports, self._transports = list(self._transports.values()), {}
+            for c, t in self._retired:
+                conns.append(c)
+                if t is not None:
+                    transports.append(t)
+            self._retired = []
         for c in conns:
             c.close()
         for t in transports:

@@ -163,13 +163,14 @@ class Master:
                              data_address=data_address, check=True)
 
     def create_policy(self, name, *, storage_unit, priority=0, multiple_streams=False,
-                      checksum="crc32", clients=(), selections=(), schedules=(), comment=""):
+                      checksum="crc32", snapshot="none", file_list="auto", clients=(),
+                      selections=(), schedules=(), comment=""):
         """A policy with its clients, backup selections and schedules (dicts of
         add_schedule's arguments plus `name`), all or nothing: when a later part is
         refused, the policy is removed again and the error raised."""
         self.config.add_policy(name, storage_unit=storage_unit, priority=priority,
                                multiple_streams=multiple_streams, checksum=checksum,
-                               comment=comment)
+                               snapshot=snapshot, file_list=file_list, comment=comment)
         try:
             for host in clients:
                 self.config.add_policy_client(name, host)
@@ -728,4 +729,7 @@ def _image_dict(row):
     d = dict(row)
     d["selections"] = json.loads(d["selections"])
     d["sources"] = json.loads(d.get("sources") or "[]")
+    # The Storage Scale snapshots the image was read from, and how its file list was made.
+    d["snapshot"] = json.loads(d["snapshot"]) if d.get("snapshot") else []
+    d["scan"] = json.loads(d["scan"]) if d.get("scan") else None
     return d

@@ -11,6 +11,7 @@ HOST_KEY_CHANGED = 23
 NO_PYTHON = 24
 AGENT_FAILED = 25
 NOTHING_TO_BACKUP = 30
+SNAPSHOT_FAILED = 31      # the file system snapshot a policy asks for could not be taken
 STORAGE_WRITE_FAILED = 40
 POOL_FULL = 41
 VOLUME_UNAVAILABLE = 42
@@ -33,6 +34,7 @@ STATUS_TEXT = {
     NO_PYTHON: "the host has no python3 of version 3.9 or newer",
     AGENT_FAILED: "the agent on the host failed or stopped answering",
     NOTHING_TO_BACKUP: "none of the backup selections exist on the client",
+    SNAPSHOT_FAILED: "the file system snapshot the policy asks for could not be taken",
     STORAGE_WRITE_FAILED: "writing to the storage failed (disk full or I/O error)",
     POOL_FULL: "the disk pool is above its high-water mark",
     VOLUME_UNAVAILABLE: "a disk pool volume is missing, not a directory or not writable",

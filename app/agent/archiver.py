@@ -147,6 +147,14 @@ class _Node:
         self.selected = False
 
 
+class _Counted:
+    """Totals known before the copy starts (from a file list)."""
+
+    def __init__(self, result):
+        self.result = result
+        self.stop = False
+
+
 class _Totals(threading.Thread):
     """Counts what the selections hold, beside the copy, so that percent done and an ETA can
     be shown long before the copy is over."""
@@ -207,8 +215,19 @@ class _Totals(threading.Thread):
 
 
 class _Backup:
-    def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None):
+    def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None,
+                 read_from=None, listing=None, unchanged_before_ns=None):
         self.checksum = checksum
+        # Selections read from elsewhere (a snapshot) but recorded under their own paths:
+        # [(selection bytes, directory read instead)], longest first.
+        self.read_from = sorted(((os.fsencode(k), os.fsencode(v))
+                                 for k, v in (read_from or {}).items()),
+                                key=lambda kv: -len(kv[0]))
+        # A file list made beforehand (the Storage Scale policy engine, app/agent/filelist.py):
+        # directories it covers are not read again, and in an incremental a file it shows
+        # unchanged since the previous backup's scan (change time) is not looked at again.
+        self.listing = listing
+        self.unchanged_before_ns = unchanged_before_ns
         # An incremental: entries whose state matches the previous image's are listed, not
         # sent again (see app/agent/changes.py).
         try:
@@ -240,6 +259,15 @@ class _Backup:
         self.last_progress = 0.0
         self.last_rows = time.monotonic()
         self.current = ""
+
+    def real(self, path):
+        """Where a path (bytes) of the backup is read from."""
+        for sel, src in self.read_from:
+            if path == sel:
+                return src
+            if path.startswith(sel) and path[len(sel):len(sel) + 1] == b"/":
+                return src + path[len(sel):]
+        return path
 
     # -- events
 
@@ -343,8 +371,10 @@ class _Backup:
 
     def run(self, selections, image_meta):
         roots = self.selected_roots(selections)
-        if self.previous is None:
-            self.totals = _Totals(list(roots), self.excludes)
+        if self.previous is None and self.listing is not None:
+            self.totals = _Counted(self.listing.totals())
+        elif self.previous is None:
+            self.totals = _Totals([self.real(r) for r in roots], self.excludes)
             self.totals.start()
         else:
             # What an incremental will send is known only at its end: no percentage.
@@ -389,7 +419,7 @@ class _Backup:
                 continue
             b = b"/" + os.path.normpath(b).lstrip(b"/")
             try:
-                st = os.lstat(b)
+                st = os.lstat(self.real(b))
             except OSError as e:
                 if e.errno in (errno.ENOENT, errno.ENOTDIR):
                     self.warn(b, "does not exist")
@@ -439,7 +469,7 @@ class _Backup:
         that they follow in name order. `node` is the selection tree for directories above
         or at the selections (only the selected names are visited there), None below."""
         try:
-            dfd = self.open_dir(path, node is None)
+            dfd = self.open_dir(self.real(path), node is None)
         except OSError as e:
             if e.errno == errno.ENOENT:
                 self.warn(path, "vanished during backup")
@@ -451,7 +481,12 @@ class _Backup:
         try:
             self.prev_names = (self.previous.directory(path) if self.previous is not None
                                else None)
-            if node is None:
+            listed = None
+            if node is None and self.listing is not None:
+                listed = self.listing.children(path)
+            if listed is not None:
+                names = sorted(listed)
+            elif node is None:
                 try:
                     # listing by fd gives str names; fsencode restores the exact bytes
                     names = [os.fsencode(n) for n in os.listdir(dfd)]
@@ -461,6 +496,8 @@ class _Backup:
                 names.sort()
             else:
                 names = sorted(node.children)
+            quick = (listed is not None and self.prev_names is not None
+                     and self.unchanged_before_ns is not None)
             subdirs = []
             for name in names:
                 self.tick()
@@ -468,6 +505,9 @@ class _Backup:
                 if child in self.excludes:
                     self.log("%s is not backed up: it is excluded (%s)"
                              % (os.fsdecode(child), self.excludes[child]))
+                    continue
+                if quick and name in self.prev_names and self.listed_unchanged(
+                        child, listed[name]):
                     continue
                 cnode = None if node is None else node.children[name]
                 try:
@@ -613,6 +653,23 @@ class _Backup:
         # offset -1: the member is in an earlier image; the master fills in where.
         self.add_row([spath, kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns, -1, 0, "",
                       link, st.st_ctime_ns, st.st_ino])
+        return True
+
+    def listed_unchanged(self, path, st):
+        """An incremental's entry the file list shows unchanged since the previous backup's
+        scan: listed from the list alone, not looked at again. Only single-link regular files:
+        a hard link group or a symlink target needs the file system itself."""
+        if (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
+                or st.st_ctime_ns >= self.unchanged_before_ns):
+            return False
+        spath = os.fsdecode(path)
+        self.current = spath
+        self.unchanged += 1
+        self.unchanged_bytes += st.st_size
+        # The list's times have microseconds; the master takes the exact ones from the
+        # previous image's index.
+        self.add_row([spath, entry.KIND_FILE, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
+                      st.st_size, st.st_mtime_ns, -1, 0, "", "", st.st_ctime_ns, st.st_ino])
         return True
 
     def hardlink(self, path, spath, st, first):
@@ -826,7 +883,8 @@ class _Backup:
 
 
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
-              checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None):
+              checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None,
+              read_from=None, listing=None, unchanged_before_ns=None):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -843,6 +901,12 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     previous: the state of the image an incremental compares with (app/agent/changes.py);
     unchanged entries get rows with offset -1 and no member.
 
+    read_from: {selection: directory}: read that selection from the directory (a snapshot)
+    while recording its own paths.
+    listing: a file list made beforehand (app/agent/filelist.py) that replaces reading the
+    directories it covers; with previous and unchanged_before_ns, a single-link regular file
+    it shows with a change time before that is unchanged without being looked at.
+
     Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "unchanged",
     "unchanged_bytes", "index_offset", "index_length"}; the last two locate the
     `.cairn/index.jsonl` member in the image.
@@ -851,7 +915,8 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
         tarfmt.piece_hash(checksum)
     except ValueError as e:
         raise InvalidRequest(str(e))
-    b = _Backup(out, emit, is_cancelled, checksum, excludes, previous)
+    b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
+                unchanged_before_ns)
     try:
         return b.run(selections, image_meta)
     finally:

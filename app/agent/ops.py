@@ -220,37 +220,53 @@ def _remove(path):
 
 @handler
 def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
-           previous=None):
+           previous=None, snapshot="none", file_list="walk", since=None):
     """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
     is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
-    storage server's agent."""
+    storage server's agent. snapshot, file_list and since: see app/agent/scale_backup.py.
+    The summary adds the snapshots read from and how the file list was made."""
     from app.agent.archiver import backup_to
-    if dest["mode"] == "file":
-        sink = _FileSink(dest["path"])
-        try:
-            summary = backup_to(sink, selections, emit=req.emit,
-                                is_cancelled=req.is_cancelled, image_meta=image_meta,
-                                checksum=checksum, excludes=excludes,
-                                previous=previous)
-            sink.finish()
-        except BaseException:
+    from app.agent.scale_backup import Preparation
+    if dest["mode"] not in ("file", "net"):
+        raise InvalidRequest(f"unknown destination mode {dest['mode']!r}")
+    prep = Preparation(selections, snapshot=snapshot, file_list=file_list,
+                       job_id=image_meta.get("job_id"), since=since, emit=req.emit,
+                       is_cancelled=req.is_cancelled)
+    try:
+        prep.start()
+        kw = dict(emit=req.emit, is_cancelled=req.is_cancelled, image_meta=image_meta,
+                  checksum=checksum, excludes=dict(excludes or {}, **prep.excludes),
+                  previous=previous, read_from=prep.read_from, listing=prep.listing,
+                  unchanged_before_ns=prep.unchanged_before_ns)
+        if dest["mode"] == "file":
+            sink = _FileSink(dest["path"])
+            try:
+                summary = backup_to(sink, selections, **kw)
+                sink.finish()
+            except BaseException:
+                sink.close()
+                _remove(dest["path"])
+                raise
             sink.close()
-            _remove(dest["path"])
-            raise
-        sink.close()
-        return summary
-    if dest["mode"] == "net":
-        chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
-        try:
-            summary = backup_to(chan, selections, emit=req.emit,
-                                is_cancelled=req.is_cancelled, image_meta=image_meta,
-                                checksum=checksum, excludes=excludes,
-                                previous=previous)
-            chan.finish()
-        finally:
-            chan.close()
-        return summary
-    raise InvalidRequest(f"unknown destination mode {dest['mode']!r}")
+        else:
+            chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
+            try:
+                summary = backup_to(chan, selections, **kw)
+                chan.finish()
+            finally:
+                chan.close()
+    finally:
+        left = prep.finish()
+    summary.update(prep.report())
+    summary["snapshots_left"] = [s["name"] for s in left]
+    return summary
+
+
+@handler
+def delete_snapshots(req, snapshots):
+    """Delete the snapshots of a backup whose agent was killed: [[device, name, fileset]]."""
+    from app.agent.scale_backup import delete_snapshots as delete
+    return {"snapshots": delete([tuple(s) for s in snapshots])}
 
 
 @handler

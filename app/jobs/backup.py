@@ -38,6 +38,23 @@ def record_image(c, *, sources, selections, **fields):
                   [(fields["id"], s) for s in sources])
 
 
+def _delete_left_snapshots(master, ctx, client_host, snapshots):
+    """The client's agent deletes its snapshots itself, also when the backup fails; this is
+    for an agent that was killed before it could. Deleting a deleted one is harmless."""
+    try:
+        r = master.hosts.connect(client_host).call(
+            "delete_snapshots", {"snapshots": [[s["device"], s["name"], s.get("fileset")]
+                                               for s in snapshots]}, timeout=300)
+    except Exception as e:  # noqa: BLE001 - the backup's own error matters more
+        ctx.log(f"the snapshots {', '.join(s['name'] for s in snapshots)} on "
+                f"{client_host['name']} may be left behind: {e}", "warning")
+        return
+    for x in r["snapshots"]:
+        if not x["deleted"] and x["error"]:
+            ctx.log(f"snapshot {x['name']} on {client_host['name']} could not be deleted: "
+                    f"{x['error']}", "warning")
+
+
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
@@ -73,7 +90,8 @@ def run(master, job):
     level = p.get("schedule_type") or (schedule["type"] if schedule else "full")
     checksum = p.get("checksum", "crc32")
     stream = p.get("stream")
-    base = base_index = completer = previous = None
+    policy = cfg.policy(job["policy"])
+    base = base_index = completer = previous = since = None
     if level != "full":
         base, why = incremental.choose_base(master.db, client=client_host["name"],
                                             policy=job["policy"], pool=pool["name"],
@@ -96,6 +114,7 @@ def run(master, job):
             # alike.
             checksum = base["checksum"]
             completer = incremental.Completer(base, base_index, base_entries)
+            since = incremental.scan_started(base)
             ctx.log(f"{level} incremental: compared with image {base['id']} "
                     f"({base['schedule_type']}, {base['created']}, {base_entries} files)")
     created = time.time()
@@ -110,8 +129,12 @@ def run(master, job):
     index = IndexWriter(index_path)
     index_error = []
 
+    snapshots = []
+
     def on_event(event, data):
-        if event == "rows":
+        if event == "snapshot":
+            snapshots.append(data)
+        elif event == "rows":
             if not index_error:
                 try:
                     if completer is not None:
@@ -143,7 +166,10 @@ def run(master, job):
                     f"the image directory of disk pool {pool['name']}"
         send = client.start("backup", {"selections": selections, "image_meta": meta,
                                        "dest": dest, "checksum": meta["checksum"],
-                                       "excludes": excludes, "previous": previous},
+                                       "excludes": excludes, "previous": previous,
+                                       "snapshot": policy.get("snapshot") or "none",
+                                       "file_list": policy.get("file_list") or "auto",
+                                       "since": since},
                             on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)
@@ -169,6 +195,8 @@ def run(master, job):
                                                     timeout=60)
         except Exception:  # noqa: BLE001 - the original error matters more
             pass
+        if snapshots:
+            _delete_left_snapshots(master, ctx, client_host, snapshots)
         ctx.flush()
         raise
     finally:
@@ -188,7 +216,10 @@ def run(master, job):
                      storage_host=storage_host["name"], path=committed["path"],
                      image_bytes=committed["bytes"], job_id=job["id"],
                      selections=selections, warnings=warnings, checksum=meta["checksum"],
-                     base_image=meta["base_image"], sources=sources, stream=stream)
+                     base_image=meta["base_image"], sources=sources, stream=stream,
+                     snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots")
+                     else None,
+                     scan=json.dumps(summary["scan"]) if summary.get("scan") else None)
     if completer is not None:
         ctx.log(f"{level} incremental: {summary['files']} new or changed entries sent "
                 f"({completer.new} new), {completer.unchanged} unchanged "

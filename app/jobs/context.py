@@ -45,7 +45,10 @@ class JobContext:
             self.log(f"{path}: {data.get('message')}" if path else data.get("message", ""),
                      "warning")
         elif event == "log":
-            self.log(data.get("message", ""))
+            # A warning-level log line says something went another way than planned without
+            # any file being skipped: it does not make the job partial.
+            self.log(data.get("message", ""),
+                     "warning" if data.get("level") == "warning" else "info")
 
     def log(self, message, level="info"):
         with self._lock:
@@ -75,7 +78,9 @@ class JobContext:
         return self.cancelled
 
     def supervise(self, calls):
-        """Wait for agent calls to end, ticking meanwhile. A cancel request cancels them all.
+        """Wait for agent calls to end, ticking meanwhile. A cancel request cancels them all,
+        and so does one call's failure: the calls of a job work on one stream, and the peer of
+        a side that failed before connecting would wait for it until its timeout.
         Returns when every call has ended (their results are read by the caller)."""
         last_sample = 0.0
         while True:
@@ -83,7 +88,7 @@ class JobContext:
             if not pending:
                 break
             pending[0].wait_done(TICK)
-            if self.check_cancel():
+            if self.check_cancel() or any(c.failed() for c in calls):
                 for c in pending:
                     c.cancel()
             now = time.monotonic()
@@ -125,9 +130,19 @@ def start_listening_side(ctx, conn, op, args, job_id):
 def results(calls, timeout=None):
     """The agent calls' results; an agent's error becomes the job's status."""
     out = []
+    errors = []
+    canceled = None
     for c in calls:
         try:
             out.append(c.wait(timeout))
         except AgentCallError as e:
-            raise CairnError(e.message, status_code=e.code) from None
+            errors.append(e)
+        except Canceled as e:
+            canceled = e
+    if errors:
+        # A side canceled because its peer failed: the peer's error is the job's.
+        e = next((e for e in errors if e.code != st.CANCELED), errors[0])
+        raise CairnError(e.message, status_code=e.code) from None
+    if canceled is not None:
+        raise canceled
     return out

@@ -15,6 +15,7 @@ from app.catalog_index import IndexCorrupt, IndexReader
 
 LEVELS = ("full", "differential", "cumulative")
 MAX_SOURCES = 0xFFFF  # the index's source column is u16
+CTIME_NS = 11  # the agent's row: the 11 fields of app/agent/entry.py, then ctime_ns and inode
 
 
 def choose_base(db, *, client, policy, pool, level, stream=None):
@@ -32,6 +33,18 @@ def choose_base(db, *, client, policy, pool, level, stream=None):
         return None, (f"no earlier {what} of {client} under policy {policy} in disk pool "
                       f"{pool}")
     return dict(row), None
+
+
+def scan_started(base):
+    """When the base image's scan started on the client (epoch seconds, the client's clock),
+    or None for images that did not record it."""
+    try:
+        scan = base.get("scan")
+        if isinstance(scan, str):
+            scan = json.loads(scan)
+        return float(scan["started"]) if scan and scan.get("started") else None
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def open_base_index(master, base):
@@ -119,6 +132,12 @@ class Completer:
                 raise IndexCorrupt(self.index.path,
                                    f"{row[E.PATH]} was reported unchanged but the index of "
                                    f"image {self.base['id']} does not hold it as it is")
+            # A file list from the policy engine gives times in microseconds: keep the
+            # exact ones the base recorded.
+            for col, exact in ((E.MTIME_NS, e.mtime_ns), (CTIME_NS, e.ctime_ns)):
+                v = row[col]
+                if v != exact and v % 1000 == 0 and v == exact - exact % 1000:
+                    row[col] = exact
             row[E.OFFSET] = e.offset
             row[E.LENGTH] = e.length
             row[E.CHECKSUM] = e.checksum

@@ -223,6 +223,17 @@ MIGRATIONS = [
         value TEXT NOT NULL
     )
     """,
+    # 5: file system snapshots and file lists. A host's agent environment (e.g. how to reach
+    # the Storage Scale commands); whether a policy backs up from a snapshot and how its
+    # backups find their files; per image the snapshot it was read from and how its file
+    # list was made (an incremental on Storage Scale compares change times with it).
+    """
+    ALTER TABLE hosts ADD COLUMN agent_env TEXT;
+    ALTER TABLE policies ADD COLUMN snapshot TEXT NOT NULL DEFAULT 'none';
+    ALTER TABLE policies ADD COLUMN file_list TEXT NOT NULL DEFAULT 'auto';
+    ALTER TABLE images ADD COLUMN snapshot TEXT;
+    ALTER TABLE images ADD COLUMN scan TEXT
+    """,
 ]
 
 

@@ -39,6 +39,10 @@ class Call:
     def done(self):
         return self._done.is_set()
 
+    def failed(self):
+        """Ended with an error."""
+        return self._done.is_set() and self._error is not None
+
     def wait_done(self, timeout=None):
         return self._done.wait(timeout)
 

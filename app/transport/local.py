@@ -71,13 +71,16 @@ class LocalAgentProcess(AgentProcess):
 
 
 class LocalTransport(Transport):
-    """command replaces the agent command line; it exists for tests."""
+    """command replaces the agent command line; it exists for tests. env: variables added
+    to the agent's environment (the host's agent_env)."""
 
-    def __init__(self, command=None):
+    def __init__(self, command=None, env=None):
         self._command = list(command) if command else agent_command()
+        self._env = dict(env or {})
 
     def start_agent(self) -> LocalAgentProcess:
         env = dict(os.environ)
+        env.update(self._env)
         if not getattr(sys, "frozen", False):
             root = str(source_root())
             env["PYTHONPATH"] = os.pathsep.join(

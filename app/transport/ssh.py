@@ -166,11 +166,12 @@ class SSHTransport(Transport):
     python: the interpreter command that runs the agent on the host.
     agent_dir: where the agent bundle is kept on the host (relative to its home directory).
     bundle: (bytes, version) to install instead of the real agent; for tests.
+    env: variables set in the agent's environment (the host's agent_env).
     """
 
     def __init__(self, address, port=22, user=None, key_file=None, known_hosts=None,
                  trust_unknown_key=False, password_provider=None, connect_timeout=10.0, *,
-                 python="python3", agent_dir=DEFAULT_AGENT_DIR, bundle=None):
+                 python="python3", agent_dir=DEFAULT_AGENT_DIR, bundle=None, env=None):
         if known_hosts is None:
             raise ValueError("SSHTransport needs the known_hosts file to check host keys")
         self.address = address
@@ -184,6 +185,7 @@ class SSHTransport(Transport):
         self.python = python
         self.agent_dir = agent_dir
         self._bundle = bundle
+        self.env = dict(env or {})
         self._lock = threading.RLock()
         self._t: paramiko.Transport | None = None
         self._sftp: paramiko.SFTPClient | None = None
@@ -604,7 +606,9 @@ class SSHTransport(Transport):
             path = self.install_agent()
         # /bin/sh whatever the login shell is, for a known syntax; exec keeps one pid from
         # the shell to the agent, so the pid it prints is the agent's and its process group.
-        script = f'echo "{PID_MARKER.decode()}$$"; exec "$0" "$1"'
+        # Variables go through `export` in the script: sshd's AcceptEnv is rarely open.
+        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(self.env.items()))
+        script = f'{exports}echo "{PID_MARKER.decode()}$$"; exec "$0" "$1"'
         command = (f"exec /bin/sh -c {shlex.quote(script)} {shlex.quote(self.python)} "
                    f"{shlex.quote(path)}")
         try:

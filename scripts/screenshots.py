@@ -5,7 +5,10 @@ real backups and a restore on this machine.
 
 The demo: this machine as the client and storage server, an AdvancedDisk pool in a scratch
 directory, a policy with a nightly schedule, three backups of a generated tree (the tree
-grows between them) and one restore to a new directory."""
+grows between them) and one restore to a new directory. The console sees this machine as a
+node of the Storage Scale cluster described in scripts/demo-cluster.json, served by the test
+double of the mm commands (tests/scale_double): the Storage Scale page and the disk pool
+wizard's GPFS volumes show it."""
 
 import argparse
 import os
@@ -17,8 +20,12 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+#: the demo's Storage Scale cluster: a test double of the mm commands and what it serves
+SCALE_DOUBLE = {"CAIRN_MMFS_BIN": os.path.join(ROOT, "tests", "scale_double", "bin"),
+                "CAIRN_SCALE_DOUBLE": os.path.join(ROOT, "scripts", "demo-cluster.json")}
+
 VIEWS = ("getting-started", "hosts", "storage-servers", "disk-pools", "storage-units",
-         "policies", "activity", "restore", "reports", "wizard:storage-server",
+         "clusters", "policies", "activity", "restore", "reports", "wizard:storage-server",
          "wizard:disk-pool", "wizard:storage-unit", "wizard:policy")
 
 
@@ -73,8 +80,9 @@ def main():
     try:
         if not os.path.exists(os.path.join(home, "catalog.db")):
             demo_catalog(home, scratch)
+        # The local host's agent, a subprocess of the console, inherits the double.
         env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=ROOT,
-                   XDG_CONFIG_HOME=os.path.join(scratch, "settings"))
+                   XDG_CONFIG_HOME=os.path.join(scratch, "settings"), **SCALE_DOUBLE)
         failed = 0
         for view in VIEWS:
             out = os.path.join(args.out, view.replace(":", "-") + ".png")

@@ -25,6 +25,7 @@ NAVIGATION = (
             ("storage-servers", "Storage servers", "storage-server", ()),
             ("disk-pools", "Disk pools", "disk-pool", ()),
             ("storage-units", "Storage units", "storage-unit", ()),
+            ("clusters", "Storage Scale", "cluster", ()),
         )),
         ("policies", "Policies", "policy", ()),
         ("activity", "Activity monitor", "activity", ()),

@@ -6,6 +6,7 @@ and `restore_state(settings)`; a page that loads more after its first refresh al
 
 from ui import views
 from ui.activity import ActivityView
+from ui.cluster_view import ClusterView
 from ui.restore_view import RestoreView
 from ui.getting_started import GettingStartedView
 from ui.reports import ReportsView
@@ -21,6 +22,7 @@ def make_pages(bridge):
         views.ObjectListView(specs["storage-servers"], bridge),
         views.ObjectListView(specs["disk-pools"], bridge),
         views.ObjectListView(specs["storage-units"], bridge),
+        ClusterView(bridge),
         views.ObjectListView(specs["policies"], bridge),
         ActivityView(bridge),
         RestoreView(bridge),

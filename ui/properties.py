@@ -38,7 +38,9 @@ LABELS = {
     "max_io_streams": "Maximum I/O streams", "max_concurrent_jobs": "Maximum concurrent jobs",
     "storage_unit": "Storage unit", "priority": "Priority",
     "multiple_streams": "Allow multiple data streams", "checksum": "File checksums",
-    "active": "Active (scheduled backups run)",
+    "active": "Active (scheduled backups run)", "snapshot": "Snapshot",
+    "file_list": "File list", "agent_env": "Agent environment",
+    "max_jobs": "Maximum jobs",
 }
 
 
@@ -118,7 +120,8 @@ class PropertiesDialog(QDialog):
             form.addRow("Next backups", self.next_label)
         self.editors = {}
         for key in EDITABLE[kind]:
-            if kind == "host" and obj.get("kind") == "local" and key != "comment":
+            if kind == "host" and obj.get("kind") == "local" and key in (
+                    "port", "user", "key_file", "data_address"):
                 continue  # this machine has no SSH settings
             w = self._editor(key, obj.get(key))
             self.editors[key] = w
@@ -171,6 +174,26 @@ class PropertiesDialog(QDialog):
             w = QCheckBox()
             w.setChecked(bool(value))
             w.toggled.connect(self._changed)
+        elif key in ("snapshot", "file_list"):
+            from app.config import FILE_LIST_MODES, SNAPSHOT_MODES
+            w = QComboBox()
+            w.addItems(SNAPSHOT_MODES if key == "snapshot" else FILE_LIST_MODES)
+            w.setCurrentText(value or ("none" if key == "snapshot" else "auto"))
+            w.setToolTip("none: the live files; filesystem or fileset: read from a Storage "
+                         "Scale snapshot taken and deleted by each backup"
+                         if key == "snapshot" else
+                         "auto: the Storage Scale policy engine lists the files where the "
+                         "selection is on Storage Scale; walk: always walk the tree")
+            w.currentTextChanged.connect(self._changed)
+        elif key == "agent_env":
+            text = ",".join(f"{k}={v}" for k, v in sorted((value or {}).items()))
+            w = QLineEdit(text)
+            w.setPlaceholderText("CAIRN_MMFS_SUDO=1")
+            w.setToolTip("Variables the host's agent starts with, NAME=value separated by "
+                         "commas: CAIRN_MMFS_SUDO=1 runs the Storage Scale commands through "
+                         "sudo, CAIRN_MMFS_BIN names where they are")
+            w.setClearButtonEnabled(True)
+            w.textChanged.connect(self._changed)
         elif key == "checksum":
             w = QComboBox()
             w.addItems(CHECKSUMS)
@@ -217,7 +240,9 @@ class PropertiesDialog(QDialog):
         for key in self.editors:
             old = self.obj.get(key)
             new = self.value(key)
-            if isinstance(self.editors[key], QLineEdit):
+            if key == "agent_env":
+                old = ",".join(f"{k}={v}" for k, v in sorted((old or {}).items()))
+            elif isinstance(self.editors[key], QLineEdit):
                 old = old or ""
             if new != old:
                 out[key] = new

@@ -48,6 +48,10 @@ IMAGE_COLUMNS = [
            lambda r: fmt.local_time(r["expires"]) if r.get("expires") else "never",
            sort=lambda r: r.get("expires") or "9999",
            tooltip=lambda r: fmt.utc_tooltip(r.get("expires"))),
+    Column("snapshot", "Snapshot", lambda r: _snapshot_text(r),
+           sort=lambda r: _snapshot_text(r).lower(), tooltip=lambda r: _snapshot_tooltip(r),
+           help="The Storage Scale snapshot the backup read from (a consistent point in "
+                "time); empty when it read the live files."),
     text_column("storage_unit", "Storage unit"),
     text_column("id", "Image ID"),
 ]
@@ -66,6 +70,20 @@ def _level_tooltip(image):
     if not base:
         return _level(image.get("schedule_type")) or None
     return f"{_level(image.get('schedule_type'))}: the changes since image {base}"
+
+
+def _snapshot_text(image):
+    return ", ".join(s["name"] for s in image.get("snapshot") or [])
+
+
+def _snapshot_tooltip(image):
+    lines = []
+    for s in image.get("snapshot") or []:
+        where = (f"fileset {s['fileset']} of {s['device']}" if s.get("fileset")
+                 else f"file system {s['device']}")
+        lines.append(f"Read from snapshot {s['name']} of {where}, taken "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['created']))}")
+    return "\n".join(lines) or None
 
 
 def _image_line(image):

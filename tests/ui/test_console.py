@@ -36,7 +36,8 @@ def test_navigation_follows_the_storage_model(console):
         ("Master", [
             ("Getting started", []),
             ("Hosts", []),
-            ("Storage", [("Storage servers", []), ("Disk pools", []), ("Storage units", [])]),
+            ("Storage", [("Storage servers", []), ("Disk pools", []), ("Storage units", []),
+                         ("Storage Scale", [])]),
             ("Policies", []),
             ("Activity monitor", []),
             ("Backup & restore", []),

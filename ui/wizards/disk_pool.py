@@ -1,5 +1,9 @@
 """The disk pool wizard: storage server, volumes (directories on the file systems the host
-reports, checked on the host), name and limits; it can go on to a storage unit on the pool."""
+reports, checked on the host), name and limits; it can go on to a storage unit on the pool.
+
+The volumes page shows the Storage Scale (GPFS) file systems of the host's cluster among the
+host's own: a GPFS file system not mounted on the storage server's node is listed too, and
+choosing a volume on it warns (it does not refuse: it may be mounted before backups run)."""
 
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -7,6 +11,7 @@ from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QFormLayo
     QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSpinBox, QTableWidget, \
     QTableWidgetItem
 
+from app import scale_view
 from app.config import check_abs_path
 from app.errors import ValidationError
 from ui import fmt
@@ -18,6 +23,7 @@ from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_com
 SERVER_PAGE, VOLUMES_PAGE, SETTINGS_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(5)
 
 CHECK_DELAY_MS = 300
+VOLUMES_WIDTH = 1060
 FS_ROLE = Qt.ItemDataRole.UserRole + 1
 
 (COL_VOLUME, COL_MOUNT, COL_TYPE, COL_SIZE, COL_FREE, COL_MOUNTED, COL_CHECK) = range(7)
@@ -30,13 +36,22 @@ def _sentence(message):
 
 
 def _load_volumes(m, server):
+    """The storage server's host's file systems, marked with its cluster's GPFS file systems
+    (one probe of the host gives both), and the volumes other pools already use."""
     srv = m.config.storage_server(server)
     used = {}
     for pool in m.config.disk_pools():
         if pool["server"] == server:
             for v in pool["volumes"]:
                 used[v] = pool["name"]
-    return {"host": srv["host"], "filesystems": m.host_volumes(srv["host"]), "used": used}
+    probe = m.probe_host(srv["host"])
+    scale = probe.get("storage_scale")
+    return {"host": srv["host"], "used": used,
+            "filesystems": scale_view.mark_volumes(probe.get("filesystems") or [], scale,
+                                                   probe.get("hostname")),
+            "cluster": None if scale_view.problem(scale, srv["host"]) else {
+                "name": scale.get("cluster_name"),
+                "local_node": scale_view.local_node(scale, probe.get("hostname"))}}
 
 
 def _create_pool(m, s):
@@ -141,6 +156,9 @@ class VolumesPage(Page):
         h.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         h.setStretchLastSection(True)
         self.body.addWidget(self.table, 1)
+        self.cluster_note = note("")
+        self.cluster_note.hide()
+        self.body.addWidget(self.cluster_note)
 
         self.path = QLineEdit()
         self.path.setPlaceholderText("/gpfs/fs1/backup")
@@ -180,7 +198,11 @@ class VolumesPage(Page):
             self.reload()
 
     def reload(self):
-        keep = [(self.volume(r), self.is_checked(r)) for r in range(self.table.rowCount())]
+        # Checked and typed directories stay; a file system's own unchecked row goes with
+        # the file system when the host no longer reports it.
+        mounts = {fs["mount_point"] for fs in self.filesystems}
+        keep = [(self.volume(r), self.is_checked(r)) for r in range(self.table.rowCount())
+                if self.is_checked(r) or self.volume(r) not in mounts]
         self.start_loading("Reading the file systems of the storage server's host…")
         self.call(_load_volumes, self.server, done=lambda r: self._loaded(r, keep),
                   failed=self._load_failed)
@@ -193,6 +215,7 @@ class VolumesPage(Page):
         self.host = result["host"]
         self.filesystems = result["filesystems"]
         self.used = result["used"]
+        self._show_cluster(result.get("cluster"))
         self.table.blockSignals(True)
         self.table.setRowCount(0)
         for fs in self.filesystems:
@@ -208,10 +231,21 @@ class VolumesPage(Page):
         self.loaded()
         self._volumes_changed()
 
+    def _show_cluster(self, cluster):
+        if not cluster:
+            self.cluster_note.hide()
+            return
+        node = scale_view.short(cluster.get("local_node"))
+        where = f"node {node}" if node else "a node (which one could not be told)"
+        self.cluster_note.setText(
+            f"Host {self.host} is {where} of the Storage Scale cluster {cluster['name']}; "
+            "its GPFS file systems are listed whether mounted there or not.")
+        self.cluster_note.show()
+
     def _fit_columns(self):
         self.table.resizeColumnsToContents()
-        for col, most in ((COL_VOLUME, 180), (COL_MOUNT, 110), (COL_TYPE, 200),
-                          (COL_MOUNTED, 80)):
+        for col, most in ((COL_VOLUME, 180), (COL_MOUNT, 110), (COL_TYPE, 240),
+                          (COL_MOUNTED, 240)):
             if self.table.columnWidth(col) > most:
                 self.table.setColumnWidth(col, most)
         self.table.setColumnWidth(COL_VOLUME, max(self.table.columnWidth(COL_VOLUME), 170))
@@ -249,7 +283,16 @@ class VolumesPage(Page):
             cell(COL_MOUNT, "(not on a reported file system)")
         else:
             cell(COL_MOUNT, fs["mount_point"], fs.get("device"))
-            if is_parallel(fs):
+            gpfs = fs.get("gpfs")
+            if gpfs:
+                nodes = ", ".join(scale_view.short(n) for n in gpfs["mounted_on"]) or "none"
+                cell(COL_TYPE, scale_view.gpfs_type_text(fs),
+                     f"Storage Scale file system {gpfs['device']} of cluster "
+                     f"{gpfs['cluster']}, mounted on: {nodes}. A parallel file system: "
+                     "many nodes read and write it at once, a good home for backup volumes "
+                     "shared by several storage servers.",
+                     ic=icon("wizard-parallel-fs"))
+            elif is_parallel(fs):
                 cell(COL_TYPE, f"{fs['type']} — parallel file system",
                      "A parallel file system: many nodes read and write it at once, a good "
                      "home for backup volumes shared by several storage servers.",
@@ -259,13 +302,10 @@ class VolumesPage(Page):
                                              else ""))
             cell(COL_SIZE, fmt.size(fs.get("size")), align=right)
             cell(COL_FREE, fmt.size(fs.get("free")), align=right)
-            if fs.get("error"):
-                mounted = f"unavailable: {fs['error']}"
-            elif not fs.get("mounted", True):
-                mounted = "no"
-            else:
-                mounted = "yes, read-only" if fs.get("read_only") else "yes"
-            cell(COL_MOUNTED, mounted)
+            warning = scale_view.volume_warning(fs, self.host)
+            cell(COL_MOUNTED, scale_view.mounted_text(fs),
+                 warning or scale_view.mounted_note(fs),
+                 ic=icon("wizard-problem") if warning else None)
         cell(COL_CHECK, "")
         for col in (COL_MOUNT, COL_MOUNTED):
             item = self.table.item(r, col)
@@ -398,6 +438,23 @@ class VolumesPage(Page):
             emit(self.completeChanged)
             return
         super().revalidate()
+        warning = self.warning() if self.status.kind is None else None
+        if warning:
+            self.status.info(warning)
+            self.status.icon.setPixmap(icon("wizard-problem").pixmap(16, 16))
+            self.status.icon.setVisible(True)
+            self.status.kind = "warning"
+
+    def warning(self):
+        """What to do before the chosen volumes take backups (a GPFS file system not mounted
+        on the storage server's node), or None; Next stays enabled."""
+        out = []
+        for v in self.volumes():
+            fs = mount_of(v, self.filesystems) if v.startswith("/") else None
+            w = scale_view.volume_warning(fs, self.host)
+            if w and w not in out:
+                out.append(w)
+        return " ".join(out) or None
 
     def problem(self):
         vols = self.volumes()
@@ -524,6 +581,8 @@ class DiskPoolWizard(WizardBase):
         self.preset = preset
         self.follow_up = None
         self.setWindowTitle("New disk pool")
+        # The volumes page's table has seven columns: room for them from the start.
+        self.resize(VOLUMES_WIDTH, self.minimumHeight())
         self.server_page = self.add(SERVER_PAGE, ServerPage())
         self.volumes_page = self.add(VOLUMES_PAGE, VolumesPage())
         self.settings_page = self.add(SETTINGS_PAGE, SettingsPage())

@@ -5,7 +5,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, \
     QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSpinBox, QVBoxLayout
 
-from app.config import CHECKSUMS, check_abs_path
+from app.config import CHECKSUMS, FILE_LIST_MODES, SNAPSHOT_MODES, check_abs_path
 from app.errors import ValidationError
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, disabled_check, \
@@ -20,6 +20,11 @@ ATTRIBUTES_PAGE, SCHEDULES_PAGE, CLIENTS_PAGE, SELECTIONS_PAGE, SUMMARY_PAGE, RE
 NOT_AVAILABLE = "not available in this version"
 CHECKSUM_TEXT = {"crc32": "crc32 — fast; catches corruption",
                  "sha256": "sha256 — also evidence against tampering; costs CPU"}
+SNAPSHOT_TEXT = {"none": "none — read the live files",
+                 "filesystem": "Storage Scale file system snapshot",
+                 "fileset": "Storage Scale fileset snapshot (independent filesets)"}
+FILE_LIST_TEXT = {"auto": "policy engine on Storage Scale, tree walk elsewhere",
+                  "walk": "always walk the tree"}
 
 
 class AttributesPage(Page):
@@ -34,6 +39,20 @@ class AttributesPage(Page):
         self.checksum = QComboBox()
         for c in CHECKSUMS:
             self.checksum.addItem(CHECKSUM_TEXT.get(c, c), c)
+        self.snapshot = QComboBox()
+        for m in SNAPSHOT_MODES:
+            self.snapshot.addItem(SNAPSHOT_TEXT[m], m)
+        self.snapshot.setToolTip(
+            "Back up a consistent point in time: each backup takes a Storage Scale snapshot "
+            "of the file system (or fileset) holding the selections, reads from it and "
+            "deletes it afterwards, also when the backup fails or is canceled.")
+        self.file_list = QComboBox()
+        for m in FILE_LIST_MODES:
+            self.file_list.addItem(FILE_LIST_TEXT[m], m)
+        self.file_list.setToolTip(
+            "How a backup finds its files. On Storage Scale the policy engine (mmapplypolicy) "
+            "scans the inodes instead of reading every directory; incrementals then skip "
+            "files whose change time is older than the previous backup.")
         self.compression = disabled_check("Compression", NOT_AVAILABLE)
         self.encryption = disabled_check("Encryption", NOT_AVAILABLE)
         self.multiple_streams = QCheckBox("Allow multiple data streams")
@@ -46,6 +65,8 @@ class AttributesPage(Page):
         form.addRow("&Priority:", self.priority)
         form.addRow("", note("Jobs of policies with a higher priority leave the queue first."))
         form.addRow("&Checksum:", self.checksum)
+        form.addRow("Sna&pshot:", self.snapshot)
+        form.addRow("&File list:", self.file_list)
         form.addRow("", self.compression)
         form.addRow("", self.encryption)
         form.addRow("", self.multiple_streams)
@@ -371,6 +392,7 @@ class PolicyWizard(WizardBase):
         return {"name": a.name.text().strip(), "storage_unit": a.unit.currentText(),
                 "priority": a.priority.value(), "checksum": a.checksum.currentData(),
                 "multiple_streams": a.multiple_streams.isChecked(),
+                "snapshot": a.snapshot.currentData(), "file_list": a.file_list.currentData(),
                 "clients": self.clients_page.clients(),
                 "selections": list(self.selections_page.selections),
                 "schedules": [dict(s) for s in self.schedules_page.schedules]}
@@ -380,6 +402,8 @@ class PolicyWizard(WizardBase):
         return [("Name", s["name"]), ("Storage unit", s["storage_unit"]),
                 ("Priority", str(s["priority"])), ("Checksum", s["checksum"]),
                 ("Multiple data streams", "yes" if s["multiple_streams"] else "no"),
+                ("Snapshot", SNAPSHOT_TEXT[s["snapshot"]]),
+                ("File list", FILE_LIST_TEXT[s["file_list"]]),
                 ("Schedules", "\n".join(schedule_summary(x) for x in s["schedules"])
                  or "none: backups only when started by hand"),
                 ("Clients", ", ".join(s["clients"])),

@@ -44,8 +44,9 @@ def problem(scale, host):
                 "message": "The Storage Scale commands (mmlscluster, mmgetstate, …) are not "
                            "installed on this host.",
                 "hint": "Choose a host that is a node of the cluster. If the commands are "
-                        "installed elsewhere than /usr/lpp/mmfs/bin, set CAIRN_MMFS_BIN for "
-                        "the host's agent."}
+                        "installed elsewhere than /usr/lpp/mmfs/bin, name their directory in "
+                        "the host's agent environment (its properties, or `cairn host set "
+                        f"{host} agent_env CAIRN_MMFS_BIN=DIR`)."}
     if not isinstance(scale, dict):
         return {"kind": "failed", "title": f"The cluster could not be read on host {host}",
                 "message": f"unexpected answer from the host's agent: {scale!r}", "hint": None}

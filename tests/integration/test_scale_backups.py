@@ -7,6 +7,7 @@ Snapshot-consistent backups (taken, read from, always deleted, recorded in the i
 lists from the policy engine (feeding fulls and incrementals, with the tree walk where it does
 not apply)."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -277,16 +278,27 @@ def _stop_double(site):
             pass
 
 
-def test_cancel_during_the_scan_deletes_the_snapshot(site):
+@contextlib.contextmanager
+def _snapshot_backup_stuck_in_its_scan(site, policy):
+    """A snapshot backup started with a master of the test's own, held in the policy scan
+    (the snapshot is taken by then): yields (master, job id, the thread waiting for it)."""
     from app.master import Master
-    make_policy(site, "cancel", site["data"], snapshot="filesystem")
+    make_policy(site, policy, site["data"], snapshot="filesystem")
     _hang_policy_scan(site)
     m = Master(str(site["home"]))
     try:
-        [jid] = m.start_backup("cancel")
+        [jid] = m.start_backup(policy)
         runner = threading.Thread(target=m.wait_for, args=([jid],), daemon=True)
         runner.start()
         _wait_for_call(site, "mmapplypolicy")
+        yield m, jid, runner
+    finally:
+        m.close()
+        _stop_double(site)
+
+
+def test_cancel_during_the_scan_deletes_the_snapshot(site):
+    with _snapshot_backup_stuck_in_its_scan(site, "cancel") as (m, jid, runner):
         m.jobs.request_cancel(jid)
         runner.join(60)
         job = m.jobs.get(jid)
@@ -294,21 +306,10 @@ def test_cancel_during_the_scan_deletes_the_snapshot(site):
         assert snapshots_listed(site["spec"]) == []
         ran = [c for c, _ in calls(site["spec"])]
         assert ran.index("mmcrsnapshot") < ran.index("mmdelsnapshot")
-    finally:
-        m.close()
-        _stop_double(site)
 
 
 def test_killed_client_agent_leaves_no_snapshot_behind(site):
-    from app.master import Master
-    make_policy(site, "kill", site["data"], snapshot="filesystem")
-    _hang_policy_scan(site)
-    m = Master(str(site["home"]))
-    try:
-        [jid] = m.start_backup("kill")
-        runner = threading.Thread(target=m.wait_for, args=([jid],), daemon=True)
-        runner.start()
-        _wait_for_call(site, "mmapplypolicy")
+    with _snapshot_backup_stuck_in_its_scan(site, "kill") as (m, jid, runner):
         assert len(snapshots_listed(site["spec"])) == 1
         os.kill(m.hosts._conns["client1"].info["pid"], 9)
         runner.join(90)
@@ -317,6 +318,3 @@ def test_killed_client_agent_leaves_no_snapshot_behind(site):
         # the master asked a new agent to delete what the killed one had taken
         assert snapshots_listed(site["spec"]) == []
         assert not any((site["mount"] / ".snapshots").glob("cairn-*"))
-    finally:
-        m.close()
-        _stop_double(site)

@@ -95,3 +95,33 @@ def test_update_validates_and_applies(db):
         config_edit.update(db, cfg, "host", "me", port=2222)
     with pytest.raises(NotFound):
         config_edit.update(db, cfg, "policy", "p1", storage_unit="nope")
+
+
+def test_agent_environment_and_snapshot_settings_refuse_bad_values(tmp_path):
+    from app.errors import ValidationError
+    from app.master import Master
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        h = m.update_object("host", "me", agent_env="CAIRN_MMFS_SUDO=1, PATH=/usr/bin")
+        assert h["agent_env"] == {"CAIRN_MMFS_SUDO": "1", "PATH": "/usr/bin"}
+        for bad, says in (("LD_PRELOAD=/x.so", "cannot be set"), ("CAIRN_X", "NAME=value"),
+                          ({"CAIRN_X": "a\nb"}, "not valid")):
+            with pytest.raises(ValidationError, match=says):
+                m.update_object("host", "me", agent_env=bad)
+        assert m.config.host("me")["agent_env"] == {"CAIRN_MMFS_SUDO": "1", "PATH": "/usr/bin"}
+        assert m.update_object("host", "me", agent_env="")["agent_env"] == {}
+        m.config.add_storage_server("ss", type="advanced-disk", host="me")
+        vol = tmp_path / "vol"
+        vol.mkdir()
+        m.create_disk_pool("dp", server="ss", volumes=[str(vol)])
+        m.config.add_storage_unit("stu", pool="dp")
+        with pytest.raises(ValidationError, match="snapshot mode 'volume' is unknown"):
+            m.config.add_policy("p", storage_unit="stu", snapshot="volume")
+        m.config.add_policy("p", storage_unit="stu", snapshot="fileset")
+        with pytest.raises(ValidationError, match="file list mode"):
+            m.update_object("policy", "p", file_list="find")
+        assert m.config.policy("p")["snapshot"] == "fileset"
+        assert m.update_object("policy", "p", file_list="walk")["file_list"] == "walk"
+    finally:
+        m.close()

@@ -24,6 +24,19 @@ def _common():
     return p
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size_arg(text):
+    """A size in bytes, with an optional K, M or G (powers of 1024)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    try:
+        return int(t[:len(t) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 524288, 512K, 2M)")
+
+
 def build_parser():
     common = _common()
     ap = argparse.ArgumentParser(prog="cairn", parents=[common],
@@ -75,6 +88,12 @@ def build_parser():
     p.add_argument("--type", required=True)
     p.add_argument("--host", required=True)
     p.add_argument("--path")
+    p.add_argument("--encrypt", action="store_true",
+                   help="dedup: encrypt chunks at rest (AES-256-GCM); the master keeps the key "
+                        "in CAIRN_HOME/keys/NAME.key: back it up")
+    p.add_argument("--min-chunk", type=_size_arg, help="dedup: minimum chunk size (e.g. 128K)")
+    p.add_argument("--avg-chunk", type=_size_arg, help="dedup: average chunk size (e.g. 512K)")
+    p.add_argument("--max-chunk", type=_size_arg, help="dedup: maximum chunk size (e.g. 2M)")
     cmd(ss, "list", "list storage servers")
     p = cmd(ss, "delete", "delete a storage server that no disk pool uses")
     p.add_argument("name")
@@ -83,12 +102,24 @@ def build_parser():
     p = cmd(dp, "create", "create a disk pool")
     p.add_argument("name")
     p.add_argument("--server", required=True)
-    p.add_argument("--volume", action="append", required=True, help="repeat for more volumes")
+    p.add_argument("--volume", action="append", default=[],
+                   help="repeat for more volumes (a dedup server's pool takes its storage path)")
     p.add_argument("--high-water", type=int, default=98)
     p.add_argument("--low-water", type=int, default=80)
     p.add_argument("--max-io-streams", type=int)
     cmd(dp, "list", "list disk pools")
     p = cmd(dp, "delete", "delete a disk pool that no storage unit or image uses")
+    p.add_argument("name")
+    p = cmd(dp, "reclaim", "deduplication pool: remove chunks no image uses, compact containers")
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(dp, "verify", "deduplication pool: read every chunk back and check it")
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(dp, "usage", "deduplication pool: chunks and bytes it holds")
+    p.add_argument("name")
+    p = cmd(dp, "rebuild-index", "deduplication pool: rebuild the chunk index from the "
+                                 "containers alone")
     p.add_argument("name")
 
     su = cmd(sub, "storage-unit", "storage units").add_subparsers(dest="sub", metavar="ACTION")
@@ -119,6 +150,10 @@ def build_parser():
                    help="how backups find their files: auto uses the Storage Scale policy "
                         "engine where the selection is on Storage Scale and walks the tree "
                         "elsewhere; walk always walks")
+    p.add_argument("--dedup", choices=["server", "client"], default="server",
+                   help="on a deduplicating pool: server (the client sends a plain stream) or "
+                        "client (the client chunks and sends only chunks the pool lacks); a "
+                        "host's own setting (host set HOST dedup ...) wins",)
     p = cmd(po, "set", "change a policy's attribute",
             description="Change one attribute of a policy: storage_unit, priority, "
                         "multiple_streams, checksum, snapshot (none, filesystem, fileset), "
@@ -210,6 +245,9 @@ def build_parser():
     p.add_argument("image")
     p = cmd(im, "show", "one image: where it is, what it holds, the snapshot it was read from")
     p.add_argument("image")
+    p = cmd(im, "verify", "read an image of a deduplication pool back and check every chunk")
+    p.add_argument("image")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
 
     p = cmd(sub, "browse", "list a directory of an image")
     p.add_argument("args", nargs="*", metavar="IMAGE [PATH]")
@@ -365,13 +403,42 @@ def _dispatch(m, args, c, s):
         if s == "delete":
             return _delete(m, args, "storage-server")
         if s == "create":
-            r = m.create_storage_server(args.name, type=args.type, host=args.host, path=args.path)
-            return _out(args, r, lambda d: print(f"storage server {d['name']} created"))
+            opts = {k: v for k, v in (("min_size", args.min_chunk), ("avg_size", args.avg_chunk),
+                                      ("max_size", args.max_chunk)) if v is not None}
+            if args.encrypt:
+                opts["encrypted"] = True
+            r = m.create_storage_server(args.name, type=args.type, host=args.host, path=args.path,
+                                        options=opts or None)
+
+            def show(d):
+                print(f"storage server {d['name']} created")
+                for w in d.get("warnings") or []:
+                    print(f"warning: {w}", file=sys.stderr)
+                if d.get("options", {}).get("encrypted"):
+                    print(f"its encryption key is {m.home.key_path(d['name'])}: back it up; "
+                          "without it the pool cannot be read", file=sys.stderr)
+            return _out(args, r, show)
         return _out(args, {"storage_servers": m.config.storage_servers()},
                     lambda d: _table(d["storage_servers"], ["name", "type", "host", "path"]))
     if c == "disk-pool":
         if s == "delete":
             return _delete(m, args, "disk-pool")
+        if s == "reclaim":
+            return _jobs_result(m, args, [m.start_reclaim(args.name)])
+        if s == "verify":
+            return _jobs_result(m, args, [m.start_verify(pool=args.name)])
+        if s == "usage":
+            r = m.pool_usage(args.name)
+            return _out(args, r, lambda d: print(
+                f"{d['chunks']} chunks, {_size(d['stored_bytes'])} stored in "
+                f"{d['containers']} containers ({_size(d['container_bytes'])} on disk)"
+                + (", encrypted" if d.get("encrypted") else "")))
+        if s == "rebuild-index":
+            r = m.rebuild_pool_index(args.name)
+            return _out(args, r, lambda d: print(
+                f"index rebuilt: {d['chunks']} chunks from {d['containers']} containers"
+                + (f"; {d['damaged']} damaged record(s) left out" if d.get("damaged") else "")
+                + (f"; {d['torn']} torn container end(s) skipped" if d.get("torn") else "")))
         if s == "create":
             r = m.create_disk_pool(args.name, server=args.server, volumes=args.volume,
                                    high_water=args.high_water, low_water=args.low_water,
@@ -399,7 +466,7 @@ def _dispatch(m, args, c, s):
                                compression=args.compression, encryption=args.encryption,
                                multiple_streams=args.multiple_streams,
                                checksum=args.checksum, snapshot=args.snapshot,
-                               file_list=args.file_list)
+                               file_list=args.file_list, dedup=args.dedup)
         elif s == "set":
             r = m.update_object("policy", args.name,
                                 **{args.key: _setting_value(args.key, args.value)})
@@ -486,6 +553,8 @@ def _dispatch(m, args, c, s):
                 f"expired by job {d['job']}: {', '.join(d['images'])} ({d['bytes']} bytes)"))
         if s == "show":
             return _out(args, m.image(args.image), _print_image)
+        if s == "verify":
+            return _jobs_result(m, args, [m.start_verify(image=args.image)])
         if s == "dependents":
             r = m.expire_preview(args.image)
             return _out(args, r, lambda d: print(
@@ -559,7 +628,9 @@ def _jobs_result(m, args, ids):
         for j in d["jobs"]:
             if j["state"] == "done":
                 print(f"job {j['id']} ({j['type']}, {j['client']}): status {j['status']} - "
-                      f"{j['status_text']}; {j['files']} files, {_size(j['bytes'])}")
+                      f"{j['status_text']}; {j['files']} files, {_size(j['bytes'])}"
+                      + (f", dedup {j['dedup_ratio']:.1f}%" if j.get("dedup_ratio") is not None
+                         else ""))
             else:
                 print(f"job {j['id']} ({j['type']}, {j['client']}) {j['state']}; follow it with "
                       f"`cairn jobs show {j['id']}`")
@@ -640,6 +711,11 @@ def _print_image(d):
             else f"file system {snap['device']}"
         print(f"{'snapshot':16} {snap['name']} of {where}, taken "
               f"{timeutil.iso(snap['created'])}")
+    dd = d.get("dedup")
+    if dd:
+        print(f"{'deduplication':16} {dd.get('dedup_ratio') or 0:.1f}% in the pool already "
+              f"({dd.get('mode')}); {dd.get('new_chunks')} of {dd.get('chunks')} chunks new, "
+              f"{_size(dd.get('stored_bytes') or 0)} stored")
     scan = d.get("scan") or {}
     if scan.get("method"):
         print(f"{'file list':16} "
@@ -652,7 +728,9 @@ def _print_job(j):
                                    if j.get("rate_bytes_per_s") else None))
     for k in ("id", "type", "state", "status", "status_text", "client", "policy", "schedule",
               "storage_unit", "started", "ended", "files", "bytes", "rate_bytes_per_s",
-              "percent", "eta_s", "wait_reason", "image_id"):
+              "percent", "eta_s", "wait_reason", "image_id", "dedup_ratio"):
+        if k == "dedup_ratio" and shown.get(k) is None:
+            continue
         print(f"{k:16} {'' if shown.get(k) is None else shown[k]}")
     print("log:")
     for x in j.get("log", []):

@@ -491,7 +491,8 @@ class Config:
         return config_edit.delete(self.db, "host", name)
 
     # ---- storage servers -----------------------------------------------------------------
-    def add_storage_server(self, name, *, type, host, path=None, comment=""):
+    def validate_storage_server(self, name, *, type, host, path=None, options=None):
+        """Checks a new storage server; returns (clean path, clean options or None)."""
         _unique(self.db, "storage_servers", "storage server", name)
         plugin = plugins.storage.get(type)
         if plugin is None:
@@ -500,15 +501,29 @@ class Config:
                                       hint="use --type advanced-disk")
             raise ValidationError(f"storage type {type!r} is unknown",
                                   hint=f"choose one of: {', '.join(plugins.storage.TYPES)}")
-        host_id = _id_of(self.db, "hosts", "host", host, "host add")
+        _id_of(self.db, "hosts", "host", host, "host add")
         if path is not None:
             path = check_abs_path("storage path", path)
         elif plugin.NEEDS_PATH:
-            raise ValidationError(f"a {type} storage server needs --path DIR")
+            raise ValidationError(f"a {type} storage server needs --path DIR",
+                                  hint="the directory on the storage server that holds the "
+                                       "pool, on a local or parallel file system")
+        if hasattr(plugin, "check_options"):
+            options = plugin.check_options(options)
+        elif options:
+            raise ValidationError(f"a {type} storage server has no options "
+                                  f"({', '.join(sorted(options))})")
+        return path, options
+
+    def add_storage_server(self, name, *, type, host, path=None, options=None, comment=""):
+        path, options = self.validate_storage_server(name, type=type, host=host, path=path,
+                                                     options=options)
+        host_id = _id_of(self.db, "hosts", "host", host, "host add")
         with self.db.tx() as c:
-            c.execute("INSERT INTO storage_servers(name, type, host_id, path, comment, created)"
-                      " VALUES (?,?,?,?,?,?)",
-                      (name, type, host_id, path, comment, timeutil.iso(timeutil.now())))
+            c.execute("INSERT INTO storage_servers(name, type, host_id, path, options, comment, "
+                      "created) VALUES (?,?,?,?,?,?,?)",
+                      (name, type, host_id, path, json.dumps(options) if options else None,
+                       comment, timeutil.iso(timeutil.now())))
         return self.storage_server(name)
 
     def storage_server(self, name):
@@ -528,6 +543,9 @@ class Config:
                            max_io_streams=None):
         _unique(self.db, "disk_pools", "disk pool", name)
         _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
+        srv = self.storage_server(server)
+        if srv["type"] == "dedup":
+            volumes = self._dedup_volume(srv, volumes)
         if not volumes:
             raise ValidationError("a disk pool needs at least one volume",
                                   hint="give --volume PATH (a directory on the storage server)")
@@ -551,6 +569,23 @@ class Config:
         if max_io_streams is not None:
             max_io_streams = check_int("maximum I/O streams", max_io_streams, 1, MAX_IO_STREAMS)
         return vols, hw, lw, max_io_streams
+
+    def _dedup_volume(self, srv, volumes):
+        """A deduplication pool is the storage server's one chunk store: its volume is the
+        storage path, and no second pool may share it."""
+        if volumes and [check_abs_path("volume", v) for v in volumes] != [srv["path"]]:
+            raise ValidationError(
+                f"a disk pool of dedup storage server {srv['name']!r} has one volume, the "
+                f"server's storage path {srv['path']}",
+                hint="leave out --volume (the storage path is taken), or create another dedup "
+                     "storage server for another path")
+        other = self.db.one("SELECT d.name FROM disk_pools d JOIN storage_servers s ON "
+                            "s.id=d.server_id WHERE s.name=?", (srv["name"],))
+        if other:
+            raise ValidationError(f"dedup storage server {srv['name']!r} already has its disk "
+                                  f"pool {other[0]!r}",
+                                  hint="a deduplication pool is one per storage server")
+        return [srv["path"]]
 
     def add_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
                       max_io_streams=None, comment=""):
@@ -606,10 +641,12 @@ class Config:
     # ---- policies ------------------------------------------------------------------------
     def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
                    multiple_streams=False, checksum="crc32", snapshot="none",
-                   file_list="auto", comment=""):
+                   file_list="auto", dedup="server", comment=""):
+        from plugins.storage import dedup as dedup_type
         _unique(self.db, "policies", "policy", name)
         check_snapshot_mode(snapshot)
         check_file_list(file_list)
+        dedup_type.check_mode(dedup)
         sid = _id_of(self.db, "storage_units", "storage unit", storage_unit,
                      "storage-unit create")
         prio = check_int("priority", priority, 0, 99999)
@@ -617,19 +654,21 @@ class Config:
             raise ValidationError("compression is not available for advanced-disk storage in "
                                   "this version", hint="create the policy without --compression")
         if encryption:
-            raise ValidationError("encryption at rest is not available in this version",
-                                  hint="create the policy without encryption")
+            raise ValidationError("encryption at rest is a property of the pool, not of a "
+                                  "policy",
+                                  hint="create a dedup storage server with --encrypt and "
+                                       "point the policy's storage unit at its pool")
         if checksum not in CHECKSUMS:
             raise ValidationError(f"checksum {checksum!r} is unknown",
                                   hint="choose crc32 (fast; catches corruption) or sha256 "
                                        "(also evidence against tampering; costs CPU)")
         with self.db.tx() as c:
             c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
-                      "encryption, multiple_streams, checksum, snapshot, file_list, comment, "
-                      "created) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                      "encryption, multiple_streams, checksum, snapshot, file_list, dedup, "
+                      "comment, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                       (name, sid, prio, int(bool(compression)), int(bool(encryption)),
-                       int(bool(multiple_streams)), checksum, snapshot, file_list, comment,
-                       timeutil.iso(timeutil.now())))
+                       int(bool(multiple_streams)), checksum, snapshot, file_list, dedup,
+                       comment, timeutil.iso(timeutil.now())))
         return self.policy(name)
 
     def add_policy_client(self, policy, host):
@@ -752,4 +791,6 @@ def _host_dict(row):
 
 
 def _server_dict(row):
-    return dict(row)
+    d = dict(row)
+    d["options"] = json.loads(d["options"]) if d.get("options") else {}
+    return d

@@ -24,12 +24,13 @@ _CREATE = {"host": "host add", "storage-server": "storage-server create",
 
 #: attributes the properties dialog may change, per kind
 EDITABLE = {
-    "host": ("port", "user", "key_file", "data_address", "max_jobs", "agent_env", "comment"),
+    "host": ("port", "user", "key_file", "data_address", "max_jobs", "agent_env", "dedup",
+             "comment"),
     "storage-server": ("comment",),
     "disk-pool": ("high_water", "low_water", "max_io_streams", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
     "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "snapshot",
-               "file_list", "active", "comment"),
+               "file_list", "dedup", "active", "comment"),
 }
 
 
@@ -155,6 +156,9 @@ def update(db, config, kind, name, **changes):
         if "agent_env" in changes:
             env = check_agent_env(changes["agent_env"])
             values["agent_env"] = json.dumps(env, sort_keys=True) if env else None
+        if "dedup" in changes:
+            from plugins.storage import dedup
+            values["dedup"] = dedup.check_mode(changes["dedup"], host=True)
     elif kind == "disk-pool":
         pool = config.disk_pool(name)
         hw = check_int("high-water mark", changes.get("high_water", pool["high_water"]), 1, 100)
@@ -191,6 +195,9 @@ def update(db, config, kind, name, **changes):
             values["snapshot"] = check_snapshot_mode(changes["snapshot"])
         if "file_list" in changes:
             values["file_list"] = check_file_list(changes["file_list"])
+        if "dedup" in changes:
+            from plugins.storage import dedup
+            values["dedup"] = dedup.check_mode(changes["dedup"])
     if "comment" in changes:
         c = changes["comment"] or ""
         if len(c) > 1000 or "\0" in c:

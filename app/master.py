@@ -190,8 +190,37 @@ class Master:
             c.execute("DELETE FROM policies WHERE name=?", (name,))
 
     # ---- storage --------------------------------------------------------------------------
-    def create_storage_server(self, name, *, type, host, path=None):
-        return self.config.add_storage_server(name, type=type, host=host, path=path)
+    def create_storage_server(self, name, *, type, host, path=None, options=None, check=True):
+        """A new storage server. For a dedup server the storage path is created on the host
+        and checked (writable; a warning when it is on a network file system), and with
+        encryption at rest the master makes the pool's key (app/dedup/keys.py)."""
+        from app.dedup import keys
+        from plugins.storage import dedup
+        path, options = self.config.validate_storage_server(
+            name, type=type, host=host, path=path, options=options)
+        warnings = []
+        if type == dedup.TYPE and check:
+            conn = self.hosts.connect(self.config.host(host))
+            v = conn.call("check_volumes", {"paths": [path], "create": True},
+                          timeout=120)["volumes"][0]
+            if not v["ok"]:
+                raise ValidationError(f"storage path {path} on host {host}: {v['error']}",
+                                      hint="create the directory on the storage server and "
+                                           "make it writable for the agent's user")
+            w = dedup.path_warning(v.get("filesystem"))
+            if w:
+                warnings.append(w)
+        if options and options.get("encrypted"):
+            keys.create(self.home, name)
+        try:
+            srv = self.config.add_storage_server(name, type=type, host=host, path=path,
+                                                 options=options)
+        except BaseException:
+            if options and options.get("encrypted"):
+                keys.remove(self.home, name)
+            raise
+        srv["warnings"] = warnings
+        return srv
 
     def check_volumes(self, server, volumes):
         srv = self.config.storage_server(server)
@@ -334,6 +363,33 @@ class Master:
             raise NotFound(f"client {client!r} has no image{when}"
                            + (f" under policy {policy!r}" if policy else ""))
         return _image_dict(row)
+
+    # ---- deduplication pools -------------------------------------------------------------
+    def start_verify(self, image=None, pool=None):
+        """Queues a verify job of an image or a whole deduplication pool."""
+        from app.jobs import pool_jobs
+        return pool_jobs.make_verify_job(self, image=image, pool=pool)
+
+    def start_reclaim(self, pool):
+        """Queues a space reclaim job of a deduplication pool."""
+        from app.jobs import pool_jobs
+        return pool_jobs.make_reclaim_job(self, pool)
+
+    def rebuild_pool_index(self, pool):
+        """Rebuilds a deduplication pool's chunk index from its containers alone."""
+        from app.jobs import pool_jobs
+        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
+        return self.hosts.connect(host).call("dedup_rebuild_index",
+                                             {"root": access["root"], "key": access["key"]},
+                                             timeout=3600)
+
+    def pool_usage(self, pool):
+        """Chunks and bytes a deduplication pool holds."""
+        from app.jobs import pool_jobs
+        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
+        return self.hosts.connect(host).call("dedup_stats",
+                                             {"root": access["root"], "key": access["key"]},
+                                             timeout=300)
 
     def expire_preview(self, image_id):
         """What expiring an image takes with it: every image that reads data from it (the
@@ -732,4 +788,6 @@ def _image_dict(row):
     # The Storage Scale snapshots the image was read from, and how its file list was made.
     d["snapshot"] = json.loads(d["snapshot"]) if d.get("snapshot") else []
     d["scan"] = json.loads(d["scan"]) if d.get("scan") else None
+    # On a deduplication pool: what the image added to the pool and its deduplication rate.
+    d["dedup"] = json.loads(d["dedup"]) if d.get("dedup") else None
     return d

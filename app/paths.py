@@ -39,5 +39,12 @@ class Home:
     def work(self):
         return os.path.join(self.root, "work")
 
+    @property
+    def keys(self):
+        return os.path.join(self.root, "keys")
+
+    def key_path(self, storage_server):
+        return os.path.join(self.keys, f"{storage_server}.key")
+
     def index_path(self, image_id):
         return os.path.join(self.indexes, f"{image_id}.cidx")

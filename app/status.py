@@ -15,6 +15,7 @@ SNAPSHOT_FAILED = 31      # the file system snapshot a policy asks for could not
 STORAGE_WRITE_FAILED = 40
 POOL_FULL = 41
 VOLUME_UNAVAILABLE = 42
+POOL_BUSY = 43            # space reclaim runs on the deduplication pool, or jobs use it
 DATA_PLANE_FAILED = 50
 RESTORE_TARGET_INVALID = 60
 CHECKSUM_MISMATCH = 61
@@ -38,9 +39,10 @@ STATUS_TEXT = {
     STORAGE_WRITE_FAILED: "writing to the storage failed (disk full or I/O error)",
     POOL_FULL: "the disk pool is above its high-water mark",
     VOLUME_UNAVAILABLE: "a disk pool volume is missing, not a directory or not writable",
+    POOL_BUSY: "the deduplication pool is busy: space reclaim runs, or jobs use it",
     DATA_PLANE_FAILED: "the data connection between client and storage server failed",
     RESTORE_TARGET_INVALID: "the restore target is not usable",
-    CHECKSUM_MISMATCH: "restored data did not match the checksum recorded at backup",
+    CHECKSUM_MISMATCH: "data did not match the checksum or fingerprint recorded at backup",
     IMAGE_DAMAGED: "the backup image is missing or damaged",
     INTERNAL: "internal error (see the job log)",
     CANCELED: "canceled by the administrator",

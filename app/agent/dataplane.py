@@ -179,6 +179,41 @@ class Channel:
         if ack != b"\0":
             raise DataPlaneFailure("the receiving side reported a failure")
 
+    # -- messages, for exchanges in both directions (client-side deduplication) -------------
+    def send_message(self, data):
+        """One whole frame, after whatever write() buffered."""
+        if not data:
+            raise ValueError("a message cannot be empty (a zero frame ends the stream)")
+        try:
+            if self._out:
+                self._send_frame(self._out)
+                self._out = bytearray()
+            self._send_frame(data)
+        except OSError as e:
+            raise DataPlaneFailure(f"sending on the data connection failed: {e}") from None
+
+    def recv_message(self):
+        """The next whole frame as bytes; None at the clean end of the stream."""
+        if self._ended:
+            return None
+        try:
+            n = _LEN.unpack(_read_exact(self.sock, 4))[0]
+            if n == 0:
+                self._ended = True
+                return None
+            buf = bytearray(n)
+            mv = memoryview(buf)
+            got = 0
+            while got < n:
+                k = self.sock.recv_into(mv[got:], n - got)
+                if k == 0:
+                    raise DataPlaneFailure("the data connection closed in the middle of a "
+                                           "message")
+                got += k
+        except OSError as e:
+            raise DataPlaneFailure(f"receiving on the data connection failed: {e}") from None
+        return buf
+
     # -- receiving --------------------------------------------------------------------------
     def readinto(self, mv):
         if self._ended:

@@ -41,43 +41,64 @@ def _merge(extents, nfiles=1):
     return out
 
 
-class ExtentReader:
-    """A read-only stream over the concatenation of byte ranges of one file (`paths` a str) or
-    of several (a list; each extent names its file)."""
+class FileSource:
+    """An image file read by position."""
 
-    def __init__(self, paths, extents):
+    def __init__(self, path):
+        try:
+            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except (OSError, TypeError, ValueError) as e:
+            raise _damaged("the backup image %s cannot be opened: %s"
+                           % (path, _why(e) if isinstance(e, OSError) else e))
+        self.path = path
+        self.size = os.fstat(self.fd).st_size
+
+    def sequential(self):
+        try:
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except (OSError, AttributeError):
+            pass
+
+    def preadinto(self, mv, pos):
+        try:
+            return os.preadv(self.fd, [mv], pos)
+        except OSError as e:
+            raise _damaged("reading the backup image %s failed: %s" % (self.path, _why(e)))
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class ExtentReader:
+    """A read-only stream over the concatenation of byte ranges of one image (`paths` a str)
+    or of several (a list; each extent names its image). `opener(path)` gives the source of
+    an image (default: the file itself; a deduplication pool gives its recipe's stream):
+    an object with `size`, `preadinto(memoryview, position)` and `close()`."""
+
+    def __init__(self, paths, extents, opener=None):
         self.paths = [paths] if isinstance(paths, str) else list(paths)
         self._extents = _merge(extents, len(self.paths))
         self._i = 0
         first = self._extents[0] if self._extents else [0, 0, 0]
         self._pos, self._left, self._k = first
-        self._fds = []
+        self._srcs = []
+        opener = opener or FileSource
         try:
-            sizes = []
             used = {e[2] for e in self._extents}
             for k, path in enumerate(self.paths):
-                if k not in used:
-                    # a file no extent reads (an image of a chain this restore does not need)
-                    self._fds.append(None)
-                    sizes.append(0)
-                    continue
-                try:
-                    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-                except (OSError, TypeError, ValueError) as e:
-                    raise _damaged("the backup image %s cannot be opened: %s"
-                                   % (path, _why(e) if isinstance(e, OSError) else e))
-                self._fds.append(fd)
-                sizes.append(os.fstat(fd).st_size)
+                # a file no extent reads (an image of a chain this restore does not need)
+                self._srcs.append(opener(path) if k in used else None)
             for off, ln, k in self._extents:
-                if off + ln > sizes[k]:
+                if off + ln > self._srcs[k].size:
                     raise _damaged(
                         "the backup image %s is damaged: it is %d bytes long, but bytes up "
-                        "to %d are needed" % (self.paths[k], sizes[k], off + ln))
+                        "to %d are needed" % (self.paths[k], self._srcs[k].size, off + ln))
             if len(self._extents) == 1 and self._extents[0][1] >= 8 * CHUNK:
-                try:
-                    os.posix_fadvise(self._fds[first[2]], 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                except (OSError, AttributeError):
-                    pass
+                seq = getattr(self._srcs[first[2]], "sequential", None)
+                if seq is not None:
+                    seq()
         except BaseException:
             self.close()
             raise
@@ -102,10 +123,7 @@ class ExtentReader:
                     break
                 self._pos, self._left, self._k = self._extents[self._i]
             n = min(self._left, want - total)
-            try:
-                got = os.preadv(self._fds[self._k], [mv[total:total + n]], self._pos)
-            except OSError as e:
-                raise _damaged("reading the backup image %s failed: %s" % (self.path, _why(e)))
+            got = self._srcs[self._k].preadinto(mv[total:total + n], self._pos)
             if not got:
                 raise _damaged("the backup image %s ends early (at byte %d)"
                                % (self.path, self._pos))
@@ -123,10 +141,10 @@ class ExtentReader:
         return bytes(buf)
 
     def close(self):
-        fds, self._fds = getattr(self, "_fds", []), []
-        for fd in fds:
-            if fd is not None:
-                os.close(fd)
+        srcs, self._srcs = getattr(self, "_srcs", []), []
+        for src in srcs:
+            if src is not None:
+                src.close()
 
     def __enter__(self):
         return self
@@ -135,7 +153,7 @@ class ExtentReader:
         self.close()
 
 
-def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None):
+def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None, opener=None):
     """Copy the byte ranges of `path` to out.write in large chunks, as they are (complete tar
     members when the ranges come from rows). Returns the number of bytes copied. Errors of
     `out` propagate unchanged: only the caller knows whether that is a storage or a network
@@ -143,7 +161,7 @@ def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None):
     buf = bytearray(CHUNK)
     mv = memoryview(buf)
     total = 0
-    with ExtentReader(path, extents) as r:
+    with ExtentReader(path, extents, opener) as r:
         while True:
             if is_cancelled():
                 raise Cancelled()

@@ -22,7 +22,7 @@ def handler(fn):
 
 def _accelerators():
     found = []
-    for mod in ("isal", "zstandard", "xxhash", "blake3"):
+    for mod in ("isal", "zstandard", "pyfastcdc", "cryptography", "xxhash", "blake3"):
         try:
             __import__(mod)
             found.append(mod)
@@ -238,7 +238,19 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
                   checksum=checksum, excludes=dict(excludes or {}, **prep.excludes),
                   previous=previous, read_from=prep.read_from, listing=prep.listing,
                   unchanged_before_ns=prep.unchanged_before_ns)
-        if dest["mode"] == "file":
+        dedup = dest.get("dedup")
+        if dest["mode"] == "file" and dedup:
+            from app.dedup.ingest import Ingest
+            ingest = Ingest(dedup["root"], dest["path"], params=dedup.get("params"),
+                            key=dedup.get("key"), image_id=image_meta.get("image_id"))
+            try:
+                summary = backup_to(ingest, selections, **kw)
+                summary["dedup"] = ingest.finish({})
+            except BaseException:
+                ingest.abort()
+                _remove(dest["path"])
+                raise
+        elif dest["mode"] == "file":
             sink = _FileSink(dest["path"])
             try:
                 summary = backup_to(sink, selections, **kw)
@@ -250,9 +262,15 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
             sink.close()
         else:
             chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
+            out = chan
+            if dedup and dedup.get("mode") == "client":
+                from app.dedup.wire import ClientSink
+                out = ClientSink(chan, dedup.get("params"))
             try:
-                summary = backup_to(chan, selections, **kw)
-                chan.finish()
+                summary = backup_to(out, selections, **kw)
+                out.finish()
+                if out is not chan:
+                    summary["client_dedup"] = out.report()
             finally:
                 chan.close()
     finally:
@@ -269,10 +287,56 @@ def delete_snapshots(req, snapshots):
     return {"snapshots": delete([tuple(s) for s in snapshots])}
 
 
+def _receive_dedup(req, path, cert, key, token, dedup):
+    """receive_image into a deduplication pool: a plain stream (server-side deduplication) or
+    queries and new chunks only (client-side)."""
+    from app.dedup import wire
+    from app.dedup.ingest import Ingest
+    listener = dataplane.Listener(cert, key, token)
+    ingest = None
+    try:
+        ingest = Ingest(dedup["root"], path, params=dedup.get("params"), key=dedup.get("key"),
+                        image_id=dedup.get("image_id"))
+        req.emit("listening", {"port": listener.port})
+        chan = listener.accept(req.is_cancelled)
+        listener.close()
+        try:
+            if dedup.get("mode") == "client":
+                wire.serve(chan, ingest, req.is_cancelled)
+            else:
+                buf = bytearray(dataplane.FRAME)
+                mv = memoryview(buf)
+                while True:
+                    if req.is_cancelled():
+                        raise Cancelled()
+                    n = chan.readinto(mv)
+                    if n == 0:
+                        break
+                    ingest.write(mv[:n])
+            stats = ingest.finish({})
+            chan.ack(True)
+        except BaseException:
+            chan.ack(False)
+            raise
+        finally:
+            chan.close()
+        stats["mode"] = dedup.get("mode") or "server"
+        return {"bytes": stats["bytes"], "path": path, "dedup": stats}
+    except BaseException:
+        if ingest is not None:
+            ingest.abort()
+        _remove(path)
+        raise
+    finally:
+        listener.close()
+
+
 @handler
-def receive_image(req, path, cert, key, token):
+def receive_image(req, path, cert, key, token, dedup=None):
     """Storage side of a backup from another host: listen, take the stream, write the
     partial image, confirm. The image is committed later by commit_image."""
+    if dedup:
+        return _receive_dedup(req, path, cert, key, token, dedup)
     listener = dataplane.Listener(cert, key, token)
     sink = None
     try:
@@ -309,8 +373,15 @@ def receive_image(req, path, cert, key, token):
 
 
 @handler
-def commit_image(req, partial, final):
+def commit_image(req, partial, final, dedup=None):
     """Makes a finished image visible under its final name, atomically and durably."""
+    if dedup:
+        from app.dedup.ingest import commit_recipe
+        if not os.path.exists(partial):
+            raise AgentFailure(f"{partial} is gone; the image cannot be committed",
+                               code=status.IMAGE_DAMAGED)
+        size = commit_recipe(dedup["root"], partial, final, key=dedup.get("key"))
+        return {"path": final, "bytes": size}
     if os.path.exists(final):
         raise StorageFailure(f"{final} exists already; the image was not committed")
     try:
@@ -365,42 +436,92 @@ def _check_target(target_dir):
         raise RestoreTargetInvalid(f"restore target {target_dir} is not a directory")
 
 
+class _ImageReading:
+    """How a restore reads its images: files, or recipes of a deduplication pool (read under
+    a session so that space reclaim does not move chunks meanwhile)."""
+
+    def __init__(self, dedup):
+        self.dedup = dedup
+        self.session = None
+        if dedup:
+            from app.dedup.ingest import SESSION_TIMEOUT, open_store
+            self.store = open_store(dedup["root"], dedup.get("key"))
+            self.session = self.store.session(timeout=SESSION_TIMEOUT)
+
+    def opener(self):
+        if not self.dedup:
+            return None
+        from app.dedup.recipe import RecipeStream, read_recipe
+
+        def open_recipe(path):
+            return _RecipeSource(RecipeStream(self.store, read_recipe(path)))
+        return open_recipe
+
+    def close(self):
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+
+class _RecipeSource:
+    def __init__(self, stream):
+        self.stream = stream
+        self.size = stream.size
+
+    def preadinto(self, mv, pos):
+        return self.stream.preadinto(mv, pos)
+
+    def close(self):
+        close = getattr(self.stream, "close", None)
+        if close is not None:
+            close()
+
+
 @handler
 def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checksum="sha256",
-            image_paths=None):
+            image_paths=None, dedup=None):
     """Restore when the image and the target are on this host: no network at all.
-    image_paths: the image files of an incremental chain, which extents name by position."""
+    image_paths: the image files of an incremental chain, which extents name by position.
+    dedup: {"root", "key"} when the images are recipes of a deduplication pool."""
     from app.agent.extents import ExtentReader
     from app.agent.extract import restore_from
     _check_target(target_dir)
-    src = ExtentReader(image_paths or image_path, extents)
+    reading = _ImageReading(dedup)
     try:
-        return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                            is_cancelled=req.is_cancelled, checksum=checksum)
+        src = ExtentReader(image_paths or image_path, extents, reading.opener())
+        try:
+            return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
+                                is_cancelled=req.is_cancelled, checksum=checksum)
+        finally:
+            src.close()
     finally:
-        src.close()
+        reading.close()
 
 
 @handler
-def send_extents(req, image_path, extents, cert, key, token, image_paths=None):
+def send_extents(req, image_path, extents, cert, key, token, image_paths=None, dedup=None):
     """Storage side of a restore to another host: serve the image's members to the peer."""
     from app.agent.extents import copy_extents
     used = {e[2] for e in extents if len(e) > 2} or {0}
     for k, p in enumerate(image_paths or [image_path]):
         if k in used and not os.path.exists(p):
             raise AgentFailure(f"image file {p} is missing", code=status.IMAGE_DAMAGED)
-    listener = dataplane.Listener(cert, key, token)
+    reading = _ImageReading(dedup)
     try:
-        req.emit("listening", {"port": listener.port})
-        chan = listener.accept(req.is_cancelled)
+        listener = dataplane.Listener(cert, key, token)
+        try:
+            req.emit("listening", {"port": listener.port})
+            chan = listener.accept(req.is_cancelled)
+        finally:
+            listener.close()
+        try:
+            n = copy_extents(image_paths or image_path, extents, chan,
+                             is_cancelled=req.is_cancelled, opener=reading.opener())
+            chan.finish()
+        finally:
+            chan.close()
     finally:
-        listener.close()
-    try:
-        n = copy_extents(image_paths or image_path, extents, chan,
-                         is_cancelled=req.is_cancelled)
-        chan.finish()
-    finally:
-        chan.close()
+        reading.close()
     return {"bytes": n}
 
 
@@ -419,3 +540,55 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
     finally:
         chan.close()
     return summary
+
+
+# ---- deduplication pools --------------------------------------------------------------------
+
+@handler
+def dedup_verify(req, root, key=None, recipes=None):
+    """Reads images (recipes given) or the whole pool back and checks every chunk; damage is
+    reported per image as byte ranges of its stream."""
+    from app.dedup import pool
+    from app.dedup.ingest import SESSION_TIMEOUT, open_store
+    store = open_store(root, key)
+    with store.session(timeout=SESSION_TIMEOUT):
+        if recipes:
+            return pool.verify_images(store, recipes, emit=req.emit,
+                                      is_cancelled=req.is_cancelled)
+        return pool.verify_pool(store, root, emit=req.emit, is_cancelled=req.is_cancelled)
+
+
+@handler
+def dedup_reclaim(req, root, key=None, compact_below=0.5):
+    """Removes chunks no image references any more and compacts containers. Refused (PoolBusy)
+    while a backup, restore or verify uses the pool."""
+    from app.dedup import pool
+    from app.dedup.ingest import open_store
+    store = open_store(root, key)
+    left = store.remove_stale_partials()
+    removed = []
+
+    def live():
+        fps, gone = pool.live_fingerprints(root)
+        removed.extend(gone)
+        return fps
+    stats = store.reclaim(live, compact_below=compact_below, is_cancelled=req.is_cancelled)
+    stats["stale_containers_removed"] = len(left)
+    stats["stale_recipes_removed"] = removed
+    stats["pool"] = store.stats()
+    return stats
+
+
+@handler
+def dedup_stats(req, root, key=None):
+    from app.dedup.ingest import open_store
+    return open_store(root, key).stats()
+
+
+@handler
+def dedup_rebuild_index(req, root, key=None):
+    """Rebuilds the chunk index from the containers alone."""
+    from app.dedup.ingest import SESSION_TIMEOUT, open_store
+    store = open_store(root, key)
+    with store.session(timeout=SESSION_TIMEOUT):
+        return store.rebuild_index()

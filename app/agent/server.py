@@ -10,6 +10,7 @@ import traceback
 
 from app.agent import ops, protocol
 from app.agent.errors import AgentFailure, Cancelled
+from app.errors import CairnError
 
 
 class Request:
@@ -94,6 +95,9 @@ class Server:
             self.send({"id": req.id, "error": {"code": e.code, "message": e.message}})
         except TypeError as e:
             self.send({"id": req.id, "error": {"code": 10, "message": f"{req.op}: {e}"}})
+        except CairnError as e:
+            # errors of the shared modules (the dedup pool's) carry their own status and hint
+            self.send({"id": req.id, "error": {"code": e.status, "message": str(e)}})
         except OSError as e:
             where = f" ({e.filename})" if e.filename else ""
             self.send({"id": req.id, "error": {"code": 99,

@@ -55,6 +55,36 @@ def _delete_left_snapshots(master, ctx, client_host, snapshots):
                     f"{x['error']}", "warning")
 
 
+def pool_access(master, server):
+    """What the storage agent needs to use a deduplication pool (its root, the chunk sizes
+    and, when encrypted, the key), or None for other storage types."""
+    plugin = plugins.storage.get(server["type"])
+    if plugin is not plugins.storage.dedup:
+        return None
+    from app.dedup import keys
+    opts = plugin.check_options(server.get("options"))
+    return {"root": server["path"], "params": plugin.chunk_params(opts),
+            "key": keys.load(master.home, server["name"]).hex() if opts["encrypted"] else None}
+
+
+def _commit_args(dedup):
+    return None if dedup is None else {"root": dedup["root"], "key": dedup.get("key")}
+
+
+def _mib(n):
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def dedup_summary(s):
+    text = (f"deduplication: {s['dedup_ratio'] if s.get('dedup_ratio') is not None else 0:.1f}% "
+            f"of {_mib(s['bytes'])} was in the pool already; {s['new_chunks']} of "
+            f"{s['chunks']} chunks new ({_mib(s['new_bytes'])}), {_mib(s['stored_bytes'])} "
+            "stored after compression")
+    if s.get("sent_bytes") is not None:
+        text += f"; the client sent {_mib(s['sent_bytes'])}"
+    return text
+
+
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
@@ -84,7 +114,15 @@ def run(master, job):
 
     image_id = new_image_id(master.db, client_host["name"], job["id"])
     partial, final = plugin.image_paths(volume, client_host["name"], image_id)
-    ctx.log(f"image {image_id} goes to volume {volume}")
+    dedup = pool_access(master, server)
+    if dedup is None:
+        ctx.log(f"image {image_id} goes to volume {volume}")
+    else:
+        dedup["mode"] = plugins.storage.dedup.effective_mode(
+            cfg.policy(job["policy"]).get("dedup"), client_host.get("dedup"))
+        dedup["image_id"] = image_id
+        ctx.log(f"image {image_id} goes to deduplication pool {pool['name']} ({volume})"
+                + (", encrypted at rest" if dedup.get("key") else ""))
     schedule = next((s for s in cfg.policy(job["policy"])["schedules"]
                      if s["name"] == job["schedule"]), None)
     level = p.get("schedule_type") or (schedule["type"] if schedule else "full")
@@ -148,22 +186,36 @@ def run(master, job):
     calls = []
     try:
         if storage_host["name"] == client_host["name"]:
-            ctx.log("client and storage server are the same host: writing the image directly")
-            dest = {"mode": "file", "path": partial}
+            if dedup is None:
+                ctx.log("client and storage server are the same host: writing the image "
+                        "directly")
+            else:
+                ctx.log("client and storage server are the same host: the client's agent "
+                        "deduplicates into the pool directly")
+            dest = {"mode": "file", "path": partial, "dedup": dedup}
         else:
             recv, port, cert, token = start_listening_side(
-                ctx, storage, "receive_image", {"path": partial}, job["id"])
+                ctx, storage, "receive_image", {"path": partial, "dedup": dedup}, job["id"])
             calls.append(recv)
             addr = master.hosts.data_address(storage_host, client_host)
             ctx.log(f"data plane: {client_host['name']} -> {storage_host['name']} "
                     f"({addr}:{port}, TLS, per-job key)")
             dest = {"mode": "net", "host": addr, "port": port, "cert": cert, "token": token}
+            if dedup is not None:
+                # The client learns how to cut chunks, never the pool's path or key.
+                dest["dedup"] = {"mode": dedup["mode"], "params": dedup["params"]}
+                ctx.log("client-side deduplication: the client sends only chunks the pool "
+                        "lacks" if dedup["mode"] == "client" else
+                        "server-side deduplication: the client sends a plain stream")
         excludes = {}
         if storage_host["name"] == client_host["name"]:
             # Backing up the pool's own images into the pool helps nobody and grows forever.
             for v in pool["volumes"]:
-                excludes[posixpath.join(v, plugin.IMAGE_DIR)] = \
-                    f"the image directory of disk pool {pool['name']}"
+                if dedup is not None:
+                    excludes[v] = f"deduplication pool {pool['name']}"
+                else:
+                    excludes[posixpath.join(v, plugin.IMAGE_DIR)] = \
+                        f"the image directory of disk pool {pool['name']}"
         send = client.start("backup", {"selections": selections, "image_meta": meta,
                                        "dest": dest, "checksum": meta["checksum"],
                                        "excludes": excludes, "previous": previous,
@@ -173,15 +225,22 @@ def run(master, job):
                             on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)
-        summary = results(calls)[0]
+        outcome = results(calls)
+        summary = outcome[0]
         if ctx.cancelled:
             raise Canceled()
         if index_error:
             raise CairnError(f"indexing the image failed: {index_error[0]}")
+        dedup_stats = None
+        if dedup is not None:
+            dedup_stats = summary.get("dedup") or outcome[1].get("dedup")
+            if summary.get("client_dedup"):
+                dedup_stats["sent_bytes"] = summary["client_dedup"]["sent_bytes"]
+            dedup_stats["mode"] = dedup["mode"] if len(outcome) > 1 else "local"
         info = index.close()
         index = None
-        committed = storage.call("commit_image", {"partial": partial, "final": final},
-                                 timeout=300)
+        committed = storage.call("commit_image", {"partial": partial, "final": final,
+                                                  "dedup": _commit_args(dedup)}, timeout=300)
     except BaseException:
         for c in calls:
             c.cancel()
@@ -214,17 +273,24 @@ def run(master, job):
                      created=meta["created"], expires=expires, bytes=summary["bytes"],
                      files=summary["files"], storage_unit=stu["name"], pool=pool["name"],
                      storage_host=storage_host["name"], path=committed["path"],
-                     image_bytes=committed["bytes"], job_id=job["id"],
+                     image_bytes=committed["bytes"] + (dedup_stats["stored_bytes"]
+                                                       if dedup_stats else 0),
+                     job_id=job["id"],
                      selections=selections, warnings=warnings, checksum=meta["checksum"],
                      base_image=meta["base_image"], sources=sources, stream=stream,
                      snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots")
                      else None,
-                     scan=json.dumps(summary["scan"]) if summary.get("scan") else None)
+                     scan=json.dumps(summary["scan"]) if summary.get("scan") else None,
+                     dedup=json.dumps(dedup_stats) if dedup_stats else None)
+    if dedup_stats is not None:
+        master.jobs.set_dedup_ratio(job["id"], dedup_stats.get("dedup_ratio"))
     if completer is not None:
         ctx.log(f"{level} incremental: {summary['files']} new or changed entries sent "
                 f"({completer.new} new), {completer.unchanged} unchanged "
                 f"({summary.get('unchanged_bytes', 0)} bytes not sent again), "
                 f"{completer.deleted} deleted since image {base['id']}")
+    if dedup_stats is not None:
+        ctx.log(dedup_summary(dedup_stats))
     ctx.bytes, ctx.files = summary["bytes"], summary["files"]
     ctx.log(f"image {image_id} committed: {summary['files']} files, {summary.get('dirs', 0)} "
             f"directories, {summary['bytes']} bytes of data ({committed['bytes']} bytes on "

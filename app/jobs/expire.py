@@ -90,6 +90,7 @@ def run(master, job):
                               f"to expire and are not part of this job",
                               hint="expire them together (the confirmation lists them)")
     removed = nbytes = 0
+    dedup_pools = set()
     for iid in order_newest_first(master.db, ids):
         if ctx.cancelled:
             raise Canceled()
@@ -105,9 +106,22 @@ def run(master, job):
         nbytes += img["image_bytes"]
         ctx.files = removed
         ctx.bytes = nbytes
-        ctx.log(f"image {iid} ({img['schedule_type']}, {img['created']}) removed: "
-                f"{img['image_bytes']} bytes freed on {img['storage_host']}")
+        if img.get("dedup"):
+            dedup_pools.add(img["pool"])
+            ctx.log(f"image {iid} ({img['schedule_type']}, {img['created']}) removed from "
+                    f"deduplication pool {img['pool']}: the chunks only it used are freed by "
+                    "space reclaim")
+        else:
+            ctx.log(f"image {iid} ({img['schedule_type']}, {img['created']}) removed: "
+                    f"{img['image_bytes']} bytes freed on {img['storage_host']}")
         ctx.flush()
+    for pool in sorted(dedup_pools):
+        from app.jobs import pool_jobs
+        try:
+            jid = pool_jobs.make_reclaim_job(master, pool, "images expired")
+            ctx.log(f"space reclaim of pool {pool} queued as job {jid}")
+        except CairnError as e:
+            ctx.log(f"space reclaim of pool {pool} not queued: {e.message}")
     return st.OK, None, None, nbytes, removed
 
 

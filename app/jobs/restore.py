@@ -113,6 +113,14 @@ def describe(relocation):
     return ", ".join(parts)
 
 
+def image_pool_access(master, image):
+    """{"root", "key"} when the image lives in a deduplication pool, else None."""
+    from app.jobs.backup import pool_access
+    pool = master.config.disk_pool(image["pool"])
+    access = pool_access(master, master.config.storage_server(pool["server"]))
+    return None if access is None else {"root": access["root"], "key": access["key"]}
+
+
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
@@ -135,6 +143,7 @@ def run(master, job):
         ctx.log(f"the files come from {len(image_paths)} images: {image['id']} and the "
                 f"images it builds on ({', '.join(image['sources'])})")
 
+    dedup = image_pool_access(master, image)
     storage = master.hosts.connect(storage_host)
     calls = []
     try:
@@ -142,13 +151,14 @@ def run(master, job):
             call = storage.start("restore", {
                 "image_path": image["path"], "image_paths": image_paths, "extents": extents,
                 "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
-                "checksum": image["checksum"]}, on_event=ctx.on_event)
+                "checksum": image["checksum"], "dedup": dedup}, on_event=ctx.on_event)
             calls.append(call)
         else:
             target = master.hosts.connect(target_host)
             send, port, cert, token = start_listening_side(
                 ctx, storage, "send_extents", {"image_path": image["path"],
-                                               "image_paths": image_paths, "extents": extents},
+                                               "image_paths": image_paths, "extents": extents,
+                                               "dedup": dedup},
                 job["id"])
             calls.append(send)
             addr = master.hosts.data_address(storage_host, target_host)

@@ -35,6 +35,8 @@ def job_dict(row):
     d = dict(row)
     params = json.loads(d.pop("params") or "{}")
     d["params"] = params
+    if "result" in d:
+        d["result"] = json.loads(d["result"]) if d["result"] else None
     d["status_text"] = st.text(d["status"]) if d["status"] is not None else None
     started = timeutil.parse_iso(d["started"]) if d["started"] else None
     ended = timeutil.parse_iso(d["ended"]) if d["ended"] else None
@@ -185,6 +187,18 @@ class JobStore:
             if sample_t is not None:
                 c.execute("INSERT INTO job_samples(job_id, t, bytes, files) VALUES (?,?,?,?)",
                           (job_id, sample_t, bytes, files))
+
+    def set_dedup_ratio(self, job_id, ratio):
+        """The share of the job's data its deduplication pool already held, in percent."""
+        with self.db.tx() as c:
+            c.execute(f"UPDATE jobs SET dedup_ratio=?, changed={NEXT_CHANGE} WHERE id=?",
+                      (ratio, job_id))
+
+    def set_result(self, job_id, result):
+        """What a job found, beyond its counters (e.g. the damaged files a verify names)."""
+        with self.db.tx() as c:
+            c.execute(f"UPDATE jobs SET result=?, changed={NEXT_CHANGE} WHERE id=?",
+                      (json.dumps(result), job_id))
 
     def set_wait_reason(self, job_id, reason):
         with self.db.tx() as c:

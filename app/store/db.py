@@ -234,6 +234,18 @@ MIGRATIONS = [
     ALTER TABLE images ADD COLUMN snapshot TEXT;
     ALTER TABLE images ADD COLUMN scan TEXT
     """,
+    # 6: deduplicating pools. A storage server's options (chunk sizes, encryption at rest);
+    # where chunking happens (per policy, and per client to override it); per job the share of
+    # its data the pool already held and what a verify or reclaim found; per image what it
+    # added to the pool.
+    """
+    ALTER TABLE storage_servers ADD COLUMN options TEXT;
+    ALTER TABLE policies ADD COLUMN dedup TEXT NOT NULL DEFAULT 'server';
+    ALTER TABLE hosts ADD COLUMN dedup TEXT NOT NULL DEFAULT 'policy';
+    ALTER TABLE jobs ADD COLUMN dedup_ratio REAL;
+    ALTER TABLE jobs ADD COLUMN result TEXT;
+    ALTER TABLE images ADD COLUMN dedup TEXT
+    """,
 ]
 
 

@@ -94,10 +94,56 @@ def test_references_must_exist_and_hint_known_names(cfg, tmp_path):
     assert "me" in e.value.hint
     with pytest.raises(ValidationError, match="unknown"):
         cfg.add_storage_server("ss1", type="tape", host="me")
-    with pytest.raises(ValidationError, match="not available"):
-        cfg.add_storage_server("ss1", type="dedup", host="me", path="/x")
+    with pytest.raises(ValidationError, match="needs --path"):
+        cfg.add_storage_server("ss1", type="dedup", host="me")
+    with pytest.raises(ValidationError, match="average chunk size|avg"):
+        cfg.add_storage_server("ss1", type="dedup", host="me", path="/x",
+                               options={"min_size": 1 << 20, "avg_size": 1 << 16})
+    with pytest.raises(ValidationError, match="unknown dedup option"):
+        cfg.add_storage_server("ss1", type="dedup", host="me", path="/x",
+                               options={"chunk": 5})
+    with pytest.raises(ValidationError, match="has no options"):
+        cfg.add_storage_server("ss1", type="advanced-disk", host="me",
+                               options={"encrypted": True})
     with pytest.raises(NotFound):
         cfg.add_disk_pool("dp1", server="nope", volumes=["/v"])
+
+
+def test_dedup_pool_takes_its_servers_path_once(cfg, tmp_path):
+    cfg.add_host("me", local=True)
+    srv = cfg.add_storage_server("dd", type="dedup", host="me", path="/pool")
+    assert srv["options"]["avg_size"] == 512 * 1024 and srv["options"]["encrypted"] is False
+    with pytest.raises(ValidationError, match="one volume"):
+        cfg.add_disk_pool("p", server="dd", volumes=["/elsewhere"])
+    assert cfg.add_disk_pool("p", server="dd", volumes=[])["volumes"] == ["/pool"]
+    with pytest.raises(ValidationError, match="already has its disk pool"):
+        cfg.add_disk_pool("p2", server="dd", volumes=["/pool"])
+
+
+def test_dedup_modes_of_policy_and_host(cfg, tmp_path):
+    from app import config_edit
+    from plugins.storage import dedup
+    cfg.add_host("me", local=True)
+    cfg.add_storage_server("ss1", type="advanced-disk", host="me")
+    cfg.add_disk_pool("dp1", server="ss1", volumes=["/v"])
+    cfg.add_storage_unit("stu1", pool="dp1")
+    with pytest.raises(ValidationError, match="deduplication mode 'both'"):
+        cfg.add_policy("p0", storage_unit="stu1", dedup="both")
+    assert cfg.add_policy("p1", storage_unit="stu1", dedup="client")["dedup"] == "client"
+    assert cfg.host("me")["dedup"] == "policy"
+    config_edit.update(cfg.db, cfg, "host", "me", dedup="server")
+    assert dedup.effective_mode("client", cfg.host("me")["dedup"]) == "server"
+    assert dedup.effective_mode("client", "policy") == "client"
+    with pytest.raises(ValidationError):
+        config_edit.update(cfg.db, cfg, "policy", "p1", dedup="policy")
+
+
+def test_dedup_path_warning_names_network_file_systems():
+    from plugins.storage import dedup
+    w = dedup.path_warning({"type": "nfs4", "class": "network", "device": "nas:/export"})
+    assert "NFS or CIFS" in w and "nas:/export" in w
+    assert dedup.path_warning({"type": "gpfs", "class": "parallel", "device": "fs1"}) is None
+    assert dedup.path_warning({"type": "ext4", "class": "local", "device": "/dev/sda1"}) is None
 
 
 def test_disk_pool_validation(cfg, tmp_path):

@@ -1,0 +1,240 @@
+"""The storage side of one image going into a deduplication pool.
+
+Two ways in, one result (a recipe plus whatever chunks the pool lacked):
+- server-side deduplication: the image stream arrives as plain bytes (write()); this side cuts
+  it into chunks, fingerprints them and stores the new ones;
+- client-side deduplication: the client cut and fingerprinted the stream itself and asks
+  which chunks are new (query()); only those arrive (put()), each checked against its
+  fingerprint, since a pool must never hold data under a fingerprint it does not match.
+
+Both cut the same stream the same way (app/dedup/segmenter.py), so images made either way
+share their chunks.
+
+A backup holds a session on the pool from before its first lookup until its recipe is
+durable, so space reclaim cannot remove a chunk it found already stored. Between finish() and
+the commit (a rename done by commit_recipe) the complete partial recipe keeps its chunks
+alive: reclaim counts partial recipes as referencing."""
+
+import hashlib
+import os
+import queue
+import threading
+
+from app.dedup.chunker import Params
+from app.dedup.recipe import RecipeWriter
+from app.dedup.segmenter import Segmenter
+from app.dedup.store import ChunkStore
+from app.errors import CairnError
+
+SESSION_TIMEOUT = 600.0
+# Pieces handed to the hashing and storing thread at a time, and how many such batches may
+# wait: the stream's reader keeps cutting while the other core hashes and compresses.
+QUEUE_DEPTH = 8
+
+
+class IngestError(CairnError):
+    pass
+
+
+def open_store(root, key=None):
+    return ChunkStore(root, key=bytes.fromhex(key) if isinstance(key, str) else key)
+
+
+class Stats:
+    __slots__ = ("bytes", "chunks", "new_chunks", "new_bytes", "stored_bytes")
+
+    def __init__(self):
+        self.bytes = self.chunks = self.new_chunks = self.new_bytes = self.stored_bytes = 0
+
+    def as_dict(self):
+        d = {k: getattr(self, k) for k in self.__slots__}
+        d["dedup_ratio"] = ratio(self.bytes, self.new_bytes)
+        return d
+
+
+def ratio(total, new):
+    """The share of the image's bytes the pool held already, in percent (None for an empty
+    image)."""
+    if not total:
+        return None
+    return round(100.0 * (1.0 - new / total), 3)
+
+
+class Ingest:
+    def __init__(self, root, recipe_path, *, params=None, key=None, image_id=None,
+                 session_timeout=SESSION_TIMEOUT):
+        self.store = open_store(root, key)
+        self.params = Params(**(params or {}))
+        self.image_id = image_id
+        self.stats = Stats()
+        self._session = self.store.session(timeout=session_timeout)
+        self._writer = None
+        self._recipe = None
+        self._done = False
+        try:
+            self._writer = self.store.writer()
+            self._recipe = RecipeWriter(recipe_path)
+        except BaseException:
+            self._close_parts(abort=True)
+            raise
+        self._segmenter = None
+        self._queue = None
+        self._worker = None
+        self._error = None
+        self._wanted = {}  # client-side: fingerprint -> length, asked for and not yet put
+        self._seen = set()  # fingerprints this image stores or asked for
+
+    # ---- server-side: a plain stream --------------------------------------------------------
+    def write(self, data):
+        """The next bytes of the image stream (the caller may reuse its buffer afterwards)."""
+        if self._segmenter is None:
+            self._segmenter = Segmenter(self.params)
+            self._queue = queue.Queue(QUEUE_DEPTH)
+            self._worker = threading.Thread(target=self._work, name="dedup-ingest",
+                                            daemon=True)
+            self._worker.start()
+        pieces = self._segmenter.feed(data)
+        if pieces:
+            self._hand_over(pieces)
+
+    def _hand_over(self, pieces):
+        while True:
+            if self._error is not None:
+                raise self._error
+            try:
+                self._queue.put(pieces, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _work(self):
+        sha256 = hashlib.sha256
+        try:
+            while True:
+                pieces = self._queue.get()
+                if pieces is None:
+                    return
+                if self._error is not None:
+                    continue
+                for p in pieces:
+                    fp = sha256(p.data).digest()
+                    self._add(fp, p.data)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the stream's thread
+            self._error = e
+
+    def _add(self, fp, data):
+        n = len(data)
+        self._recipe.add(fp, n)
+        st = self.stats
+        st.bytes += n
+        st.chunks += 1
+        before = self._writer.stored_bytes
+        if self._writer.add(fp, data):
+            st.new_chunks += 1
+            st.new_bytes += n
+            st.stored_bytes += self._writer.stored_bytes - before
+
+    def _drain(self):
+        if self._segmenter is None:
+            return
+        tail = self._segmenter.finish()
+        if tail:
+            self._hand_over(tail)
+        self._queue.put(None)
+        self._worker.join()
+        self._segmenter = None
+        if self._error is not None:
+            raise self._error
+
+    # ---- client-side: fingerprints first, then the data the pool lacks ----------------------
+    def query(self, entries):
+        """entries: [(fingerprint, length)] in stream order. Returns a bytes of flags, 1 where
+        the chunk's data must be sent. A fingerprint asked for twice is wanted once."""
+        flags = bytearray(len(entries))
+        for i, (fp, length) in enumerate(entries):
+            self._recipe.add(fp, length)
+            self.stats.bytes += length
+            self.stats.chunks += 1
+            if fp in self._seen:
+                continue
+            self._seen.add(fp)
+            if not self.store.has(fp):
+                self._wanted[fp] = length
+                flags[i] = 1
+        return bytes(flags)
+
+    def put(self, fp, data):
+        """The data of a chunk query() asked for."""
+        length = self._wanted.pop(fp, None)
+        if length is None:
+            raise IngestError("the client sent a chunk that was not asked for")
+        if len(data) != length or hashlib.sha256(data).digest() != fp:
+            raise IngestError("the client sent a chunk whose content does not match its "
+                              "fingerprint; nothing of it was stored",
+                              hint="the client's data changed in transit or its agent is "
+                                   "faulty; run the backup again")
+        before = self._writer.stored_bytes
+        if self._writer.add(fp, data):
+            self.stats.new_chunks += 1
+            self.stats.new_bytes += length
+            self.stats.stored_bytes += self._writer.stored_bytes - before
+
+    # ---- the end ----------------------------------------------------------------------------
+    def finish(self, meta):
+        """Stores the rest, makes the chunks and the partial recipe durable, ends the session.
+        Returns the statistics."""
+        try:
+            self._drain()
+            if self._wanted:
+                raise IngestError(f"{len(self._wanted)} chunk(s) the client was asked for never "
+                                  "arrived; the image is incomplete")
+            self._writer.commit()
+            info = self._recipe.finish(dict(meta, image_id=self.image_id,
+                                            chunker=self.params.as_dict()))
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        self._close_parts(abort=False)
+        out = self.stats.as_dict()
+        out["recipe_bytes"] = info.get("bytes") if isinstance(info, dict) else None
+        return out
+
+    def abort(self):
+        if self._done:
+            return
+        self._done = True
+        if self._queue is not None and self._worker is not None and self._worker.is_alive():
+            self._error = self._error or IngestError("aborted")
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                pass
+            self._worker.join(5)
+        self._close_parts(abort=True)
+
+    def _close_parts(self, abort):
+        try:
+            if abort:
+                if self._recipe is not None:
+                    self._recipe.abort()
+                if self._writer is not None:
+                    self._writer.abort()
+        finally:
+            self._session.close()
+
+
+def commit_recipe(root, partial, final, key=None):
+    """Makes a finished recipe the committed image, under a session so that no reclaim runs
+    while the name changes."""
+    store = open_store(root, key)
+    with store.session(timeout=SESSION_TIMEOUT):
+        if os.path.exists(final):
+            raise IngestError(f"{final} exists already; the image was not committed")
+        os.rename(partial, final)
+        dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return os.stat(final).st_size

@@ -1,0 +1,64 @@
+"""The encryption keys of encrypted deduplication pools, kept by the master.
+
+A key never lives in the pool it protects: the master holds it in its state directory
+(CAIRN_HOME/keys/SERVER.key, 64 hex digits, mode 0600) and hands it to the storage server's
+agent with each request that reads or writes chunks, over the SSH channel. Whoever restores
+the master must restore this file too: without it the pool's data cannot be read
+(docs/dedup-pool.md)."""
+
+import os
+
+from app.errors import CairnError, ValidationError
+
+KEY_BYTES = 32
+
+
+class KeyMissing(CairnError):
+    pass
+
+
+def create(home, storage_server):
+    """Makes and stores a new random key for a storage server; refuses to replace one."""
+    os.makedirs(home.keys, mode=0o700, exist_ok=True)
+    path = home.key_path(storage_server)
+    key = os.urandom(KEY_BYTES)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ValidationError(f"an encryption key for storage server {storage_server!r} "
+                              f"exists already ({path})",
+                              hint="move the old key away only if no pool needs it") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(key.hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def load(home, storage_server):
+    path = home.key_path(storage_server)
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        raise KeyMissing(f"the encryption key of dedup storage server {storage_server!r} is "
+                         f"missing ({path})",
+                         hint="restore the key file from your key backup; without it the "
+                              "pool's data cannot be read") from None
+    except OSError as e:
+        raise KeyMissing(f"the encryption key {path} cannot be read: {e.strerror}") from None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise KeyMissing(f"the encryption key file {path} is damaged (expected 64 hex digits)",
+                         hint="restore the key file from your key backup")
+    return key
+
+
+def remove(home, storage_server):
+    try:
+        os.unlink(home.key_path(storage_server))
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,182 @@
+"""Whole-pool work of a deduplication pool, run by the storage server's agent: which chunks the
+pool's images still reference (for space reclaim), and reading images or the whole pool back
+to find damage, reported per image as byte ranges of its stream (the master turns those into
+file names with the catalog index).
+
+Layout under the pool root: the chunk store's containers/ and index/ (app/dedup/store.py) and
+images/CLIENT/IMAGE.recipe, with .IMAGE.recipe.partial while a backup is being committed."""
+
+import os
+import time
+
+from app.dedup.recipe import RecipeDamaged, read_recipe
+from app.dedup.store import ChunkDamaged, ChunkNotFound
+
+IMAGE_DIR = "images"
+RECIPE_SUFFIX = ".recipe"
+PARTIAL_SUFFIX = ".recipe.partial"
+# A partial recipe older than this belongs to a backup whose master never came back to commit
+# or abort it; reclaim removes it instead of keeping its chunks forever.
+STALE_PARTIAL_S = 7 * 24 * 3600.0
+PROGRESS_EVERY = 0.5
+
+
+def recipes(root, partial=False):
+    """Paths of the pool's committed recipes (and with partial=True, of the partial ones)."""
+    base = os.path.join(root, IMAGE_DIR)
+    out = []
+    try:
+        clients = sorted(os.listdir(base))
+    except FileNotFoundError:
+        return out
+    for client in clients:
+        d = os.path.join(base, client)
+        try:
+            names = sorted(os.listdir(d))
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for name in names:
+            if name.endswith(PARTIAL_SUFFIX):
+                if partial:
+                    out.append(os.path.join(d, name))
+            elif name.endswith(RECIPE_SUFFIX):
+                out.append(os.path.join(d, name))
+    return out
+
+
+def live_fingerprints(root, now=None):
+    """Every fingerprint a committed recipe or a complete partial recipe references. Called
+    by reclaim with the pool locked, so no backup adds references meanwhile. A committed
+    recipe that cannot be read stops the reclaim: its chunks would otherwise be removed."""
+    now = time.time() if now is None else now
+    live = set()
+    removed = []
+    for path in recipes(root, partial=True):
+        if path.endswith(PARTIAL_SUFFIX):
+            try:
+                age = now - os.stat(path).st_mtime
+            except FileNotFoundError:
+                continue
+            try:
+                r = read_recipe(path)
+            except RecipeDamaged:
+                # a backup that died while writing its recipe: never committed, references
+                # nothing (its session lock would have kept reclaim out while it lived)
+                os.unlink(path)
+                removed.append(path)
+                continue
+            if age > STALE_PARTIAL_S:
+                os.unlink(path)
+                removed.append(path)
+                continue
+            live |= r.fingerprints()
+        else:
+            live |= read_recipe(path).fingerprints()
+    return live, removed
+
+
+def _ranges(recipe, bad, reasons):
+    return [{"offset": off, "length": ln, "fingerprint": fp.hex(), "reason": reasons.get(fp)}
+            for off, ln, fp in recipe.ranges_of(bad)]
+
+
+def verify_images(store, paths, *, emit=None, is_cancelled=None):
+    """Reads every chunk of the given recipes back and checks it (crc32, decoding, SHA-256).
+    Returns {"images": [{"path", "damage": [{"offset", "length", "fingerprint", "reason"}],
+    "error"}], "chunks", "bytes", "damaged_chunks"}."""
+    checked = {}  # fingerprint -> reason or None
+    out = {"images": [], "chunks": 0, "bytes": 0, "damaged_chunks": 0}
+    last = 0.0
+    for path in paths:
+        try:
+            r = read_recipe(path)
+        except RecipeDamaged as e:
+            out["images"].append({"path": path, "damage": [], "error": str(e)})
+            continue
+        except FileNotFoundError:
+            out["images"].append({"path": path, "damage": [],
+                                  "error": f"the recipe {path} is missing"})
+            continue
+        bad = set()
+        reasons = {}
+        for fp in r.fingerprints():
+            if is_cancelled is not None and is_cancelled():
+                from app.agent.errors import Cancelled
+                raise Cancelled()
+            if fp not in checked:
+                try:
+                    data = store.get(fp)
+                    checked[fp] = None
+                    out["chunks"] += 1
+                    out["bytes"] += len(data)
+                except ChunkNotFound:
+                    checked[fp] = "the chunk is missing from the pool"
+                except ChunkDamaged as e:
+                    checked[fp] = str(e)
+                if checked[fp] is not None:
+                    out["damaged_chunks"] += 1
+            if checked[fp] is not None:
+                bad.add(fp)
+                reasons[fp] = checked[fp]
+            if emit is not None and time.monotonic() - last > PROGRESS_EVERY:
+                last = time.monotonic()
+                emit("progress", {"bytes": out["bytes"], "files": out["chunks"]})
+        out["images"].append({"path": path, "damage": _ranges(r, bad, reasons) if bad else [],
+                              "error": None})
+    return out
+
+
+def verify_pool(store, root, *, emit=None, is_cancelled=None):
+    """Reads every container of the pool and checks every record, then names the images that
+    reference a damaged or missing chunk. Returns {"containers", "damage": [container
+    findings], "images": [as verify_images], "damaged_chunks"}."""
+    findings = []
+    bad = {}
+    broken_from = {}  # container path -> offset from which no record can be found
+    for d in store.verify():
+        if is_cancelled is not None and is_cancelled():
+            from app.agent.errors import Cancelled
+            raise Cancelled()
+        findings.append({"container": d.container, "offset": d.offset,
+                         "fingerprint": d.fingerprint.hex() if d.fingerprint else None,
+                         "reason": d.reason})
+        if d.fingerprint is not None:
+            bad[d.fingerprint] = f"{d.reason} ({d.container} at byte {d.offset})"
+        if d.fingerprint is None or "torn" in d.reason:
+            broken_from[d.container] = min(d.offset, broken_from.get(d.container, d.offset))
+        if emit is not None:
+            emit("log", {"level": "warning", "message": f"damaged: {d.container} at byte "
+                                                        f"{d.offset}: {d.reason}"})
+    out = {"containers": len(store.committed_containers()), "damage": findings,
+           "images": [], "damaged_chunks": 0}
+    paths = recipes(root)
+    for path in paths:
+        try:
+            r = read_recipe(path)
+        except RecipeDamaged as e:
+            out["images"].append({"path": path, "damage": [], "error": str(e)})
+            continue
+        hit = set()
+        reasons = {}
+        for fp in r.fingerprints():
+            if fp in bad:
+                hit.add(fp)
+                reasons[fp] = bad[fp]
+                continue
+            try:
+                loc = store.locate(fp)
+            except ChunkNotFound:
+                hit.add(fp)
+                reasons[fp] = "the chunk is missing from the pool"
+                continue
+            cpath = store.container_path(loc.container)
+            if cpath in broken_from and loc.offset >= broken_from[cpath]:
+                hit.add(fp)
+                reasons[fp] = f"its container {cpath} is unreadable from byte {broken_from[cpath]}"
+            elif not os.path.exists(cpath):
+                hit.add(fp)
+                reasons[fp] = f"its container {cpath} is missing"
+        out["damaged_chunks"] += len(hit)
+        out["images"].append({"path": path, "damage": _ranges(r, hit, reasons) if hit else [],
+                              "error": None})
+    return out

@@ -1,0 +1,139 @@
+"""Client-side deduplication over the data plane: the client cuts its image stream into chunks
+and fingerprints them (as the storage side would), asks the storage side which chunks the pool
+lacks, and sends only those.
+
+Messages, one data-plane frame each (app/agent/dataplane.py):
+    client -> storage  b"Q" + n x (fingerprint 32 bytes, length u32)   which of these are new?
+    storage -> client  b"A" + n flag bytes (1: send it)
+    client -> storage  b"D" + the asked-for chunks' data, in query order
+and the stream's usual end (a zero frame, answered by the storage side's confirmation).
+
+Queries go in batches of a few MiB of stream: one round trip per batch, and while the storage
+side stores a batch the client already cuts and hashes the next."""
+
+import hashlib
+import struct
+
+from app.dedup.chunker import Params
+from app.dedup.segmenter import Segmenter
+from app.errors import CairnError
+
+ENTRY = struct.Struct(">32sI")
+BATCH_BYTES = 16 << 20
+BATCH_CHUNKS = 1024
+
+
+class ProtocolError(CairnError):
+    pass
+
+
+def encode_query(entries):
+    return b"Q" + b"".join(ENTRY.pack(fp, n) for fp, n in entries)
+
+
+def decode_query(msg):
+    body = memoryview(msg)[1:]
+    if len(body) % ENTRY.size:
+        raise ProtocolError("a malformed chunk query arrived on the data connection")
+    return [ENTRY.unpack_from(body, i) for i in range(0, len(body), ENTRY.size)]
+
+
+class ClientSink:
+    """What the archiver writes to for client-side deduplication: a file-like sink over a
+    data-plane channel. finish() ends the stream and waits for the storage side."""
+
+    def __init__(self, chan, params=None):
+        self.chan = chan
+        self._seg = Segmenter(Params(**(params or {})))
+        self._batch = []  # (fp, length, data)
+        self._batch_bytes = 0
+        self.bytes = 0
+        self.chunks = 0
+        self.sent_chunks = 0
+        self.sent_bytes = 0
+
+    def write(self, data):
+        pieces = self._seg.feed(data)
+        if pieces:
+            self._take(pieces)
+
+    def _take(self, pieces):
+        sha256 = hashlib.sha256
+        for p in pieces:
+            self._batch.append((sha256(p.data).digest(), p.length, p.data))
+            self._batch_bytes += p.length
+        if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_CHUNKS:
+            self._flush()
+
+    def _flush(self):
+        if not self._batch:
+            return
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        self.chan.send_message(encode_query((fp, n) for fp, n, _ in batch))
+        answer = self.chan.recv_message()
+        if answer is None or answer[:1] != b"A" or len(answer) != len(batch) + 1:
+            raise ProtocolError("the storage server gave no valid answer to a chunk query")
+        wanted = [d for (_, _, d), flag in zip(batch, answer[1:]) if flag]
+        self.bytes += sum(n for _, n, _ in batch)
+        self.chunks += len(batch)
+        if wanted:
+            self.chan.send_message(b"D" + b"".join(wanted))
+            self.sent_chunks += len(wanted)
+            self.sent_bytes += sum(len(d) for d in wanted)
+
+    def finish(self):
+        tail = self._seg.finish()
+        if tail:
+            self._take(tail)
+        self._flush()
+        self.chan.finish()
+
+    def close(self):
+        self.chan.close()
+
+    def report(self):
+        return {"mode": "client", "bytes": self.bytes, "chunks": self.chunks,
+                "sent_chunks": self.sent_chunks, "sent_bytes": self.sent_bytes}
+
+
+def serve(chan, ingest, is_cancelled):
+    """The storage side of client-side deduplication: answers queries and stores what comes,
+    until the client ends the stream."""
+    pending = None  # lengths of the chunks the last answer asked for
+    while True:
+        if is_cancelled():
+            from app.agent.errors import Cancelled
+            raise Cancelled()
+        msg = chan.recv_message()
+        if msg is None:
+            if pending:
+                raise ProtocolError("the client ended the stream before sending the chunks "
+                                    "it was asked for")
+            return
+        kind = msg[:1]
+        if kind == b"Q":
+            if pending:
+                raise ProtocolError("the client asked again before sending the chunks it was "
+                                    "asked for")
+            entries = decode_query(msg)
+            flags = ingest.query(entries)
+            chan.send_message(b"A" + flags)
+            pending = [(fp, n) for (fp, n), f in zip(entries, flags) if f] or None
+        elif kind == b"D":
+            if not pending:
+                raise ProtocolError("the client sent chunk data nobody asked for")
+            view = memoryview(msg)
+            pos = 1
+            for fp, n in pending:
+                if pos + n > len(view):
+                    raise ProtocolError("the client sent fewer bytes than the chunks it was "
+                                        "asked for")
+                ingest.put(fp, view[pos:pos + n])
+                pos += n
+            if pos != len(view):
+                raise ProtocolError("the client sent more bytes than the chunks it was asked "
+                                    "for")
+            pending = None
+        else:
+            raise ProtocolError(f"an unknown message {bytes(kind)!r} arrived on the data "
+                                "connection")

@@ -1,0 +1,189 @@
+"""Jobs on deduplication pools: verify (read images or the whole pool back and check every
+chunk against its fingerprint, naming the damaged files of each image) and space reclaim
+(remove chunks no image references any more, compact containers)."""
+
+import json
+import posixpath
+import time
+
+import plugins.storage
+from app import status as st
+from app.errors import CairnError, ValidationError
+from app.jobs.backup import pool_access
+from app.jobs.context import JobContext, results
+
+# How many damaged files of one image the job log names; the job's result keeps them all.
+LOG_FILES = 20
+# Reclaim needs the pool to itself; it waits for the jobs using it this long.
+BUSY_WAIT_S = 3600.0
+BUSY_RETRY_S = 10.0
+
+
+def _pause(ctx, seconds):
+    """Sleeps, cancelable; returns the seconds slept."""
+    end = time.monotonic() + seconds
+    start = time.monotonic()
+    while time.monotonic() < end:
+        ctx.raise_if_cancelled()
+        time.sleep(min(0.5, max(0.0, end - time.monotonic())))
+    return time.monotonic() - start
+
+
+def dedup_pool(master, pool_name):
+    """(pool, storage server, host, access) of a deduplication pool; refuses other pools."""
+    pool = master.config.disk_pool(pool_name)
+    server = master.config.storage_server(pool["server"])
+    if plugins.storage.get(server["type"]) is not plugins.storage.dedup:
+        raise ValidationError(f"disk pool {pool_name!r} is not a deduplication pool",
+                              hint="verify and space reclaim work on pools of dedup storage "
+                                   "servers; AdvancedDisk images are plain files checked on "
+                                   "restore")
+    return pool, server, master.config.host(server["host"]), pool_access(master, server)
+
+
+def _recipe_images(master, pool_name):
+    """{recipe path: image id} of the pool's images in the catalog."""
+    return {r["path"]: r["id"] for r in master.db.all(
+        "SELECT id, path FROM images WHERE pool=?", (pool_name,))}
+
+
+def damaged_files(master, image_id, ranges):
+    """The files of an image whose members overlap the damaged byte ranges of its stream."""
+    if not ranges:
+        return []
+    spans = sorted((r["offset"], r["offset"] + r["length"]) for r in ranges)
+    img = master.image(image_id)
+    out = []
+    with master.open_index(img) as index:
+        for e in index.walk("/"):
+            if e.src or e.offset < 0 or e.length <= 0:
+                continue
+            lo, hi = e.offset, e.offset + e.length
+            for a, b in spans:
+                if a >= hi:
+                    break
+                if b > lo:
+                    out.append(e.path)
+                    break
+    return out
+
+
+def run_verify(master, job):
+    ctx = JobContext(master.jobs, job["id"])
+    p = job["params"]
+    if p.get("image"):
+        img = master.image(p["image"])
+        pool, server, host, access = dedup_pool(master, img["pool"])
+        recipes = [img["path"]]
+        what = f"image {img['id']}"
+    else:
+        pool, server, host, access = dedup_pool(master, p["pool"])
+        recipes = None
+        what = f"the whole pool {pool['name']}"
+    ctx.log(f"verify of {what} on {host['name']} ({server['path']}): every chunk is read back "
+            "and checked against its fingerprint")
+    ctx.flush()
+    conn = master.hosts.connect(host)
+    call = conn.start("dedup_verify", {"root": access["root"], "key": access["key"],
+                                       "recipes": recipes}, on_event=ctx.on_event)
+    ctx.supervise([call])
+    result = results([call])[0]
+    known = _recipe_images(master, pool["name"])
+    damaged_images = []
+    for entry in result["images"]:
+        iid = known.get(entry["path"])
+        if entry.get("error"):
+            damaged_images.append({"image": iid, "path": entry["path"], "error": entry["error"],
+                                   "files": []})
+            ctx.log(f"image {iid or entry['path']}: {entry['error']}", "error")
+            continue
+        if not entry["damage"]:
+            continue
+        files = damaged_files(master, iid, entry["damage"]) if iid else []
+        damaged_images.append({"image": iid, "path": entry["path"], "files": files,
+                               "ranges": entry["damage"]})
+        reasons = sorted({d["reason"] for d in entry["damage"] if d.get("reason")})
+        ctx.log(f"image {iid or entry['path']}: {len(entry['damage'])} damaged chunk range(s), "
+                f"{len(files)} file(s) hit: " + ", ".join(files[:LOG_FILES])
+                + (f" and {len(files) - LOG_FILES} more" if len(files) > LOG_FILES else "")
+                + (f" ({'; '.join(reasons[:3])})" if reasons else ""), "error")
+    for d in result.get("damage", []):
+        ctx.log(f"container {posixpath.basename(d['container'])} at byte {d['offset']}: "
+                f"{d['reason']}", "error")
+    checked = len(result["images"])
+    ctx.bytes = result.get("bytes", 0)
+    ctx.files = checked
+    master.jobs.set_result(job["id"], {"images": damaged_images,
+                                       "containers": result.get("containers"),
+                                       "container_damage": result.get("damage", []),
+                                       "damaged_chunks": result.get("damaged_chunks", 0)})
+    ctx.flush(sample=True)
+    if damaged_images or result.get("damage"):
+        n_files = sum(len(d["files"]) for d in damaged_images)
+        return (st.CHECKSUM_MISMATCH,
+                f"damage found: {len(damaged_images)} image(s), {n_files} file(s); see the log",
+                None, ctx.bytes, checked)
+    ctx.log(f"verified {checked} image(s): no damage")
+    return st.OK, None, None, ctx.bytes, checked
+
+
+def run_reclaim(master, job):
+    ctx = JobContext(master.jobs, job["id"])
+    pool, server, host, access = dedup_pool(master, job["params"]["pool"])
+    ctx.log(f"space reclaim of deduplication pool {pool['name']} on {host['name']} "
+            f"({server['path']})")
+    ctx.flush()
+    # A recipe the catalog no longer knows is an image being committed right now or one left
+    # by a crash; the agent keeps the chunks of both, so nothing the catalog lists is at risk.
+    waited = 0.0
+    while True:
+        conn = master.hosts.connect(host)
+        call = conn.start("dedup_reclaim", {"root": access["root"], "key": access["key"]},
+                          on_event=ctx.on_event)
+        ctx.supervise([call])
+        try:
+            r = results([call])[0]
+            break
+        except CairnError as e:
+            if e.status != st.POOL_BUSY or waited >= BUSY_WAIT_S:
+                raise
+            if not waited:
+                ctx.log("the pool is in use by backups, restores or a verify; space reclaim "
+                        f"tries again every {int(BUSY_RETRY_S)} s for up to "
+                        f"{int(BUSY_WAIT_S / 60)} minutes", "warning")
+                ctx.flush()
+        waited += _pause(ctx, BUSY_RETRY_S)
+    ctx.bytes = r.get("freed_bytes", 0)
+    ctx.files = r.get("removed_chunks", 0)
+    ctx.log(f"reclaimed {r.get('freed_bytes', 0)} bytes: {r.get('removed_chunks', 0)} chunk(s) "
+            f"no image references removed, {r.get('containers_deleted', 0)} container(s) "
+            f"deleted, {r.get('containers_compacted', 0)} compacted; "
+            f"{r.get('live_chunks', 0)} chunk(s) in use")
+    for path in r.get("stale_recipes_removed") or []:
+        ctx.log(f"removed the unfinished recipe {path} of a backup that never completed")
+    master.jobs.set_result(job["id"], r)
+    ctx.flush(sample=True)
+    return st.OK, None, None, ctx.bytes, ctx.files
+
+
+def make_verify_job(master, *, image=None, pool=None):
+    if bool(image) == bool(pool):
+        raise ValidationError("verify needs an image or a disk pool (not both)")
+    if image:
+        img = master.image(image)
+        dedup_pool(master, img["pool"])
+        return master.jobs.create("verify", client=img["client"], policy=img["policy"],
+                                  params={"image": img["id"]},
+                                  note=f"verify job queued for image {img['id']}")
+    dedup_pool(master, pool)
+    return master.jobs.create("verify", params={"pool": pool},
+                              note=f"verify job queued for pool {pool}")
+
+
+def make_reclaim_job(master, pool, reason="started by the administrator"):
+    dedup_pool(master, pool)
+    for r in master.db.all("SELECT params FROM jobs WHERE type='reclaim' AND state!='done'"):
+        if json.loads(r[0] or "{}").get("pool") == pool:
+            raise CairnError(f"a space reclaim of pool {pool!r} is queued or running already")
+    return master.jobs.create("reclaim", params={"pool": pool},
+                              note=f"space reclaim job queued for pool {pool}: {reason}")

@@ -1,0 +1,324 @@
+"""Deduplicating pools end to end, with clients reached over the loopback sshd: server-side
+and client-side deduplication, byte-for-byte restores, the deduplication rate of an unchanged
+second full, expiry then space reclaim, verify finding a corrupted container, a storage agent
+killed in the middle of a backup, concurrent jobs, and encryption at rest."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from app import status
+from app.master import Master
+from clihelp import cairn, cairn_json
+from treegen import assert_trees_equal
+
+MB = 1 << 20
+
+
+def write_tree(root, seed, nfiles=12, size=600 * 1024, shared=None):
+    """Files of pseudo-random, partly compressible bytes; `shared` (bytes) is written into
+    every tree alike so that two clients' data overlaps."""
+    import random
+    rnd = random.Random(seed)
+    os.makedirs(root, exist_ok=True)
+    for i in range(nfiles):
+        d = os.path.join(root, f"d{i % 3}")
+        os.makedirs(d, exist_ok=True)
+        words = b" ".join(rnd.choice([b"alpha", b"beta", b"gamma", b"delta", b"omega"])
+                          for _ in range(size // 12))
+        data = rnd.randbytes(size // 2) + words[:size - size // 2]
+        with open(os.path.join(d, f"f{i}.bin"), "wb") as f:
+            f.write(data)
+    if shared is not None:
+        with open(os.path.join(root, "shared.bin"), "wb") as f:
+            f.write(shared)
+    with open(os.path.join(root, "small.txt"), "w") as f:
+        f.write("a small file\n")
+
+
+def pool_bytes(root):
+    total = 0
+    for d, _, files in os.walk(root):
+        for f in files:
+            total += os.path.getsize(os.path.join(d, f))
+    return total
+
+
+def add_ssh_host(m, name, server, address=None):
+    m.add_host(name, address=address or server.host, port=server.port, user=server.user,
+               key_file=server.key_file, trust_host_key=True)
+
+
+def configure(m, pool_root, *, storage_host="me", encrypted=False, dedup="server",
+              max_jobs=1):
+    opts = {"encrypted": True} if encrypted else None
+    srv = m.create_storage_server("dd", type="dedup", host=storage_host, path=pool_root,
+                                  options=opts)
+    m.create_disk_pool("ddp", server="dd", volumes=[])
+    m.config.add_storage_unit("dstu", pool="ddp", max_concurrent_jobs=max_jobs)
+    m.config.add_policy("dp", storage_unit="dstu", dedup=dedup)
+    m.config.add_schedule("dp", "full", type="full", retention="2w")
+    return srv
+
+
+def backup(m, policy="dp", client=None):
+    [jid] = m.start_backup(policy, client=client)
+    [job] = m.wait_for([jid])
+    assert job["status"] == status.OK, [x["message"] for x in m.jobs.logs(jid)]
+    return job
+
+
+def restore(m, image_id, path, to, to_host="me"):
+    jid = m.start_restore(image_id, [path], to, to_host=to_host)
+    [job] = m.wait_for([jid])
+    assert job["status"] == status.OK, [x["message"] for x in m.jobs.logs(jid)]
+    return job
+
+
+@pytest.fixture
+def master(tmp_path):
+    m = Master(str(tmp_path / "home"))
+    m.config.add_host("me", local=True)
+    yield m
+    m.close()
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("mode", ["server", "client"])
+def test_dedup_backup_over_ssh_restores_byte_for_byte_and_repeats_at_99_percent(
+        tmp_path, master, sshd, mode):
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=1)
+    add_ssh_host(m, "client1", sshd)
+    configure(m, pool, dedup=mode)
+    m.config.add_policy_client("dp", "client1")
+    m.config.add_policy_selection("dp", src)
+
+    first = backup(m)
+    log = "\n".join(x["message"] for x in m.jobs.logs(first["id"]))
+    assert ("client-side deduplication" if mode == "client" else
+            "server-side deduplication") in log, log
+    assert first["dedup_ratio"] is not None and first["dedup_ratio"] < 50
+    img1 = m.image(first["image_id"])
+    assert img1["dedup"]["mode"] == mode and img1["dedup"]["new_chunks"] > 0
+    assert img1["path"].endswith(".recipe") and os.path.isfile(img1["path"])
+    size1 = pool_bytes(pool)
+
+    second = backup(m)
+    assert second["dedup_ratio"] >= 99.0, second
+    grown = pool_bytes(pool) - size1
+    assert grown < 0.01 * second["bytes"], (grown, second["bytes"])
+    img2 = m.image(second["image_id"])
+    if mode == "client":
+        # only new chunks crossed the network
+        assert img2["dedup"]["sent_bytes"] < 0.01 * second["bytes"], img2["dedup"]
+
+    # browse through the catalog index, then restore to another location byte for byte
+    listing = m.browse(img2["id"], src)
+    assert {e["name"] for e in listing["entries"]} >= {"d0", "small.txt"}
+    dst = str(tmp_path / "dst")
+    restore(m, img2["id"], src, dst, to_host="client1")
+    assert_trees_equal(src, dst + src)
+
+
+@pytest.mark.ssh
+def test_cli_contract_dedup_type_and_ratio_in_job_json(tmp_path, sshd):
+    home, src, pool = tmp_path / "home", str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=2, nfiles=4)
+    cairn(home, "host", "add", "me", "--local")
+    cairn(home, "storage-server", "create", "dd", "--type", "dedup", "--host", "me",
+          "--path", pool, "--avg-chunk", "256K")
+    servers, _ = cairn_json(home, "storage-server", "list")
+    assert servers["storage_servers"][0]["options"]["avg_size"] == 256 * 1024
+    cairn(home, "disk-pool", "create", "ddp", "--server", "dd")
+    cairn(home, "storage-unit", "create", "dstu", "--pool", "ddp")
+    cairn(home, "policy", "create", "dp", "--storage-unit", "dstu", "--dedup", "client")
+    cairn(home, "policy", "add-schedule", "dp", "full", "--type", "full")
+    cairn(home, "policy", "add-client", "dp", "me")
+    cairn(home, "policy", "add-selection", "dp", src)
+    for _ in range(2):
+        doc, _ = cairn_json(home, "backup", "dp", "--wait")
+        assert doc["status"] == 0, doc
+    assert doc["jobs"][0]["dedup_ratio"] >= 99.0
+    jobs, _ = cairn_json(home, "jobs", "list")
+    assert all("dedup_ratio" in j for j in jobs["jobs"])
+    usage, _ = cairn_json(home, "disk-pool", "usage", "ddp")
+    assert usage["chunks"] > 0 and usage["stored_bytes"] > 0
+    # a second pool on the same dedup server is refused, clearly
+    p = cairn(home, "disk-pool", "create", "other", "--server", "dd", check=False)
+    assert p.returncode == status.INVALID_REQUEST and "already has its disk pool" in p.stderr
+
+
+def test_expiry_then_reclaim_frees_what_only_the_expired_image_used(tmp_path, master):
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=3, nfiles=6)
+    configure(m, pool)
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+    first = backup(m)
+    # replace half the files: the second image shares the rest with the first
+    for name in ("f0.bin", "f3.bin", "f1.bin"):
+        d = os.path.join(src, "d" + str(int(name[1]) % 3))
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(os.urandom(600 * 1024))
+    second = backup(m)
+    assert 20 < second["dedup_ratio"] < 90, second
+    before = m.pool_usage("ddp")
+
+    m.expire_image(first["image_id"])
+    # expiring a dedup image queues the pool's space reclaim
+    jobs = [j for j in m.jobs.list() if j["type"] == "reclaim"]
+    assert jobs, "no reclaim queued after the expiry"
+    [rj] = m.wait_for([jobs[0]["id"]])
+    assert rj["status"] == status.OK, [x["message"] for x in m.jobs.logs(rj["id"])]
+    after = m.pool_usage("ddp")
+    assert after["chunks"] < before["chunks"]
+    assert after["container_bytes"] < before["container_bytes"] - 1 * MB
+    assert rj["result"]["removed_chunks"] > 0
+
+    # everything the remaining image needs is still there
+    dst = str(tmp_path / "dst")
+    restore(m, second["image_id"], src, dst)
+    assert_trees_equal(src, dst + src)
+    [vj] = m.wait_for([m.start_verify(pool="ddp")])
+    assert vj["status"] == status.OK, [x["message"] for x in m.jobs.logs(vj["id"])]
+
+
+def test_verify_names_the_files_of_a_corrupted_container(tmp_path, master):
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=4, nfiles=3, size=3 * MB)
+    configure(m, pool)
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+    job = backup(m)
+    [ok] = m.wait_for([m.start_verify(image=job["image_id"])])
+    assert ok["status"] == status.OK
+
+    containers = os.path.join(pool, "containers")
+    name = sorted(n for n in os.listdir(containers) if n.endswith(".ctr"))[0]
+    path = os.path.join(containers, name)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+    [bad] = m.wait_for([m.start_verify(image=job["image_id"])])
+    assert bad["status"] == status.CHECKSUM_MISMATCH, bad
+    hit = bad["result"]["images"][0]
+    assert hit["image"] == job["image_id"] and hit["files"], hit
+    assert all(f.startswith(src + "/") for f in hit["files"])
+    log = "\n".join(x["message"] for x in m.jobs.logs(bad["id"]))
+    assert job["image_id"] in log and hit["files"][0] in log
+
+    [whole] = m.wait_for([m.start_verify(pool="ddp")])
+    assert whole["status"] == status.CHECKSUM_MISMATCH
+    assert name in "\n".join(x["message"] for x in m.jobs.logs(whole["id"]))
+    assert whole["result"]["images"][0]["files"] == hit["files"]
+
+
+@pytest.mark.ssh
+def test_killed_storage_agent_leaves_a_usable_pool(tmp_path, master, sshd):
+    """kill -9 of the storage server's agent while it stores chunks: no image is committed,
+    the next backup works, nothing committed refers to a missing chunk, the index can be
+    rebuilt from the containers alone."""
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=5, nfiles=8, size=24 * MB)
+    add_ssh_host(m, "stor", sshd)
+    configure(m, pool, storage_host="stor")
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+
+    [jid] = m.start_backup("dp")
+    runner = threading.Thread(target=m.wait_for, args=([jid],), daemon=True)
+    runner.start()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        j = m.jobs.get(jid)
+        assert j["state"] != "done", (j, [x["message"] for x in m.jobs.logs(jid)])
+        if j["state"] == "active" and j["bytes"] > 20 * MB:
+            break
+        time.sleep(0.02)
+    pid = m.hosts._conns["stor"].info["pid"]
+    os.kill(pid, 9)
+    runner.join(120)
+    job = m.jobs.get(jid)
+    assert job["state"] == "done" and job["status"] != status.OK, job
+    assert m.images() == []
+
+    good = backup(m)
+    [vj] = m.wait_for([m.start_verify(pool="ddp")])
+    assert vj["status"] == status.OK, [x["message"] for x in m.jobs.logs(vj["id"])]
+    rebuilt = m.rebuild_pool_index("ddp")
+    assert rebuilt["chunks"] >= m.image(good["image_id"])["dedup"]["new_chunks"]
+    dst = str(tmp_path / "dst")
+    restore(m, good["image_id"], src, dst)
+    assert_trees_equal(src, dst + src)
+
+
+@pytest.mark.ssh
+def test_concurrent_backups_into_one_pool(tmp_path, master, sshd, sshd_as_localhost):
+    m = master
+    pool = str(tmp_path / "pool")
+    shared = os.urandom(4 * MB)
+    srcs = {}
+    add_ssh_host(m, "c1", sshd)
+    add_ssh_host(m, "c2", sshd_as_localhost, address="localhost")
+    configure(m, pool, max_jobs=3)
+    for n, host in enumerate(("me", "c1", "c2")):
+        srcs[host] = str(tmp_path / f"src-{host}")
+        write_tree(srcs[host], seed=10 + n, nfiles=6, shared=shared)
+        m.config.add_policy_client("dp", host)
+        m.config.add_policy_selection("dp", srcs[host])
+    # one policy, three clients, each backing up all three trees: much data in common
+    ids = m.start_backup("dp")
+    jobs = m.wait_for(ids)
+    assert all(j["status"] == status.OK for j in jobs), [
+        [x["message"] for x in m.jobs.logs(j["id"])] for j in jobs]
+    started = sorted(j["started"] for j in jobs)
+    ended = sorted(j["ended"] for j in jobs)
+    assert started[-1] < ended[0], "the jobs did not run at the same time"
+    [vj] = m.wait_for([m.start_verify(pool="ddp")])
+    assert vj["status"] == status.OK
+    for j in jobs:
+        dst = str(tmp_path / f"dst-{j['id']}")
+        src = srcs["me"]
+        restore(m, j["image_id"], src, dst)
+        assert_trees_equal(src, dst + src)
+
+
+def test_encrypted_pool_round_trip_and_missing_key(tmp_path, master):
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=6, nfiles=3)
+    marker = b"CAIRN-PLAINTEXT-MARKER-" * 4000
+    with open(os.path.join(src, "marker.txt"), "wb") as f:
+        f.write(marker)
+    srv = configure(m, pool, encrypted=True)
+    assert srv["options"]["encrypted"]
+    key_file = m.home.key_path("dd")
+    assert os.stat(key_file).st_mode & 0o777 == 0o600
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+    job = backup(m)
+    for d, _, files in os.walk(os.path.join(pool, "containers")):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                assert b"CAIRN-PLAINTEXT-MARKER" not in fh.read()
+    dst = str(tmp_path / "dst")
+    restore(m, job["image_id"], src, dst)
+    assert_trees_equal(src, dst + src)
+
+    os.rename(key_file, key_file + ".away")
+    jid = m.start_restore(job["image_id"], [src], str(tmp_path / "dst2"), to_host="me")
+    [failed] = m.wait_for([jid])
+    assert failed["status"] != status.OK
+    log = "\n".join(x["message"] for x in m.jobs.logs(jid))
+    assert "encryption key" in log and "missing" in log, log

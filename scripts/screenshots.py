@@ -5,7 +5,9 @@ real backups and a restore on this machine.
 
 The demo: this machine as the client and storage server, an AdvancedDisk pool in a scratch
 directory, a policy with a nightly schedule, three backups of a generated tree (the tree
-grows between them) and one restore to a new directory. The console sees this machine as a
+grows between them) and one restore to a new directory; beside it an encrypted deduplicating
+pool with a policy that deduplicates on the client, two backups of the same tree (the second
+finds nearly all its data in the pool) and a verify of that pool. The console sees this machine as a
 node of the Storage Scale cluster described in scripts/demo-cluster.json, served by the test
 double of the mm commands (tests/scale_double): the Storage Scale page and the disk pool
 wizard's GPFS volumes show it."""
@@ -66,7 +68,33 @@ def demo_catalog(home, scratch):
     job = m.start_restore(img["id"], [os.path.join(src, "projects", "run-001")],
                           os.path.join(scratch, "restored"))
     m.wait_for([job])
+    demo_dedup(m, host, scratch, src)
     m.close()
+
+
+def demo_dedup(m, host, scratch, src):
+    """The deduplicating pool of the demo. Named after the AdvancedDisk objects, so that the
+    wizards' first choices stay the ones the other screenshots show."""
+    m.create_storage_server("ss-fs1-dedup", type="dedup", host=host,
+                            path=os.path.join(scratch, "gpfs", "fs1", "cairn-dedup"),
+                            options={"encrypted": True})
+    m.create_disk_pool("dp-fs1-dedup", server="ss-fs1-dedup", volumes=[], high_water=95,
+                       low_water=80)
+    m.config.add_storage_unit("stu-fs1-dedup", pool="dp-fs1-dedup", max_concurrent_jobs=2)
+    m.config.add_policy("projects-dedup", storage_unit="stu-fs1-dedup", priority=5,
+                        dedup="client")
+    m.config.add_policy_client("projects-dedup", host)
+    m.config.add_policy_selection("projects-dedup", os.path.join(src, "projects"))
+    m.config.add_schedule("projects-dedup", "daily", type="full", retention="2w",
+                          windows=[{"day": d, "start": "21:00", "hours": 8} for d in range(7)])
+    jobs = []
+    for _ in range(2):
+        jobs += m.wait_for(m.start_backup("projects-dedup", schedule="daily"))
+    jobs += m.wait_for([m.start_verify(pool="dp-fs1-dedup")])
+    failed = [j for j in jobs if j["status"] not in (0, 1)]
+    if failed:
+        raise SystemExit("the demo's deduplicating pool did not work: " + "; ".join(
+            f"{j['type']} job {j['id']}: {j['status_text']}" for j in failed))
 
 
 def main():

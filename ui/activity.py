@@ -72,9 +72,38 @@ def _state_text(job):
     return job["state"]
 
 
+def type_text(job):
+    """The job's type, with the pool or image it works on for the jobs of a deduplicating
+    pool (they have no storage unit, and a pool's jobs no client, to tell them apart)."""
+    t = job.get("type") or ""
+    p = job.get("params") or {}
+    if t in ("verify", "reclaim"):
+        if p.get("image"):
+            return f"{t} image {p['image']}"
+        if p.get("pool"):
+            return f"{t} pool {p['pool']}"
+    return t
+
+
+TYPE_TIPS = {
+    "verify": "Reads the image (or every image of the pool) back from the deduplicating pool "
+              "and checks each chunk against its fingerprint; the job's details name the "
+              "damaged files.",
+    "reclaim": "Space reclaim: removes the chunks of a deduplicating pool that no image uses "
+               "any more and compacts its container files.",
+}
+
+
+def _type_tooltip(job):
+    text = type_text(job)
+    tip = TYPE_TIPS.get(job.get("type"))
+    return f"{text}: {tip}" if tip else text or None
+
+
 def what(job):
-    """`backup of client1`, or only the type for a job without a client (expire)."""
-    return f"{job['type']} of {job['client']}" if job.get("client") else job["type"]
+    """`backup of client1`, or only the type for a job without a client (expire, the jobs of
+    a pool)."""
+    return f"{type_text(job)} of {job['client']}" if job.get("client") else type_text(job)
 
 
 def _state_icon(job):
@@ -121,14 +150,70 @@ def _attempt_tooltip(job):
 
 
 def _dedup(ratio):
-    return f"{ratio:.1f}:1"
+    """`99.2%`: the share of the job's data the pool held already. Short of all of it, never
+    rounded up to 100%."""
+    r = round(ratio, 1)
+    if r >= 100 and ratio < 100:
+        r = 99.9
+    return f"{r:.1f}%"
 
 
 def _dedup_tooltip(job):
     r = job.get("dedup_ratio")
-    if not r:
+    if r is None:
         return None
-    return f"{r:.2f} bytes of data per byte stored ({100 * (1 - 1 / r):.0f}% less stored)"
+    data = job.get("bytes") or 0
+    amount = (f" ({fmt.size(data * r / 100)} of {fmt.size(data)})" if data else "")
+    return (f"{_dedup(r)} of this job's data{amount} was already in the deduplicating pool: "
+            "it was not stored again and, with client-side deduplication, not sent over the "
+            "network.")
+
+
+#: damaged files of one image named in a verify result; the rest are counted
+RESULT_FILES = 50
+
+
+def result_text(job):
+    """What a verify or reclaim job found, in words for its details window; "" for other
+    jobs and for a job without a result yet."""
+    r = job.get("result")
+    if not r:
+        return ""
+    if job.get("type") == "verify":
+        return verify_result_text(r)
+    if job.get("type") == "reclaim":
+        return (f"Freed {fmt.size(r.get('freed_bytes') or 0) or '0 B'}: "
+                f"{r.get('removed_chunks', 0):,} chunks no image used removed, "
+                f"{r.get('containers_deleted', 0):,} container files deleted, "
+                f"{r.get('containers_compacted', 0):,} compacted; "
+                f"{r.get('live_chunks', 0):,} chunks in use.")
+    return ""
+
+
+def verify_result_text(result):
+    """A verify job's result: each damaged image with the files the damage hits."""
+    images = result.get("images") or []
+    containers = result.get("container_damage") or []
+    if not images and not containers:
+        return "No damage found: every chunk matched its fingerprint."
+    lines = []
+    for d in images:
+        name = f"Image {d['image']}" if d.get("image") else f"Recipe {d.get('path')}"
+        if d.get("error"):
+            lines.append(f"{name}: {d['error']}")
+            continue
+        files = d.get("files") or []
+        ranges = len(d.get("ranges") or [])
+        lines.append(f"{name}: {ranges} damaged chunk range{'s' if ranges != 1 else ''}, "
+                     f"{len(files)} file{'s' if len(files) != 1 else ''} hit"
+                     + (":" if files else ""))
+        lines += [f"    {f}" for f in files[:RESULT_FILES]]
+        if len(files) > RESULT_FILES:
+            lines.append(f"    … and {len(files) - RESULT_FILES} more")
+    for c in containers:
+        where = str(c.get("container", "")).rsplit("/", 1)[-1]
+        lines.append(f"Container {where} at byte {c.get('offset')}: {c.get('reason')}")
+    return "\n".join(lines)
 
 
 def _cmd(text):
@@ -137,7 +222,8 @@ def _cmd(text):
 
 COLUMNS = [
     number_column("id", "Job ID"),
-    text_column("type", "Type"),
+    Column("type", "Type", type_text, sort=lambda j: type_text(j).lower(),
+           tooltip=_type_tooltip),
     Column("state", "State", _state_text, sort=_state_text, icon=_state_icon,
            help="queued, active (canceling once a cancel was asked for) or done"),
     number_column("status", "Status", tooltip=_status_tooltip,
@@ -155,7 +241,8 @@ COLUMNS = [
     number_column("percent", "% complete", format=fmt.percent),
     number_column("eta_s", "Time left", format=fmt.duration),
     number_column("dedup_ratio", "Dedup rate", format=_dedup, tooltip=_dedup_tooltip,
-                  help="bytes of data per byte stored, for jobs on deduplicating pools"),
+                  help="share of the job's data the deduplicating pool already held: not "
+                       "stored again (nor sent, with client-side deduplication)"),
     text_column("wait_reason", "Waiting for", help="why a queued job has not started yet"),
     # Later columns go at the end, so that a table layout saved before they existed still
     # finds its columns where it left them.
@@ -171,8 +258,10 @@ _KEYS = [c.key for c in COLUMNS]
 PERCENT_COLUMN = _KEYS.index("percent")
 #: hidden until chosen in the header's menu
 HIDDEN_COLUMNS = ("parent_id",)
-#: shown right after another column rather than at the end: (column, after)
-PLACED_COLUMNS = (("attempt", "status"),)
+#: shown right after another column rather than at the end: (column, after). The dedup rate
+#: says how much of the job's data its storage unit's pool held already: read next to the
+#: unit, and in view without scrolling.
+PLACED_COLUMNS = (("attempt", "status"), ("dedup_ratio", "storage_unit"))
 EMPTY_TEXT = ("No jobs yet: start a backup with " + _cmd("cairn backup POLICY")
               + "; its jobs show up here while they run.")
 
@@ -303,6 +392,7 @@ class JobFilter(QAbstractTableModel):
             hay = " ".join(str(job.get(k) or "") for k in (
                 "id", "type", "state", "policy", "schedule", "client", "storage_unit",
                 "wait_reason", "status_text", "image_id")).casefold()
+            hay += " " + type_text(job).casefold()
             hay += " " + _state_text(job)
             hay += f" status {job.get('status')}"
             return all(w in hay for w in self._words)

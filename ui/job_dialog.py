@@ -109,6 +109,14 @@ class JobDetailsDialog(QDialog):
             v.setWordWrap(True)
             form.addRow(f"{label}:", v)
             self._values[key] = v
+        # What a verify or reclaim found (the damaged files of each image), when there is any.
+        self.result_label = QLabel()
+        self.result_label.setObjectName("job-result")
+        self.result_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.result_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.result_label.setWordWrap(True)
+        form.addRow("Result:", self.result_label)
+        self._form = form
 
         self.log_view = QPlainTextEdit()
         self.log_view.setObjectName("job-log")
@@ -209,6 +217,10 @@ class JobDetailsDialog(QDialog):
             self._values[key].setText(text)
             tip = fmt.utc_tooltip(v) if key in ("created", "started", "ended") else None
             self._values[key].setToolTip(tip or "")
+        from ui.activity import result_text
+        text = result_text(job) if job.get("result") else ""
+        self.result_label.setText(text)
+        self._form.setRowVisible(self.result_label, bool(text))
 
     def value(self, key):
         return self._values[key].text()

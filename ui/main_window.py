@@ -108,6 +108,10 @@ class MainWindow(QMainWindow):
                 actions.new_requested.connect(self.open_wizard)
                 actions.changed.connect(self._catalog_changed)
                 actions.jobs_started.connect(self._jobs_started)
+                actions.job_queued.connect(self._job_queued)
+            image_actions = getattr(page, "image_actions", None)
+            if image_actions is not None:
+                image_actions.job_queued.connect(self._job_queued)
         self._fill_nav(self.nav.invisibleRootItem(), NAVIGATION)
         self.nav.expandAll()
         self.nav.currentItemChanged.connect(self._nav_changed)
@@ -346,6 +350,10 @@ class MainWindow(QMainWindow):
         self.select_view("activity")
         self.statusBar().showMessage(
             f"Backup job{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))} queued", 8000)
+
+    def _job_queued(self, _job_id, text):
+        self.select_view("activity")
+        self.statusBar().showMessage(text, 8000)
 
     # ---- jobs ---------------------------------------------------------------------------------
     def open_job(self, job):

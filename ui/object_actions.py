@@ -1,5 +1,6 @@
-"""New, properties, delete (and, for policies, back up now) on a list of configuration objects:
-as a toolbar above the list and as the list's context menu.
+"""New, properties, delete (and, for policies, back up now; for deduplicating disk pools,
+verify and space reclaim) on a list of configuration objects: as a toolbar above the list and
+as the list's context menu. ImageActions offers verify on a list of backup images.
 
 Deleting first asks the master what still depends on the object. If anything does, the
 confirmation names it and offers no delete button, since the catalog would refuse anyway;
@@ -13,6 +14,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMessageBox, QToolBar
 
+from plugins.storage import dedup
 from ui.properties import KIND_LABELS, PropertiesDialog
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -33,6 +35,8 @@ class ObjectActions(QObject):
     changed = Signal(str, str)
     #: backups were queued from a policy: the job ids
     jobs_started = Signal(list)
+    #: another job was queued (verify, space reclaim): its id and a sentence saying so
+    job_queued = Signal(int, str)
 
     def __init__(self, view):
         super().__init__(view)
@@ -41,6 +45,7 @@ class ObjectActions(QObject):
         self.bridge = view.bridge
         self.last_box = None
         self.last_dialog = None
+        self.last_queued = None
         label = KIND_LABELS[self.kind].lower()
 
         def action(text, icon_name, slot, shortcut=None, tip=None):
@@ -63,6 +68,14 @@ class ObjectActions(QObject):
         if self.kind == "policy":
             self.backup = action("Back up now", "action-backup", self._backup_now, None,
                                  "Queue a backup of every client of the selected policy")
+        self.verify = self.reclaim = None
+        if self.kind == "disk-pool":
+            self.verify = action("Verify pool", "state-ok", self._verify_pool, None,
+                                 "Read every image of the selected deduplicating pool back "
+                                 "and check each chunk against its fingerprint")
+            self.reclaim = action("Reclaim space", "storage", self._reclaim, None,
+                                  "Remove the chunks no image uses any more from the selected "
+                                  "deduplicating pool and compact its container files")
         self.refresh = action("Refresh", "action-refresh", view.refresh, None,
                               "Read the list again from the catalog")
 
@@ -83,7 +96,8 @@ class ObjectActions(QObject):
         self.update_enabled()
 
     def _ordered(self):
-        return [a for a in (self.new, self.backup, self.properties, self.delete, self.refresh)
+        return [a for a in (self.new, self.backup, self.verify, self.reclaim, self.properties,
+                            self.delete, self.refresh)
                 if a is not None]
 
     def selected(self):
@@ -91,10 +105,13 @@ class ObjectActions(QObject):
         return rows[0] if len(rows) == 1 else None
 
     def update_enabled(self, *_):
-        one = self.selected() is not None
+        row = self.selected()
         for a in (self.properties, self.delete, self.backup):
             if a is not None:
-                a.setEnabled(one)
+                a.setEnabled(row is not None)
+        for a in (self.verify, self.reclaim):
+            if a is not None:
+                a.setEnabled(is_dedup_pool(row))
 
     def _menu(self, pos):
         menu = QMenu(self.view)
@@ -176,12 +193,106 @@ class ObjectActions(QObject):
     def _backups_queued(self, ids):
         emit(self.jobs_started, list(ids))
 
+    def _verify_pool(self):
+        row = self.selected()
+        if not is_dedup_pool(row):
+            return
+        name = row["name"]
+        self.bridge.call(lambda m: m.start_verify(pool=name),
+                         done=lambda job_id: self._queued(
+                             job_id, f"Verify job {job_id} queued for disk pool {name}"),
+                         failed=self._error, context=self)
+
+    def _reclaim(self):
+        row = self.selected()
+        if not is_dedup_pool(row):
+            return
+        name = row["name"]
+        self.bridge.call(lambda m: m.start_reclaim(name),
+                         done=lambda job_id: self._queued(
+                             job_id, f"Space reclaim job {job_id} queued for disk pool {name}"),
+                         failed=self._error, context=self)
+
+    def _queued(self, job_id, text):
+        self.last_queued = job_id
+        emit(self.job_queued, job_id, text)
+
     def _error(self, err):
-        box = QMessageBox(QMessageBox.Icon.Warning, "Cairn console", err.message,
-                          QMessageBox.StandardButton.Ok, self.view.window())
-        box.setObjectName("action-error")
-        if err.hint:
-            box.setInformativeText(err.hint)
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.last_box = box
-        box.open()
+        self.last_box = show_error(self.view.window(), err)
+
+
+def is_dedup_pool(row):
+    """Whether a disk pool's row is a pool of a deduplicating storage server."""
+    return bool(row) and row.get("server_type") == dedup.TYPE
+
+
+def show_error(parent, err):
+    """A failed action's message with its hint, window-modal."""
+    box = QMessageBox(QMessageBox.Icon.Warning, "Cairn console", err.message,
+                      QMessageBox.StandardButton.Ok, parent)
+    box.setObjectName("action-error")
+    if err.hint:
+        box.setInformativeText(err.hint)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+    return box
+
+
+def _dedup_pools(m):
+    return {p["name"] for p in m.config.disk_pools() if is_dedup_pool(p)}
+
+
+class ImageActions(QObject):
+    """Verify image, for a page that lists backup images (`view` has .bridge, .table and
+    .image, the selected image's dict or None): offered for images on a deduplicating pool,
+    whose chunks can be read back and checked. `verify` is the action to put in the page's
+    context menu or toolbar."""
+
+    #: a verify job was queued: its id and a sentence saying so
+    job_queued = Signal(int, str)
+
+    def __init__(self, view):
+        super().__init__(view)
+        self.view = view
+        self.bridge = view.bridge
+        self.dedup_pools = set()
+        self.last_box = None
+        self.last_queued = None
+        self.verify = QAction(icon("state-ok"), "Verify image", view)
+        self.verify.setToolTip("Read the selected image back from its deduplicating pool and "
+                               "check each chunk against its fingerprint")
+        self.verify.triggered.connect(self._verify)
+        view.table.selectionModel().selectionChanged.connect(self.update_enabled)
+        self.reload()
+
+    def reload(self):
+        """Reads which pools deduplicate (images carry their pool's name only)."""
+        self.bridge.call(_dedup_pools, done=self._pools, context=self)
+
+    def _pools(self, names):
+        self.dedup_pools = set(names)
+        self.update_enabled()
+
+    def on_dedup_pool(self, image):
+        return bool(image) and (image.get("dedup") is not None
+                                or image.get("pool") in self.dedup_pools)
+
+    def update_enabled(self, *_):
+        self.verify.setEnabled(self.on_dedup_pool(self.view.image))
+
+    def _verify(self):
+        image = self.view.image
+        if not self.on_dedup_pool(image):
+            return
+        iid = image["id"]
+        self.bridge.call(lambda m: m.start_verify(image=iid),
+                         done=lambda job_id: self._queued(
+                             job_id, f"Verify job {job_id} queued for image {iid}"),
+                         failed=self._error, context=self)
+
+    def _queued(self, job_id, text):
+        self.last_queued = job_id
+        emit(self.job_queued, job_id, text)
+
+    def _error(self, err):
+        self.last_box = show_error(self.view.window(), err)

@@ -21,7 +21,7 @@ KIND_LABELS = {"host": "Host", "storage-server": "Storage server", "disk-pool": 
 # attributes shown read-only, per kind, in this order (after the name)
 READ_ONLY = {
     "host": ("kind", "address", "created"),
-    "storage-server": ("type", "host", "path", "created"),
+    "storage-server": ("type", "host", "path", "options", "created"),
     "disk-pool": ("server", "server_type", "host", "volumes", "created"),
     "storage-unit": ("pool", "server", "host", "active_jobs", "created"),
     "policy": ("clients", "selections", "schedules", "compression", "encryption", "created"),
@@ -40,8 +40,44 @@ LABELS = {
     "multiple_streams": "Allow multiple data streams", "checksum": "File checksums",
     "active": "Active (scheduled backups run)", "snapshot": "Snapshot",
     "file_list": "File list", "agent_env": "Agent environment",
-    "max_jobs": "Maximum jobs",
+    "max_jobs": "Maximum jobs", "options": "Deduplication", "dedup": "Deduplication",
 }
+
+#: where a policy's (or a host's) backups to deduplicating pools are cut into chunks
+DEDUP_MODES = {
+    "policy": "As its policies say",
+    "server": "On the storage server (client sends a plain stream)",
+    "client": "On the client (only new chunks cross the network)",
+}
+DEDUP_TIPS = {
+    "policy": "Where backups to deduplicating pools are cut into chunks. On the client, "
+              "chunks the pool already holds are never sent, at the cost of the client's "
+              "CPU. Matters only for storage units on deduplicating pools; a client's own "
+              "setting (host properties) wins over this one.",
+    "host": "Where this host's backups to deduplicating pools are cut into chunks; this "
+            "setting wins over its policies'. On the client, chunks the pool already holds "
+            "are never sent, at the cost of this host's CPU.",
+}
+
+
+def _options_text(options):
+    """A dedup storage server's options in words; other types have none."""
+    if not options or "avg_size" not in options:
+        return "—"
+    from ui.wizards.storage_server import CIPHER, chunk_text
+    return (f"chunks of {chunk_text(options)}; "
+            + (f"encrypted at rest ({CIPHER}, the key is kept on the master)"
+               if options.get("encrypted") else "not encrypted"))
+
+
+def pool_usage_text(usage):
+    """What master.pool_usage says about a deduplicating pool, in one line."""
+    text = (f"{fmt.size(usage.get('stored_bytes'))} of chunks stored "
+            f"({usage.get('chunks', 0):,} chunks) in {usage.get('containers', 0):,} "
+            f"container files of {fmt.size(usage.get('container_bytes'))}")
+    if usage.get("encrypted"):
+        text += ", encrypted"
+    return text
 
 
 def _text(key, value):
@@ -53,6 +89,8 @@ def _text(key, value):
         return "this machine, without SSH" if value == "local" else "over SSH"
     if key == "schedules":
         return "\n".join(schedule_summary(s) for s in value) or "—"
+    if key == "options":
+        return _options_text(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list):
@@ -104,6 +142,8 @@ class PropertiesDialog(QDialog):
         title = QLabel(f"<b>{html.escape(self.name)}</b>")
         form.addRow("Name", title)
         for key in READ_ONLY[kind]:
+            if key == "options" and obj.get("type") != "dedup":
+                continue    # only a deduplicating server has options to show
             if key in obj:
                 label = QLabel(_text(key, obj[key]))
                 label.setTextFormat(Qt.TextFormat.PlainText)
@@ -118,6 +158,15 @@ class PropertiesDialog(QDialog):
             self.next_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.next_label.setWordWrap(True)
             form.addRow("Next backups", self.next_label)
+        self.usage_label = None
+        if kind == "disk-pool" and obj.get("server_type") == "dedup":
+            self.usage_label = QLabel("Looking…")
+            self.usage_label.setObjectName("pool-usage")
+            self.usage_label.setTextFormat(Qt.TextFormat.PlainText)
+            self.usage_label.setTextInteractionFlags(
+                Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.usage_label.setWordWrap(True)
+            form.addRow("Pool usage", self.usage_label)
         self.editors = {}
         for key in EDITABLE[kind]:
             if kind == "host" and obj.get("kind") == "local" and key in (
@@ -149,6 +198,12 @@ class PropertiesDialog(QDialog):
             bridge.call(next_backups, self.name,
                         done=lambda runs: self.next_label.setText(next_backups_text(runs)),
                         failed=lambda e: self.next_label.setText(
+                            f"Cannot tell: {getattr(e, 'message', e)}"),
+                        context=self)
+        if self.usage_label is not None:
+            bridge.call(lambda m, name: m.pool_usage(name), self.name,
+                        done=lambda u: self.usage_label.setText(pool_usage_text(u)),
+                        failed=lambda e: self.usage_label.setText(
                             f"Cannot tell: {getattr(e, 'message', e)}"),
                         context=self)
 
@@ -185,6 +240,15 @@ class PropertiesDialog(QDialog):
                          "auto: the Storage Scale policy engine lists the files where the "
                          "selection is on Storage Scale; walk: always walk the tree")
             w.currentTextChanged.connect(self._changed)
+        elif key == "dedup":
+            modes = DEDUP_MODES if self.kind == "host" else {
+                k: v for k, v in DEDUP_MODES.items() if k != "policy"}
+            w = QComboBox()
+            for mode, text in modes.items():
+                w.addItem(text, mode)
+            w.setCurrentIndex(max(0, w.findData(value or next(iter(modes)))))
+            w.setToolTip(DEDUP_TIPS[self.kind])
+            w.currentIndexChanged.connect(self._changed)
         elif key == "agent_env":
             text = ",".join(f"{k}={v}" for k, v in sorted((value or {}).items()))
             w = QLineEdit(text)
@@ -232,7 +296,9 @@ class PropertiesDialog(QDialog):
         if isinstance(w, QCheckBox):
             return w.isChecked()
         if isinstance(w, QComboBox):
-            return w.currentText()
+            # combos that show words for a stored value keep the value as the item's data
+            data = w.currentData()
+            return w.currentText() if data is None else data
         return w.text().strip()
 
     def changes(self):

@@ -469,6 +469,8 @@ class RestoreView(QWidget):
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)
+        from ui.object_actions import ImageActions
+        self.image_actions = ImageActions(self)
         self.placeholder = Placeholder(self.table)
         self.placeholder.setText("Loading…")
 
@@ -961,6 +963,7 @@ class RestoreView(QWidget):
             return
         menu = QMenu(self)
         menu.addAction(self.expire_action)
+        menu.addAction(self.image_actions.verify)
         menu.popup(self.table.viewport().mapToGlobal(pos))
         self.context_menu = menu
 

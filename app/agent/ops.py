@@ -564,8 +564,7 @@ def dedup_reclaim(req, root, key=None, compact_below=0.5):
     while a backup, restore or verify uses the pool."""
     from app.dedup import pool
     from app.dedup.ingest import open_store
-    store = open_store(root, key)
-    left = store.remove_stale_partials()
+    store = open_store(root, key, keyless=True)
     removed = []
 
     def live():
@@ -573,7 +572,8 @@ def dedup_reclaim(req, root, key=None, compact_below=0.5):
         removed.extend(gone)
         return fps
     stats = store.reclaim(live, compact_below=compact_below, is_cancelled=req.is_cancelled)
-    stats["stale_containers_removed"] = len(left)
+    if stats.get("cancelled"):
+        raise Cancelled()
     stats["stale_recipes_removed"] = removed
     stats["pool"] = store.stats()
     return stats
@@ -582,13 +582,13 @@ def dedup_reclaim(req, root, key=None, compact_below=0.5):
 @handler
 def dedup_stats(req, root, key=None):
     from app.dedup.ingest import open_store
-    return open_store(root, key).stats()
+    return open_store(root, key, keyless=True).stats()
 
 
 @handler
 def dedup_rebuild_index(req, root, key=None):
     """Rebuilds the chunk index from the containers alone."""
     from app.dedup.ingest import SESSION_TIMEOUT, open_store
-    store = open_store(root, key)
+    store = open_store(root, key, keyless=True)
     with store.session(timeout=SESSION_TIMEOUT):
         return store.rebuild_index()

@@ -36,8 +36,11 @@ class IngestError(CairnError):
     pass
 
 
-def open_store(root, key=None):
-    return ChunkStore(root, key=bytes.fromhex(key) if isinstance(key, str) else key)
+def open_store(root, key=None, keyless=False):
+    """The pool's chunk store. keyless: for work that never decodes a chunk (reclaim, index
+    rebuild, usage), so that it also runs on an encrypted pool whose key was not sent."""
+    key = bytes.fromhex(key) if isinstance(key, str) else key
+    return ChunkStore(root, key=key, keyless=keyless and key is None)
 
 
 class Stats:
@@ -197,7 +200,7 @@ class Ingest:
         self._done = True
         self._close_parts(abort=False)
         out = self.stats.as_dict()
-        out["recipe_bytes"] = info.get("bytes") if isinstance(info, dict) else None
+        out["recipe_bytes"] = info.get("file_bytes") if isinstance(info, dict) else None
         return out
 
     def abort(self):

@@ -147,8 +147,9 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
         if emit is not None:
             emit("log", {"level": "warning", "message": f"damaged: {d.container} at byte "
                                                         f"{d.offset}: {d.reason}"})
-    out = {"containers": len(store.committed_containers()), "damage": findings,
-           "images": [], "damaged_chunks": 0}
+    usage = store.stats()
+    out = {"containers": usage["containers"], "bytes": usage["container_bytes"],
+           "damage": findings, "images": [], "damaged_chunks": 0}
     paths = recipes(root)
     for path in paths:
         try:

@@ -3,31 +3,46 @@
 Runs in the agent on the storage host, so only the standard library is needed; `zstandard` is
 used when importable, otherwise zlib level 1. Each record names its codec, so either kind of
 reader can read what the other wrote, except that a zstd record needs `zstandard` to decode.
+An encrypted store (AES-256-GCM) needs `cryptography`, imported only when a key is given.
 
 Layout under the store root:
+    pool.json                     format version, encrypted flag, key check value (never the key)
     containers/NNNNNNNN.partial   being written by one writer (ignored by every reader)
     containers/NNNNNNNN.ctr       committed: fsync'ed, then renamed from .partial
     index/chunks.log              fingerprint -> (container, offset, stored length)
     index/lock                    fcntl lock serializing index appends and number allocation
+    index/pool.lock               fcntl lock: shared by every session (backup, restore, verify),
+                                  exclusive for space reclaim
 
 Container file: header CONTAINER_HEADER (magic, format version, container number), then
-records of RECORD_HEADER (magic, fingerprint, codec, raw length, stored length, crc32 of the
-stored bytes) each followed by the stored bytes. A container holds at most `container_size`
-bytes unless a single record is larger.
+records of RECORD_HEADER (magic, fingerprint, codec byte, raw length, stored length, crc32 of
+the stored bytes) each followed by the stored bytes. A container holds at most
+`container_size` bytes unless a single record is larger. The codec byte's high bit
+(CODEC_ENCRYPTED) marks an encrypted record: its stored bytes are a 12-byte nonce followed by
+the AES-GCM ciphertext and tag of the compressed chunk, with the fingerprint and the codec
+byte as associated data. The crc32 is always over the stored bytes, so torn or rotted records
+are found without the key.
 
-Index file: INDEX_MAGIC, then fixed-size INDEX_RECORD entries (fingerprint, container, offset of
-the record, stored length, crc32 of the entry). It is append-only; a torn last entry (a crash
-during an append) is ignored on read and cut off by the next append. When a fingerprint has
-several entries (two writers stored the same chunk at once) the first one wins. The index can
-always be rebuilt from the committed containers alone (rebuild_index).
+Index file: INDEX_HEADER (magic, generation), then fixed-size INDEX_RECORD entries
+(fingerprint, container, offset of the record, stored length, crc32 of the entry). It is
+append-only between rewrites; a torn last entry (a crash during an append) is ignored on read
+and cut off by the next append. When a fingerprint has several entries (two writers stored the
+same chunk at once) the first one wins. Space reclaim and rebuild_index replace the whole file
+(new file, fsync, rename) with the next generation, which tells every open store to read it
+again from the start. The index can always be rebuilt from the committed containers alone.
+
+See docs/dedup-pool.md for the format and the key handling.
 """
 
 import errno
 import fcntl
 import hashlib
+import hmac
+import json
 import os
 import struct
 import threading
+import time
 import zlib
 from collections import namedtuple
 
@@ -46,6 +61,7 @@ CODEC_ZLIB = 1
 CODEC_ZSTD = 2
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_ZLIB: "zlib", CODEC_ZSTD: "zstd"}
 CODECS = {name: code for code, name in CODEC_NAMES.items()}
+CODEC_ENCRYPTED = 0x80  # flag on the codec byte: the stored bytes are nonce + AES-GCM output
 
 CONTAINER_MAGIC = b"CRNDCTR\x00"
 CONTAINER_VERSION = 1
@@ -53,13 +69,26 @@ CONTAINER_HEADER = struct.Struct(">8sII")  # magic, version, container number
 RECORD_MAGIC = b"CHK1"
 RECORD_HEADER = struct.Struct(">4s32sBIII")  # magic, fp, codec, raw len, stored len, crc32
 
-INDEX_MAGIC = b"CRNDIDX1"
+INDEX_MAGIC = b"CRNDIDX2"
+INDEX_HEADER = struct.Struct(">8sQ")  # magic, generation (changes on every rewrite)
 INDEX_ENTRY = struct.Struct(">32sIQI")  # fp, container, record offset, stored length
 INDEX_RECORD = struct.Struct(">32sIQII")  # the entry followed by its crc32
 
 DEFAULT_CONTAINER_SIZE = 64 * 1024 * 1024
 MAX_CHUNK_SIZE = 0xFFFFFFFF
 CONTAINER_DIGITS = 8
+
+POOL_FILE = "pool.json"
+POOL_FORMAT = 1
+KEY_SIZE = 32
+NONCE_SIZE = 12
+KEY_CHECK_LABEL = b"cairn pool key check"
+KEY_HINT = "The master passes the pool's key; see docs/dedup-pool.md."
+
+DEFAULT_SESSION_TIMEOUT = 60.0
+# reclaim makes its work durable (index rewrite, old containers deleted) after this many new
+# containers, so a nearly full pool gets space back before the compaction needs much more
+RECLAIM_BATCH_CONTAINERS = 16
 
 Location = namedtuple("Location", "container offset stored_length")
 Damage = namedtuple("Damage", "fingerprint container offset reason")
@@ -89,6 +118,45 @@ class CodecUnavailable(CairnError):
     status = status.STORAGE_WRITE_FAILED
 
 
+class EncryptionUnavailable(CairnError):
+    """A key was given and this host lacks the `cryptography` module."""
+    status = status.STORAGE_WRITE_FAILED
+
+
+class EncryptionKeyRequired(ValidationError):
+    """The store is encrypted and no key was given (or it was opened keyless and the
+    operation needs the plaintext)."""
+
+
+class WrongEncryptionKey(ValidationError):
+    """The key given is not the store's key (its key check value differs)."""
+
+
+class PoolBusy(CairnError):
+    """Space reclaim and sessions (backup, restore, verify) exclude each other."""
+    status = status.POOL_BUSY
+
+    def __init__(self, message, *, sessions=None, pids=(), hint=None):
+        super().__init__(message, hint=hint)
+        self.sessions = sessions  # holders of a session; None when the system cannot tell
+        self.pids = list(pids)
+
+
+class StoreDamaged(CairnError):
+    """A file of the store's own structure (pool.json, the index header) is not valid."""
+    status = status.IMAGE_DAMAGED
+
+
+def generate_key():
+    """A new random key for an encrypted store (32 raw bytes)."""
+    return os.urandom(KEY_SIZE)
+
+
+def key_check_value(key):
+    """What pool.json records to recognise the key: HMAC-SHA256(key, label), as hex."""
+    return hmac.new(key, KEY_CHECK_LABEL, hashlib.sha256).hexdigest()
+
+
 def container_name(number, committed=True):
     return f"{number:0{CONTAINER_DIGITS}d}" + (".ctr" if committed else ".partial")
 
@@ -116,6 +184,29 @@ def _fsync_dir(path):
         os.close(fd)
 
 
+def _is_busy(e):
+    return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+
+def _flock_holders(path):
+    """[(mode, pid)] of the flocks held on `path` ("READ" or "WRITE"), from /proc/locks;
+    None where the system does not list them. Only for messages: never a correctness input."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    holders = []
+    for line in lines:
+        fields = line.split()
+        # waiting requests are listed as "N: -> FLOCK ..."; they hold nothing yet
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want:
+            holders.append((fields[3], int(fields[4]) if fields[4].isdigit() else None))
+    return holders
+
+
 def _compress(codec, data):
     if codec == CODEC_ZSTD:
         return _zstd.ZstdCompressor(level=3).compress(data)
@@ -127,7 +218,7 @@ def _compress(codec, data):
 def _decompress(codec, stored, raw_length, where):
     """Decoded bytes; raises ChunkDamaged (via ValueError) on undecodable input."""
     if codec == CODEC_NONE:
-        return stored
+        return bytes(stored)
     if codec == CODEC_ZLIB:
         return zlib.decompress(stored)
     if codec == CODEC_ZSTD:
@@ -140,11 +231,60 @@ def _decompress(codec, stored, raw_length, where):
     raise ValueError(f"unknown codec {codec}")
 
 
-def _decode_record(header, stored, where):
-    """Checks one record; returns (fingerprint, data) or raises ValueError naming the fault."""
-    magic, fp, codec, raw_length, stored_length, crc = header
+def _valid_codec_byte(code):
+    return (code & ~CODEC_ENCRYPTED) in CODEC_NAMES
+
+
+class _Cipher:
+    """AES-256-GCM of one store's key. `cryptography` is imported here only, so stores
+    without a key never need it."""
+
+    def __init__(self, key):
+        try:
+            from cryptography.exceptions import InvalidTag
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError:
+            raise EncryptionUnavailable(
+                "the deduplication pool is encrypted, and the cryptography module is not "
+                "installed on this host",
+                hint="Install it on the storage host (pip install cryptography, or the "
+                     "distribution's python3-cryptography package).") from None
+        self._aead = AESGCM(key)
+        self._invalid_tag = InvalidTag
+
+    def seal(self, fp, codec_byte, data):
+        nonce = os.urandom(NONCE_SIZE)
+        return nonce + self._aead.encrypt(nonce, data, fp + bytes((codec_byte,)))
+
+    def open(self, fp, codec_byte, stored):
+        if len(stored) < NONCE_SIZE + 16:
+            raise ValueError("the encrypted record is shorter than its nonce and tag")
+        view = memoryview(stored)
+        try:
+            return self._aead.decrypt(view[:NONCE_SIZE], view[NONCE_SIZE:],
+                                      fp + bytes((codec_byte,)))
+        except self._invalid_tag:
+            raise ValueError("decryption failed: the record was altered or written with "
+                             "another key") from None
+
+
+def _decode_record(header, stored, where, encrypted=False, cipher=None):
+    """Checks one record; returns (fingerprint, data) or raises ValueError naming the fault.
+    For an encrypted store opened without its key (cipher None) only the crc32 can be
+    checked, and data is None."""
+    magic, fp, codec_byte, raw_length, stored_length, crc = header
     if zlib.crc32(stored) != crc:
         raise ValueError("crc32 of the stored bytes does not match")
+    codec = codec_byte & ~CODEC_ENCRYPTED
+    if codec_byte & CODEC_ENCRYPTED:
+        if not encrypted:
+            raise ValueError("the record is encrypted, but the store is not")
+        if cipher is None:
+            return fp, None
+        stored = cipher.open(fp, codec_byte, stored)
+    elif encrypted:
+        # an encrypted store holds no plaintext record: one here was put there by someone else
+        raise ValueError("the record is not encrypted, but the store is")
     try:
         data = _decompress(codec, stored, raw_length, where)
     except (CodecUnavailable, ValueError):
@@ -158,11 +298,26 @@ def _decode_record(header, stored, where):
     return fp, data
 
 
+def _pack_entries(entries):
+    out = bytearray()
+    for fp, loc in entries:
+        entry = INDEX_ENTRY.pack(fp, *loc)
+        out += entry + struct.pack(">I", zlib.crc32(entry))
+    return out
+
+
 class ChunkStore:
     """One store directory. Safe to share between threads; several processes (each with its
-    own ChunkStore) may write at once."""
+    own ChunkStore) may write at once.
 
-    def __init__(self, root, *, codec=None, container_size=DEFAULT_CONTAINER_SIZE):
+    `key`: 32 raw bytes for an encrypted store. A new store is created encrypted when a key
+    is given, plain otherwise, and stays so. `keyless=True` opens an encrypted store without
+    its key for upkeep that never needs the plaintext: reclaim, rebuild_index, stats and a
+    verify of crc32 and structure; reading and writing chunks then raise
+    EncryptionKeyRequired."""
+
+    def __init__(self, root, *, codec=None, container_size=DEFAULT_CONTAINER_SIZE, key=None,
+                 keyless=False):
         if codec is None:
             codec = "zstd" if _zstd is not None else "zlib"
         if codec not in CODECS:
@@ -174,21 +329,112 @@ class ChunkStore:
         if not isinstance(container_size, int) or container_size < 4096:
             raise ValidationError(f"container_size {container_size!r} is too small",
                                   hint="Use at least 4096 bytes; the default is 64 MiB.")
+        if key is not None and (not isinstance(key, (bytes, bytearray))
+                                or len(key) != KEY_SIZE):
+            raise ValidationError(
+                f"a pool key must be {KEY_SIZE} raw bytes, not {type(key).__name__} of "
+                f"length {len(key) if hasattr(key, '__len__') else '?'}",
+                hint="Use generate_key() for a new pool; pass the key file's bytes, not hex "
+                     "or base64 text.")
         self.root = os.path.abspath(root)
         self.codec = CODECS[codec]
         self.container_size = container_size
         self.containers_dir = os.path.join(self.root, "containers")
         self.index_dir = os.path.join(self.root, "index")
         self.index_path = os.path.join(self.index_dir, "chunks.log")
+        self.config_path = os.path.join(self.root, POOL_FILE)
         self._lock_path = os.path.join(self.index_dir, "lock")
+        self._pool_lock_path = os.path.join(self.index_dir, "pool.lock")
+        existed = os.path.isdir(self.containers_dir) or os.path.isdir(self.index_dir)
         for d in (self.root, self.containers_dir, self.index_dir):
             os.makedirs(d, exist_ok=True)
+        config = self._load_config(key, existed)
+        self.encrypted = bool(config["encrypted"])
+        self._cipher = None
+        if self.encrypted:
+            if key is None and not keyless:
+                raise EncryptionKeyRequired(
+                    f"the deduplication pool at {self.root} is encrypted, and no key was given",
+                    hint=KEY_HINT)
+            if key is not None:
+                if not hmac.compare_digest(key_check_value(bytes(key)),
+                                           str(config.get("key_check", ""))):
+                    raise WrongEncryptionKey(
+                        f"the key given does not open the encrypted deduplication pool at "
+                        f"{self.root} (its key check value differs)",
+                        hint="Use the key the pool was created with (the master keeps it as "
+                             "CAIRN_HOME/keys/SERVER.key); see docs/dedup-pool.md.")
+                self._cipher = _Cipher(bytes(key))
+        elif key is not None:
+            raise ValidationError(
+                f"the deduplication pool at {self.root} is not encrypted, but a key was given",
+                hint="A pool is encrypted from its creation or never: open this one without a "
+                     "key, or create a new, empty pool with the key.")
         self._mutex = threading.RLock()
         self._index = {}
         self._index_pos = 0
-        self._index_ino = None
+        self._index_id = None  # (inode, generation) of the log the dict was read from
         with self._mutex:
             self._refresh()
+
+    # ------------------------------------------------------------------ pool.json
+
+    def _load_config(self, key, existed):
+        """Reads pool.json, creating it for a new store (and for a store made before it
+        existed, which is plain)."""
+        config = self._read_config()
+        if config is not None:
+            return config
+        legacy = existed and (os.path.exists(self.index_path)
+                              or any(_container_number(n) is not None
+                                     for n in os.listdir(self.containers_dir)))
+        config = {"format": POOL_FORMAT, "encrypted": key is not None and not legacy}
+        if config["encrypted"]:
+            config["cipher"] = "AES-256-GCM"
+            config["key_check"] = key_check_value(bytes(key))
+        tmp = f"{self.config_path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(config, f, indent=1, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            # link, not rename: when two processes create the store at once, the first wins
+            # and the other reads its choice
+            os.link(tmp, self.config_path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(self.root)
+        return self._read_config()
+
+    def _read_config(self):
+        try:
+            with open(self.config_path) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            config = json.loads(text)
+            if not isinstance(config, dict) or not isinstance(config.get("encrypted"), bool):
+                raise ValueError("no encrypted flag")
+        except ValueError as e:
+            raise StoreDamaged(f"{self.config_path} is not a valid pool description: {e}",
+                               hint="Restore it from a copy of the pool; it holds the format "
+                                    "and whether the pool is encrypted (never the key).") from None
+        if config.get("format") != POOL_FORMAT:
+            raise StoreDamaged(
+                f"{self.config_path} has format {config.get('format')!r}; this Cairn reads "
+                f"format {POOL_FORMAT}",
+                hint="Update Cairn on this storage host to the master's version.")
+        return config
+
+    def _require_key(self):
+        if self.encrypted and self._cipher is None:
+            raise EncryptionKeyRequired(
+                f"the deduplication pool at {self.root} is encrypted and was opened without "
+                f"its key, which reading and writing chunks need", hint=KEY_HINT)
 
     # ------------------------------------------------------------------ locking and index log
 
@@ -196,21 +442,24 @@ class ChunkStore:
         return _FileLock(self._lock_path, self._mutex)
 
     def _refresh(self):
-        """Reads index entries appended since the last read (by any process). A replaced log
-        (rebuild_index) is read again from the start."""
+        """Reads index entries appended since the last read (by any process). A rewritten log
+        (reclaim, rebuild_index: another inode or generation) is read again from the start,
+        so no stale location survives it."""
         try:
             f = open(self.index_path, "rb")
         except FileNotFoundError:
-            self._index, self._index_pos, self._index_ino = {}, 0, None
+            self._index, self._index_pos, self._index_id = {}, 0, None
             return
         with f:
             st = os.fstat(f.fileno())
-            if st.st_ino != self._index_ino:
-                self._index, self._index_pos, self._index_ino = {}, 0, st.st_ino
-            if self._index_pos == 0:
-                if f.read(len(INDEX_MAGIC)) != INDEX_MAGIC:
-                    return  # empty or not yet initialised: nothing to read
-                self._index_pos = len(INDEX_MAGIC)
+            head = f.read(INDEX_HEADER.size)
+            if len(head) < INDEX_HEADER.size or head[:len(INDEX_MAGIC)] != INDEX_MAGIC:
+                # empty, being created, or not an index (the next append says so)
+                self._index, self._index_pos, self._index_id = {}, 0, None
+                return
+            ident = (st.st_ino, INDEX_HEADER.unpack(head)[1])
+            if ident != self._index_id:
+                self._index, self._index_pos, self._index_id = {}, INDEX_HEADER.size, ident
             f.seek(self._index_pos)
             size = INDEX_RECORD.size
             # only whole entries: a torn tail stays unread until it is completed or cut off
@@ -222,6 +471,24 @@ class ChunkStore:
             self._index.setdefault(fp, Location(number, offset, length))
         self._index_pos += len(blob)
 
+    def _index_generation(self):
+        """The current log's generation, or None when there is no valid log."""
+        try:
+            with open(self.index_path, "rb") as f:
+                head = f.read(INDEX_HEADER.size)
+        except FileNotFoundError:
+            return None
+        if len(head) == INDEX_HEADER.size and head[:len(INDEX_MAGIC)] == INDEX_MAGIC:
+            return INDEX_HEADER.unpack(head)[1]
+        return None
+
+    @staticmethod
+    def _next_generation(current):
+        if current is None:
+            # a fresh start: random, so it cannot repeat a generation an open store has seen
+            return int.from_bytes(os.urandom(8), "big") >> 1
+        return (current + 1) & 0xFFFFFFFFFFFFFFFF
+
     def _append_index(self, entries):
         """Appends (fp, Location) entries durably; call with the lock held. Returns how many
         were new (a concurrent writer may have indexed the same chunk first)."""
@@ -232,26 +499,87 @@ class ChunkStore:
         fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
-            if size < len(INDEX_MAGIC):
+            created = size < INDEX_HEADER.size
+            if created:
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, INDEX_MAGIC, 0)
-                size = len(INDEX_MAGIC)
-            whole = len(INDEX_MAGIC) + ((size - len(INDEX_MAGIC)) // INDEX_RECORD.size) \
+                os.pwrite(fd, INDEX_HEADER.pack(INDEX_MAGIC, self._next_generation(None)), 0)
+                size = INDEX_HEADER.size
+            elif os.pread(fd, len(INDEX_MAGIC), 0) != INDEX_MAGIC:
+                raise StoreDamaged(
+                    f"{self.index_path} is not a chunk index of this format",
+                    hint="Rebuild it from the containers (ChunkStore.rebuild_index()).")
+            whole = INDEX_HEADER.size + ((size - INDEX_HEADER.size) // INDEX_RECORD.size) \
                 * INDEX_RECORD.size
             if whole != size:
                 os.ftruncate(fd, whole)  # a torn entry from a crashed append
-            out = bytearray()
-            for fp, loc in fresh:
-                entry = INDEX_ENTRY.pack(fp, *loc)
-                out += entry + struct.pack(">I", zlib.crc32(entry))
-            os.pwrite(fd, bytes(out), whole)
+            os.pwrite(fd, bytes(_pack_entries(fresh)), whole)
             os.fsync(fd)
         finally:
             os.close(fd)
-        if size == len(INDEX_MAGIC):
+        if created:
             _fsync_dir(self.index_dir)  # the log may have just been created
         self._refresh()
         return len(fresh)
+
+    def _write_index(self, entries):
+        """Replaces the log with `entries` as the next generation: new file, fsync, rename,
+        fsync of the directory. Call with the lock held."""
+        tmp = self.index_path + ".rewrite"
+        generation = self._next_generation(self._index_generation())
+        with open(tmp, "wb") as f:
+            f.write(INDEX_HEADER.pack(INDEX_MAGIC, generation) + _pack_entries(entries))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.index_path)
+        _fsync_dir(self.index_dir)
+        self._refresh()
+
+    # ------------------------------------------------------------------ sessions
+
+    def session(self, timeout=DEFAULT_SESSION_TIMEOUT, *, poll=0.05, clock=time.monotonic,
+                sleep=time.sleep):
+        """A PoolSession: a shared hold on the pool that keeps space reclaim out until it is
+        closed. Backups, restores and verifications hold one for their whole run (a backup
+        from before its first has() until its recipe is committed). Waits up to `timeout`
+        seconds (None: without end) while a reclaim runs, then raises PoolBusy. `clock` and
+        `sleep` are there for tests."""
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ValidationError(f"session timeout {timeout!r} is not a number of seconds",
+                                  hint="Use 0 or more seconds, or None to wait without end.")
+        return PoolSession(self, timeout, poll, clock, sleep)
+
+    def _open_pool_lock(self):
+        return os.open(self._pool_lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def _reclaim_running(self, waited):
+        holders = _flock_holders(self._pool_lock_path) or []
+        pids = [pid for mode, pid in holders if mode == "WRITE" and pid]
+        by = f" (process {', '.join(map(str, pids))})" if pids else ""
+        return PoolBusy(
+            f"space reclaim is running on the deduplication pool at {self.root}{by}; waited "
+            f"{waited:g} s for it to finish",
+            pids=pids,
+            hint="Reclaim keeps backups, restores and verifications out while it frees "
+                 "space; run this again when it is done, or wait longer.")
+
+    def _sessions_present(self):
+        holders = _flock_holders(self._pool_lock_path)
+        if holders is None:
+            count, pids = None, []
+            who = "backups/restores are"
+        else:
+            readers = [pid for mode, pid in holders if mode == "READ"]
+            count, pids = len(readers), sorted({p for p in readers if p})
+            who = "1 backup/restore is" if count == 1 else f"{count} backups/restores are"
+            if count == 0:
+                who = "backups/restores are"  # released between our try and our look
+        return PoolBusy(
+            f"space reclaim cannot start: {who} using the deduplication pool at {self.root}; "
+            f"try again when they are done",
+            sessions=count, pids=pids,
+            hint="Reclaim needs the pool to itself; schedule it when no backups, restores or "
+                 "verifications run on this pool.")
 
     # ------------------------------------------------------------------ reading
 
@@ -289,9 +617,31 @@ class ChunkStore:
         return os.path.join(self.containers_dir, container_name(number, committed))
 
     def get(self, fp):
-        """The chunk's data, checked against its crc32 and its fingerprint."""
+        """The chunk's data, checked against its crc32 and its fingerprint (decrypted first
+        in an encrypted store)."""
         fp = _check_fingerprint(fp)
-        number, offset, stored_length = self.locate(fp)
+        self._require_key()
+        loc = self.locate(fp)
+        try:
+            return self._read(fp, loc)
+        except ChunkDamaged:
+            # a reclaim elsewhere may have moved the chunk since our copy of the index was
+            # read; only a location that is still current is damage
+            with self._mutex:
+                self._refresh()
+                fresh = self._index.get(fp)
+            if fresh == loc:
+                raise
+            if fresh is None:
+                raise ChunkNotFound(f"no chunk {fp.hex()} in the store at {self.root}: the "
+                                    f"index was rewritten without it (space reclaim or index "
+                                    f"rebuild)",
+                                    hint="Space reclaim removes chunks no image references; "
+                                         "an index rebuild leaves out damaged records.") from None
+            return self._read(fp, fresh)
+
+    def _read(self, fp, loc):
+        number, offset, stored_length = loc
         path = self.container_path(number)
         where = f"{path} offset {offset}"
 
@@ -316,9 +666,27 @@ class ChunkStore:
         if header[4] != stored_length or len(raw) != RECORD_HEADER.size + stored_length:
             raise damaged("the stored length differs from the index or the record is cut")
         try:
-            return _decode_record(header, raw[RECORD_HEADER.size:], where)[1]
+            return _decode_record(header, memoryview(raw)[RECORD_HEADER.size:], where,
+                                  self.encrypted, self._cipher)[1]
         except ValueError as e:
             raise damaged(str(e)) from None
+
+    def stats(self):
+        """chunks and stored_bytes from the index; containers and container_bytes (file
+        sizes) from the committed containers; whether the store is encrypted."""
+        with self._mutex:
+            self._refresh()
+            chunks = len(self._index)
+            stored = sum(loc.stored_length for loc in self._index.values())
+        containers = size = 0
+        for number in self.committed_containers():
+            try:
+                size += os.stat(self.container_path(number)).st_size
+            except FileNotFoundError:
+                continue  # deleted by a reclaim since the listing
+            containers += 1
+        return {"chunks": chunks, "stored_bytes": stored, "containers": containers,
+                "container_bytes": size, "encrypted": self.encrypted}
 
     # ------------------------------------------------------------------ scanning
 
@@ -333,7 +701,8 @@ class ChunkStore:
     def _scan(self, number, decode):
         """Yields (offset, header or None, error or None) for each record of a committed
         container; ends after the first record that is cut short or unreadable, since the
-        records after it cannot be found. With `decode`, each record's data is checked too."""
+        records after it cannot be found. With `decode`, each record's data is checked too
+        (for an encrypted store opened keyless: its crc32 only)."""
         path = self.container_path(number)
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -353,7 +722,7 @@ class ChunkStore:
                     yield offset, None, "record header is cut short (torn end)"
                     return
                 header = RECORD_HEADER.unpack(raw)
-                if header[0] != RECORD_MAGIC or header[2] not in CODEC_NAMES:
+                if header[0] != RECORD_MAGIC or not _valid_codec_byte(header[2]):
                     yield offset, None, "no valid record header here"
                     return
                 stored_length = header[4]
@@ -364,7 +733,8 @@ class ChunkStore:
                 error = None
                 if decode:
                     try:
-                        _decode_record(header, stored, f"{path} offset {offset}")
+                        _decode_record(header, stored, f"{path} offset {offset}",
+                                       self.encrypted, self._cipher)
                     except ValueError as e:
                         error = str(e)
                 elif zlib.crc32(stored) != header[5]:
@@ -391,33 +761,29 @@ class ChunkStore:
                     else:
                         entries[header[1]] = Location(number, offset, header[4])
             counts["chunks"] = len(entries)
-            tmp = self.index_path + ".rebuild"
-            with open(tmp, "wb") as f:
-                out = bytearray(INDEX_MAGIC)
-                for fp, loc in entries.items():
-                    entry = INDEX_ENTRY.pack(fp, *loc)
-                    out += entry + struct.pack(">I", zlib.crc32(entry))
-                f.write(out)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.index_path)
-            _fsync_dir(self.index_dir)
-            self._refresh()
+            self._write_index(entries.items())
         return counts
 
     def verify(self):
         """Yields a Damage(fingerprint, container, offset, reason) for every record of every
-        committed container that does not read back intact (crc32, decoding, length, sha256)
-        and for every cut or unreadable container structure (fingerprint None when unknown)."""
+        committed container that does not read back intact (crc32, decryption, decoding,
+        length, sha256) and for every cut or unreadable container structure (fingerprint None
+        when unknown)."""
         for number in self.committed_containers():
             path = self.container_path(number)
-            for offset, header, error in self._scan(number, decode=True):
-                if error:
-                    yield Damage(header[1] if header else None, path, offset, error)
+            try:
+                for offset, header, error in self._scan(number, decode=True):
+                    if error:
+                        yield Damage(header[1] if header else None, path, offset, error)
+            except FileNotFoundError:
+                continue  # reclaimed since the listing (a verify outside a session)
 
     def remove_stale_partials(self):
         """Deletes .partial containers whose writer has died (it no longer holds its lock);
         returns their paths. Live writers in any process are left alone."""
+        return [path for path, size in self._remove_stale_partials()]
+
+    def _remove_stale_partials(self):
         removed = []
         for name in sorted(os.listdir(self.containers_dir)):
             if not name.endswith(".partial") or _container_number(name) is None:
@@ -430,22 +796,70 @@ class ChunkStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    continue
                 os.close(fd)
+                if _is_busy(e):
+                    continue
                 raise
             try:
+                size = os.fstat(fd).st_size
                 os.unlink(path)
-                removed.append(path)
+                removed.append((path, size))
             finally:
                 os.close(fd)
         return removed
 
+    # ------------------------------------------------------------------ space reclaim
+
+    def reclaim(self, live_fn, *, compact_below=0.5, is_cancelled=None, progress=None,
+                _checkpoint=None):
+        """Frees the space of chunks no image references any more. Needs the pool to itself:
+        raises PoolBusy at once while any session is open, and keeps new sessions waiting
+        while it runs. `live_fn()` is called once the pool is held and returns the set of
+        fingerprints still referenced. Containers without live chunks are deleted; those
+        whose live bytes are below `compact_below` of their size have their live records
+        copied as stored into new containers, then the index is replaced, then the old
+        containers are deleted. `is_cancelled()` is asked between containers; the work done
+        so far is kept. `progress(done, total)` follows the containers. `_checkpoint(step)`
+        is called after "sealed", "indexed" and "deleted" of each batch (crash tests).
+        Returns counts; freed_bytes is the file space given back."""
+        if isinstance(compact_below, bool) or not isinstance(compact_below, (int, float)) \
+                or not 0 <= compact_below <= 1:
+            raise ValidationError(f"compact_below {compact_below!r} is not a fraction",
+                                  hint="Use a number from 0 (never compact, only delete empty "
+                                       "containers) to 1; the default is 0.5.")
+        started = time.monotonic()
+        fd = self._open_pool_lock()
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if _is_busy(e):
+                    raise self._sessions_present() from None
+                raise
+            run = _Reclaim(self, compact_below, is_cancelled, progress, _checkpoint)
+            result = run.run(live_fn)
+        finally:
+            os.close(fd)
+        result["seconds"] = round(time.monotonic() - started, 3)
+        return result
+
     # ------------------------------------------------------------------ writing
 
     def writer(self):
+        self._require_key()
         return Writer(self)
+
+    def _encode(self, fp, data):
+        """(codec byte, stored bytes) of one chunk: compressed when that helps, then
+        encrypted in an encrypted store."""
+        codec = self.codec
+        stored = _compress(codec, data)
+        if len(stored) >= len(data):
+            codec, stored = CODEC_NONE, data
+        if self._cipher is not None:
+            codec |= CODEC_ENCRYPTED
+            return codec, self._cipher.seal(fp, codec, stored)
+        return codec, bytes(stored)
 
     def _new_container(self):
         """Claims the next container number; the fd is returned locked for this writer."""
@@ -469,6 +883,234 @@ class ChunkStore:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, CONTAINER_HEADER.pack(CONTAINER_MAGIC, CONTAINER_VERSION, number))
         return number, fd
+
+
+class PoolSession:
+    """A shared hold on the pool's usage lock (index/pool.lock) until close(). Each session
+    has its own open file, so sessions of one process and of many coexist, and a reclaim in
+    this process is kept out too. A forked child inherits the hold until it exits."""
+
+    def __init__(self, store, timeout, poll, clock, sleep):
+        self.store = store
+        self._fd = store._open_pool_lock()
+        started = clock()
+        try:
+            while True:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if not _is_busy(e):
+                        raise
+                waited = clock() - started
+                if timeout is not None and waited >= timeout:
+                    raise store._reclaim_running(round(waited, 1))
+                sleep(poll)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = None
+            raise
+        # a reclaim may have rewritten the index since this store last read it: drop what
+        # it knew, or has() could still answer yes for a chunk that is gone
+        with store._mutex:
+            store._refresh()
+
+    @property
+    def closed(self):
+        return self._fd is None
+
+    def close(self):
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # drops the flock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass  # interpreter shutdown: the process's exit drops the flock anyway
+
+
+class _Reclaim:
+    """One space reclaim, run with the pool lock held exclusively. Work is made durable in
+    batches, each in the order that keeps every live chunk readable at every instant: new
+    containers sealed, then the index replaced, then the old containers deleted."""
+
+    def __init__(self, store, compact_below, is_cancelled, progress, checkpoint):
+        self.store = store
+        self.compact_below = compact_below
+        self.is_cancelled = is_cancelled or (lambda: False)
+        self.progress = progress
+        self.checkpoint = checkpoint or (lambda step: None)
+        self.result = {"live_chunks": 0, "removed_chunks": 0, "freed_bytes": 0,
+                       "containers_deleted": 0, "containers_compacted": 0,
+                       "containers_written": 0, "damaged_chunks": 0, "missing_chunks": 0,
+                       "partials_removed": 0, "index_rebuilt": False, "cancelled": False}
+        self.writer = None
+        self.done = []  # (container number, size, compacted) handled in the open batch
+        self.moved = {}  # fp -> new Location, in the open batch
+        self.dropped = set()  # live fps whose record was damaged: left out of the index
+
+    def run(self, live_fn):
+        store, result = self.store, self.result
+        for path, size in store._remove_stale_partials():
+            result["partials_removed"] += 1
+            result["freed_bytes"] += size
+        numbers = store.committed_containers()
+        live = live_fn()
+        if not isinstance(live, (set, frozenset)):
+            live = set(live)
+        with store._mutex:
+            store._refresh()
+            index = dict(store._index)
+        missing = sum(1 for fp in live if fp not in index)
+        if missing:
+            # a referenced chunk the index lacks may still sit in a container; deleting that
+            # container would lose it for good, so the index is made whole first
+            store.rebuild_index()
+            result["index_rebuilt"] = True
+            numbers = store.committed_containers()
+            with store._mutex:
+                index = dict(store._index)
+            missing = sum(1 for fp in live if fp not in index)
+        result["missing_chunks"] = missing
+        result["live_chunks"] = len(live) - missing
+
+        per_container = {n: [] for n in numbers}
+        for fp, loc in index.items():
+            entries = per_container.get(loc.container)
+            if entries is not None:
+                entries.append((fp, loc))
+        empty, sparse = [], []
+        for number in numbers:
+            try:
+                size = os.stat(store.container_path(number)).st_size
+            except FileNotFoundError:
+                continue
+            live_bytes = sum(RECORD_HEADER.size + loc.stored_length
+                             for fp, loc in per_container[number] if fp in live)
+            if live_bytes == 0:
+                empty.append((number, size))
+            # the header counts as live: a container without garbage is never compacted
+            elif live_bytes + CONTAINER_HEADER.size < self.compact_below * size:
+                sparse.append((live_bytes / size, number, size))
+        sparse.sort()
+        total, done = len(empty) + len(sparse), 0
+        try:
+            # empty containers first: they free space without needing any
+            for number, size in empty:
+                if self.is_cancelled():
+                    result["cancelled"] = True
+                    break
+                self.done.append((number, size, False))
+                done += 1
+                self._progress(done, total)
+            if self.done:
+                self._commit()
+            for ratio, number, size in ([] if result["cancelled"] else sparse):
+                if self.is_cancelled():
+                    result["cancelled"] = True
+                    break
+                self._copy_live(number, per_container[number], live)
+                self.done.append((number, size, True))
+                done += 1
+                self._progress(done, total)
+                if self.writer is not None and \
+                        len(self.writer.sealed) >= RECLAIM_BATCH_CONTAINERS:
+                    self._commit()
+            if self.done:
+                self._commit()
+        except BaseException:
+            self._discard()
+            raise
+        result["live_chunks"] -= len(self.dropped)
+        return result
+
+    def _progress(self, done, total):
+        if self.progress is not None:
+            self.progress(done, total)
+
+    def _copy_live(self, number, entries, live):
+        store = self.store
+        path = store.container_path(number)
+        with open(path, "rb") as f:
+            for fp, loc in sorted(((fp, loc) for fp, loc in entries if fp in live),
+                                  key=lambda e: e[1].offset):
+                f.seek(loc.offset)
+                raw = f.read(RECORD_HEADER.size + loc.stored_length)
+                ok = len(raw) == RECORD_HEADER.size + loc.stored_length
+                if ok:
+                    magic, rfp, codec, raw_len, stored_len, crc = RECORD_HEADER.unpack_from(raw)
+                    ok = magic == RECORD_MAGIC and rfp == fp and stored_len == loc.stored_length \
+                        and _valid_codec_byte(codec) \
+                        and zlib.crc32(memoryview(raw)[RECORD_HEADER.size:]) == crc
+                if not ok:
+                    # copying it would spread the damage; left out of the index, the next
+                    # backup that meets the chunk stores it afresh
+                    self.dropped.add(fp)
+                    self.result["damaged_chunks"] += 1
+                    continue
+                if self.writer is None:
+                    self.writer = Writer(store, publish=False)
+                self.moved[fp] = self.writer._put_record(fp, raw)
+
+    def _commit(self):
+        """Makes the open batch durable: seal the new containers, replace the index, delete
+        the old containers."""
+        store, result = self.store, self.result
+        written = []
+        if self.writer is not None:
+            self.writer.commit()
+            written = self.writer.sealed
+            self.writer = None
+        self.checkpoint("sealed")
+        gone = {number for number, size, compacted in self.done}
+        with store._locked():
+            store._refresh()  # entries appended meanwhile by writers without a session
+            entries = []
+            for fp, loc in store._index.items():
+                if loc.container not in gone:
+                    entries.append((fp, loc))
+                elif fp in self.moved:
+                    entries.append((fp, self.moved[fp]))
+                elif fp not in self.dropped:
+                    result["removed_chunks"] += 1
+            store._write_index(entries)
+        self.moved = {}
+        self.checkpoint("indexed")
+        for number, size, compacted in self.done:
+            try:
+                os.unlink(store.container_path(number))
+            except FileNotFoundError:
+                continue
+            result["freed_bytes"] += size
+            result["containers_compacted" if compacted else "containers_deleted"] += 1
+        self.done = []
+        _fsync_dir(store.containers_dir)
+        for number, size in written:
+            result["freed_bytes"] -= size
+        result["containers_written"] += len(written)
+        self.checkpoint("deleted")
+
+    def _discard(self):
+        """After a failure before the batch's index was replaced: its new containers are
+        unindexed copies, so removing them loses nothing."""
+        if self.writer is None:
+            return
+        writer, self.writer = self.writer, None
+        try:
+            writer.abort()
+            for number, size in writer.sealed:
+                os.unlink(self.store.container_path(number))
+        except OSError:
+            pass  # garbage that the next reclaim removes
 
 
 class _FileLock:
@@ -504,16 +1146,19 @@ class _FileLock:
 class Writer:
     """Adds chunks to new containers of one store. One writer per thread; use several writers
     for parallel writing. Index entries are published when a container is sealed: when it is
-    full, and at commit()."""
+    full, and at commit(). With publish=False (space reclaim) nothing is indexed; the caller
+    takes the locations from the records it puts and the sealed containers."""
 
-    def __init__(self, store):
+    def __init__(self, store, publish=True):
         self.store = store
+        self._publish = publish
         self._fd = None
         self._number = None
         self._size = 0
         self._pending = []  # (fp, Location) in the open container
         self._added = set()
         self._closed = False
+        self.sealed = []  # (container number, size) of the containers this writer committed
         self.stored_chunks = 0
         self.stored_bytes = 0
 
@@ -531,27 +1176,34 @@ class Writer:
                                   hint="Chunks come from the chunker (at most 16 MiB).")
         if fp in self._added or self.store.has(fp):
             return False
-        codec = self.store.codec
-        stored = _compress(codec, data)
-        if len(stored) >= len(data):
-            codec, stored = CODEC_NONE, bytes(data)
-        record_size = RECORD_HEADER.size + len(stored)
+        codec, stored = self.store._encode(fp, data)
+        header = RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
+                                    zlib.crc32(stored))
+        self._put(fp, header, stored)
+        self.stored_chunks += 1
+        self.stored_bytes += len(stored)
+        return True
+
+    def _put_record(self, fp, record):
+        """Appends a whole record (header and stored bytes) as it is; returns its Location."""
+        return self._put(fp, record, b"")
+
+    def _put(self, fp, header, stored):
+        record_size = len(header) + len(stored)
         if self._fd is not None and self._size + record_size > self.store.container_size:
             self._seal()
         if self._fd is None:
             self._number, self._fd = self.store._new_container()
             self._size = CONTAINER_HEADER.size
-        header = RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
-                                    zlib.crc32(stored))
         offset = self._size
-        os.write(self._fd, header)
-        self._write_all(stored)
+        self._write_all(header)
+        if stored:
+            self._write_all(stored)
         self._size += record_size
-        self._pending.append((fp, Location(self._number, offset, len(stored))))
+        loc = Location(self._number, offset, record_size - RECORD_HEADER.size)
+        self._pending.append((fp, loc))
         self._added.add(fp)
-        self.stored_chunks += 1
-        self.stored_bytes += len(stored)
-        return True
+        return loc
 
     def _write_all(self, data):
         view = memoryview(data)
@@ -566,9 +1218,11 @@ class Writer:
                   self.store.container_path(number))
         _fsync_dir(self.store.containers_dir)
         os.close(fd)
+        self.sealed.append((number, self._size))
         self._fd = self._number = None
-        with self.store._locked():
-            self.store._append_index(self._pending)
+        if self._publish:
+            with self.store._locked():
+                self.store._append_index(self._pending)
         self._pending = []
 
     def commit(self):

@@ -177,7 +177,8 @@ def test_expiry_then_reclaim_frees_what_only_the_expired_image_used(tmp_path, ma
     assert rj["status"] == status.OK, [x["message"] for x in m.jobs.logs(rj["id"])]
     after = m.pool_usage("ddp")
     assert after["chunks"] < before["chunks"]
-    assert after["container_bytes"] < before["container_bytes"] - 1 * MB
+    # three files of 300 KiB random bytes each (and some text) were only in the first image
+    assert after["container_bytes"] < before["container_bytes"] - 800 * 1024
     assert rj["result"]["removed_chunks"] > 0
 
     # everything the remaining image needs is still there
@@ -274,7 +275,7 @@ def test_concurrent_backups_into_one_pool(tmp_path, master, sshd, sshd_as_localh
     configure(m, pool, max_jobs=3)
     for n, host in enumerate(("me", "c1", "c2")):
         srcs[host] = str(tmp_path / f"src-{host}")
-        write_tree(srcs[host], seed=10 + n, nfiles=6, shared=shared)
+        write_tree(srcs[host], seed=10 + n, nfiles=6, size=3 * MB, shared=shared)
         m.config.add_policy_client("dp", host)
         m.config.add_policy_selection("dp", srcs[host])
     # one policy, three clients, each backing up all three trees: much data in common
@@ -284,7 +285,7 @@ def test_concurrent_backups_into_one_pool(tmp_path, master, sshd, sshd_as_localh
         [x["message"] for x in m.jobs.logs(j["id"])] for j in jobs]
     started = sorted(j["started"] for j in jobs)
     ended = sorted(j["ended"] for j in jobs)
-    assert started[-1] < ended[0], "the jobs did not run at the same time"
+    assert started[-1] <= ended[0], "the jobs did not run at the same time"
     [vj] = m.wait_for([m.start_verify(pool="ddp")])
     assert vj["status"] == status.OK
     for j in jobs:

@@ -222,10 +222,12 @@ def test_columns_show_the_job():
     model.apply_changes([job(1, "active", bytes=3 << 30, files=12345, percent=40.7, eta_s=61,
                              rate_bytes_per_s=100 << 20, cancel_requested=True),
                          job(2, wait_reason="storage unit stu1 is at its limit"),
-                         job(3, "done", st.OK, dedup_ratio=4.0)])
+                         job(3, "done", st.OK, dedup_ratio=75.0, bytes=4 << 30),
+                         job(4, "done", st.OK, dedup_ratio=99.96),
+                         job(5, "done", st.OK, dedup_ratio=0.0)])
 
-    def cell(key, column):
-        return model.index(model.row_of(key), col(column)).data()
+    def cell(key, column, role=Qt.ItemDataRole.DisplayRole):
+        return model.index(model.row_of(key), col(column)).data(role)
 
     assert cell(1, "state") == "canceling"
     assert cell(1, "bytes") == "3.0 GiB"
@@ -234,8 +236,76 @@ def test_columns_show_the_job():
     assert cell(1, "percent") == "40.7%"
     assert cell(1, "eta_s") == "0:01:01"
     assert cell(1, "dedup_ratio") == ""
-    assert cell(3, "dedup_ratio") == "4.0:1"
+    assert cell(1, "dedup_ratio", Qt.ItemDataRole.ToolTipRole) is None
+    assert cell(3, "dedup_ratio") == "75.0%"
+    tip = cell(3, "dedup_ratio", Qt.ItemDataRole.ToolTipRole)
+    assert tip.startswith("75.0% of this job's data (3.0 GiB of 4.0 GiB) was already in the "
+                          "deduplicating pool")
+    assert "not stored again" in tip and "client-side deduplication, not sent" in tip
+    assert cell(4, "dedup_ratio") == "99.9%", "short of all of it is never shown as 100%"
+    assert cell(5, "dedup_ratio") == "0.0%", "nothing deduplicated is a rate, not a blank"
     assert cell(2, "wait_reason") == "storage unit stu1 is at its limit"
+
+
+def test_jobs_of_a_deduplicating_pool_say_what_they_work_on():
+    from ui.activity import result_text, what
+    model = JobTableModel()
+    model.apply_changes([
+        job(1, type="verify", client=None, policy=None, storage_unit=None,
+            params={"pool": "dd-pool"}),
+        job(2, type="verify", params={"image": "c1_1790000000_7"}),
+        job(3, "done", st.OK, type="reclaim", client=None, params={"pool": "dd-pool"},
+            result={"freed_bytes": 3 << 30, "removed_chunks": 1200, "containers_deleted": 2,
+                    "containers_compacted": 1, "live_chunks": 90000}),
+        job(4, type="backup")])
+
+    def cell(key, column, role=Qt.ItemDataRole.DisplayRole):
+        return model.index(model.row_of(key), col(column)).data(role)
+
+    assert cell(1, "type") == "verify pool dd-pool"
+    assert cell(2, "type") == "verify image c1_1790000000_7"
+    assert cell(3, "type") == "reclaim pool dd-pool"
+    assert cell(4, "type") == "backup"
+    assert "checks each chunk against its fingerprint" in cell(1, "type",
+                                                               Qt.ItemDataRole.ToolTipRole)
+    assert "no image uses" in cell(3, "type", Qt.ItemDataRole.ToolTipRole)
+    assert what(model.row_dict(model.row_of(1))) == "verify pool dd-pool"
+    assert what(model.row_dict(model.row_of(2))) == "verify image c1_1790000000_7 of c1"
+    assert result_text(model.row_dict(model.row_of(3))) == (
+        "Freed 3.0 GiB: 1,200 chunks no image used removed, 2 container files deleted, "
+        "1 compacted; 90,000 chunks in use.")
+    # the pool's name finds its jobs though they have no client or storage unit
+    proxy = JobFilter()
+    proxy.setSourceModel(model)
+    proxy.set_filter(text="dd-pool")
+    assert sorted(shown_ids(proxy)) == [1, 3]
+
+
+def test_a_verify_result_names_the_damaged_files():
+    from ui.activity import RESULT_FILES, result_text, verify_result_text
+    clean = {"images": [], "containers": 4, "container_damage": [], "damaged_chunks": 0}
+    assert verify_result_text(clean) == "No damage found: every chunk matched its fingerprint."
+    many = [f"/data/f{i}" for i in range(RESULT_FILES + 3)]
+    damaged = {"images": [
+        {"image": "c1_1_2", "path": "/s/images/c1/c1_1_2.recipe", "files": ["/data/a.dat"],
+         "ranges": [{"offset": 0, "length": 10, "reason": "fingerprint mismatch"}]},
+        {"image": "c1_1_3", "path": "/s/images/c1/c1_1_3.recipe", "files": many,
+         "ranges": [{"offset": 0, "length": 1}, {"offset": 5, "length": 1}]},
+        {"image": None, "path": "/s/images/c1/x.recipe", "error": "the recipe is truncated",
+         "files": []}],
+        "container_damage": [{"container": "/s/containers/00/0000001.ctr", "offset": 4096,
+                              "reason": "bad frame header"}]}
+    lines = verify_result_text(damaged).splitlines()
+    assert lines[0] == "Image c1_1_2: 1 damaged chunk range, 1 file hit:"
+    assert lines[1] == "    /data/a.dat"
+    assert lines[2] == f"Image c1_1_3: 2 damaged chunk ranges, {RESULT_FILES + 3} files hit:"
+    assert lines[2 + RESULT_FILES] == f"    /data/f{RESULT_FILES - 1}"
+    assert lines[3 + RESULT_FILES] == "    … and 3 more"
+    assert lines[4 + RESULT_FILES] == "Recipe /s/images/c1/x.recipe: the recipe is truncated"
+    assert lines[-1] == "Container 0000001.ctr at byte 4096: bad frame header"
+    assert result_text({"type": "verify", "result": damaged}) == verify_result_text(damaged)
+    assert result_text({"type": "verify", "result": None}) == ""
+    assert result_text({"type": "backup", "result": {"x": 1}}) == ""
 
 
 # ---- the page in the console -------------------------------------------------------------------
@@ -476,3 +546,12 @@ def test_cancel_a_large_backup_from_the_context_menu(make_console, empty_master,
     assert cell(v, jid, "status") == str(st.CANCELED)
     assert empty_master.images() == []
     assert v.model.row_dict(v.model.row_of(jid))["bytes"] < 3 << 30
+
+
+def test_the_dedup_rate_follows_the_storage_unit_in_a_new_table(console, qtbot):
+    v = show(console, qtbot)
+    hh = v.table.horizontalHeader()
+    assert hh.visualIndex(col("dedup_ratio")) == hh.visualIndex(col("storage_unit")) + 1
+    assert not hh.isSectionHidden(col("dedup_ratio"))
+    assert "already held" in v.model.headerData(col("dedup_ratio"), Qt.Orientation.Horizontal,
+                                                Qt.ItemDataRole.ToolTipRole)

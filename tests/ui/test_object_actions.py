@@ -178,3 +178,173 @@ def test_hidden_columns_are_remembered(make_console, master, qtbot):
     again = make_console(master)
     assert again.window.views["disk-pools"].table.horizontalHeader().isSectionHidden(col)
     assert settings().value("views/disk-pools/header") is not None
+
+
+# ---- deduplicating pools -----------------------------------------------------------------------
+
+@pytest.fixture
+def dedup_master(master, tmp_path):
+    """The test catalog plus a dedup storage server (encrypted), its pool and an image on
+    it."""
+    from catalog import add_image
+    master.create_storage_server("dd1", type="dedup", host=master.test_host,
+                                 path=str(tmp_path / "dedup-store"),
+                                 options={"encrypted": True})
+    master.create_disk_pool("ddp", server="dd1", volumes=[])
+    master.config.add_storage_unit("dd-stu", pool="ddp")
+    add_image(master, "dd_image", client=master.test_host, policy="p1",
+              storage_unit="dd-stu", created="2026-09-23T20:00:00Z")
+    with master.db.tx() as c:
+        c.execute("UPDATE images SET pool='ddp' WHERE id='dd_image'")
+    return master
+
+
+def new_jobs(master, before):
+    return [j for j in master.jobs.list() if j["id"] not in before]
+
+
+def test_verify_and_reclaim_are_offered_for_deduplicating_pools(make_console, dedup_master,
+                                                                qtbot):
+    m = dedup_master
+    c = make_console(m)
+    view = show(c, qtbot, "disk-pools")
+    actions = view.object_actions
+    texts = [a.text() for a in actions.toolbar.actions() if a.text()]
+    assert texts.index("Verify pool") < texts.index("Reclaim space") < texts.index("Properties…")
+    select(view, "dp1", qtbot)
+    assert actions.properties.isEnabled()
+    assert not actions.verify.isEnabled() and not actions.reclaim.isEnabled(), \
+        "an AdvancedDisk pool has no chunks to verify or reclaim"
+
+    select(view, "ddp", qtbot)
+    assert actions.verify.isEnabled() and actions.reclaim.isEnabled()
+    before = {j["id"] for j in m.jobs.list()}
+    actions.verify.trigger()
+    qtbot.waitUntil(lambda: actions.last_queued is not None, timeout=5000)
+    [job] = new_jobs(m, before)
+    assert (job["id"], job["type"], job["params"]) == (actions.last_queued, "verify",
+                                                       {"pool": "ddp"})
+    assert c.window.current_view.name == "activity"
+    assert c.window.statusBar().currentMessage() == \
+        f"Verify job {job['id']} queued for disk pool ddp"
+
+    view = show(c, qtbot, "disk-pools")
+    actions.reclaim.trigger()
+    qtbot.waitUntil(lambda: actions.last_queued != job["id"], timeout=5000)
+    [reclaim] = [j for j in new_jobs(m, before) if j["type"] == "reclaim"]
+    assert reclaim["params"] == {"pool": "ddp"} and reclaim["id"] == actions.last_queued
+    assert str(reclaim["id"]) in c.window.statusBar().currentMessage()
+
+    # A second reclaim while the first is queued is refused, and said so.
+    view = show(c, qtbot, "disk-pools")
+    actions.reclaim.trigger()
+    qtbot.waitUntil(lambda: actions.last_box is not None and actions.last_box.isVisible(),
+                    timeout=5000)
+    assert "queued or running already" in actions.last_box.text()
+    actions.last_box.button(QMessageBox.StandardButton.Ok).click()
+    assert len([j for j in m.jobs.list() if j["type"] == "reclaim"]) == 1
+
+
+def test_a_refused_verify_shows_the_error_with_its_hint(make_console, dedup_master, qtbot):
+    m = dedup_master
+    c = make_console(m)
+    view = show(c, qtbot, "disk-pools")
+    select(view, "ddp", qtbot)
+    # The pool goes away behind the console's back: the master says so, with a hint.
+    with m.db.tx() as cx:
+        cx.execute("DELETE FROM images WHERE pool='ddp'")
+    m.delete_object("storage-unit", "dd-stu")
+    m.delete_object("disk-pool", "ddp")
+    view.object_actions.verify.trigger()
+    box_ready = lambda: (view.object_actions.last_box is not None      # noqa: E731
+                         and view.object_actions.last_box.isVisible())
+    qtbot.waitUntil(box_ready, timeout=5000)
+    box = view.object_actions.last_box
+    assert "there is no disk pool named 'ddp'" in box.text()
+    assert "known disk pools: dp1" in box.informativeText()
+    box.button(QMessageBox.StandardButton.Ok).click()
+
+
+def test_verify_image_on_a_deduplicating_pool(make_console, dedup_master, qtbot):
+    from ui.object_actions import ImageActions
+    m = dedup_master
+    c = make_console(m)
+    c.window.select_view("restore")
+    page = c.window.views["restore"]
+    qtbot.waitUntil(lambda: page.loaded and page.model.row_of("dd_image") is not None,
+                    timeout=5000)
+    actions = ImageActions(page)
+    qtbot.waitUntil(lambda: actions.dedup_pools == {"ddp"}, timeout=5000)
+    assert page.select_key(f"{m.test_host}_1790000000")
+    assert not actions.verify.isEnabled(), "an image on an AdvancedDisk pool"
+    assert page.select_key("dd_image")
+    assert actions.verify.isEnabled()
+    queued = []
+    actions.job_queued.connect(lambda job_id, text: queued.append((job_id, text)))
+    before = {j["id"] for j in m.jobs.list()}
+    actions.verify.trigger()
+    qtbot.waitUntil(lambda: bool(queued), timeout=5000)
+    [job] = new_jobs(m, before)
+    assert job["type"] == "verify" and job["params"] == {"image": "dd_image"}
+    assert job["client"] == m.test_host
+    assert queued == [(job["id"], f"Verify job {job['id']} queued for image dd_image")]
+
+
+def test_properties_set_where_a_policy_and_a_host_deduplicate(make_console, dedup_master,
+                                                                qtbot):
+    m = dedup_master
+    c = make_console(m)
+    view = show(c, qtbot, "policies")
+    select(view, "p1", qtbot)
+    dlg = view.object_actions._properties()
+    combo = dlg.editors["dedup"]
+    assert [combo.itemData(i) for i in range(combo.count())] == ["server", "client"]
+    assert combo.currentText() == "On the storage server (client sends a plain stream)"
+    assert not dlg.save_button.isEnabled()
+    combo.setCurrentIndex(combo.findData("client"))
+    assert dlg.changes() == {"dedup": "client"}
+    dlg.save_button.click()
+    qtbot.waitUntil(lambda: dlg.saved is not None, timeout=5000)
+    assert m.config.policy("p1")["dedup"] == "client"
+
+    view = show(c, qtbot, "hosts")
+    select(view, m.test_host, qtbot)
+    dlg = view.object_actions._properties()
+    combo = dlg.editors["dedup"]
+    assert [combo.itemData(i) for i in range(combo.count())] == ["policy", "server", "client"]
+    assert combo.currentData() == "policy"
+    assert "wins over its policies'" in combo.toolTip()
+    combo.setCurrentIndex(combo.findData("server"))
+    dlg.save_button.click()
+    qtbot.waitUntil(lambda: dlg.saved is not None, timeout=5000)
+    assert m.config.host(m.test_host)["dedup"] == "server"
+
+
+def test_properties_of_a_dedup_server_and_its_pool(make_console, dedup_master, qtbot):
+    from PySide6.QtWidgets import QLabel
+    from ui.properties import pool_usage_text
+    m = dedup_master
+    c = make_console(m)
+    view = show(c, qtbot, "storage-servers")
+    select(view, "dd1", qtbot)
+    dlg = view.object_actions._properties()
+    texts = [lab.text() for lab in dlg.findChildren(QLabel)]
+    assert ("chunks of 512 KiB on average (128 KiB to 2 MiB); encrypted at rest "
+            "(AES-256-GCM, the key is kept on the master)") in texts
+    dlg.reject()
+    select(view, "ss1", qtbot)
+    dlg = view.object_actions._properties()
+    assert "Deduplication" not in [lab.text() for lab in dlg.findChildren(QLabel)]
+    dlg.reject()
+
+    view = show(c, qtbot, "disk-pools")
+    select(view, "dp1", qtbot)
+    assert view.object_actions._properties().usage_label is None
+    select(view, "ddp", qtbot)
+    dlg = view.object_actions._properties()
+    qtbot.waitUntil(lambda: dlg.usage_label.text() != "Looking…", timeout=30000)
+    assert dlg.usage_label.text() == pool_usage_text(m.pool_usage("ddp"))
+    assert dlg.usage_label.text().endswith(", encrypted")
+    assert pool_usage_text({"chunks": 12345, "stored_bytes": 5 << 30, "containers": 3,
+                            "container_bytes": 6 << 30, "encrypted": True}) == (
+        "5.0 GiB of chunks stored (12,345 chunks) in 3 container files of 6.0 GiB, encrypted")

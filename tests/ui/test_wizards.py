@@ -5,12 +5,12 @@ import os
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox, QWizard
+from PySide6.QtWidgets import QDialogButtonBox, QLabel, QWizard
 
 from app.transport import hostkeys
 from ui.bridge import Bridge
 from ui.wizards import WIZARDS, make_wizard
-from ui.wizards import disk_pool
+from ui.wizards import disk_pool, storage_server
 
 pytestmark = pytest.mark.gui
 
@@ -93,7 +93,10 @@ def test_storage_server_wizard(open_wizard, empty_master, qtbot):
 
     types = w.type_page.buttons
     assert types["advanced-disk"].isChecked()
-    assert not types["dedup"].isEnabled(), "dedup is not shipped in this version"
+    assert types["dedup"].isEnabled()
+    notes = [lab.text() for lab in w.type_page.findChildren(QLabel)]
+    assert any(t.startswith("Backup data cut into content-defined chunks") for t in notes)
+    assert not any("Not available" in t for t in notes)
     go_next(qtbot, w)
     assert w.host_page.picker.name() == host
     assert "This machine" in w.host_page.picker.detail.text()
@@ -117,6 +120,131 @@ def test_storage_server_wizard(open_wizard, empty_master, qtbot):
     assert made == [("storage-server", "ss1")]
     srv = empty_master.config.storage_server("ss1")
     assert srv["type"] == "advanced-disk" and srv["host"] == host
+
+
+def test_a_planned_storage_type_is_listed_disabled_with_its_reason(open_wizard, monkeypatch):
+    import plugins.storage
+    assert plugins.storage.PLANNED == {}, "every named type ships in this version"
+    assert [t[0] for t in storage_server.storage_types()] == ["advanced-disk", "dedup"]
+    monkeypatch.setattr(plugins.storage, "PLANNED", {"tape": "planned for a later version"})
+    assert storage_server.storage_types()[-1] == ("tape", "", "planned for a later version")
+    assert storage_server.needs_path("tape") and not storage_server.needs_path("advanced-disk")
+    w = open_wizard("storage-server")
+    tape = w.type_page.buttons["tape"]
+    assert not tape.isEnabled() and w.type_page.buttons["advanced-disk"].isChecked()
+    notes = [lab.text() for lab in w.type_page.findChildren(QLabel)]
+    assert "Not available: planned for a later version." in notes
+
+
+def test_dedup_storage_server_with_encryption(open_wizard, empty_master, qtbot, tmp_path):
+    host = empty_master.config.local_host()["name"]
+    store = tmp_path / "gpfs" / "cairn-dedup"
+    w = open_wizard("storage-server")
+    w.type_page.buttons["dedup"].setChecked(True)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+
+    pp = w.path_page
+    assert w.currentPage() is pp and pp.title() == "Storage path and deduplication"
+    assert pp.encrypted.isVisible() and pp.chunk_size.isVisible()
+    assert not next_enabled(w) and "Storage path is empty" in pp.status.plain_text()
+    assert pp.chunk_size.currentText() == "512 KiB (default)"
+    assert [pp.chunk_size.itemData(i) for i in range(pp.chunk_size.count())] == [
+        128 << 10, 256 << 10, 512 << 10, 1 << 20]
+    qtbot.keyClicks(pp.path, str(store))
+    pp.encrypted.setChecked(True)
+    pp.chunk_size.setCurrentIndex(pp.chunk_size.findData(256 << 10))
+    go_next(qtbot, w)
+    assert w.name_page.name.text() == f"{host}-dedup"
+    retype(qtbot, w.name_page.name, "dd1")
+    go_next(qtbot, w)
+
+    rows = dict(w.summary_page.rows())
+    assert rows["Type:"] == "dedup" and rows["Storage path:"] == str(store)
+    assert rows["Encryption at rest:"].startswith("yes, AES-256-GCM")
+    assert rows["Chunk size:"] == "256 KiB on average (64 KiB to 1 MiB)"
+    go_next(qtbot, w)
+    rp = w.result_page
+    assert rp.result is not None, rp.status.plain_text()
+    key = empty_master.home.key_path("dd1")
+    assert os.path.isfile(key) and store.is_dir(), "the master made the key and the store"
+    assert "the storage path " + str(store) + " is the pool's one volume" in \
+        rp.status.plain_text()
+    assert [kind for kind, _ in rp.notes] == ["key"]
+    assert f"Back up the encryption key {key}" in rp.notes_text()
+    assert rp.note_lines[0].isVisible()
+    finish(qtbot, w)
+    srv = empty_master.config.storage_server("dd1")
+    assert srv["type"] == "dedup" and srv["path"] == str(store)
+    assert srv["options"]["encrypted"] is True
+    assert (srv["options"]["min_size"], srv["options"]["avg_size"],
+            srv["options"]["max_size"]) == (64 << 10, 256 << 10, 1 << 20)
+
+
+def test_dedup_server_result_shows_a_path_warning_without_failing(open_wizard, empty_master,
+                                                                  qtbot, tmp_path):
+    from plugins.storage import dedup
+    w = open_wizard("storage-server")
+    w.type_page.buttons["dedup"].setChecked(True)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    qtbot.keyClicks(w.path_page.path, str(tmp_path / "store"))
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    assert ("Encryption at rest:", "no") in w.summary_page.rows()
+    assert ("Chunk size:", "512 KiB on average (128 KiB to 2 MiB)") in w.summary_page.rows()
+    go_next(qtbot, w)
+    rp = w.result_page
+    assert rp.result is not None and rp.result["warnings"] == []
+    assert rp.notes == [] and not rp.note_lines, "a local path and no key: nothing to heed"
+    assert not os.path.exists(empty_master.home.key_path(rp.result["name"]))
+
+    # The master's warning for a store on NFS, as create_storage_server returns it.
+    warning = dedup.path_warning({"type": "nfs4", "class": "network",
+                                  "device": "nas1:/export/backup"})
+    notes = storage_server.result_notes(dict(rp.result, warnings=[warning]))
+    assert notes == [("warning", f"Warning: {warning}")]
+    rp.show_notes(notes)
+    (line,) = rp.note_lines
+    assert line.isVisible() and line.kind == "warning"
+    assert "Warning: the storage path is on nfs4" in rp.notes_text()
+    assert "nas1:/export/backup" in rp.notes_text()
+    assert rp.status.kind == "ok", "the server was created: a warning, not an error"
+    finish(qtbot, w)
+
+
+def test_disk_pool_wizard_on_a_dedup_server(open_wizard, empty_master, qtbot, tmp_path):
+    host = empty_master.config.local_host()["name"]
+    store = tmp_path / "dedup-store"
+    empty_master.create_storage_server("dd1", type="dedup", host=host, path=str(store))
+    w = open_wizard("disk-pool", server="dd1")
+    sp = w.server_page
+    assert "a deduplicating pool in " + str(store) in sp.detail.text()
+    go_next(qtbot, w)
+
+    dp = w.dedup_page
+    assert w.currentPage() is dp
+    assert dp.path.text() == str(store) and dp.path.isReadOnly()
+    assert "one chunk store" in dp.why.text() and "another dedup storage server" in \
+        dp.why.text()
+    assert dp.check_label.text().startswith("ok, writable")
+    go_next(qtbot, w)
+    assert w.currentPage() is w.settings_page
+    retype(qtbot, w.settings_page.name, "ddp")
+    go_next(qtbot, w)
+    rows = dict(w.summary_page.rows())
+    assert rows["Volumes:"].startswith(str(store) + "\n")
+    assert "the storage path of the dedup storage server" in rows["Volumes:"]
+    w.summary_page.make_unit.setChecked(False)
+    go_next(qtbot, w)
+    assert w.result_page.result is not None, w.result_page.status.plain_text()
+    finish(qtbot, w)
+    assert empty_master.config.disk_pool("ddp")["volumes"] == [str(store)]
+
+    # A second pool on the same dedup server is refused before anything is typed.
+    again = open_wizard("disk-pool", server="dd1")
+    assert not next_enabled(again)
+    assert "already has its disk pool 'ddp'" in again.server_page.status.plain_text()
 
 
 def test_a_failed_creation_stays_open_to_go_back_and_fix(open_wizard, empty_master, qtbot,
@@ -404,6 +532,43 @@ def test_policy_wizard_with_schedule_client_and_browsed_selection(open_wizard, e
     assert sched["name"] == "nightly" and sched["retention"] == "3w"
     assert sched["frequency_s"] == 86400
     assert sched["windows"] == [{"day": 0, "start": "22:00", "hours": 6}]
+
+
+def test_policy_wizard_stores_the_deduplication_mode(open_wizard, empty_master, qtbot,
+                                                    tmp_path):
+    host = storage(empty_master, tmp_path)
+    empty_master.create_storage_server("dd1", type="dedup", host=host,
+                                       path=str(tmp_path / "store"))
+    empty_master.create_disk_pool("ddp", server="dd1", volumes=[])
+    empty_master.config.add_storage_unit("dd-stu", pool="ddp")
+    w = open_wizard("policy", clients=[host], storage_unit="stu1")
+    ap = w.attributes_page
+    assert [ap.dedup.itemText(i) for i in range(ap.dedup.count())] == [
+        "On the storage server (client sends a plain stream)",
+        "On the client (only new chunks cross the network)"]
+    assert ap.dedup.currentData() == "server"
+    assert "Matters only for storage units on deduplicating pools" in ap.dedup_note.text()
+    ap.unit.setCurrentIndex(ap.unit.findText("dd-stu"))
+    assert "dd-stu is on a deduplicating pool" in ap.dedup_note.text()
+    assert "dedup storage server" in ap.encryption.text()
+    ap.dedup.setCurrentIndex(ap.dedup.findData("client"))
+    qtbot.keyClicks(ap.name, "pol-dd")
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    sel = w.selections_page
+    qtbot.keyClicks(sel.path, "/data/projects")
+    qtbot.mouseClick(sel.add_button, Qt.MouseButton.LeftButton)
+    go_next(qtbot, w)
+    assert ("Deduplication:", "On the client (only new chunks cross the network)") in \
+        w.summary_page.rows()
+    go_next(qtbot, w)
+    assert w.result_page.result is not None, w.result_page.status.plain_text()
+    assert w.result_page.result["dedup"] == "client"
+    finish(qtbot, w)
+    pol = empty_master.config.policy("pol-dd")
+    assert pol["dedup"] == "client" and pol["storage_unit"] == "dd-stu"
+    assert pol["clients"] == [host] and pol["selections"] == ["/data/projects"]
 
 
 def test_browsing_a_directory_that_cannot_be_read_says_so(open_wizard, empty_master, qtbot,

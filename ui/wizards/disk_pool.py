@@ -1,6 +1,10 @@
 """The disk pool wizard: storage server, volumes (directories on the file systems the host
 reports, checked on the host), name and limits; it can go on to a storage unit on the pool.
 
+A deduplicating (dedup) storage server holds one pool, whose one volume is the server's
+storage path: for such a server the wizard shows that path, checked on the host, instead of
+the volume table.
+
 The volumes page shows the Storage Scale (GPFS) file systems of the host's cluster among the
 host's own: a GPFS file system not mounted on the storage server's node is listed too, and
 choosing a volume on it warns (it does not refuse: it may be mounted before backups run)."""
@@ -14,13 +18,15 @@ from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QFormLayo
 from app import scale_view
 from app.config import check_abs_path
 from app.errors import ValidationError
+from plugins.storage import dedup
 from ui import fmt
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_combo, \
     name_problem, narrow, note
 
-SERVER_PAGE, VOLUMES_PAGE, SETTINGS_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(5)
+SERVER_PAGE, VOLUMES_PAGE, DEDUP_VOLUME_PAGE, SETTINGS_PAGE, SUMMARY_PAGE, RESULT_PAGE = \
+    range(6)
 
 CHECK_DELAY_MS = 300
 VOLUMES_WIDTH = 1060
@@ -72,6 +78,17 @@ def _create_pool(m, s):
                                   max_io_streams=s["max_io_streams"], comment=s["comment"])
 
 
+def is_dedup(server):
+    return bool(server) and server.get("type") == dedup.TYPE
+
+
+def check_text(check):
+    """The host's answer about one volume, as the volume table shows it."""
+    if check["ok"]:
+        return f"ok, writable, {fmt.size(check.get('free'))} free"
+    return check["error"]
+
+
 def is_parallel(fs):
     return fs.get("class") == "parallel"
 
@@ -99,6 +116,7 @@ class ServerPage(Page):
         self.body.addLayout(form)
         self.body.addStretch(1)
         self.servers = {}
+        self.pool_of = {}     # storage server -> a disk pool it has
         self._loaded_once = False
         self.combo.currentIndexChanged.connect(self._changed)
 
@@ -107,10 +125,13 @@ class ServerPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage servers…")
-        self.call(lambda m: m.config.storage_servers(), done=self._servers, failed=self.loaded)
+        self.call(lambda m: (m.config.storage_servers(), m.config.disk_pools()),
+                  done=self._servers, failed=self.loaded)
 
-    def _servers(self, servers):
+    def _servers(self, result):
+        servers, pools = result
         self.servers = {s["name"]: s for s in servers}
+        self.pool_of = {p["server"]: p["name"] for p in pools}
         self.combo.blockSignals(True)
         for s in servers:
             self.combo.addItem(icon("storage-server"), s["name"])
@@ -125,14 +146,33 @@ class ServerPage(Page):
 
     def _changed(self, *_):
         s = self.server()
-        self.detail.setText(f"{s['type']} on host {s['host']}" if s else "")
+        if not s:
+            text = ""
+        elif is_dedup(s):
+            text = (f"dedup on host {s['host']}: a deduplicating pool in {s['path']}"
+                    + (", encrypted at rest" if (s.get("options") or {}).get("encrypted")
+                       else ""))
+        else:
+            text = f"{s['type']} on host {s['host']}"
+        self.detail.setText(text)
         self.revalidate()
 
     def problem(self):
         if not self.servers:
             return "There is no storage server yet: create one with the storage server " \
                    "wizard first."
-        return None if self.server() else "Choose a storage server."
+        s = self.server()
+        if not s:
+            return "Choose a storage server."
+        if is_dedup(s) and s["name"] in self.pool_of:
+            return (f"Dedup storage server {s['name']} already has its disk pool "
+                    f"'{self.pool_of[s['name']]}': a deduplicating server holds one pool. "
+                    "Choose another server, or create another dedup storage server for "
+                    "another path.")
+        return None
+
+    def nextId(self):
+        return DEDUP_VOLUME_PAGE if is_dedup(self.server()) else VOLUMES_PAGE
 
 
 class VolumesPage(Page):
@@ -420,12 +460,9 @@ class VolumesPage(Page):
             if c is None:
                 item.setText("")
                 item.setIcon(icon("wizard-empty"))
-            elif c["ok"]:
-                item.setText(f"ok, writable, {fmt.size(c.get('free'))} free")
-                item.setIcon(icon("state-ok"))
             else:
-                item.setText(c["error"])
-                item.setIcon(icon("state-failed"))
+                item.setText(check_text(c))
+                item.setIcon(icon("state-ok" if c["ok"] else "state-failed"))
             item.setToolTip(item.text())
         self.table.blockSignals(False)
 
@@ -444,6 +481,9 @@ class VolumesPage(Page):
             self.status.icon.setPixmap(icon("wizard-problem").pixmap(16, 16))
             self.status.icon.setVisible(True)
             self.status.kind = "warning"
+
+    def nextId(self):
+        return SETTINGS_PAGE
 
     def warning(self):
         """What to do before the chosen volumes take backups (a GPFS file system not mounted
@@ -484,6 +524,67 @@ class VolumesPage(Page):
                 return (f"Volume {v} on host {self.host}: {c['error']}. Create the directory "
                         "there and make it writable for the agent's user, or choose another.")
         return None
+
+
+class DedupVolumePage(Page):
+    """The one volume of a deduplicating pool: the storage server's storage path, shown
+    read-only and checked on the host."""
+
+    def __init__(self):
+        super().__init__("Volume", "A deduplicating pool has one volume: the storage path of "
+                                   "its storage server.")
+        self.path = QLineEdit()
+        self.path.setObjectName("dedup-volume")
+        self.path.setReadOnly(True)
+        self.check_label = QLabel()
+        self.check_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.why = note("")
+        form = QFormLayout()
+        form.addRow("Volume:", self.path)
+        form.addRow("On the host:", self.check_label)
+        form.addRow("", self.why)
+        self.body.addLayout(form)
+        self.body.addStretch(1)
+        self.server = None
+        self.check = None
+
+    def initializePage(self):
+        s = self.wizard().server_page.server()
+        if self.server is not None and s == self.server and self.check is not None:
+            return
+        self.server, self.check = s, None
+        self.path.setText(s["path"])
+        self.why.setText(
+            "The pool keeps all its chunks in one chunk store, so that a chunk is stored once "
+            f"whichever backup brings it: that store is {s['path']}, the storage path given "
+            f"when storage server {s['name']} was created. It cannot be changed here; another "
+            "path needs another dedup storage server.")
+        self.check_label.setText("")
+        self.start_loading(f"Checking {s['path']} on host {s['host']}…")
+        self.call(lambda m, name, path: m.check_volumes(name, [path])[0], s["name"], s["path"],
+                  done=self._checked, failed=self._failed)
+
+    def _checked(self, check):
+        self.check = check
+        self.check_label.setText(check_text(check))
+        self.loaded()
+
+    def _failed(self, error):
+        self.loaded(error)
+        self.status.error(error, "The storage path could not be checked")
+
+    def volumes(self):
+        return [self.server["path"]] if self.server else []
+
+    def problem(self):
+        c = self.check
+        if c is not None and not c["ok"]:
+            return (f"The storage path {c['path']} on host {self.server['host']}: "
+                    f"{c['error']}. Make it writable for the agent's user.")
+        return None
+
+    def nextId(self):
+        return SETTINGS_PAGE
 
 
 class SettingsPage(Page):
@@ -585,6 +686,7 @@ class DiskPoolWizard(WizardBase):
         self.resize(VOLUMES_WIDTH, self.minimumHeight())
         self.server_page = self.add(SERVER_PAGE, ServerPage())
         self.volumes_page = self.add(VOLUMES_PAGE, VolumesPage())
+        self.dedup_page = self.add(DEDUP_VOLUME_PAGE, DedupVolumePage())
         self.settings_page = self.add(SETTINGS_PAGE, SettingsPage())
         self.summary_page = self.add(SUMMARY_PAGE, PoolSummaryPage())
         self.result_page = self.add(RESULT_PAGE, ResultPage(self.WHAT))
@@ -596,18 +698,27 @@ class DiskPoolWizard(WizardBase):
         s = self.server_page.server()
         return s["name"] if s else None
 
+    def dedup(self):
+        return is_dedup(self.server_page.server())
+
+    def host(self):
+        s = self.server_page.server()
+        return s["host"] if s else None
+
     def spec(self):
         sp = self.settings_page
+        vols = self.dedup_page.volumes() if self.dedup() else self.volumes_page.volumes()
         return {"name": sp.name.text().strip(), "server": self.server(),
-                "volumes": self.volumes_page.volumes(), "high_water": sp.high.value(),
+                "volumes": vols, "high_water": sp.high.value(),
                 "low_water": sp.low.value(), "max_io_streams": sp.max_io_streams(),
                 "comment": sp.comment.text().strip()}
 
     def summary(self):
         s = self.spec()
-        host = self.volumes_page.host
-        rows = [("Name", s["name"]), ("Storage server", f"{s['server']} (host {host})"),
-                ("Volumes", "\n".join(s["volumes"])),
+        rows = [("Name", s["name"]), ("Storage server", f"{s['server']} (host {self.host()})"),
+                ("Volumes", "\n".join(s["volumes"])
+                 + ("\n(the storage path of the dedup storage server: one chunk store)"
+                    if self.dedup() else "")),
                 ("High-water mark", f"{s['high_water']} %"),
                 ("Low-water mark", f"{s['low_water']} %"),
                 ("Maximum I/O streams", "no limit" if s["max_io_streams"] is None

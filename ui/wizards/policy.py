@@ -7,6 +7,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QL
 
 from app.config import CHECKSUMS, FILE_LIST_MODES, SNAPSHOT_MODES, check_abs_path
 from app.errors import ValidationError
+from plugins.storage import dedup as dedup_type
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, disabled_check, \
     fit_combo, name_problem, narrow, note
@@ -25,6 +26,8 @@ SNAPSHOT_TEXT = {"none": "none — read the live files",
                  "fileset": "Storage Scale fileset snapshot (independent filesets)"}
 FILE_LIST_TEXT = {"auto": "policy engine on Storage Scale, tree walk elsewhere",
                   "walk": "always walk the tree"}
+DEDUP_TEXT = {"server": "On the storage server (client sends a plain stream)",
+              "client": "On the client (only new chunks cross the network)"}
 
 
 class AttributesPage(Page):
@@ -53,8 +56,18 @@ class AttributesPage(Page):
             "How a backup finds its files. On Storage Scale the policy engine (mmapplypolicy) "
             "scans the inodes instead of reading every directory; incrementals then skip "
             "files whose change time is older than the previous backup.")
+        self.dedup = QComboBox()
+        for m in dedup_type.MODES:
+            self.dedup.addItem(DEDUP_TEXT[m], m)
+        self.dedup.setToolTip(
+            "Where backup data is cut into chunks and checked against the pool. On the "
+            "client, chunks the pool already holds are never sent, at the cost of the "
+            "client's CPU; a client's own setting (host properties) wins over the policy's.")
+        self.dedup_note = note("")
         self.compression = disabled_check("Compression", NOT_AVAILABLE)
-        self.encryption = disabled_check("Encryption", NOT_AVAILABLE)
+        self.encryption = disabled_check("Encryption",
+                                         "a property of the pool: create a dedup storage "
+                                         "server that encrypts its chunks")
         self.multiple_streams = QCheckBox("Allow multiple data streams")
         self.multiple_streams.setToolTip("Back up the selections of a client in parallel "
                                          "streams, one per selection.")
@@ -67,12 +80,15 @@ class AttributesPage(Page):
         form.addRow("&Checksum:", self.checksum)
         form.addRow("Sna&pshot:", self.snapshot)
         form.addRow("&File list:", self.file_list)
+        form.addRow("&Deduplication:", self.dedup)
+        form.addRow("", self.dedup_note)
         form.addRow("", self.compression)
         form.addRow("", self.encryption)
         form.addRow("", self.multiple_streams)
         self.body.addLayout(form)
         self.body.addStretch(1)
         self.units = {}
+        self.dedup_units = set()
         self.existing = set()
         self._loaded_once = False
         self.name.textChanged.connect(self.revalidate)
@@ -83,12 +99,12 @@ class AttributesPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage units and policies…")
-        self.call(lambda m: (m.config.storage_units(), [p["name"] for p in m.config.policies()]),
-                  done=self._lists, failed=self.loaded)
+        self.call(_load_lists, done=self._lists, failed=self.loaded)
 
     def _lists(self, result):
-        units, policies = result
+        units, policies, dedup_servers = result
         self.units = {u["name"]: u for u in units}
+        self.dedup_units = {u["name"] for u in units if u["server"] in dedup_servers}
         self.existing = set(policies)
         self.unit.blockSignals(True)
         for u in units:
@@ -103,6 +119,13 @@ class AttributesPage(Page):
         u = self.units.get(self.unit.currentText())
         self.unit_detail.setText(f"Disk pool {u['pool']} on host {u['host']}, at most "
                                  f"{u['max_concurrent_jobs']} concurrent jobs" if u else "")
+        if u and u["name"] in self.dedup_units:
+            text = (f"Storage unit {u['name']} is on a deduplicating pool: this chooses where "
+                    "its backups are cut into chunks.")
+        else:
+            text = ("Matters only for storage units on deduplicating pools; kept for when "
+                    "the policy moves to one.")
+        self.dedup_note.setText(text)
         self.revalidate()
 
     def problem(self):
@@ -112,6 +135,12 @@ class AttributesPage(Page):
         if not self.units:
             return "There is no storage unit yet: create one with the storage unit wizard first."
         return None if self.unit.currentText() else "Choose a storage unit."
+
+
+def _load_lists(m):
+    """The storage units, the policies' names and the deduplicating storage servers."""
+    return (m.config.storage_units(), [p["name"] for p in m.config.policies()],
+            {s["name"] for s in m.config.storage_servers() if s["type"] == dedup_type.TYPE})
 
 
 class SchedulesPage(Page):
@@ -393,6 +422,7 @@ class PolicyWizard(WizardBase):
                 "priority": a.priority.value(), "checksum": a.checksum.currentData(),
                 "multiple_streams": a.multiple_streams.isChecked(),
                 "snapshot": a.snapshot.currentData(), "file_list": a.file_list.currentData(),
+                "dedup": a.dedup.currentData(),
                 "clients": self.clients_page.clients(),
                 "selections": list(self.selections_page.selections),
                 "schedules": [dict(s) for s in self.schedules_page.schedules]}
@@ -404,16 +434,14 @@ class PolicyWizard(WizardBase):
                 ("Multiple data streams", "yes" if s["multiple_streams"] else "no"),
                 ("Snapshot", SNAPSHOT_TEXT[s["snapshot"]]),
                 ("File list", FILE_LIST_TEXT[s["file_list"]]),
+                ("Deduplication", DEDUP_TEXT[s["dedup"]]),
                 ("Schedules", "\n".join(schedule_summary(x) for x in s["schedules"])
                  or "none: backups only when started by hand"),
                 ("Clients", ", ".join(s["clients"])),
                 ("Backup selections", "\n".join(s["selections"]))]
 
     def create_call(self):
-        def create(m, s):
-            s = dict(s)
-            return m.create_policy(s.pop("name"), **s)
-        return create, (self.spec(),)
+        return _create_policy, (self.spec(),)
 
     def created_name(self):
         return self.spec()["name"]
@@ -421,3 +449,8 @@ class PolicyWizard(WizardBase):
     def result_text(self, result):
         return ("Its backups can be started now from the policy list or with "
                 f"`cairn backup {result['name']}`.")
+
+
+def _create_policy(m, s):
+    s = dict(s)
+    return m.create_policy(s.pop("name"), **s)

@@ -1,30 +1,71 @@
-"""The storage server wizard: storage type, host, storage path (types that need one), name."""
+"""The storage server wizard: storage type, host, storage path and, for a deduplicating
+server, encryption at rest and the chunk size; then the name. The result page names the
+encryption key to back up and any warning about the storage path (a network file system)."""
 
-from PySide6.QtWidgets import QButtonGroup, QComboBox, QFormLayout, QHBoxLayout, \
+from PySide6.QtWidgets import QButtonGroup, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, \
     QLineEdit, QPushButton, QRadioButton
 
 import plugins.storage
 from app.config import check_abs_path
+from app.dedup.chunker import DEFAULT_AVG_SIZE
 from app.errors import ValidationError
-from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_combo, \
-    name_problem, note
+from plugins.storage import dedup
+from ui.resources import icon
+from ui.wizards.common import Page, ResultPage, StatusLine, SummaryPage, WizardBase, \
+    fit_combo, name_problem, narrow, note
 from ui.wizards.host_dialog import AddHostDialog
 
 TYPE_PAGE, HOST_PAGE, PATH_PAGE, NAME_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(6)
 
-# One sentence each, for types that are named but not shipped (plugins.storage.PLANNED).
-PLANNED_DESCRIPTIONS = {
-    "dedup": "Backup data cut into content-defined chunks, compressed and stored once: far "
-             "less space when backups repeat the same data.",
-}
+KiB = 1024
+#: the average chunk sizes offered for a deduplicating server; min and max follow from it
+CHUNK_SIZES = (128 * KiB, 256 * KiB, 512 * KiB, 1024 * KiB)
+DEFAULT_CHUNK_SIZE = DEFAULT_AVG_SIZE
+CIPHER = "AES-256-GCM"
 
 
 def storage_types():
-    """[(type, one-sentence description, reason it is unavailable or None)]"""
+    """[(type, one-sentence description, reason it is unavailable or None)]. Types named but
+    not shipped (plugins.storage.PLANNED) are listed disabled, with their reason."""
     types = [(name, mod.DESCRIPTION, None) for name, mod in plugins.storage.TYPES.items()]
-    types += [(name, PLANNED_DESCRIPTIONS.get(name, ""), reason)
-              for name, reason in plugins.storage.PLANNED.items()]
+    types += [(name, "", reason) for name, reason in plugins.storage.PLANNED.items()
+              if name not in plugins.storage.TYPES]
     return types
+
+
+def size_text(n):
+    """`512 KiB`, `2 MiB`: chunk sizes are whole powers of two."""
+    if n >= 1024 * KiB and n % (1024 * KiB) == 0:
+        return f"{n // (1024 * KiB)} MiB"
+    return f"{n // KiB} KiB" if n % KiB == 0 else f"{n} bytes"
+
+
+def chunk_options(avg_size, encrypted):
+    """The dedup server's options for an average chunk size: the smallest chunk a quarter
+    of it, the largest four times it (the chunker's defaults keep that ratio)."""
+    return {"encrypted": bool(encrypted), "min_size": avg_size // 4, "avg_size": avg_size,
+            "max_size": avg_size * 4}
+
+
+def chunk_text(options):
+    return (f"{size_text(options['avg_size'])} on average ({size_text(options['min_size'])} "
+            f"to {size_text(options['max_size'])})")
+
+
+def result_notes(result):
+    """What the admin must know after creating a storage server, apart from success:
+    [(kind, text)] with kind "key" (the encryption key file to back up) or "warning" (a
+    problem of the storage path, such as a network file system). The server exists either
+    way."""
+    notes = []
+    if result.get("key_file"):
+        notes.append(("key", f"Back up the encryption key {result['key_file']} now and keep "
+                             "the copy away from the storage server: without it the pool's "
+                             "backups cannot be read, and the master does not keep a second "
+                             "copy."))
+    for w in result.get("warnings") or []:
+        notes.append(("warning", f"Warning: {w}"))
+    return notes
 
 
 def needs_path(type_name):
@@ -43,7 +84,8 @@ class TypePage(Page):
             self.group.addButton(b)
             self.buttons[name] = b
             self.body.addWidget(b)
-            text = description + (f" Not available: {unavailable}." if unavailable else "")
+            text = " ".join(t for t in (description, f"Not available: {unavailable}."
+                                        if unavailable else "") if t)
             d = note(text)
             d.setContentsMargins(24, 0, 0, 10)
             d.setEnabled(unavailable is None)
@@ -148,17 +190,61 @@ class PathPage(Page):
                                          "keeps its data.")
         self.path = QLineEdit()
         self.path.setPlaceholderText("/gpfs/fs1/cairn-dedup")
-        form = QFormLayout()
-        form.addRow("&Path:", self.path)
-        self.body.addLayout(form)
+        self.path_note = note("Created on the host if it does not exist. Prefer a local or "
+                              "parallel file system (such as GPFS) to NFS or CIFS: the pool "
+                              "reads its chunks at random and locks its index.")
+
+        # Settings of a deduplicating server, fixed once it is created.
+        self.encrypted = QCheckBox(f"&Encrypt chunks at rest ({CIPHER})")
+        self.encrypted.setToolTip("Every chunk is encrypted before it is written; the key "
+                                  "stays on the master and is handed to the storage server's "
+                                  "agent with each request.")
+        self.chunk_size = narrow(QComboBox(), 200)
+        for n in CHUNK_SIZES:
+            self.chunk_size.addItem(size_text(n) + (" (default)" if n == DEFAULT_CHUNK_SIZE
+                                                    else ""), n)
+        self.chunk_size.setCurrentIndex(CHUNK_SIZES.index(DEFAULT_CHUNK_SIZE))
+        self.form = QFormLayout()
+        self.form.addRow("&Path:", self.path)
+        self.form.addRow("", self.path_note)
+        first = self.form.rowCount()
+        self.form.addRow("", self.encrypted)
+        self.form.addRow("", note("The key is kept on the master, not in the pool: back it up "
+                                  "with the catalog, since without it nothing in the pool can "
+                                  "be read."))
+        self.form.addRow("Average &chunk size:", self.chunk_size)
+        self.form.addRow("", note("Smaller chunks find more repeated data but make the chunk "
+                                  "index bigger. Fixed once the pool exists."))
+        self.dedup_rows = range(first, self.form.rowCount())
+        self.body.addLayout(self.form)
         self.body.addStretch(1)
         self.path.textChanged.connect(self.revalidate)
+        self.chunk_size.currentIndexChanged.connect(self.revalidate)
+
+    def initializePage(self):
+        is_dedup = self.wizard().type_page.type_name() == dedup.TYPE
+        self.setTitle("Storage path and deduplication" if is_dedup else "Storage path")
+        for row in self.dedup_rows:
+            self.form.setRowVisible(row, is_dedup)
+        self.revalidate()
+
+    def options(self):
+        """The server's options, or None for a type without any."""
+        if self.wizard().type_page.type_name() != dedup.TYPE:
+            return None
+        return chunk_options(self.chunk_size.currentData(), self.encrypted.isChecked())
 
     def problem(self):
         try:
             check_abs_path("storage path", self.path.text().strip())
         except ValidationError as e:
             return e.message[0].upper() + e.message[1:] + "."
+        if self.wizard() is not None and self.options() is not None:
+            try:
+                dedup.check_options(self.options())
+            except ValidationError as e:
+                return e.message[0].upper() + e.message[1:] + (f": {e.hint}." if e.hint
+                                                               else ".")
         return None
 
     def nextId(self):
@@ -180,7 +266,8 @@ class NamePage(Page):
     def initializePage(self):
         host = self.wizard().host()
         if not self.name.text() or self.name.text() == self._suggested:
-            self._suggested = f"{host}-disk" if host else ""
+            kind = "dedup" if self.wizard().type_page.type_name() == dedup.TYPE else "disk"
+            self._suggested = f"{host}-{kind}" if host else ""
             self.name.setText(self._suggested)
         self.start_loading("Loading the storage servers…")
         self.call(lambda m: [s["name"] for s in m.config.storage_servers()],
@@ -192,6 +279,45 @@ class NamePage(Page):
 
     def problem(self):
         return name_problem("storage server", self.name.text().strip(), self.existing)
+
+
+class ServerResultPage(ResultPage):
+    """The result page, plus what to do about the new server: back up its encryption key,
+    heed a warning about its storage path. Those show under the success line, each with a
+    warning sign: the server was created, they are not errors."""
+
+    def __init__(self, what):
+        super().__init__(what)
+        self.notes = []
+        self.note_lines = []
+        self._at = self.body.count() - 1     # above the closing stretch
+
+    def initializePage(self):
+        self.show_notes([])
+        super().initializePage()
+
+    def _created(self, result):
+        super()._created(result)
+        self.show_notes(result_notes(result))
+
+    def show_notes(self, notes):
+        for line in self.note_lines:
+            line.setParent(None)
+            line.deleteLater()
+        self.notes, self.note_lines = list(notes), []
+        for n, (kind, text) in enumerate(self.notes):
+            line = StatusLine()
+            line.setObjectName(f"result-{kind}")
+            # in the page first: shown before it has a parent, it would be a window
+            self.body.insertWidget(self._at + n, line)
+            line.info(text)
+            line.icon.setPixmap(icon("wizard-problem").pixmap(16, 16))
+            line.icon.setVisible(True)
+            line.kind = kind
+            self.note_lines.append(line)
+
+    def notes_text(self):
+        return "\n".join(line.plain_text() for line in self.note_lines)
 
 
 class StorageServerWizard(WizardBase):
@@ -206,7 +332,7 @@ class StorageServerWizard(WizardBase):
         self.path_page = self.add(PATH_PAGE, PathPage())
         self.name_page = self.add(NAME_PAGE, NamePage())
         self.summary_page = self.add(SUMMARY_PAGE, SummaryPage(self.WHAT))
-        self.result_page = self.add(RESULT_PAGE, ResultPage(self.WHAT))
+        self.result_page = self.add(RESULT_PAGE, ServerResultPage(self.WHAT))
         if preset.get("name"):
             self.name_page.name.setText(preset["name"])
 
@@ -216,23 +342,40 @@ class StorageServerWizard(WizardBase):
     def spec(self):
         t = self.type_page.type_name()
         return {"name": self.name_page.name.text().strip(), "type": t, "host": self.host(),
-                "path": self.path_page.path.text().strip() if needs_path(t) else None}
+                "path": self.path_page.path.text().strip() if needs_path(t) else None,
+                "options": self.path_page.options() if needs_path(t) else None}
 
     def summary(self):
         s = self.spec()
         rows = [("Name", s["name"]), ("Type", s["type"]), ("Host", s["host"])]
         if s["path"]:
             rows.append(("Storage path", s["path"]))
+        o = s["options"]
+        if o is not None:
+            rows.append(("Encryption at rest",
+                         f"yes, {CIPHER}; the key is made on the master" if o["encrypted"]
+                         else "no"))
+            rows.append(("Chunk size", chunk_text(o)))
         return rows
 
     def create_call(self):
-        s = self.spec()
-        return (lambda m, s: m.create_storage_server(s["name"], type=s["type"], host=s["host"],
-                                                     path=s["path"]), (s,))
+        return _create_server, (self.spec(),)
 
     def created_name(self):
         return self.spec()["name"]
 
     def result_text(self, result):
+        if result.get("type") == dedup.TYPE:
+            return (f"Create its disk pool with the disk pool wizard: the storage path "
+                    f"{result['path']} is the pool's one volume.")
         return (f"Disk pools can now use the file systems of {result['host']}: create one "
                 "with the disk pool wizard.")
+
+
+def _create_server(m, s):
+    """create_storage_server, with the key file to back up of an encrypted server."""
+    srv = m.create_storage_server(s["name"], type=s["type"], host=s["host"], path=s["path"],
+                                  options=s["options"])
+    if (srv.get("options") or {}).get("encrypted"):
+        srv["key_file"] = m.home.key_path(srv["name"])
+    return srv

@@ -1,0 +1,438 @@
+"""Recipes: an image of a deduplication pool as the ordered list of its chunks.
+
+The image stream is the concatenation, in order, of the bytes each entry selects: `length`
+bytes of the chunk `fp` from byte `start` of its data (start 0 and the chunk's full length
+for the chunks the segmenter makes; a later recipe may reference part of a chunk). The
+catalog addresses members by their offset in that stream, so a restore reads byte ranges of
+it (RecipeStream).
+
+File layout (big-endian):
+    HEADER   magic b"CRNRCPE1", format version (u32), entry size (u32)
+    ENTRY    fingerprint (32 bytes), start (u32), length (u32)         x count
+    meta     JSON object (UTF-8): image id, chunker parameters, ...
+    TRAILER  count (u64), stream length (u64), meta length (u32),
+             SHA-256 of every byte before it, end magic b"CRNRCPE."
+
+A recipe is written once, front to back, and fsync'ed before it counts; a file without its
+trailer (a crash while writing), with a digest that does not match, or with another magic is
+refused as damaged, naming what is wrong. The trailer sits at the end so that the writer never
+seeks and the reader finds it without knowing the count.
+
+Standard library only: this runs in the agent on the storage server.
+"""
+
+import hashlib
+import io
+import json
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from collections import namedtuple
+from itertools import accumulate
+
+from app import status
+from app.dedup.store import ChunkDamaged, ChunkNotFound
+from app.errors import CairnError, StorageError, ValidationError
+
+MAGIC = b"CRNRCPE1"
+END_MAGIC = b"CRNRCPE."
+VERSION = 1
+HEADER = struct.Struct(">8sII")
+ENTRY = struct.Struct(">32sII")
+TRAILER_HEAD = struct.Struct(">QQI")   # count, stream length, meta length (hashed)
+TRAILER = struct.Struct(">QQI32s8s")   # ... then the digest and the end magic
+FINGERPRINT_SIZE = 32
+MAX_U32 = 0xFFFFFFFF
+
+# Entries are written in batches of this many bytes: one write per batch, none per entry.
+FLUSH_BYTES = 1 << 20
+
+Entry = namedtuple("Entry", "fp start length stream_offset")
+
+
+class RecipeDamaged(CairnError):
+    """A recipe file that cannot be trusted (cut short, altered, not a recipe), or a chunk it
+    needs that the store cannot give as recorded. `path` names the recipe; `fingerprint` and
+    `stream_offset` the chunk, when one is at fault."""
+    status = status.IMAGE_DAMAGED
+
+    def __init__(self, message, *, path=None, fingerprint=None, stream_offset=None, hint=None):
+        super().__init__(message, hint=hint)
+        self.path = path
+        self.fingerprint = fingerprint
+        self.stream_offset = stream_offset
+
+
+class RecipeExists(StorageError):
+    """The recipe file to be written exists already."""
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RecipeWriter:
+    """Writes one recipe file: add() the entries in stream order, then finish(meta).
+
+    The file is created with O_EXCL (RecipeExists when it is there already), its folder when
+    missing. Entries are gathered and written in batches. Used as a context manager, a writer
+    that was not finished is aborted."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        try:
+            # like an image file: the pool's per-client folder appears with its first image
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                               | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except FileExistsError:
+            raise RecipeExists(f"the recipe {self.path} exists already",
+                               hint="An image is written once: use a new image id, or remove "
+                                    "the leftover of an earlier attempt first.") from None
+        except OSError as e:
+            raise StorageError(f"cannot create the recipe {self.path}: {e.strerror}") from None
+        self._hash = hashlib.sha256()
+        self._buf = bytearray(HEADER.pack(MAGIC, VERSION, ENTRY.size))
+        self._written = 0
+        self.chunks = 0
+        self.bytes = 0
+        self._finished = False
+
+    def _check_open(self):
+        if self._fd is None:
+            raise ValidationError(f"the recipe writer for {self.path} is already "
+                                  f"{'finished' if self._finished else 'aborted'}",
+                                  hint="Open a new RecipeWriter for another recipe.")
+
+    def add(self, fp, length, start=0):
+        """Appends an entry: `length` bytes of chunk `fp` (32-byte SHA-256 digest) from byte
+        `start` of its data."""
+        self._check_open()
+        if type(fp) is not bytes:
+            if not isinstance(fp, (bytearray, memoryview)):
+                fp = None
+            else:
+                fp = bytes(fp)
+        if fp is None or len(fp) != FINGERPRINT_SIZE:
+            raise ValidationError("a recipe entry needs a 32-byte chunk fingerprint",
+                                  hint="Pass the raw SHA-256 digest, not its hex.")
+        if type(length) is not int or type(start) is not int or length <= 0 or start < 0 \
+                or start + length > MAX_U32:
+            raise ValidationError(f"invalid recipe entry: start {start!r}, length {length!r}",
+                                  hint=f"Use whole numbers with length > 0, start >= 0 and "
+                                       f"start + length <= {MAX_U32}.")
+        self._buf += ENTRY.pack(fp, start, length)
+        self.chunks += 1
+        self.bytes += length
+        if len(self._buf) >= FLUSH_BYTES:
+            self._flush()
+
+    def _write(self, data):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+
+    def _flush(self):
+        if not self._buf:
+            return
+        try:
+            self._write(self._buf)
+        except OSError as e:
+            raise StorageError(f"writing the recipe {self.path} failed: {e.strerror}") from None
+        self._hash.update(self._buf)
+        self._written += len(self._buf)
+        self._buf = bytearray()
+
+    def finish(self, meta):
+        """Writes the meta (a JSON object: image id, chunker parameters, ...) and the trailer,
+        makes the file durable and closes it. Returns {"chunks": entries, "bytes": stream
+        length, "file_bytes": size of the recipe file}. On failure the file is removed."""
+        self._check_open()
+        if not isinstance(meta, dict):
+            raise ValidationError(f"recipe meta must be a dict, not {type(meta).__name__}")
+        try:
+            meta_bytes = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as e:
+            raise ValidationError(f"recipe meta cannot be stored as JSON: {e}") from None
+        try:
+            self._buf += meta_bytes
+            self._buf += TRAILER_HEAD.pack(self.chunks, self.bytes, len(meta_bytes))
+            self._hash.update(self._buf)
+            self._buf += self._hash.digest() + END_MAGIC
+            self._write(self._buf)
+            self._written += len(self._buf)
+            self._buf = bytearray()
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+            # the name must be durable too, or a crash could lose a recipe that counted
+            _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        except OSError as e:
+            self.abort()
+            raise StorageError(f"writing the recipe {self.path} failed: {e.strerror}") from None
+        except BaseException:
+            self.abort()
+            raise
+        self._finished = True
+        return {"chunks": self.chunks, "bytes": self.bytes, "file_bytes": self._written}
+
+    def abort(self):
+        """Closes and removes an unfinished recipe; does nothing once finished."""
+        if self._finished:
+            return
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._finished:
+            self.abort()
+        return False
+
+
+class Recipe:
+    """A loaded, checked recipe. `meta` (dict), `size` (stream length), len() (entries),
+    iteration of Entry(fp, start, length, stream_offset), fingerprints(), ranges_of(fps),
+    entry(i) and index_at(stream offset).
+
+    Entries stay in one bytes object as stored, plus an array of their stream offsets."""
+
+    __slots__ = ("path", "meta", "size", "_blob", "_offsets", "_count")
+
+    @classmethod
+    def load(cls, path):
+        path = os.fspath(path)
+
+        def damaged(what, hint="The image must be taken again; its recipe cannot be "
+                               "trusted."):
+            return RecipeDamaged(f"the recipe {path} {what}", path=path, hint=hint)
+        try:
+            with open(path, "rb") as f:
+                data = f.read(len(MAGIC))
+                if data == MAGIC:  # a foreign file, however large, is not read whole
+                    data += f.read()
+        except FileNotFoundError:
+            raise RecipeDamaged(f"the recipe {path} is missing", path=path) from None
+        except OSError as e:
+            raise RecipeDamaged(f"the recipe {path} cannot be read: {e.strerror}",
+                                path=path) from None
+        n = len(data)
+        if n < len(MAGIC) or data[:len(MAGIC)] != MAGIC:
+            if not n:
+                raise damaged("is empty (its writing was cut short)")
+            if MAGIC.startswith(data[:len(MAGIC)]):
+                raise damaged(f"is cut short: only {n} bytes")
+            raise damaged(f"is not a recipe (it starts with {data[:8]!r})",
+                          hint="A file of another kind is where the image's recipe should be.")
+        if n < HEADER.size + TRAILER.size:
+            raise damaged(f"is cut short: only {n} bytes")
+        _, version, entry_size = HEADER.unpack_from(data)
+        if version != VERSION or entry_size != ENTRY.size:
+            raise damaged(f"has format version {version} with {entry_size}-byte entries; "
+                          f"this Cairn reads version {VERSION} with {ENTRY.size}-byte entries",
+                          hint="Read it with the Cairn version that wrote it.")
+        count, size, meta_len, digest, end = TRAILER.unpack_from(data, n - TRAILER.size)
+        if end != END_MAGIC:
+            raise damaged("is incomplete: its trailer is missing (the write was cut short, or "
+                          "the end of the file is damaged)")
+        entries_end = HEADER.size + count * ENTRY.size
+        if entries_end + meta_len + TRAILER.size != n:
+            raise damaged(f"is damaged: it is {n} bytes long, but its trailer records {count} "
+                          f"entries and {meta_len} bytes of meta")
+        if hashlib.sha256(memoryview(data)[:n - TRAILER.size + TRAILER_HEAD.size]).digest() \
+                != digest:
+            raise damaged("is damaged: its SHA-256 does not match its content")
+        try:
+            meta = json.loads(data[entries_end:entries_end + meta_len])
+        except (ValueError, UnicodeDecodeError):
+            meta = None
+        if not isinstance(meta, dict):
+            raise damaged("is damaged: its meta is not a JSON object")
+        self = cls.__new__(cls)
+        self.path = path
+        self.meta = meta
+        self._blob = data[HEADER.size:entries_end]
+        self._count = count
+        words = array("I")
+        words.frombytes(self._blob)
+        if sys.byteorder == "little":
+            words.byteswap()
+        per = ENTRY.size // words.itemsize
+        lengths = words[per - 1::per]
+        self._offsets = array("Q", accumulate(lengths, initial=0))
+        self.size = self._offsets[-1]
+        if self.size != size:
+            raise damaged(f"is damaged: its entries add up to {self.size} bytes, its trailer "
+                          f"says {size}")
+        return self
+
+    def __len__(self):
+        return self._count
+
+    def __repr__(self):
+        return f"Recipe({self.path!r}, {self._count} entries, {self.size} bytes)"
+
+    def entry(self, i):
+        if not 0 <= i < self._count:
+            raise IndexError(f"recipe entry {i} out of range (0..{self._count - 1})")
+        at = i * ENTRY.size
+        fp, start, length = ENTRY.unpack_from(self._blob, at)
+        return Entry(fp, start, length, self._offsets[i])
+
+    def __iter__(self):
+        offsets = self._offsets
+        for i, (fp, start, length) in enumerate(ENTRY.iter_unpack(self._blob)):
+            yield Entry(fp, start, length, offsets[i])
+
+    def index_at(self, pos):
+        """Index of the entry holding stream byte pos (ValueError outside the stream)."""
+        if not 0 <= pos < self.size:
+            raise ValueError(f"stream offset {pos} is outside the image (0..{self.size - 1})")
+        return bisect_right(self._offsets, pos) - 1
+
+    def fingerprints(self):
+        """The set of chunk fingerprints the recipe references."""
+        blob = self._blob
+        step = ENTRY.size
+        return {blob[i:i + FINGERPRINT_SIZE] for i in range(0, len(blob), step)}
+
+    def ranges_of(self, fps):
+        """[(stream_offset, length, fp)] of the entries whose chunk is in fps, in stream order:
+        what a damaged or missing chunk takes away from the image."""
+        wanted = {bytes(fp) for fp in fps}
+        offsets = self._offsets
+        return [(offsets[i], length, fp)
+                for i, (fp, _, length) in enumerate(ENTRY.iter_unpack(self._blob))
+                if fp in wanted]
+
+
+def read_recipe(path):
+    """Recipe.load(path)."""
+    return Recipe.load(path)
+
+
+class RecipeStream(io.RawIOBase):
+    """The image stream of a recipe, read from a chunk store (anything with get(fp) ->
+    bytes): random access with preadinto(buf, pos), and file-like sequential reading
+    (readinto, read, seek, tell). The last CACHE chunks read stay decoded, since a restore
+    reads many members in order out of one chunk."""
+
+    CACHE = 2
+
+    def __init__(self, store, recipe):
+        super().__init__()
+        self.store = store
+        self.recipe = recipe
+        self.size = recipe.size
+        self._pos = 0
+        self._cache = {}  # fp -> data, at most CACHE, oldest first
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def _chunk(self, i):
+        fp, start, length, offset = self.recipe.entry(i)
+        data = self._cache.get(fp)
+        if data is None:
+            try:
+                data = self.store.get(fp)
+            except ChunkNotFound:
+                raise RecipeDamaged(
+                    f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
+                    f"missing from the chunk store", path=self.recipe.path, fingerprint=fp,
+                    stream_offset=offset,
+                    hint="The pool lost data this image needs: verify the pool; the files "
+                         "in this part of the image cannot be restored.") from None
+            except ChunkDamaged as e:
+                raise RecipeDamaged(
+                    f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
+                    f"damaged: {e.reason or e.message}", path=self.recipe.path,
+                    fingerprint=fp, stream_offset=offset, hint=e.hint) from e
+            if len(data) < start + length:
+                raise RecipeDamaged(
+                    f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} holds "
+                    f"{len(data)} bytes, but the recipe needs bytes {start}..{start + length}",
+                    path=self.recipe.path, fingerprint=fp, stream_offset=offset)
+            if len(self._cache) >= self.CACHE:
+                del self._cache[next(iter(self._cache))]
+            self._cache[fp] = data
+        return data, start, length, offset
+
+    def preadinto(self, buf, pos):
+        """Fills buf with the stream's bytes from pos, across chunk borders, as far as the
+        stream goes; returns how many (0 at or after the end)."""
+        if self.closed:
+            raise ValueError("read from a closed recipe stream")
+        mv = memoryview(buf)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        if pos < 0:
+            raise ValueError(f"negative stream position {pos}")
+        want = min(len(mv), self.size - pos)
+        if want <= 0:
+            return 0
+        i = self.recipe.index_at(pos)
+        done = 0
+        while done < want:
+            data, start, length, offset = self._chunk(i)
+            inner = pos + done - offset
+            k = min(length - inner, want - done)
+            at = start + inner
+            mv[done:done + k] = memoryview(data)[at:at + k]
+            done += k
+            i += 1
+        return done
+
+    def readinto(self, buf):
+        n = self.preadinto(buf, self._pos)
+        self._pos += n
+        return n
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            n = max(0, self.size - self._pos)
+        buf = bytearray(min(n, max(0, self.size - self._pos)))
+        got = self.readinto(buf)
+        del buf[got:]
+        return bytes(buf)
+
+    readall = read
+
+    def seek(self, pos, whence=io.SEEK_SET):
+        if self.closed:
+            raise ValueError("seek on a closed recipe stream")
+        if whence == io.SEEK_SET:
+            new = pos
+        elif whence == io.SEEK_CUR:
+            new = self._pos + pos
+        elif whence == io.SEEK_END:
+            new = self.size + pos
+        else:
+            raise ValueError(f"invalid whence {whence!r}")
+        if new < 0:
+            raise ValueError(f"negative seek position {new}")
+        self._pos = new
+        return new
+
+    def tell(self):
+        return self._pos
+
+    def close(self):
+        self._cache = {}
+        super().close()

@@ -5,19 +5,26 @@ policy of one selection)."""
 from app.master import Master
 
 
-def local_master(home, vol, src, schedules=()):
+def local_master(home, vol, src, schedules=(), storage_type="advanced-disk"):
     """A Master in `home` writing images to the directory `vol`, with policy "p" backing up
-    `src`; `schedules`: (name, type) pairs to add. The agent is started, as in a running
-    console, so the first timed job does not pay for it."""
+    `src`; `schedules`: (name, type) pairs to add; `storage_type`: the storage server's type
+    ("dedup": a deduplicating pool, whose server is given `vol` as its path). The agent is
+    started, as in a running console, so the first timed job does not pay for it."""
     m = Master(home)
-    m.config.add_host("me", local=True)
-    m.config.add_storage_server("ss", type="advanced-disk", host="me")
-    m.create_disk_pool("dp", server="ss", volumes=[vol], high_water=100, low_water=99)
-    m.config.add_storage_unit("stu", pool="dp")
-    m.config.add_policy("p", storage_unit="stu")
-    m.config.add_policy_client("p", "me")
-    m.config.add_policy_selection("p", src)
-    for name, kind in schedules:
-        m.config.add_schedule("p", name, type=kind)
-    m.hosts.connect(m.config.host("me"))
+    try:
+        m.config.add_host("me", local=True)
+        m.config.add_storage_server("ss", type=storage_type, host="me",
+                                    path=None if storage_type == "advanced-disk" else vol)
+        m.create_disk_pool("dp", server="ss", volumes=[vol], high_water=100, low_water=99)
+        m.config.add_storage_unit("stu", pool="dp")
+        m.config.add_policy("p", storage_unit="stu")
+        m.config.add_policy_client("p", "me")
+        m.config.add_policy_selection("p", src)
+        for name, kind in schedules:
+            m.config.add_schedule("p", name, type=kind)
+        m.hosts.connect(m.config.host("me"))
+    except BaseException:
+        # A refused storage type must not leave the agent checking the volumes running.
+        m.close()
+        raise
     return m

@@ -15,8 +15,9 @@ debs=(python3 python3-venv libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfo
       libdbus-1-3 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-randr0
       libxcb-render-util0 libxcb-image0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core)
 if [ $want_test = 1 ]; then
-  # sshd for the integration tests; restic and tar are the peers the benchmarks compare with.
-  debs+=(openssh-server openssh-client restic tar xvfb)
+  # sshd for the integration tests; restic and tar are the peers the benchmarks compare with,
+  # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py).
+  debs+=(openssh-server openssh-client restic borgbackup tar xvfb)
 fi
 
 missing=()

@@ -378,17 +378,20 @@ def test_agent_bundle_is_reproducible_and_complete():
     assert "from app.agent.server import main" in main
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")
                 or "/tests/" in n or n.split("/")[-1].startswith("test_")]
-    assert not [n for n in names if n.startswith("app/") and not n.startswith("app/agent/")
-                and n not in ("app/__init__.py", "app/status.py")]
+    # the agent and the deduplication pool's code (which runs in the storage server's agent)
+    # and nothing else of the master
+    assert {"app/errors.py", "app/dedup/store.py", "app/dedup/ingest.py"} <= set(names)
+    assert not [n for n in names if n.startswith("app/")
+                and not n.startswith(("app/agent/", "app/dedup/"))
+                and n not in ("app/__init__.py", "app/status.py", "app/errors.py")]
     assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
 
 
 def test_agent_bundle_version_follows_the_code(tmp_path):
     root = tmp_path / "src"
-    shutil.copytree(bundle.source_root() / "app" / "agent", root / "app" / "agent",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(bundle.source_root() / "plugins" / "filesystems",
-                    root / "plugins" / "filesystems", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in bundle.AGENT_PACKAGES:
+        shutil.copytree(bundle.source_root() / package, root / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     for name in bundle.AGENT_FILES:
         shutil.copyfile(bundle.source_root() / name, root / name)
     _, v1 = bundle.make_zipapp(bundle.agent_files(root))

@@ -1,0 +1,669 @@
+"""Cairn's deduplicating pool against restic and borg on the same data in the same run, with
+warm caches.
+
+  .venv/bin/python bench/bench_dedup.py [--scale F] [--sets large,small] [--tools cairn,restic,borg]
+                                         [--work DIR] [--seed N] [--cairn-type TYPE] [--json]
+
+Data sets, generated in a new directory under the work directory (default /var/tmp) and
+deterministic from --seed: (a) 2 GiB in 8 files of 256 MiB, (b) 20,000 files of 100 KiB in
+200 directories (20 of 10). --scale F shrinks both (the size of the large files and the number
+of small ones). Content: a stream of 64 KiB blocks, 70% of them text-like and 30% random
+bytes. A text block is a 64 KiB slice at a random offset of a 10 MB pool of pseudo-words
+(4,000 words of 2-10 letters, Zipf-distributed, lines of 5-14 words) with its letters
+permuted by one of 256 substitution tables, so that no two text blocks share long runs and a
+content-defined chunk (which spans several blocks and some random bytes) is never stored twice
+by chance. zstd -3 packs this about 1.75x, lz4 -1 about 1.45x, zlib -1 about 1.7x.
+
+The 5% change, applied once between the unchanged second full and the backup after it:
+(a) every other file gets 8 regions rewritten in place with new content (one at a random
+offset in each eighth of the file), 5% of the data set's bytes in all, sizes unchanged;
+(b) 5% of the files, chosen at random, are rewritten whole with new content of the same size.
+
+Steps, each tool in turn at each step (so that load from elsewhere falls on all alike), a
+`sync` (not timed) before each, the data read once before the first step so every tool starts
+from the same warm page cache and nothing is dropped from it afterwards:
+  first full -> unchanged second full -> 5% changed -> the backup after it -> full restore of the
+  latest backup to an empty directory.
+Each restore is compared with the source, file by file (SHA-256, and the same files and
+directories); a difference stops nothing else but is reported loudly and makes the exit status 1.
+
+- restic (Debian): `restic init` (repository version 2, default compression "auto", i.e.
+  zstd), `restic backup` (the second and third find their parent snapshot by host and path),
+  `restic restore latest --target DIR`; password from RESTIC_PASSWORD, cache in the work dir.
+- borg (Debian): `borg init --encryption=none`, `borg create --compression lz4` (its files
+  cache skips unchanged files), `borg extract` of the last archive in an empty directory;
+  BORG_BASE_DIR in the work dir.
+- Cairn: a master on the embedded local host (bench/benchlib.py) with a storage server of type
+  `dedup` (--cairn-type) whose disk pool is one directory; each backup a whole full job
+  through the master API (queueing, the agent, the commit, the catalog and the file index),
+  the restore a restore job of the newest image to a new directory. Its job's `dedup_ratio`
+  is recorded for each backup.
+
+Times are wall seconds (time.perf_counter) around each subprocess or job; MB/s is the data
+set's bytes (MB = 10^6) over that. Repository size is the apparent size (sum of st_size) of
+the repository directory (Cairn: the pool directory; its catalog, outside the pool, is shown
+apart), measured after each backup. Targets, reported and not enforced: first full
+>= 2.5x restic's rate, unchanged second full shorter than borg's, restore >= 1.2x the fastest
+peer's rate, pool size <= 1.05x restic's repository. Exit status 1 when a tool failed or a
+restore differs, else 0. If the Cairn master refuses the storage type or a Cairn job fails, the
+Cairn rows show the error and the peers run on."""
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import shlex
+import shutil
+import string
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.bench_backup import du  # noqa: E402
+from bench.bench_incremental import filesystem_of, machine  # noqa: E402
+from bench.benchlib import local_master  # noqa: E402
+
+MB = 1e6
+BLOCK = 64 << 10
+TEXT_SHARE = 0.7
+LARGE_TOTAL = 2 << 30
+LARGE_FILES = 8
+SMALL_COUNT = 20_000
+SMALL_SIZE = 100 << 10
+SMALL_TOP, SMALL_SUB = 20, 10  # 200 leaf directories at full scale
+CHANGE_SHARE = 0.05
+REGIONS = 8  # rewritten regions per changed large file
+TOOLS = ("cairn", "restic", "borg")
+PEERS = ("restic", "borg")
+BACKUPS = ("first", "second", "change")
+# Repository bytes per data set byte, an upper bound for the free-space check: compressed
+# data plus the 5% change stored again, or for advanced-disk three uncompressed images.
+REPO_FACTOR = {"restic": 1.2, "borg": 1.2, "dedup": 1.2, "advanced-disk": 3.1}
+
+TARGETS = {
+    "first_full_rate_cairn_over_restic": (">=", 2.5),
+    "second_full_seconds_borg_over_cairn": (">", 1.0),
+    "restore_rate_cairn_over_best_peer": (">=", 1.2),
+    "pool_bytes_cairn_over_restic": ("<=", 1.05),
+}
+
+
+class ToolError(Exception):
+    """A tool's step failed; the tool's later steps are skipped, the other tools run on."""
+
+
+class RestoreDiffers(ToolError):
+    """A restore did not give back the data backed up."""
+
+
+# ---- the data -------------------------------------------------------------------------------
+
+class Content:
+    """The deterministic stream of 64 KiB blocks the data sets are made of (see the module
+    docstring for the mix)."""
+
+    def __init__(self, seed):
+        r = self.r = random.Random(seed)
+        letters = string.ascii_lowercase
+        vocab = ["".join(r.choice(letters) for _ in range(r.randint(2, 10)))
+                 for _ in range(4000)]
+        cum, s = [], 0.0
+        for i in range(len(vocab)):
+            s += 1.0 / (i + 1)
+            cum.append(s)
+        words = r.choices(vocab, cum_weights=cum, k=1_400_000)
+        lines, i = [], 0
+        while i < len(words):
+            n = r.randint(5, 14)
+            lines.append(" ".join(words[i:i + n]) + (".\n" if r.random() < 0.3 else ",\n"))
+            i += n
+        self.pool = "".join(lines).encode()
+        self.tables = []
+        for _ in range(256):
+            p = list(letters)
+            r.shuffle(p)
+            self.tables.append(bytes.maketrans(letters.encode(), "".join(p).encode()))
+
+    def block(self):
+        r = self.r
+        if r.random() < TEXT_SHARE:
+            off = r.randrange(len(self.pool) - BLOCK)
+            return self.pool[off:off + BLOCK].translate(r.choice(self.tables))
+        return r.randbytes(BLOCK)
+
+    def take(self, n):
+        return b"".join(self.block() for _ in range(-(-n // BLOCK)))[:n]
+
+
+def write_file(path, content, size):
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 4 << 20)
+            f.write(content.take(n))
+            left -= n
+
+
+def make_large(root, content, total, files):
+    size = max(BLOCK, total // files // BLOCK * BLOCK)
+    os.makedirs(root)
+    for i in range(files):
+        write_file(os.path.join(root, f"large-{i:02d}.bin"), content, size)
+
+
+def small_path(root, i):
+    per_top = SMALL_COUNT // SMALL_TOP
+    return os.path.join(root, f"d{i // per_top:02d}",
+                        f"s{i % per_top // (per_top // SMALL_SUB)}", f"f{i:05d}.dat")
+
+
+def make_small(root, content, count, size):
+    for i in range(count):
+        p = small_path(root, i)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        write_file(p, content, size)
+
+
+def files_of(root):
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
+
+
+def change_large(root, content, rnd):
+    """Every other file: REGIONS regions rewritten in place, CHANGE_SHARE of all bytes."""
+    files = files_of(root)
+    total = sum(os.path.getsize(p) for p in files)
+    changed = files[::2]
+    region = int(total * CHANGE_SHARE / (len(changed) * REGIONS))
+    nbytes = 0
+    for p in changed:
+        slot = os.path.getsize(p) // REGIONS
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            for k in range(REGIONS):
+                off = k * slot + rnd.randrange(slot - region + 1)
+                os.pwrite(fd, content.take(region), off)
+                nbytes += region
+        finally:
+            os.close(fd)
+    return {"files_changed": len(changed), "regions": len(changed) * REGIONS,
+            "region_bytes": region, "bytes_changed": nbytes}
+
+
+def change_small(root, content, rnd):
+    """CHANGE_SHARE of the files rewritten whole with new content of the same size."""
+    files = files_of(root)
+    pick = rnd.sample(files, max(1, round(len(files) * CHANGE_SHARE)))
+    nbytes = 0
+    for p in sorted(pick):
+        size = os.path.getsize(p)
+        write_file(p, content, size)
+        nbytes += size
+    return {"files_changed": len(pick), "bytes_changed": nbytes}
+
+
+def tree_digest(root):
+    """{relative path: SHA-256 of a file, or "dir"}: what a restore must give back."""
+    out = {}
+    for d, dirs, names in os.walk(root):
+        for n in dirs:
+            out[os.path.relpath(os.path.join(d, n), root)] = "dir"
+        for n in names:
+            p = os.path.join(d, n)
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                while True:
+                    buf = f.read(1 << 20)
+                    if not buf:
+                        break
+                    h.update(buf)
+            out[os.path.relpath(p, root)] = h.hexdigest()
+    return out
+
+
+def verify(tool, expected, restored):
+    if not os.path.isdir(restored):
+        raise RestoreDiffers(f"{tool} restore: {restored} was not created")
+    got = tree_digest(restored)
+    if got == expected:
+        return
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    differ = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
+    raise RestoreDiffers(
+        f"{tool} restore differs from the source: {len(missing)} missing "
+        f"{missing[:3]}, {len(extra)} extra {extra[:3]}, {len(differ)} with other content "
+        f"{differ[:3]}")
+
+
+# ---- the tools ------------------------------------------------------------------------------
+
+def run(cmd, env=None, cwd=None):
+    p = subprocess.run(cmd, shell=True, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    if p.returncode:
+        raise ToolError(f"{cmd} failed ({p.returncode}): "
+                        f"{p.stderr.decode(errors='replace').strip()[-800:]}")
+    return p.stdout.decode(errors="replace")
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+class Restic:
+    name = "restic"
+
+    def __init__(self, src, work):
+        self.src, self.repo = src, os.path.join(work, "restic-repo")
+        self.env = dict(os.environ, RESTIC_PASSWORD="bench", RESTIC_REPOSITORY=self.repo,
+                        RESTIC_CACHE_DIR=os.path.join(work, "restic-cache"))
+        self.dirs = [self.repo, self.env["RESTIC_CACHE_DIR"]]
+
+    @staticmethod
+    def version():
+        return run("restic version").strip() if shutil.which("restic") else None
+
+    def setup(self):
+        run("restic init", env=self.env)
+        config = json.loads(run("restic cat config", env=self.env))
+        return {"repository_version": config.get("version")}
+
+    def backup(self, label):
+        return {"seconds": timed(lambda: run(f"restic backup -q {shlex.quote(self.src)}",
+                                             env=self.env))}
+
+    def restore(self, tgt):
+        return timed(lambda: run(f"restic restore -q latest --target {shlex.quote(tgt)}",
+                                 env=self.env))
+
+    def size(self):
+        return du(self.repo)
+
+    def close(self):
+        pass
+
+
+class Borg:
+    name = "borg"
+
+    def __init__(self, src, work):
+        self.src, self.repo = src, os.path.join(work, "borg-repo")
+        base = os.path.join(work, "borg-base")
+        self.env = dict(os.environ, BORG_REPO=self.repo, BORG_BASE_DIR=base,
+                        BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK="yes",
+                        BORG_RELOCATED_REPO_ACCESS_IS_OK="yes")
+        self.dirs = [self.repo, base]
+        self.last = None
+
+    @staticmethod
+    def version():
+        return run("borg --version").strip() if shutil.which("borg") else None
+
+    def setup(self):
+        run("borg init --encryption=none", env=self.env)
+        return {}
+
+    def backup(self, label):
+        s = timed(lambda: run(f"borg create --compression lz4 ::{label} "
+                              f"{shlex.quote(self.src)}", env=self.env))
+        self.last = label
+        return {"seconds": s}
+
+    def restore(self, tgt):
+        os.makedirs(tgt)
+        # borg extracts into the current directory, the paths without their leading "/".
+        return timed(lambda: run(f"borg extract ::{self.last}", env=self.env, cwd=tgt))
+
+    def size(self):
+        return du(self.repo)
+
+    def close(self):
+        pass
+
+
+class Cairn:
+    """Cairn on the embedded local host, driven through the master API as the console does."""
+
+    name = "cairn"
+
+    def __init__(self, src, work, storage_type):
+        self.src, self.type = src, storage_type
+        self.home = os.path.join(work, "cairn-home")
+        self.vol = os.path.join(work, "cairn-pool")
+        self.dirs = [self.home, self.vol]
+        self.m = self.image = None
+
+    def setup(self):
+        os.makedirs(self.vol)
+        try:
+            self.m = local_master(self.home, self.vol, self.src, storage_type=self.type)
+        except Exception as e:
+            raise ToolError(f"setting up a {self.type} pool: {type(e).__name__}: {e}")
+        return {}
+
+    def _job(self, what, start):
+        m = self.m
+        t0 = time.perf_counter()
+        try:
+            jid = start()
+            [job] = m.wait_for([jid], poll=0.02)
+        except Exception as e:
+            raise ToolError(f"cairn {what}: {type(e).__name__}: {e}")
+        elapsed = time.perf_counter() - t0
+        if job["status"] != 0:
+            logs = m.jobs.logs(jid)
+            raise ToolError(f"cairn {what} job {jid} failed (status {job['status']}): "
+                            + "; ".join(r["message"] for r in logs[-3:]))
+        return job, elapsed
+
+    def backup(self, label):
+        job, s = self._job("backup", lambda: self.m.start_backup("p")[0])
+        self.image = job["image_id"]
+        img = self.m.image(self.image)
+        return {"seconds": s, "job": job["id"], "image": self.image,
+                "dedup_ratio": job.get("dedup_ratio"), "bytes_sent": job.get("bytes"),
+                "image_bytes": img.get("image_bytes")}
+
+    def restore(self, tgt):
+        _, s = self._job("restore", lambda: self.m.start_restore(self.image, [self.src], tgt))
+        return s
+
+    def size(self):
+        return du(self.vol)
+
+    def close(self):
+        if self.m is not None:
+            self.m.close()
+            self.m = None
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+def sync():
+    subprocess.run(["sync"], check=True)
+
+
+def drop(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def set_sizes(scale):
+    large_files = LARGE_FILES
+    large_total = max(large_files * BLOCK, int(LARGE_TOTAL * scale))
+    small_count = max(1, round(SMALL_COUNT * scale))
+    return {"large": (large_total // large_files // BLOCK * BLOCK * large_files, large_files),
+            "small": (small_count * SMALL_SIZE, small_count)}
+
+
+def check_space(work, sizes, sets, tools, cairn_type):
+    """Sets run one after the other, each removed before the next: the largest counts."""
+    repos = sum(REPO_FACTOR[cairn_type if t == "cairn" else t] for t in tools)
+    need = max(sizes[s][0] for s in sets) * (2 + repos) + (1 << 30)
+    free = shutil.disk_usage(work).free
+    mnt, fstype, dev = filesystem_of(work)
+    if free < need:
+        raise SystemExit(
+            f"not enough free disk space: this run needs about {need / 1e9:.1f} GB in {work} "
+            f"(the data set, one restore and {len(tools)} repositories, plus 1 GiB to spare) "
+            f"but {mnt} ({fstype} on {dev}) has {free / 1e9:.1f} GB free; give --work DIR on "
+            f"a larger file system or a smaller --scale")
+    return need, free
+
+
+def bench_set(kind, src, work, tools, a, say):
+    res = {"tools": {t: {} for t in tools}}
+    t0 = time.perf_counter()
+    content = Content(a.seed)
+    if kind == "large":
+        total, files = set_sizes(a.scale)["large"]
+        make_large(src, content, total, files)
+    else:
+        _, count = set_sizes(a.scale)["small"]
+        make_small(src, content, count, SMALL_SIZE)
+    all_files = files_of(src)
+    nbytes = sum(os.path.getsize(p) for p in all_files)
+    res.update(files=len(all_files), bytes=nbytes,
+               generated_s=round(time.perf_counter() - t0, 1))
+    say(f"{kind}: {len(all_files):,} files, {nbytes / MB:.0f} MB generated in "
+        f"{res['generated_s']} s")
+    run(f"tar -cf - -C {shlex.quote(src)} . | cat > /dev/null")  # warm the page cache
+
+    made = {t: {"cairn": lambda: Cairn(src, work, a.cairn_type),
+                "restic": lambda: Restic(src, work), "borg": lambda: Borg(src, work)}[t]()
+            for t in tools}
+    live = {}
+    for t, tool in made.items():
+        r = res["tools"][t]
+        try:
+            if t in PEERS and tool.version() is None:
+                raise ToolError(f"{t} is not installed (scripts/setup.sh --test installs it)")
+            r["setup"] = tool.setup()
+            live[t] = tool
+        except ToolError as e:
+            r["error"] = str(e)
+            say(f"{t}: {e}")
+            tool.close()
+
+    def step(name, fn):
+        for t, tool in list(live.items()):
+            sync()
+            say(f"{kind}: {t} {name} ...")
+            try:
+                fn(t, tool)
+            except ToolError as e:
+                res["tools"][t]["error"] = f"{name}: {e}"
+                if isinstance(e, RestoreDiffers):
+                    say(f"\n!!! {t}: RESTORE DIFFERS FROM THE SOURCE: {e}\n")
+                else:
+                    say(f"{t} {name} failed: {e}")
+                tool.close()
+                del live[t]
+
+    def backup(label):
+        def fn(t, tool):
+            r = tool.backup(label)
+            sync()
+            r["repo_bytes"] = tool.size()
+            res["tools"][t][label] = r
+        return fn
+
+    try:
+        step("first full", backup("first"))
+        step("unchanged second full", backup("second"))
+        sync()
+        rnd = random.Random(a.seed + 1)
+        res["change"] = (change_large if kind == "large" else change_small)(
+            src, Content(a.seed + 2), rnd)
+        expected = tree_digest(src)
+        sync()
+        step("backup after the 5% change", backup("change"))
+
+        def restore(t, tool):
+            tgt = os.path.join(work, f"restore-{t}")
+            try:
+                s = tool.restore(tgt)
+                sync()
+                verify(t, expected, os.path.join(tgt, src.lstrip("/")))
+            finally:
+                drop(tgt)
+            res["tools"][t]["restore"] = {"seconds": s}
+        step("full restore", restore)
+    finally:
+        for t, tool in live.items():
+            tool.close()
+        for t, tool in made.items():
+            if t == "cairn" and os.path.isdir(tool.home):
+                res["tools"][t]["catalog_bytes"] = du(tool.home)
+            for d in tool.dirs:
+                drop(d)
+    res["ratios"] = ratios(res)
+    return res
+
+
+def ratios(res):
+    tr, n = res["tools"], res["bytes"]
+
+    def sec(t, step):
+        return tr.get(t, {}).get(step, {}).get("seconds")
+
+    out = {}
+    c1, r1 = sec("cairn", "first"), sec("restic", "first")
+    if c1 and r1:
+        out["first_full_rate_cairn_over_restic"] = r1 / c1
+    c2, b2 = sec("cairn", "second"), sec("borg", "second")
+    if c2 and b2:
+        out["second_full_seconds_borg_over_cairn"] = b2 / c2
+    cr = sec("cairn", "restore")
+    peers = [s for s in (sec(p, "restore") for p in PEERS) if s]
+    if cr and peers:
+        out["restore_rate_cairn_over_best_peer"] = (n / cr) / (n / min(peers))
+    if "change" in tr.get("cairn", {}) and "change" in tr.get("restic", {}):
+        # Sizes after all three backups.
+        out["pool_bytes_cairn_over_restic"] = (tr["cairn"]["change"]["repo_bytes"]
+                                               / tr["restic"]["change"]["repo_bytes"])
+    return {k: {"value": v, "target": TARGETS[k], "met": met(v, *TARGETS[k])}
+            for k, v in out.items()}
+
+
+def met(v, op, target):
+    return {">=": v >= target, ">": v > target, "<=": v <= target}[op]
+
+
+def report(name, s):
+    n = s["bytes"]
+    c = s.get("change")
+    if c and "regions" in c:
+        change = (f"{c['regions']} regions of {c['region_bytes'] / MB:.2f} MB in "
+                  f"{c['files_changed']} files rewritten, {c['bytes_changed'] / MB:.1f} MB")
+    elif c:
+        change = f"{c['files_changed']:,} files rewritten, {c['bytes_changed'] / MB:.1f} MB"
+    else:
+        change = "not reached"
+    print(f"\n## {name}: {s['files']:,} files, {n / MB:.0f} MB; the change: {change}")
+    head = ("tool", "first s", "MB/s", "second s", "change s", "restore s", "MB/s",
+            "repository bytes")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(" --- " for _ in head) + "|")
+    errors = []
+    for t, r in s["tools"].items():
+        def sec(step):
+            x = r.get(step, {}).get("seconds")
+            return f"{x:.2f}" if x else "-"
+
+        def rate(step):
+            x = r.get(step, {}).get("seconds")
+            return f"{n / MB / x:.0f}" if x else "-"
+        size = r.get("change", {}).get("repo_bytes")
+        cells = (t, sec("first"), rate("first"), sec("second"), sec("change"), sec("restore"),
+                 rate("restore"), f"{size:,}" if size else "-")
+        print("| " + " | ".join(cells) + " |")
+        if "error" in r:
+            errors.append(f"{t}: ERROR {r['error']}")
+    for e in errors:
+        print(e)
+    c = s["tools"].get("cairn", {})
+    if "catalog_bytes" in c:
+        print(f"cairn catalog (outside the pool): {c['catalog_bytes']:,} bytes")
+    if any(c.get(b, {}).get("dedup_ratio") is not None for b in BACKUPS):
+        print("cairn dedup_ratio (%): " + ", ".join(
+            f"{b} {c[b]['dedup_ratio']}" for b in BACKUPS if b in c))
+    growth = []
+    for t, r in s["tools"].items():
+        sizes = [r.get(b, {}).get("repo_bytes") for b in BACKUPS]
+        if all(sizes):
+            growth.append(f"{t} {sizes[0] / MB:.0f} / {sizes[1] / MB:.0f} / {sizes[2] / MB:.0f}")
+    if growth:
+        print("repository MB after first / second / change: " + "; ".join(growth))
+    labels = {
+        "first_full_rate_cairn_over_restic": "first full rate, cairn / restic",
+        "second_full_seconds_borg_over_cairn": "unchanged second full s, borg / cairn",
+        "restore_rate_cairn_over_best_peer": "restore rate, cairn / fastest peer",
+        "pool_bytes_cairn_over_restic": "pool bytes, cairn / restic repository",
+    }
+    for k, label in labels.items():
+        op, target = TARGETS[k]
+        r = s["ratios"].get(k)
+        verdict = f"{r['value']:.2f}  {'PASS' if r['met'] else 'MISS'}" if r else "n/a"
+        print(f"{label:40} (target {op} {target}): {verdict}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="shrink both data sets by this factor, e.g. 0.05 for a quick run (1)")
+    ap.add_argument("--sets", default="large,small", help="large,small (both)")
+    ap.add_argument("--tools", default=",".join(TOOLS), help="cairn,restic,borg (all)")
+    ap.add_argument("--work", help="a new directory is made in DIR (default /var/tmp)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the generated data (1)")
+    ap.add_argument("--cairn-type", default="dedup", choices=sorted(REPO_FACTOR.keys() -
+                                                                    set(PEERS)),
+                    help="Cairn's storage type (dedup; advanced-disk to compare)")
+    ap.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    a = ap.parse_args()
+    if not a.scale > 0:
+        ap.error("--scale must be above 0")
+    sets = [s for s in a.sets.split(",") if s]
+    tools = [t for t in a.tools.split(",") if t]
+    bad = [s for s in sets if s not in ("large", "small")] + \
+        [t for t in tools if t not in TOOLS]
+    if bad or not sets or not tools:
+        ap.error(f"unknown or missing --sets/--tools: {bad or 'none given'}; "
+                 f"sets: large,small; tools: {','.join(TOOLS)}")
+    say = (lambda *x: print(*x, file=sys.stderr, flush=True)) if a.json else \
+        (lambda *x: print(*x, flush=True))
+    parent = os.path.abspath(a.work or "/var/tmp")
+    os.makedirs(parent, exist_ok=True)
+    sizes = set_sizes(a.scale)
+    need, free = check_space(parent, sizes, sets, tools, a.cairn_type)
+    work = os.path.realpath(tempfile.mkdtemp(prefix="cairn-bench-dedup-", dir=parent))
+    mnt, fstype, dev = filesystem_of(work)
+    say(f"work directory {work} on {fstype} ({dev} at {mnt}): about {need / 1e9:.1f} GB "
+        f"needed, {free / 1e9:.1f} GB free")
+    import app
+    versions = {"cairn": f"cairn {app.__version__} (storage type {a.cairn_type})",
+                "restic": Restic.version(), "borg": Borg.version()}
+    # The pool compresses with zstd when the agent can import it, else with zlib level 1.
+    versions["cairn_codec_available"] = ("zstd" if importlib.util.find_spec("zstandard")
+                                         else "zlib (zstandard is not installed)")
+    res = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
+           "versions": versions, "scale": a.scale, "seed": a.seed, "work_dir": work,
+           "filesystem": {"mount": mnt, "type": fstype, "device": dev},
+           "data": {"block": BLOCK, "text_share": TEXT_SHARE, "change_share": CHANGE_SHARE},
+           "targets": {k: f"{op} {v}" for k, (op, v) in TARGETS.items()}, "sets": {}}
+    failed = False
+    try:
+        for kind in sets:
+            src = os.path.join(work, kind)
+            try:
+                res["sets"][kind] = bench_set(kind, src, work, tools, a, say)
+            finally:
+                drop(src)
+            failed |= any("error" in r for r in res["sets"][kind]["tools"].values())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res["load_average"] = os.getloadavg()
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"\n{res['date']}; {res['machine']['cpus']} CPUs, {res['machine']['cpu']}; "
+              f"scale {a.scale}; {fstype} on {dev}")
+        print("; ".join(f"{k}: {v}" for k, v in versions.items()))
+        names = {"large": "(a) large files", "small": "(b) small files of 100 KiB"}
+        for kind, s in res["sets"].items():
+            report(names[kind], s)
+        print(f"load average: {' '.join(f'{x:.2f}' for x in res['load_average'])}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

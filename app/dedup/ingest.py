@@ -19,6 +19,7 @@ import hashlib
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from app.dedup.chunker import Params
 from app.dedup.recipe import RecipeWriter
@@ -30,6 +31,11 @@ SESSION_TIMEOUT = 600.0
 # Pieces handed to the hashing and storing thread at a time, and how many such batches may
 # wait: the stream's reader keeps cutting while the other core hashes and compresses.
 QUEUE_DEPTH = 8
+ENCODERS = 2
+
+
+def _digest(data):
+    return hashlib.sha256(data).digest()
 
 
 class IngestError(CairnError):
@@ -111,7 +117,11 @@ class Ingest:
                 continue
 
     def _work(self):
-        sha256 = hashlib.sha256
+        """Hashes, looks up, compresses and stores the pieces in stream order. Hashing and
+        compressing a batch run in a small thread pool: hashlib and zstd release the GIL, so
+        both cores work while this thread keeps the order of the recipe and the containers."""
+        pool = ThreadPoolExecutor(max_workers=ENCODERS, thread_name_prefix="dedup-encode")
+        encode = self.store.encode
         try:
             while True:
                 pieces = self._queue.get()
@@ -119,23 +129,32 @@ class Ingest:
                     return
                 if self._error is not None:
                     continue
-                for p in pieces:
-                    fp = sha256(p.data).digest()
-                    self._add(fp, p.data)
+                datas = [p.data for p in pieces]
+                fps = list(pool.map(_digest, datas)) if len(datas) > 1 else \
+                    [_digest(datas[0])]
+                new = []
+                fresh = set()
+                for fp, data in zip(fps, datas):
+                    n = len(data)
+                    self._recipe.add(fp, n)
+                    self.stats.bytes += n
+                    self.stats.chunks += 1
+                    if fp not in fresh and self._writer.wanted(fp):
+                        fresh.add(fp)
+                        new.append((fp, data))
+                if not new:
+                    continue
+                encoded = (list(pool.map(lambda x: encode(*x), new)) if len(new) > 1
+                           else [encode(*new[0])])
+                for (fp, data), enc in zip(new, encoded):
+                    if self._writer.add_encoded(fp, len(data), enc):
+                        self.stats.new_chunks += 1
+                        self.stats.new_bytes += len(data)
+                        self.stats.stored_bytes += len(enc[1])
         except BaseException as e:  # noqa: BLE001 - re-raised in the stream's thread
             self._error = e
-
-    def _add(self, fp, data):
-        n = len(data)
-        self._recipe.add(fp, n)
-        st = self.stats
-        st.bytes += n
-        st.chunks += 1
-        before = self._writer.stored_bytes
-        if self._writer.add(fp, data):
-            st.new_chunks += 1
-            st.new_bytes += n
-            st.stored_bytes += self._writer.stored_bytes - before
+        finally:
+            pool.shutdown(wait=False)
 
     def _drain(self):
         if self._segmenter is None:

@@ -75,6 +75,7 @@ INDEX_ENTRY = struct.Struct(">32sIQI")  # fp, container, record offset, stored l
 INDEX_RECORD = struct.Struct(">32sIQII")  # the entry followed by its crc32
 
 DEFAULT_CONTAINER_SIZE = 64 * 1024 * 1024
+ZSTD_LEVEL = 1
 MAX_CHUNK_SIZE = 0xFFFFFFFF
 CONTAINER_DIGITS = 8
 
@@ -207,9 +208,17 @@ def _flock_holders(path):
     return holders
 
 
+_local = threading.local()
+
+
 def _compress(codec, data):
     if codec == CODEC_ZSTD:
-        return _zstd.ZstdCompressor(level=3).compress(data)
+        # One compressor per thread: making one per chunk costs as much as a small chunk's
+        # compression, and a compressor must not be shared between threads.
+        c = getattr(_local, "zstd", None)
+        if c is None:
+            c = _local.zstd = _zstd.ZstdCompressor(level=ZSTD_LEVEL)
+        return c.compress(data)
     if codec == CODEC_ZLIB:
         return zlib.compress(data, 1)
     return bytes(data)
@@ -849,9 +858,9 @@ class ChunkStore:
         self._require_key()
         return Writer(self)
 
-    def _encode(self, fp, data):
+    def encode(self, fp, data):
         """(codec byte, stored bytes) of one chunk: compressed when that helps, then
-        encrypted in an encrypted store."""
+        encrypted in an encrypted store. Safe to call from several threads at once."""
         codec = self.codec
         stored = _compress(codec, data)
         if len(stored) >= len(data):
@@ -1176,8 +1185,30 @@ class Writer:
                                   hint="Chunks come from the chunker (at most 16 MiB).")
         if fp in self._added or self.store.has(fp):
             return False
-        codec, stored = self.store._encode(fp, data)
+        codec, stored = self.store.encode(fp, data)
         header = RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
+                                    zlib.crc32(stored))
+        self._put(fp, header, stored)
+        self.stored_chunks += 1
+        self.stored_bytes += len(stored)
+        return True
+
+    def wanted(self, fp):
+        """Whether a chunk is new to the store and to this writer (then encode it with
+        store.encode, which may run in other threads, and give it to add_encoded)."""
+        return fp not in self._added and not self.store.has(fp)
+
+    def add_encoded(self, fp, raw_length, encoded):
+        """Stores a chunk encoded by store.encode(fp, data) unless it was stored meanwhile.
+        Returns True when it was stored."""
+        if self._closed:
+            raise ValidationError("this chunk store writer is already committed or aborted",
+                                  hint="Open a new writer with store.writer().")
+        fp = _check_fingerprint(fp)
+        if fp in self._added:
+            return False
+        codec, stored = encoded
+        header = RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, raw_length, len(stored),
                                     zlib.crc32(stored))
         self._put(fp, header, stored)
         self.stored_chunks += 1

@@ -287,6 +287,18 @@ def delete_snapshots(req, snapshots):
     return {"snapshots": delete([tuple(s) for s in snapshots])}
 
 
+def _pump(chan, write, is_cancelled):
+    """Everything the peer sends on the data connection, to write(), until its clean end."""
+    mv = memoryview(bytearray(dataplane.FRAME))
+    while True:
+        if is_cancelled():
+            raise Cancelled()
+        n = chan.readinto(mv)
+        if n == 0:
+            return
+        write(mv[:n])
+
+
 def _receive_dedup(req, path, cert, key, token, dedup):
     """receive_image into a deduplication pool: a plain stream (server-side deduplication) or
     queries and new chunks only (client-side)."""
@@ -304,15 +316,7 @@ def _receive_dedup(req, path, cert, key, token, dedup):
             if dedup.get("mode") == "client":
                 wire.serve(chan, ingest, req.is_cancelled)
             else:
-                buf = bytearray(dataplane.FRAME)
-                mv = memoryview(buf)
-                while True:
-                    if req.is_cancelled():
-                        raise Cancelled()
-                    n = chan.readinto(mv)
-                    if n == 0:
-                        break
-                    ingest.write(mv[:n])
+                _pump(chan, ingest.write, req.is_cancelled)
             stats = ingest.finish({})
             chan.ack(True)
         except BaseException:
@@ -344,16 +348,8 @@ def receive_image(req, path, cert, key, token, dedup=None):
         req.emit("listening", {"port": listener.port})
         chan = listener.accept(req.is_cancelled)
         listener.close()
-        buf = bytearray(dataplane.FRAME)
-        mv = memoryview(buf)
         try:
-            while True:
-                if req.is_cancelled():
-                    raise Cancelled()
-                n = chan.readinto(mv)
-                if n == 0:
-                    break
-                sink.write(mv[:n])
+            _pump(chan, sink.write, req.is_cancelled)
             sink.finish()
             chan.ack(True)
         except BaseException:

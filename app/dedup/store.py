@@ -133,6 +133,11 @@ class WrongEncryptionKey(ValidationError):
     """The key given is not the store's key (its key check value differs)."""
 
 
+class StoreWriteFailed(CairnError):
+    """A container could not be written (a full file system, an I/O error)."""
+    status = status.STORAGE_WRITE_FAILED
+
+
 class PoolBusy(CairnError):
     """Space reclaim and sessions (backup, restore, verify) exclude each other."""
     status = status.POOL_BUSY
@@ -1238,8 +1243,17 @@ class Writer:
 
     def _write_all(self, data):
         view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as e:
+            path = self.store.container_path(self._number, committed=False)
+            if e.errno == errno.ENOSPC:
+                raise StoreWriteFailed(f"the file system holding the deduplication pool is "
+                                       f"full (writing {path})",
+                                       hint="free space there or run a space reclaim of the "
+                                            "pool; the backup stored nothing half") from None
+            raise StoreWriteFailed(f"writing {path} failed: {e.strerror}") from None
 
     def _seal(self):
         """Makes the open container durable and committed, then indexes its chunks."""

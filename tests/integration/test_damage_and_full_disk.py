@@ -104,3 +104,30 @@ def test_full_volume_fails_cleanly(tmp_path, tiny_volume):
     assert [f for _, _, fs in os.walk(tiny_volume) for f in fs] == []
     assert m.images() == [] and os.listdir(m.home.indexes) == []
     m.close()
+
+
+def test_full_dedup_pool_fails_cleanly_and_stays_usable(tmp_path, tiny_volume):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big").write_bytes(os.urandom(8 << 20))
+    m = Master(str(tmp_path / "home"))
+    m.config.add_host("me", local=True)
+    m.create_storage_server("dd", type="dedup", host="me", path=str(tiny_volume / "pool"))
+    m.create_disk_pool("ddp", server="dd", volumes=[], high_water=100, low_water=99)
+    m.config.add_storage_unit("stu1", pool="ddp")
+    m.config.add_policy("p1", storage_unit="stu1")
+    m.config.add_policy_client("p1", "me")
+    m.config.add_policy_selection("p1", str(src))
+    job, log = backup(m)
+    assert job["status"] == status.STORAGE_WRITE_FAILED, log
+    assert "full" in log
+    # no image, no recipe, no container half written
+    assert m.images() == [] and os.listdir(m.home.indexes) == []
+    left = [f for _, _, fs in os.walk(tiny_volume) for f in fs]
+    assert not [f for f in left if f.endswith((".recipe", ".partial"))], left
+    # with room again the same pool takes the backup
+    os.unlink(src / "big")
+    (src / "small").write_bytes(os.urandom(64 << 10))
+    job, log = backup(m)
+    assert job["status"] == status.OK, log
+    m.close()

@@ -135,7 +135,7 @@ class PropertiesDialog(QDialog):
         self.saved = None
         self.setWindowTitle(f"{KIND_LABELS[kind]} {self.name} — properties")
         self.setWindowIcon(icon(kind if kind != "host" else "host"))
-        self.setMinimumWidth(520)
+        self.setMinimumWidth(620)  # room for the sentence choices (deduplication)
 
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
@@ -247,6 +247,8 @@ class PropertiesDialog(QDialog):
             for mode, text in modes.items():
                 w.addItem(text, mode)
             w.setCurrentIndex(max(0, w.findData(value or next(iter(modes)))))
+            # the choices are sentences: the dialog grows to show them whole
+            w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
             w.setToolTip(DEDUP_TIPS[self.kind])
             w.currentIndexChanged.connect(self._changed)
         elif key == "agent_env":

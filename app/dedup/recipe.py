@@ -328,17 +328,50 @@ class RecipeStream(io.RawIOBase):
     """The image stream of a recipe, read from a chunk store (anything with get(fp) ->
     bytes): random access with preadinto(buf, pos), and file-like sequential reading
     (readinto, read, seek, tell). The last CACHE chunks read stay decoded, since a restore
-    reads many members in order out of one chunk."""
+    reads many members in order out of one chunk.
+
+    Read-ahead: while one chunk is copied out, the next AHEAD chunks are read, decrypted,
+    decompressed and checked in READERS threads (file reads, zstd, AES-GCM and SHA-256 all
+    release the GIL), so a sequential restore decodes on both cores."""
 
     CACHE = 2
+    AHEAD = 6
+    READERS = 2
 
-    def __init__(self, store, recipe):
+    def __init__(self, store, recipe, read_ahead=True):
         super().__init__()
         self.store = store
         self.recipe = recipe
         self.size = recipe.size
         self._pos = 0
         self._cache = {}  # fp -> data, at most CACHE, oldest first
+        self._ahead = {}  # entry index -> future of its chunk's data
+        self._pool = None
+        self._read_ahead = read_ahead and len(recipe) > 1
+
+    def _fetch(self, i, fp):
+        fut = self._ahead.pop(i, None)
+        if self._read_ahead:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool = ThreadPoolExecutor(self.READERS,
+                                                thread_name_prefix="recipe-read-ahead")
+            ahead = self._ahead
+            for j in [j for j in ahead if j < i or j > i + self.AHEAD]:
+                ahead.pop(j).cancel()  # a jump: what was read ahead is not wanted
+            entry = self.recipe.entry
+            planned = {entry(j).fp for j in ahead}
+            for j in range(i + 1, min(i + 1 + self.AHEAD, len(self.recipe))):
+                if j in ahead:
+                    continue
+                nfp = entry(j).fp
+                if nfp == fp or nfp in self._cache or nfp in planned:
+                    continue
+                planned.add(nfp)
+                ahead[j] = self._pool.submit(self.store.get, nfp)
+        if fut is not None:
+            return fut.result()
+        return self.store.get(fp)
 
     def readable(self):
         return True
@@ -351,7 +384,7 @@ class RecipeStream(io.RawIOBase):
         data = self._cache.get(fp)
         if data is None:
             try:
-                data = self.store.get(fp)
+                data = self._fetch(i, fp)
             except ChunkNotFound:
                 raise RecipeDamaged(
                     f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
@@ -435,4 +468,10 @@ class RecipeStream(io.RawIOBase):
 
     def close(self):
         self._cache = {}
+        for fut in self._ahead.values():
+            fut.cancel()
+        self._ahead = {}
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         super().close()

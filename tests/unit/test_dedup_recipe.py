@@ -276,7 +276,7 @@ def test_random_ranges_read_back_the_original_bytes(tmp_path):
 
 def test_sequential_reading_and_the_chunk_cache(tmp_path):
     stream, store, path, pieces = stored_image(tmp_path)
-    s = RecipeStream(store, Recipe.load(path))
+    s = RecipeStream(store, Recipe.load(path), read_ahead=False)
     # a restore reads members in order: many reads out of one chunk cost one get
     big = max(pieces, key=lambda p: p.length)
     s.seek(big.offset)
@@ -302,6 +302,27 @@ def test_sequential_reading_and_the_chunk_cache(tmp_path):
     s.close()
     with pytest.raises(ValueError):
         s.read(1)
+
+
+def test_read_ahead_reads_each_chunk_once_in_order_and_stops_on_close(tmp_path):
+    stream, store, path, pieces = stored_image(tmp_path)
+    recipe = Recipe.load(path)
+    distinct = len(recipe.fingerprints())
+    assert distinct > RecipeStream.AHEAD + 2
+    s = RecipeStream(store, recipe)
+    out = []
+    while True:
+        piece = s.read(100_000)
+        if not piece:
+            break
+        out.append(piece)
+    assert b"".join(out) == stream
+    assert store.gets == distinct  # nothing read twice, nothing read in vain
+    # a jump back: what was read ahead for the old place is dropped, the bytes are right
+    s.seek(pieces[1].offset + 3)
+    assert s.read(5000) == stream[pieces[1].offset + 3:pieces[1].offset + 5003]
+    s.close()
+    assert s._pool is None and not s._ahead
 
 
 def test_partial_chunk_entries(tmp_path):

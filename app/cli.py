@@ -75,7 +75,7 @@ def build_parser():
             description="Change one attribute of a registered host: port, user, key_file, "
                         "data_address, max_jobs, agent_env or comment. agent_env is the "
                         "environment its agent starts with, as NAME=value pairs separated by "
-                        "commas (CAIRN_* variables, PATH, TMPDIR), e.g. CAIRN_MMFS_SUDO=1; "
+                        "commas (CAIRN_* variables, PATH, PYTHONPATH, TMPDIR), e.g. CAIRN_MMFS_SUDO=1; "
                         "an empty value clears it.")
     p.add_argument("name")
     p.add_argument("key")
@@ -211,6 +211,9 @@ def build_parser():
     p.add_argument("policy")
     p.add_argument("--client")
     p.add_argument("--schedule")
+    p.add_argument("--no-files-cache", action="store_true",
+                   help="a full into a deduplication pool reads every file, also those the "
+                        "previous image shows unchanged")
     p.add_argument("--wait", action="store_true", help="wait until the jobs end")
 
     jb = cmd(sub, "jobs", "the activity monitor").add_subparsers(dest="sub", metavar="ACTION")
@@ -492,7 +495,8 @@ def _dispatch(m, args, c, s):
                                              f"selections {d['selections']}, schedules "
                                              f"{[x['name'] for x in d['schedules']]}"))
     if c == "backup":
-        ids = m.start_backup(args.policy, client=args.client, schedule=args.schedule)
+        ids = m.start_backup(args.policy, client=args.client, schedule=args.schedule,
+                             files_cache=not args.no_files_cache)
         return _jobs_result(m, args, ids)
     if c == "restore":
         image = args.image

@@ -23,8 +23,9 @@ SNAPSHOT_MODES = ("none", "filesystem", "fileset")
 # auto: the Storage Scale policy engine lists the files where the selection is on Storage
 # Scale, a tree walk elsewhere; walk: always walk.
 FILE_LIST_MODES = ("auto", "walk")
-# Variables a host's agent may be started with: Cairn's own, and the search paths.
-AGENT_ENV_RE = re.compile(r"^(CAIRN_[A-Z0-9_]+|PATH|TMPDIR)$")
+# Variables a host's agent may be started with: Cairn's own, and the search paths (PYTHONPATH:
+# where the host's python3 finds accelerators such as pyfastcdc installed outside its own).
+AGENT_ENV_RE = re.compile(r"^(CAIRN_[A-Z0-9_]+|PATH|PYTHONPATH|TMPDIR)$")
 
 
 def check_snapshot_mode(mode):
@@ -65,7 +66,8 @@ def check_agent_env(env):
         if not AGENT_ENV_RE.match(str(name)):
             raise ValidationError(f"{name!r} cannot be set in an agent's environment",
                                   hint="allowed: CAIRN_* variables (e.g. CAIRN_MMFS_SUDO=1, "
-                                       "CAIRN_MMFS_BIN=/usr/lpp/mmfs/bin), PATH and TMPDIR")
+                                       "CAIRN_MMFS_BIN=/usr/lpp/mmfs/bin), PATH, PYTHONPATH and "
+                                       "TMPDIR")
         if not isinstance(value, str) or "\0" in value or "\n" in value or len(value) > 4096:
             raise ValidationError(f"the value of {name} is not valid",
                                   hint="a single line of text")

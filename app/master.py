@@ -264,8 +264,10 @@ class Master:
         return config_edit.update(self.db, self.config, kind, name, **changes)
 
     # ---- backups --------------------------------------------------------------------------
-    def start_backup(self, policy, client=None, schedule=None):
-        """Queues one backup job per client of the policy (or the one client given)."""
+    def start_backup(self, policy, client=None, schedule=None, files_cache=True):
+        """Queues one backup job per client of the policy (or the one client given).
+        files_cache=False: a full into a deduplication pool reads every file, even those the
+        previous image shows unchanged."""
         pol = self.config.policy(policy)
         if not pol["clients"]:
             raise ValidationError(f"policy {policy!r} has no clients",
@@ -293,10 +295,11 @@ class Master:
                                                          or "none"))
         ids = []
         for c in ([client] if client else pol["clients"]):
-            ids.append(self.queue_backup(pol, c, sched))
+            ids.append(self.queue_backup(pol, c, sched, files_cache=files_cache))
         return ids
 
-    def queue_backup(self, pol, client, sched, *, not_after=None, note=None, c=None):
+    def queue_backup(self, pol, client, sched, *, not_after=None, note=None, c=None,
+                     files_cache=True):
         """Queues the backup of one client under a policy dict and a schedule dict: one job,
         or with multiple data streams a parent job and a child job per stream. Returns the
         (parent) job id. `c`: an open write transaction to queue it in."""
@@ -305,10 +308,12 @@ class Master:
         if c is None:
             with self.db.tx() as c:
                 return self.queue_backup(pol, client, sched, not_after=not_after, note=note,
-                                         c=c)
+                                         c=c, files_cache=files_cache)
         plain = [s for s in pol["selections"] if s != STREAM_MARKER]
         streams = split_streams(pol["selections"]) if pol["multiple_streams"] else [plain]
         base = {"schedule_type": sched["type"], "checksum": pol["checksum"]}
+        if not files_cache:
+            base["no_files_cache"] = True
         common = dict(client=client, policy=pol["name"], schedule=sched["name"],
                       priority=pol["priority"], not_after=not_after, c=c)
         if len(streams) < 2:

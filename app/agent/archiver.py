@@ -79,6 +79,19 @@ class _Output:
         self.jobs = []
         self.pos = 0       # bytes of the image produced so far (== the next member's offset)
         self.written = 0   # bytes of the image `out` has accepted
+        self.ref = None    # [source, offset, length]: a reference not yet passed to `out`
+
+    def reference(self, source, offset, length):
+        """The next `length` bytes of the image are those at `offset` of a base image's
+        stream (a files cache): `out` gets the reference instead of the bytes. References to
+        adjoining members are passed on as one."""
+        ref = self.ref
+        if ref is not None and not self.fill and ref[0] == source and ref[1] + ref[2] == offset:
+            ref[2] += length
+        else:
+            self.flush()
+            self.ref = [source, offset, length]
+        self.pos += length
 
     def put(self, data):
         n = len(data)
@@ -124,6 +137,13 @@ class _Output:
         self.jobs.extend(h.close(lambda digest, r=row: r.__setitem__(entry.CHECKSUM, digest)))
 
     def flush(self):
+        if self.ref is not None:
+            ref, self.ref = self.ref, None
+            try:
+                self.out.reference(*ref)
+            except OSError as e:
+                raise StorageFailure("writing the backup image failed: %s" % _why(e))
+            self.written += ref[2]
         if not self.fill:
             return
         self.worker.put(self.jobs)
@@ -216,7 +236,7 @@ class _Totals(threading.Thread):
 
 class _Backup:
     def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None,
-                 read_from=None, listing=None, unchanged_before_ns=None):
+                 read_from=None, listing=None, unchanged_before_ns=None, references=None):
         self.checksum = checksum
         # Selections read from elsewhere (a snapshot) but recorded under their own paths:
         # [(selection bytes, directory read instead)], longest first.
@@ -231,12 +251,19 @@ class _Backup:
         # An incremental: entries whose state matches the previous image's are listed, not
         # sent again (see app/agent/changes.py).
         try:
-            self.previous = PreviousState(previous) if previous else None
+            self.previous = PreviousState(previous, references) if previous else None
         except ValueError as e:
             raise InvalidRequest(str(e))
+        # A full with a files cache: an unchanged regular file becomes a reference to its
+        # member in the base image (the sink must take references); other entries are sent.
+        self.files_cache = self.previous is not None and self.previous.has_references
+        if self.files_cache and not hasattr(out, "reference"):
+            raise InvalidRequest("a files cache needs a deduplication pool as destination")
         self.prev_names = None
         self.unchanged = 0
         self.unchanged_bytes = 0
+        self.reused = 0
+        self.reused_bytes = 0
         # absolute path (bytes) -> why it is left out
         self.excludes = {os.fsencode(p.rstrip("/") or "/"): why
                          for p, why in (excludes or {}).items()}
@@ -371,9 +398,12 @@ class _Backup:
 
     def run(self, selections, image_meta):
         roots = self.selected_roots(selections)
-        if self.previous is None and self.listing is not None:
+        if self.files_cache:
+            self.log("files cache: the previous backup's %d entries are known; unchanged "
+                     "files are taken from its image, not read again" % self.previous.entries)
+        if (self.previous is None or self.files_cache) and self.listing is not None:
             self.totals = _Counted(self.listing.totals())
-        elif self.previous is None:
+        elif self.previous is None or self.files_cache:
             self.totals = _Totals([self.real(r) for r in roots], self.excludes)
             self.totals.start()
         else:
@@ -479,8 +509,12 @@ class _Backup:
                 self.warn(path, "cannot open directory: %s" % _why(e))
             return
         try:
-            self.prev_names = (self.previous.directory(path) if self.previous is not None
-                               else None)
+            if self.previous is None:
+                self.prev_names = None
+            elif self.files_cache:
+                self.prev_names = self.previous.directory_with_references(path)
+            else:
+                self.prev_names = self.previous.directory(path)
             listed = None
             if node is None and self.listing is not None:
                 listed = self.listing.children(path)
@@ -542,8 +576,13 @@ class _Backup:
         self.current = spath
         prev = self.prev_names
         if prev is not None and not stat.S_ISDIR(mode):
-            digest = prev.get(name)
-            if digest is not None and self.unchanged_entry(dfd, name, spath, st, digest):
+            known = prev.get(name)
+            if known is None:
+                pass
+            elif self.files_cache:
+                if known[1] is not None and self.cached_file(spath, st, *known):
+                    return True
+            elif self.unchanged_entry(dfd, name, spath, st, known):
                 return True
         member = path[1:]
         uid = st.st_uid
@@ -653,6 +692,30 @@ class _Backup:
         # offset -1: the member is in an earlier image; the master fills in where.
         self.add_row([spath, kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns, -1, 0, "",
                       link, st.st_ctime_ns, st.st_ino])
+        return True
+
+    def cached_file(self, spath, st, digest, ref):
+        """A full with a files cache: an unchanged single-link regular file is written as a
+        reference to its member in the base image. Returns False when it must be read."""
+        mode = st.st_mode
+        if not stat.S_ISREG(mode) or st.st_nlink != 1:
+            return False
+        perm = stat.S_IMODE(mode)
+        size = st.st_size
+        if state_digest(entry.KIND_FILE, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
+                        st.st_ctime_ns, st.st_ino, "") != digest:
+            return False
+        source, base_offset, length, checksum = ref
+        if not checksum:
+            return False
+        offset = self.out.pos
+        self.out.reference(source, base_offset, length)
+        self.files += 1
+        self.bytes += size
+        self.reused += 1
+        self.reused_bytes += size
+        self.add_row([spath, entry.KIND_FILE, perm, st.st_uid, st.st_gid, size,
+                      st.st_mtime_ns, offset, length, checksum, "", st.st_ctime_ns, st.st_ino])
         return True
 
     def listed_unchanged(self, path, st):
@@ -871,6 +934,7 @@ class _Backup:
         return {"files": self.files, "dirs": self.dirs, "bytes": self.bytes,
                 "warnings": self.warnings, "image_bytes": out.pos,
                 "unchanged": self.unchanged, "unchanged_bytes": self.unchanged_bytes,
+                "reused": self.reused, "reused_bytes": self.reused_bytes,
                 "index_offset": index_offset, "index_length": out.pos - 1024 - index_offset}
 
     def close(self):
@@ -884,7 +948,7 @@ class _Backup:
 
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
               checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None,
-              read_from=None, listing=None, unchanged_before_ns=None):
+              read_from=None, listing=None, unchanged_before_ns=None, references=None):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -900,6 +964,9 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
 
     previous: the state of the image an incremental compares with (app/agent/changes.py);
     unchanged entries get rows with offset -1 and no member.
+    references: with previous, a files cache for a full (app/agent/changes.py): an unchanged
+    regular file is passed to out.reference(source, offset, length) instead of being read,
+    and gets a row of this image as usual.
 
     read_from: {selection: directory}: read that selection from the directory (a snapshot)
     while recording its own paths.
@@ -908,7 +975,7 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     it shows with a change time before that is unchanged without being looked at.
 
     Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "unchanged",
-    "unchanged_bytes", "index_offset", "index_length"}; the last two locate the
+    "unchanged_bytes", "reused", "reused_bytes", "index_offset", "index_length"}; the last two locate the
     `.cairn/index.jsonl` member in the image.
     """
     try:
@@ -916,7 +983,7 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     except ValueError as e:
         raise InvalidRequest(str(e))
     b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
-                unchanged_before_ns)
+                unchanged_before_ns, references)
     try:
         return b.run(selections, image_meta)
     finally:

@@ -15,6 +15,12 @@ directory:
 The agent keeps the records as they are and splits one only when the walk enters that
 directory, so a tree of millions of entries costs no Python work per entry up front.
 
+A full backup into a deduplication pool uses the same state as a files cache, with a second
+text of the same shape (references): per entry where its member lies in the base image's
+stream, u16 source (0: the base image, k: the base's k-th source image), u64 offset, u64
+length (0: nothing to refer to), and in the heap the entries' file checksums joined by NUL.
+An unchanged regular file is then sent as a reference to that member, not read again.
+
 Standard library only: this runs on client hosts.
 """
 
@@ -26,6 +32,7 @@ import zlib
 
 _HEAD = struct.Struct("<III")
 DIGEST_SIZE = 8
+_REF = struct.Struct("<HQQ")
 
 
 def state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns, ino, link):
@@ -38,45 +45,107 @@ def state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns, ino, link):
         digest_size=DIGEST_SIZE).digest()
 
 
+class StateEncoder:
+    """Builds a state text directory by directory: add(path, [(name bytes, digest), ...])."""
+
+    def __init__(self):
+        self._comp = zlib.compressobj(1)
+        self._parts = []
+
+    def _record(self, path, n, heap, fixed):
+        self._parts.append(self._comp.compress(_HEAD.pack(len(path), n, len(heap)) + path
+                                               + heap + fixed))
+
+    def add(self, path, entries):
+        if entries:
+            self._record(path, len(entries), b"\0".join(n for n, _ in entries),
+                         b"".join(d for _, d in entries))
+
+    def text(self):
+        self._parts.append(self._comp.flush())
+        return base64.b64encode(b"".join(self._parts)).decode("ascii")
+
+
+class ReferenceEncoder(StateEncoder):
+    """Builds a files cache's references: add(path, [(source, offset, length, checksum str),
+    ...]) with the entries in the order the state got them."""
+
+    def add(self, path, refs):
+        if refs:
+            self._record(path, len(refs), b"\0".join(c.encode("ascii") for _, _, _, c in refs),
+                         b"".join(_REF.pack(s, o, n) for s, o, n, _ in refs))
+
+
 def encode_state(directories):
     """directories: iterable of (directory path bytes, [(name bytes, digest), ...]).
     Returns the base64 text of the compressed state."""
-    comp = zlib.compressobj(1)
-    parts = []
+    enc = StateEncoder()
     for path, entries in directories:
-        if not entries:
-            continue
-        heap = b"\0".join(n for n, _ in entries)
-        parts.append(comp.compress(_HEAD.pack(len(path), len(entries), len(heap)) + path + heap
-                                   + b"".join(d for _, d in entries)))
-    parts.append(comp.flush())
-    return base64.b64encode(b"".join(parts)).decode("ascii")
+        enc.add(path, entries)
+    return enc.text()
+
+
+def _records(text, item_size, what):
+    """{directory path: (heap position, entries, heap length)} and the raw bytes."""
+    try:
+        raw = zlib.decompress(base64.b64decode(text))
+    except (ValueError, zlib.error) as e:
+        raise ValueError("the previous backup's %s is damaged: %s" % (what, e))
+    dirs = {}
+    pos, end = 0, len(raw)
+    mv = memoryview(raw)
+    while pos < end:
+        if pos + _HEAD.size > end:
+            raise ValueError("the previous backup's %s is truncated" % what)
+        plen, n, hlen = _HEAD.unpack_from(raw, pos)
+        pos += _HEAD.size
+        stop = pos + plen + hlen + item_size * n
+        if stop > end:
+            raise ValueError("the previous backup's %s is truncated" % what)
+        dirs[bytes(mv[pos:pos + plen])] = (pos + plen, n, hlen)
+        pos = stop
+    return dirs, raw
 
 
 class PreviousState:
-    """The decoded state: for each directory the digests of its entries by name."""
+    """The decoded state: for each directory the digests of its entries by name, and with
+    references (a files cache) where each entry's member lies in the base image."""
 
-    def __init__(self, text):
-        try:
-            raw = zlib.decompress(base64.b64decode(text))
-        except (ValueError, zlib.error) as e:
-            raise ValueError("the previous backup's state is damaged: %s" % e)
-        self._dirs = {}
-        self.entries = 0
-        pos, end = 0, len(raw)
-        mv = memoryview(raw)
-        while pos < end:
-            if pos + _HEAD.size > end:
-                raise ValueError("the previous backup's state is truncated")
-            plen, n, hlen = _HEAD.unpack_from(raw, pos)
-            pos += _HEAD.size
-            stop = pos + plen + hlen + DIGEST_SIZE * n
-            if stop > end:
-                raise ValueError("the previous backup's state is truncated")
-            self._dirs[bytes(mv[pos:pos + plen])] = (pos + plen, n, hlen)
-            self.entries += n
-            pos = stop
-        self._raw = raw
+    def __init__(self, text, references=None):
+        self._dirs, self._raw = _records(text, DIGEST_SIZE, "state")
+        self.entries = sum(n for _, n, _ in self._dirs.values())
+        self._refs = None
+        if references:
+            self._refs, self._refs_raw = _records(references, _REF.size, "files cache")
+
+    @property
+    def has_references(self):
+        return self._refs is not None
+
+    def references(self, path):
+        """[(source, offset, length, checksum str)] of one directory's entries in state
+        order, or None."""
+        where = self._refs.get(path) if self._refs is not None else None
+        if where is None:
+            return None
+        pos, n, hlen = where
+        raw = self._refs_raw
+        sums = raw[pos:pos + hlen].split(b"\0")
+        if len(sums) != n:
+            raise ValueError("the previous backup's files cache is damaged")
+        return [(s, o, ln, c.decode("ascii"))
+                for (s, o, ln), c in zip(_REF.iter_unpack(raw[pos + hlen:pos + hlen
+                                                              + _REF.size * n]), sums)]
+
+    def directory_with_references(self, path):
+        """{name bytes: (digest, reference or None)} of one directory, or None."""
+        names = self.directory(path)
+        if names is None:
+            return None
+        refs = self.references(path)
+        if refs is None or len(refs) != len(names):
+            return {k: (d, None) for k, d in names.items()}
+        return {k: (d, r if r[2] else None) for (k, d), r in zip(names.items(), refs)}
 
     def directory(self, path):
         """{name bytes: digest} of one directory (path bytes), or None if it had no entries."""

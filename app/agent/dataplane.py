@@ -192,6 +192,17 @@ class Channel:
         except OSError as e:
             raise DataPlaneFailure(f"sending on the data connection failed: {e}") from None
 
+    def send_tagged(self, tag, data):
+        """One whole frame of a tag byte then data, without joining them first."""
+        try:
+            if self._out:
+                self._send_frame(self._out)
+                self._out = bytearray()
+            self.sock.sendall(_LEN.pack(len(data) + 1) + tag)
+            self.sock.sendall(data)
+        except OSError as e:
+            raise DataPlaneFailure(f"sending on the data connection failed: {e}") from None
+
     def recv_message(self):
         """The next whole frame as bytes; None at the clean end of the stream."""
         if self._ended:

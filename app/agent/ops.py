@@ -220,10 +220,12 @@ def _remove(path):
 
 @handler
 def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
-           previous=None, snapshot="none", file_list="walk", since=None):
+           previous=None, snapshot="none", file_list="walk", since=None, references=None):
     """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
     is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
     storage server's agent. snapshot, file_list and since: see app/agent/scale_backup.py.
+    references: a files cache for a full into a deduplication pool (app/agent/changes.py),
+    with previous; its base images are dest["dedup"]["bases"] when the pool is on this host.
     The summary adds the snapshots read from and how the file list was made."""
     from app.agent.archiver import backup_to
     from app.agent.scale_backup import Preparation
@@ -237,12 +239,17 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
         kw = dict(emit=req.emit, is_cancelled=req.is_cancelled, image_meta=image_meta,
                   checksum=checksum, excludes=dict(excludes or {}, **prep.excludes),
                   previous=previous, read_from=prep.read_from, listing=prep.listing,
-                  unchanged_before_ns=prep.unchanged_before_ns)
+                  unchanged_before_ns=prep.unchanged_before_ns, references=references)
         dedup = dest.get("dedup")
         if dest["mode"] == "file" and dedup:
             from app.dedup.ingest import Ingest
             ingest = Ingest(dedup["root"], dest["path"], params=dedup.get("params"),
-                            key=dedup.get("key"), image_id=image_meta.get("image_id"))
+                            key=dedup.get("key"), image_id=image_meta.get("image_id"),
+                            bases=dedup.get("bases") if references else None)
+            if references and ingest.bases_problem:
+                req.emit("log", {"level": "warning", "message": "files cache not used, every "
+                                 "file is read: " + ingest.bases_problem})
+                kw.update(previous=None, references=None)
             try:
                 summary = backup_to(ingest, selections, **kw)
                 summary["dedup"] = ingest.finish({})
@@ -263,14 +270,18 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
         else:
             chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
             out = chan
-            if dedup and dedup.get("mode") == "client":
-                from app.dedup.wire import ClientSink
-                out = ClientSink(chan, dedup.get("params"))
+            if dedup:
+                from app.dedup.wire import client_sink
+                out, note = client_sink(chan, dedup.get("mode"), dedup.get("params"))
+                if note:
+                    req.emit("log", {"level": "warning", "message": note})
             try:
                 summary = backup_to(out, selections, **kw)
                 out.finish()
-                if out is not chan:
+                if hasattr(out, "report"):
                     summary["client_dedup"] = out.report()
+                if dedup:
+                    summary["dedup_mode"] = "client" if hasattr(out, "report") else "server"
             finally:
                 chan.close()
     finally:
@@ -300,23 +311,21 @@ def _pump(chan, write, is_cancelled):
 
 
 def _receive_dedup(req, path, cert, key, token, dedup):
-    """receive_image into a deduplication pool: a plain stream (server-side deduplication) or
-    queries and new chunks only (client-side)."""
+    """receive_image into a deduplication pool: the stream (server-side deduplication) or
+    queries and new chunks only (client-side), and a files cache's references. The listening
+    event says whether the files cache's base images can be used (bases_problem)."""
     from app.dedup import wire
     from app.dedup.ingest import Ingest
     listener = dataplane.Listener(cert, key, token)
     ingest = None
     try:
         ingest = Ingest(dedup["root"], path, params=dedup.get("params"), key=dedup.get("key"),
-                        image_id=dedup.get("image_id"))
-        req.emit("listening", {"port": listener.port})
+                        image_id=dedup.get("image_id"), bases=dedup.get("bases"))
+        req.emit("listening", {"port": listener.port, "bases_problem": ingest.bases_problem})
         chan = listener.accept(req.is_cancelled)
         listener.close()
         try:
-            if dedup.get("mode") == "client":
-                wire.serve(chan, ingest, req.is_cancelled)
-            else:
-                _pump(chan, ingest.write, req.is_cancelled)
+            wire.serve(chan, ingest, req.is_cancelled)
             stats = ingest.finish({})
             chan.ack(True)
         except BaseException:

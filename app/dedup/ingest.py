@@ -10,6 +10,12 @@ Two ways in, one result (a recipe plus whatever chunks the pool lacked):
 Both cut the same stream the same way (app/dedup/segmenter.py), so images made either way
 share their chunks.
 
+A full with a files cache also passes references (reference()): "the next bytes are these
+bytes of a base image", for members of unchanged files. Their recipe entries are copied from
+the base image's recipe (parts of chunks where a member shares a chunk with others), so the
+new recipe is a whole image of its own that needs no other image once written. The cutting
+starts afresh after each reference: a reference always ends at a member border.
+
 A backup holds a session on the pool from before its first lookup until its recipe is
 durable, so space reclaim cannot remove a chunk it found already stored. Between finish() and
 the commit (a rename done by commit_recipe) the complete partial recipe keeps its chunks
@@ -50,10 +56,11 @@ def open_store(root, key=None, keyless=False):
 
 
 class Stats:
-    __slots__ = ("bytes", "chunks", "new_chunks", "new_bytes", "stored_bytes")
+    __slots__ = ("bytes", "chunks", "new_chunks", "new_bytes", "stored_bytes", "reused_bytes")
 
     def __init__(self):
         self.bytes = self.chunks = self.new_chunks = self.new_bytes = self.stored_bytes = 0
+        self.reused_bytes = 0
 
     def as_dict(self):
         d = {k: getattr(self, k) for k in self.__slots__}
@@ -70,8 +77,12 @@ def ratio(total, new):
 
 
 class Ingest:
+    """bases: recipe paths of the images a files cache refers to (source 0, 1, ...). They are
+    loaded under the session, so that their chunks stay whatever happens to the images
+    meanwhile; `bases_problem` says why they cannot be used (None when they can)."""
+
     def __init__(self, root, recipe_path, *, params=None, key=None, image_id=None,
-                 session_timeout=SESSION_TIMEOUT):
+                 session_timeout=SESSION_TIMEOUT, bases=None):
         self.store = open_store(root, key)
         self.params = Params(**(params or {}))
         self.image_id = image_id
@@ -80,31 +91,98 @@ class Ingest:
         self._writer = None
         self._recipe = None
         self._done = False
+        self._bases = []
+        self.bases_problem = None
         try:
             self._writer = self.store.writer()
             self._recipe = RecipeWriter(recipe_path)
+            if bases:
+                self._load_bases(bases)
         except BaseException:
             self._close_parts(abort=True)
             raise
         self._segmenter = None
+        self._started = False
         self._queue = None
         self._worker = None
         self._error = None
         self._wanted = {}  # client-side: fingerprint -> length, asked for and not yet put
         self._seen = set()  # fingerprints this image stores or asked for
 
+    def _load_bases(self, paths):
+        from app.dedup.recipe import RecipeDamaged, read_recipe
+        try:
+            # "": an image the catalog no longer has; nothing refers to it
+            bases = [read_recipe(p) if p else None for p in paths]
+        except RecipeDamaged as e:
+            self.bases_problem = e.message
+            return
+        has = self.store.has
+        for r in filter(None, bases):
+            missing = sum(1 for fp in r.fingerprints() if not has(fp))
+            if missing:
+                self.bases_problem = (f"{missing} chunk(s) of the image {r.path} are not in the "
+                                      "pool")
+                return
+        self._bases = bases
+
     # ---- server-side: a plain stream --------------------------------------------------------
     def write(self, data):
         """The next bytes of the image stream (the caller may reuse its buffer afterwards)."""
+        if not self._started:
+            self._start_worker()
         if self._segmenter is None:
             self._segmenter = Segmenter(self.params)
-            self._queue = queue.Queue(QUEUE_DEPTH)
-            self._worker = threading.Thread(target=self._work, name="dedup-ingest",
-                                            daemon=True)
-            self._worker.start()
         pieces = self._segmenter.feed(data)
         if pieces:
             self._hand_over(pieces)
+
+    def _start_worker(self):
+        self._started = True
+        self._queue = queue.Queue(QUEUE_DEPTH)
+        self._worker = threading.Thread(target=self._work, name="dedup-ingest", daemon=True)
+        self._worker.start()
+
+    # ---- both: a files cache's reference -------------------------------------------------
+    def reference(self, source, offset, length):
+        """The next `length` bytes of the image are those at `offset` of base image `source`.
+        In server-side mode they are queued behind the stream's pieces, in client-side mode
+        the client has ended its cutting before them."""
+        if not 0 <= source < len(self._bases) or self._bases[source] is None:
+            raise IngestError(f"the client referred to base image {source}, which this backup "
+                              "does not have")
+        base = self._bases[source]
+        if length <= 0 or offset < 0 or offset + length > base.size:
+            raise IngestError(f"the client referred to bytes {offset}..{offset + length} of "
+                              f"{base.path}, which has {base.size}")
+        entries = []
+        i = base.index_at(offset)
+        end = offset + length
+        pos = offset
+        while pos < end:
+            e = base.entry(i)
+            skip = pos - e.stream_offset
+            n = min(e.length - skip, end - pos)
+            entries.append((e.fp, e.start + skip, n))
+            pos += n
+            i += 1
+        if self._started:
+            if self._segmenter is not None:
+                tail = self._segmenter.finish()
+                self._segmenter = None
+                if tail:
+                    self._hand_over(tail)
+            self._hand_over(_Copied(entries))
+        else:
+            self._add_copied(entries)
+
+    def _add_copied(self, entries):
+        add = self._recipe.add
+        for fp, start, n in entries:
+            add(fp, n, start)
+            self.stats.bytes += n
+            self.stats.reused_bytes += n
+        self.stats.chunks += len(entries)
 
     def _hand_over(self, pieces):
         while True:
@@ -128,6 +206,9 @@ class Ingest:
                 if pieces is None:
                     return
                 if self._error is not None:
+                    continue
+                if type(pieces) is _Copied:
+                    self._add_copied(pieces.entries)
                     continue
                 datas = [p.data for p in pieces]
                 fps = list(pool.map(_digest, datas)) if len(datas) > 1 else \
@@ -157,11 +238,12 @@ class Ingest:
             pool.shutdown(wait=False)
 
     def _drain(self):
-        if self._segmenter is None:
+        if not self._started:
             return
-        tail = self._segmenter.finish()
-        if tail:
-            self._hand_over(tail)
+        if self._segmenter is not None:
+            tail = self._segmenter.finish()
+            if tail:
+                self._hand_over(tail)
         self._queue.put(None)
         self._worker.join()
         self._segmenter = None
@@ -244,6 +326,14 @@ class Ingest:
                     self._writer.abort()
         finally:
             self._session.close()
+
+
+class _Copied:
+    """Recipe entries copied from a base image, queued in stream order with the pieces."""
+    __slots__ = ("entries",)
+
+    def __init__(self, entries):
+        self.entries = entries
 
 
 def commit_recipe(root, partial, final, key=None):

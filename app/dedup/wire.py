@@ -1,12 +1,19 @@
-"""Client-side deduplication over the data plane: the client cuts its image stream into chunks
-and fingerprints them (as the storage side would), asks the storage side which chunks the pool
-lacks, and sends only those.
+"""An image going into a deduplication pool over the data plane.
+
+Client-side deduplication: the client cuts its image stream into chunks and fingerprints them
+(as the storage side would), asks the storage side which chunks the pool lacks, and sends only
+those. Server-side deduplication: the client sends the stream itself.
 
 Messages, one data-plane frame each (app/agent/dataplane.py):
+    client -> storage  b"S" + the next bytes of the stream                   (server-side)
     client -> storage  b"Q" + n x (fingerprint 32 bytes, length u32)   which of these are new?
     storage -> client  b"A" + n flag bytes (1: send it)
     client -> storage  b"D" + the asked-for chunks' data, in query order
+    client -> storage  b"R" + source u16, offset u64, length u64           (both, files cache)
 and the stream's usual end (a zero frame, answered by the storage side's confirmation).
+
+R: the next bytes of the stream are bytes of a base image the storage side has (a full with a
+files cache, app/dedup/ingest.py); the client has cut and queried everything before them.
 
 Queries go in batches of a few MiB of stream: one round trip per batch, and while the storage
 side stores a batch the client already cuts and hashes the next."""
@@ -19,6 +26,7 @@ from app.dedup.segmenter import Segmenter
 from app.errors import CairnError
 
 ENTRY = struct.Struct(">32sI")
+REF = struct.Struct(">HQQ")
 BATCH_BYTES = 16 << 20
 BATCH_CHUNKS = 1024
 
@@ -81,6 +89,15 @@ class ClientSink:
             self.sent_chunks += len(wanted)
             self.sent_bytes += sum(len(d) for d in wanted)
 
+    def reference(self, source, offset, length):
+        tail = self._seg.finish()
+        if tail:
+            self._take(tail)
+        self._flush()
+        self.chan.send_message(b"R" + REF.pack(source, offset, length))
+        self.bytes += length
+        self._seg = Segmenter(self._seg.params)
+
     def finish(self):
         tail = self._seg.finish()
         if tail:
@@ -96,9 +113,52 @@ class ClientSink:
                 "sent_chunks": self.sent_chunks, "sent_bytes": self.sent_bytes}
 
 
+def client_sink(chan, mode, params=None, accelerated=None):
+    """The sink a client's agent writes its image to, and a note when it cannot do what was
+    asked. Client-side deduplication cuts the stream on the client; without the chunking
+    accelerator the client's Python would cut at a few MB/s, so the stream goes whole and the
+    storage side deduplicates it (its serve() takes either)."""
+    if mode != "client":
+        return ServerSink(chan), None
+    if accelerated is None:
+        from app.dedup.chunker import ACCELERATOR
+        accelerated = ACCELERATOR is not None
+    if not accelerated:
+        return ServerSink(chan), ("client-side deduplication needs the pyfastcdc package on "
+                                  "this host, which it lacks: the stream is sent whole and "
+                                  "deduplicated on the storage server instead")
+    return ClientSink(chan, params), None
+
+
+class ServerSink:
+    """What the archiver writes to for server-side deduplication: the plain stream in S
+    messages, so that a files cache's references can go between them."""
+
+    def __init__(self, chan):
+        self.chan = chan
+
+    def write(self, data):
+        self.chan.send_tagged(b"S", data)
+
+    def reference(self, source, offset, length):
+        self.chan.send_message(b"R" + REF.pack(source, offset, length))
+
+    def finish(self):
+        self.chan.finish()
+
+    def close(self):
+        self.chan.close()
+
+
+def _reference(ingest, msg):
+    if len(msg) != 1 + REF.size:
+        raise ProtocolError("a malformed reference arrived on the data connection")
+    ingest.reference(*REF.unpack_from(msg, 1))
+
+
 def serve(chan, ingest, is_cancelled):
-    """The storage side of client-side deduplication: answers queries and stores what comes,
-    until the client ends the stream."""
+    """The storage side: takes the stream (server-side) or answers queries and stores what
+    comes (client-side), until the client ends the stream."""
     pending = None  # lengths of the chunks the last answer asked for
     while True:
         if is_cancelled():
@@ -111,7 +171,14 @@ def serve(chan, ingest, is_cancelled):
                                     "it was asked for")
             return
         kind = msg[:1]
-        if kind == b"Q":
+        if kind == b"S":
+            ingest.write(memoryview(msg)[1:])
+        elif kind == b"R":
+            if pending:
+                raise ProtocolError("the client referred to a base image before sending the "
+                                    "chunks it was asked for")
+            _reference(ingest, msg)
+        elif kind == b"Q":
             if pending:
                 raise ProtocolError("the client asked again before sending the chunks it was "
                                     "asked for")

@@ -155,6 +155,22 @@ def run(master, job):
             since = incremental.scan_started(base)
             ctx.log(f"{level} incremental: compared with image {base['id']} "
                     f"({base['schedule_type']}, {base['created']}, {base_entries} files)")
+    cache = references = None
+    if level == "full" and dedup is not None:
+        if p.get("no_files_cache"):
+            cache, why = None, "the backup was asked to read every file"
+        else:
+            cache, why = incremental.files_cache(master, client=client_host["name"],
+                                                 policy=job["policy"], pool=pool["name"],
+                                                 stream=stream, checksum=checksum)
+        if cache is None:
+            ctx.log(f"files cache: none, every file is read ({why})")
+        else:
+            previous, references = cache["state"], cache["references"]
+            dedup["bases"] = cache["paths"]
+            ctx.log(f"files cache: image {cache['base']['id']} ({cache['base']['created']}, "
+                    f"{cache['entries']} files); unchanged files are taken from the pool, not "
+                    "read again")
     created = time.time()
     meta = {"format": "cairn-image", "format_version": 1, "image_id": image_id,
             "client": client_host["name"], "policy": job["policy"],
@@ -194,9 +210,15 @@ def run(master, job):
                         "deduplicates into the pool directly")
             dest = {"mode": "file", "path": partial, "dedup": dedup}
         else:
+            listening = {}
             recv, port, cert, token = start_listening_side(
-                ctx, storage, "receive_image", {"path": partial, "dedup": dedup}, job["id"])
+                ctx, storage, "receive_image", {"path": partial, "dedup": dedup}, job["id"],
+                listening=listening)
             calls.append(recv)
+            if references and listening.get("bases_problem"):
+                ctx.log("files cache not used, every file is read: "
+                        + listening["bases_problem"], "warning")
+                previous = references = None
             addr = master.hosts.data_address(storage_host, client_host)
             ctx.log(f"data plane: {client_host['name']} -> {storage_host['name']} "
                     f"({addr}:{port}, TLS, per-job key)")
@@ -221,7 +243,7 @@ def run(master, job):
                                        "excludes": excludes, "previous": previous,
                                        "snapshot": policy.get("snapshot") or "none",
                                        "file_list": policy.get("file_list") or "auto",
-                                       "since": since},
+                                       "since": since, "references": references},
                             on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)
@@ -236,7 +258,8 @@ def run(master, job):
             dedup_stats = summary.get("dedup") or outcome[1].get("dedup")
             if summary.get("client_dedup"):
                 dedup_stats["sent_bytes"] = summary["client_dedup"]["sent_bytes"]
-            dedup_stats["mode"] = dedup["mode"] if len(outcome) > 1 else "local"
+            dedup_stats["mode"] = (summary.get("dedup_mode") or dedup["mode"]
+                                   if len(outcome) > 1 else "local")
         info = index.close()
         index = None
         committed = storage.call("commit_image", {"partial": partial, "final": final,
@@ -289,6 +312,10 @@ def run(master, job):
                 f"({completer.new} new), {completer.unchanged} unchanged "
                 f"({summary.get('unchanged_bytes', 0)} bytes not sent again), "
                 f"{completer.deleted} deleted since image {base['id']}")
+    if summary.get("reused"):
+        ctx.log(f"files cache: {summary['reused']} unchanged files "
+                f"({_mib(summary.get('reused_bytes', 0))}) taken from image "
+                f"{cache['base']['id']} without reading them")
     if dedup_stats is not None:
         ctx.log(dedup_summary(dedup_stats))
     ctx.bytes, ctx.files = summary["bytes"], summary["files"]

@@ -103,14 +103,17 @@ class JobContext:
             raise Canceled()
 
 
-def start_listening_side(ctx, conn, op, args, job_id):
+def start_listening_side(ctx, conn, op, args, job_id, listening=None):
     """Starts the data plane's listening side (the storage server's agent) for a job and
-    waits until it has a port. Returns (call, port, cert, token) for the connecting side."""
+    waits until it has a port. Returns (call, port, cert, token) for the connecting side;
+    the listening event's other news go into the dict `listening` when given."""
     cert, key, token = job_identity(job_id)
     port_box = {}
 
     def on_event(event, data):
         if event == "listening":
+            if listening is not None:
+                listening.update(data)
             port_box["port"] = data["port"]
         else:
             ctx.on_event(event, data)

@@ -5,12 +5,17 @@ of entries the agent found unchanged.
 Every image lists the whole tree as of its backup. An entry an incremental did not send again
 keeps the location of its member in the image that holds the data (a "source"), so browsing
 or restoring any image shows exactly its point in time, and an entry deleted since the
-previous backup is simply not listed."""
+previous backup is simply not listed.
+
+A full backup into a deduplication pool uses the newest image as a files cache: the agent
+gets its state and where each file's member lies (references), and an unchanged file is taken
+from that image's chunks instead of being read. The new image is a complete full all the same
+(its recipe lists the chunks itself), so it does not depend on the image it used."""
 
 import json
 
 from app.agent import entry as E
-from app.agent.changes import encode_state, state_digest
+from app.agent.changes import ReferenceEncoder, StateEncoder, state_digest
 from app.catalog_index import IndexCorrupt, IndexReader
 
 LEVELS = ("full", "differential", "cumulative")
@@ -58,21 +63,69 @@ def open_base_index(master, base):
 
 def previous_state(index):
     """(state text for the agent, entries that are not directories) of an image's index."""
-    count = [0]
+    state, _, count = _state(index, None)
+    return state, count
 
-    def dirs():
-        for key, entries in index.directories():
-            out = []
-            for e in entries:
-                if e.kind == E.KIND_DIR:
-                    continue
-                out.append((e.name.encode("utf-8", "surrogateescape"),
-                            state_digest(e.kind, e.mode, e.uid, e.gid, e.size, e.mtime_ns,
-                                         e.ctime_ns, e.ino, e.link)))
-            count[0] += len(out)
-            yield key, out
-    text = encode_state(dirs())
-    return text, count[0]
+
+def _state(index, usable_sources):
+    """(state, references or None, entries). usable_sources: for a files cache, the set of
+    source numbers (0: the image itself) whose images the storage side can read."""
+    state = StateEncoder()
+    refs = ReferenceEncoder() if usable_sources is not None else None
+    count = 0
+    none = (0, 0, 0, "")
+    for key, entries in index.directories():
+        out = []
+        rs = []
+        for e in entries:
+            if e.kind == E.KIND_DIR:
+                continue
+            out.append((e.name.encode("utf-8", "surrogateescape"),
+                        state_digest(e.kind, e.mode, e.uid, e.gid, e.size, e.mtime_ns,
+                                     e.ctime_ns, e.ino, e.link)))
+            if refs is not None:
+                rs.append((e.src, e.offset, e.length, e.checksum)
+                          if e.kind == E.KIND_FILE and e.src in usable_sources
+                          and e.offset >= 0 and e.length > 0 and e.checksum else none)
+        count += len(out)
+        state.add(key, out)
+        if refs is not None:
+            refs.add(key, rs)
+    return state.text(), (refs.text() if refs is not None else None), count
+
+
+def files_cache(master, *, client, policy, pool, stream, checksum):
+    """For a full backup into a deduplication pool: {"base", "state", "references", "paths",
+    "entries"} of the newest image to take unchanged files from, or (None, why not)."""
+    base, why = choose_base(master.db, client=client, policy=policy, pool=pool,
+                            level="differential", stream=stream)
+    if base is None:
+        return None, why
+    if base["checksum"] != checksum:
+        return None, (f"image {base['id']} has {base['checksum']} file checksums, this backup "
+                      f"makes {checksum}")
+    sources = base.get("sources") or []
+    sources = json.loads(sources) if isinstance(sources, str) else sources
+    paths = [base["path"]]
+    usable = {0}
+    for k, image_id in enumerate(sources, 1):
+        row = master.db.one("SELECT path FROM images WHERE id=?", (image_id,))
+        paths.append(row["path"] if row else None)
+        if row:
+            usable.add(k)
+    try:
+        index = open_base_index(master, base)
+    except ValueError as e:
+        return None, f"the index of image {base['id']} cannot be read ({e})"
+    try:
+        state, refs, count = _state(index, usable)
+    except (IndexCorrupt, ValueError) as e:
+        return None, f"the index of image {base['id']} cannot be read ({e})"
+    finally:
+        index.close()
+    # A missing source image cannot be read: its files are read again instead.
+    return {"base": base, "state": state, "references": refs, "entries": count,
+            "paths": [p or "" for p in paths]}, None
 
 
 class Completer:

@@ -96,6 +96,12 @@ def test_dedup_backup_over_ssh_restores_byte_for_byte_and_repeats_at_99_percent(
     configure(m, pool, dedup=mode)
     m.config.add_policy_client("dp", "client1")
     m.config.add_policy_selection("dp", src)
+    if mode == "client":
+        # The agent runs the host's python3; the chunking accelerator comes the way an admin
+        # would add it there: this test environment's packages on the agent's PYTHONPATH.
+        import sysconfig
+        m.update_object("host", "client1",
+                        agent_env=f"PYTHONPATH={sysconfig.get_paths()['purelib']}")
 
     first = backup(m)
     log = "\n".join(x["message"] for x in m.jobs.logs(first["id"]))
@@ -122,6 +128,53 @@ def test_dedup_backup_over_ssh_restores_byte_for_byte_and_repeats_at_99_percent(
     dst = str(tmp_path / "dst")
     restore(m, img2["id"], src, dst, to_host="client1")
     assert_trees_equal(src, dst + src)
+
+    # the second full took the unchanged files from the first image without reading them
+    log2 = "\n".join(x["message"] for x in m.jobs.logs(second["id"]))
+    assert "files cache: 13 unchanged files (" in log2, log2
+    assert f"taken from image {img1['id']} without reading them" in log2, log2
+    assert img2["base_image"] is None and not img2.get("image_deps")
+
+    # changes the files cache must see: content rewritten in place at the same size and
+    # mtime (the change time differs), a file touched only, one grown, one gone, one new
+    victim = os.path.join(src, "d0", "f0.bin")
+    st0 = os.stat(victim)
+    with open(victim, "r+b") as f:
+        f.seek(1000)
+        f.write(b"CHANGED IN PLACE")
+    os.utime(victim, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    os.utime(os.path.join(src, "d1", "f1.bin"))
+    with open(os.path.join(src, "small.txt"), "a") as f:
+        f.write("one more line\n")
+    os.remove(os.path.join(src, "d2", "f2.bin"))
+    with open(os.path.join(src, "d2", "new.bin"), "wb") as f:
+        f.write(os.urandom(70_000))
+    third = backup(m)
+    log3 = "\n".join(x["message"] for x in m.jobs.logs(third["id"]))
+    assert "9 unchanged files" in log3, log3
+    dst3 = str(tmp_path / "dst3")
+    restore(m, third["image_id"], src, dst3, to_host="client1")
+    assert_trees_equal(src, dst3 + src)
+
+    # without the files cache every file is read, and chunking alone finds them in the pool
+    [jid] = m.start_backup("dp", files_cache=False)
+    [fourth] = m.wait_for([jid])
+    assert fourth["status"] == status.OK
+    log4 = "\n".join(x["message"] for x in m.jobs.logs(jid))
+    assert "asked to read every file" in log4 and "without reading" not in log4, log4
+    assert fourth["dedup_ratio"] >= 99.0, fourth
+
+    if mode == "client":
+        # without the accelerator the client sends its stream whole, and says so
+        m.update_object("host", "client1", agent_env="")
+        fifth = backup(m)
+        log5 = "\n".join(x["message"] for x in m.jobs.logs(fifth["id"]))
+        assert "needs the pyfastcdc package on this host, which it lacks" in log5, log5
+        img5 = m.image(fifth["image_id"])
+        assert img5["dedup"]["mode"] == "server" and fifth["dedup_ratio"] >= 99.0
+        dst5 = str(tmp_path / "dst5")
+        restore(m, img5["id"], src, dst5, to_host="client1")
+        assert_trees_equal(src, dst5 + src)
 
 
 @pytest.mark.ssh

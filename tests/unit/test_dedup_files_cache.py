@@ -1,0 +1,198 @@
+"""A full into a deduplication pool with a files cache: the state and references the agent
+gets, and the storage side copying a base image's recipe entries for a reference, in
+server-side (stream) and client-side (query/put) mode."""
+
+import hashlib
+import random
+
+import pytest
+
+from app.agent.changes import PreviousState, ReferenceEncoder, StateEncoder
+from app.dedup.ingest import Ingest, IngestError, commit_recipe, open_store
+from app.dedup.recipe import RecipeStream, read_recipe
+
+PARAMS = {"min_size": 4096, "avg_size": 16384, "max_size": 65536}
+
+
+def data(seed, n):
+    return random.Random(seed).randbytes(n)
+
+
+def test_state_and_references_round_trip():
+    state, refs = StateEncoder(), ReferenceEncoder()
+    state.add(b"/a", [(b"x", b"1" * 8), (b"y", b"2" * 8), (b"z", b"3" * 8)])
+    refs.add(b"/a", [(0, 512, 2048, "crc32:00ff"), (0, 0, 0, ""), (2, 1 << 40, 99, "s")])
+    state.add(b"/b", [(b"\xff\xfe", b"4" * 8)])
+    refs.add(b"/b", [(1, 7, 8, "sha256:" + "ab" * 32)])
+    state_text, refs_text = state.text(), refs.text()
+    prev = PreviousState(state_text, refs_text)
+    assert prev.has_references and prev.entries == 4
+    assert prev.directory_with_references(b"/a") == {
+        b"x": (b"1" * 8, (0, 512, 2048, "crc32:00ff")),
+        b"y": (b"2" * 8, None),  # length 0: nothing to refer to, the file is read
+        b"z": (b"3" * 8, (2, 1 << 40, 99, "s"))}
+    assert prev.directory_with_references(b"/b")[b"\xff\xfe"][1][0] == 1
+    assert prev.directory_with_references(b"/c") is None
+    # an incremental's state alone has no references
+    assert not PreviousState(state_text).has_references
+    with pytest.raises(ValueError, match="files cache is damaged"):
+        PreviousState(state_text, "bm90IHpsaWI=")
+
+
+def ingest_image(root, name, feed, bases=None, mode="server"):
+    """Runs feed(ingest) into a new image; returns (recipe, stats)."""
+    partial = f"{root}/images/c/.{name}.recipe.partial"
+    final = f"{root}/images/c/{name}.recipe"
+    ing = Ingest(root, partial, params=PARAMS, image_id=name, bases=bases)
+    assert ing.bases_problem is None
+    feed(ing)
+    stats = ing.finish({})
+    commit_recipe(root, partial, final)
+    return read_recipe(final), stats
+
+
+def stream_of(root, recipe):
+    s = RecipeStream(open_store(root), recipe)
+    try:
+        return s.read()
+    finally:
+        s.close()
+
+
+def client_send(ing, buf):
+    """Client-side mode as the wire does it: query fingerprints, put what is asked for."""
+    from app.dedup.chunker import Params
+    from app.dedup.segmenter import Segmenter
+    seg = Segmenter(Params(**PARAMS))
+    pieces = seg.feed(buf) + seg.finish()
+    entries = [(hashlib.sha256(p.data).digest(), p.length) for p in pieces]
+    for (fp, _), flag, p in zip(entries, ing.query(entries), pieces):
+        if flag:
+            ing.put(fp, p.data)
+
+
+@pytest.mark.parametrize("mode", ["server", "client"])
+def test_references_copy_the_base_images_bytes(tmp_path, mode):
+    root = str(tmp_path / "pool")
+    a = data(1, 600_000)
+    base, _ = ingest_image(root, "a", lambda ing: ing.write(a))
+    assert len(base) > 10  # several chunks, so that references cut through some
+
+    x, y = data(2, 70_000), data(3, 5_000)
+    # mid-chunk to mid-chunk, then the base's start, then its very end
+    refs = [(12_345, 300_001), (0, 17), (len(a) - 4_000, 4_000)]
+
+    def feed(ing):
+        send = ing.write if mode == "server" else (lambda b: client_send(ing, b))
+        send(x)
+        ing.reference(0, *refs[0])
+        ing.reference(0, *refs[1])
+        send(y)
+        ing.reference(0, *refs[2])
+        send(x)
+
+    recipe, stats = ingest_image(root, "b", feed, bases=[base.path], mode=mode)
+    want = x + a[12_345:312_346] + a[:17] + y + a[-4_000:] + x
+    got = stream_of(root, recipe)
+    assert len(got) == len(want) and got == want
+    assert stats["reused_bytes"] == 300_001 + 17 + 4_000
+    assert stats["bytes"] == len(want)
+    # the repeated x and the references add nothing but x's and y's own chunks
+    assert stats["new_bytes"] < len(x) + len(y) + 2 * PARAMS["max_size"]
+    # the new recipe stands alone: the base's recipe can go
+    import os
+    os.remove(base.path)
+    assert stream_of(root, read_recipe(recipe.path)) == want
+
+
+def test_bad_references_are_refused_clearly(tmp_path):
+    root = str(tmp_path / "pool")
+    a = data(4, 100_000)
+    base, _ = ingest_image(root, "a", lambda ing: ing.write(a))
+    ing = Ingest(root, f"{root}/images/c/.b.recipe.partial", params=PARAMS, bases=[base.path])
+    try:
+        with pytest.raises(IngestError, match="which has 100000"):
+            ing.reference(0, 99_000, 2_000)
+        with pytest.raises(IngestError, match="base image 1"):
+            ing.reference(1, 0, 10)
+    finally:
+        ing.abort()
+
+
+def test_unusable_bases_are_reported_not_raised(tmp_path):
+    root = str(tmp_path / "pool")
+    a = data(5, 100_000)
+    base, _ = ingest_image(root, "a", lambda ing: ing.write(a))
+    missing = str(tmp_path / "pool/images/c/gone.recipe")
+    ing = Ingest(root, f"{root}/images/c/.b.recipe.partial", params=PARAMS,
+                 bases=[base.path, missing])
+    try:
+        assert "gone.recipe is missing" in ing.bases_problem
+        with pytest.raises(IngestError):
+            ing.reference(0, 0, 10)  # nothing is referable once the bases are unusable
+    finally:
+        ing.abort()
+    # a base whose chunks the pool lost (a container removed by hand) is not used either
+    import glob
+    import os
+    for f in glob.glob(f"{root}/containers/*") + [f"{root}/index/chunks.log"]:
+        os.remove(f)
+    ing = Ingest(root, f"{root}/images/c/.c.recipe.partial", params=PARAMS, bases=[base.path])
+    try:
+        assert ing.bases_problem and "not in the pool" in ing.bases_problem
+    finally:
+        ing.abort()
+
+
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated):
+    """Over a real data connection: a client asked for client-side deduplication that lacks
+    the chunking accelerator sends the plain stream; the storage side takes either, and
+    references between them."""
+    import threading
+
+    from app.agent import dataplane
+    from app.dedup import wire
+    from app.jobs.tlscert import job_identity
+
+    root = str(tmp_path / "pool")
+    a = data(6, 300_000)
+    base, _ = ingest_image(root, "a", lambda ing: ing.write(a))
+    cert, key, token = job_identity(7)
+    listener = dataplane.Listener(cert, key, token, bind="127.0.0.1")
+    partial = f"{root}/images/c/.b.recipe.partial"
+    result = {}
+
+    def storage_side():
+        ing = Ingest(root, partial, params=PARAMS, bases=[base.path])
+        try:
+            chan = listener.accept(lambda: False, timeout=10)
+            wire.serve(chan, ing, lambda: False)
+            result["stats"] = ing.finish({})
+            chan.ack(True)
+            chan.close()
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            ing.abort()
+            result["error"] = e
+    t = threading.Thread(target=storage_side, daemon=True)
+    t.start()
+    chan = dataplane.connect("127.0.0.1", listener.port, cert, token)
+    sink, note = wire.client_sink(chan, "client", PARAMS, accelerated=accelerated)
+    x = data(8, 90_000)
+    sink.write(x)
+    sink.reference(0, 1000, 200_000)
+    sink.write(x)
+    sink.finish()
+    chan.close()
+    t.join(20)
+    listener.close()
+    assert "error" not in result, result
+    if accelerated:
+        assert note is None and isinstance(sink, wire.ClientSink)
+        assert sink.report()["sent_bytes"] < 2 * len(x)
+    else:
+        assert isinstance(sink, wire.ServerSink) and "lacks" in note
+    final = f"{root}/images/c/b.recipe"
+    commit_recipe(root, partial, final)
+    assert stream_of(root, read_recipe(final)) == x + a[1000:201_000] + x
+    assert result["stats"]["reused_bytes"] == 200_000

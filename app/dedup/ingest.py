@@ -25,6 +25,7 @@ import hashlib
 import os
 import queue
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from app.dedup.chunker import Params
@@ -37,7 +38,11 @@ SESSION_TIMEOUT = 600.0
 # Pieces handed to the hashing and storing thread at a time, and how many such batches may
 # wait: the stream's reader keeps cutting while the other core hashes and compresses.
 QUEUE_DEPTH = 8
-ENCODERS = 2
+# One encoder more than cores: the stream's own thread (reading, cutting) runs part-time.
+ENCODERS = min(8, (os.cpu_count() or 2) + 1)
+# Pieces hashed and compressed at once: enough that every encoder stays busy, few enough that
+# their memory (about this many times the average chunk, twice) stays small.
+IN_FLIGHT = 4 * ENCODERS + 4
 
 
 def _digest(data):
@@ -195,45 +200,62 @@ class Ingest:
                 continue
 
     def _work(self):
-        """Hashes, looks up, compresses and stores the pieces in stream order. Hashing and
-        compressing a batch run in a small thread pool: hashlib and zstd release the GIL, so
-        both cores work while this thread keeps the order of the recipe and the containers."""
+        """Hashes, looks up, compresses and stores the pieces in stream order. Each piece is
+        hashed and, unless the pool has it, compressed by one of a few threads (hashlib and
+        zstd release the GIL); up to IN_FLIGHT pieces are under way at once, so the encoders
+        never wait for the slowest piece of a batch. This thread keeps the order of the recipe
+        and the containers and decides what is new: a piece met twice in flight is encoded
+        twice, stored once."""
         pool = ThreadPoolExecutor(max_workers=ENCODERS, thread_name_prefix="dedup-encode")
-        encode = self.store.encode
+        encode = self.store.encode_record
+        has = self.store.has
+
+        def task(data):
+            fp = _digest(data)
+            return fp, (None if has(fp) else encode(fp, data))
+
+        inflight = deque()
+        stats = self.stats
+        writer = self._writer
+        recipe = self._recipe
+
+        def settle():
+            fut, data = inflight.popleft()
+            fp, enc = fut.result()
+            n = len(data)
+            recipe.add(fp, n)
+            stats.bytes += n
+            stats.chunks += 1
+            if writer.wanted(fp):
+                if enc is None:  # the pool lost it since the lookup (a reclaim cannot run)
+                    enc = encode(fp, data)
+                if writer.add_encoded(fp, n, enc):
+                    stats.new_chunks += 1
+                    stats.new_bytes += n
+                    stats.stored_bytes += len(enc[1])
+
         try:
             while True:
                 pieces = self._queue.get()
                 if pieces is None:
+                    while inflight:
+                        settle()
                     return
                 if self._error is not None:
                     continue
                 if type(pieces) is _Copied:
+                    while inflight:
+                        settle()
                     self._add_copied(pieces.entries)
                     continue
-                datas = [p.data for p in pieces]
-                fps = list(pool.map(_digest, datas)) if len(datas) > 1 else \
-                    [_digest(datas[0])]
-                new = []
-                fresh = set()
-                for fp, data in zip(fps, datas):
-                    n = len(data)
-                    self._recipe.add(fp, n)
-                    self.stats.bytes += n
-                    self.stats.chunks += 1
-                    if fp not in fresh and self._writer.wanted(fp):
-                        fresh.add(fp)
-                        new.append((fp, data))
-                if not new:
-                    continue
-                encoded = (list(pool.map(lambda x: encode(*x), new)) if len(new) > 1
-                           else [encode(*new[0])])
-                for (fp, data), enc in zip(new, encoded):
-                    if self._writer.add_encoded(fp, len(data), enc):
-                        self.stats.new_chunks += 1
-                        self.stats.new_bytes += len(data)
-                        self.stats.stored_bytes += len(enc[1])
+                for p in pieces:
+                    inflight.append((pool.submit(task, p.data), p.data))
+                    while len(inflight) > IN_FLIGHT:
+                        settle()
         except BaseException as e:  # noqa: BLE001 - re-raised in the stream's thread
             self._error = e
+            for fut, _ in inflight:
+                fut.cancel()
         finally:
             pool.shutdown(wait=False)
 

@@ -75,6 +75,10 @@ INDEX_ENTRY = struct.Struct(">32sIQI")  # fp, container, record offset, stored l
 INDEX_RECORD = struct.Struct(">32sIQII")  # the entry followed by its crc32
 
 DEFAULT_CONTAINER_SIZE = 64 * 1024 * 1024
+# How often a lookup that misses reads the index entries other writers appended (seconds).
+HAS_REFRESH = 0.25
+# A writer gathers records into writes of about this size: one system call per few chunks.
+WRITE_BUFFER = 4 << 20
 ZSTD_LEVEL = 1
 MAX_CHUNK_SIZE = 0xFFFFFFFF
 CONTAINER_DIGITS = 8
@@ -388,6 +392,7 @@ class ChunkStore:
         self._index = {}
         self._index_pos = 0
         self._index_id = None  # (inode, generation) of the log the dict was read from
+        self._refreshed = 0.0
         with self._mutex:
             self._refresh()
 
@@ -459,6 +464,7 @@ class ChunkStore:
         """Reads index entries appended since the last read (by any process). A rewritten log
         (reclaim, rebuild_index: another inode or generation) is read again from the start,
         so no stale location survives it."""
+        self._refreshed = time.monotonic()
         try:
             f = open(self.index_path, "rb")
         except FileNotFoundError:
@@ -598,9 +604,12 @@ class ChunkStore:
     # ------------------------------------------------------------------ reading
 
     def has(self, fp):
+        """Whether the store holds the chunk. A miss reads what other writers published since,
+        at most every HAS_REFRESH seconds: a backup misses on every new chunk, and a chunk
+        another job stored a moment ago is at worst stored twice (the index keeps one)."""
         fp = _check_fingerprint(fp)
         with self._mutex:
-            if fp not in self._index:
+            if fp not in self._index and time.monotonic() - self._refreshed >= HAS_REFRESH:
                 self._refresh()
             return fp in self._index
 
@@ -874,6 +883,13 @@ class ChunkStore:
             codec |= CODEC_ENCRYPTED
             return codec, self._cipher.seal(fp, codec, stored)
         return codec, bytes(stored)
+
+    def encode_record(self, fp, data):
+        """(record header, stored bytes) of one chunk, ready for Writer.add_encoded: the
+        encoding and its crc32 done in the calling thread, which may be one of several."""
+        codec, stored = self.encode(fp, data)
+        return (RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
+                                   zlib.crc32(stored)), stored)
 
     def _new_container(self):
         """Claims the next container number; the fd is returned locked for this writer."""
@@ -1167,6 +1183,7 @@ class Writer:
         self.store = store
         self._publish = publish
         self._fd = None
+        self._buf = bytearray()  # records not yet written to the open container
         self._number = None
         self._size = 0
         self._pending = []  # (fp, Location) in the open container
@@ -1200,21 +1217,19 @@ class Writer:
 
     def wanted(self, fp):
         """Whether a chunk is new to the store and to this writer (then encode it with
-        store.encode, which may run in other threads, and give it to add_encoded)."""
+        store.encode_record, which may run in other threads, and give it to add_encoded)."""
         return fp not in self._added and not self.store.has(fp)
 
     def add_encoded(self, fp, raw_length, encoded):
-        """Stores a chunk encoded by store.encode(fp, data) unless it was stored meanwhile.
-        Returns True when it was stored."""
+        """Stores a chunk encoded by store.encode_record(fp, data) unless it was stored
+        meanwhile. Returns True when it was stored."""
         if self._closed:
             raise ValidationError("this chunk store writer is already committed or aborted",
                                   hint="Open a new writer with store.writer().")
         fp = _check_fingerprint(fp)
         if fp in self._added:
             return False
-        codec, stored = encoded
-        header = RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, raw_length, len(stored),
-                                    zlib.crc32(stored))
+        header, stored = encoded
         self._put(fp, header, stored)
         self.stored_chunks += 1
         self.stored_bytes += len(stored)
@@ -1232,14 +1247,21 @@ class Writer:
             self._number, self._fd = self.store._new_container()
             self._size = CONTAINER_HEADER.size
         offset = self._size
-        self._write_all(header)
-        if stored:
-            self._write_all(stored)
+        buf = self._buf
+        buf += header
+        buf += stored
+        if len(buf) >= WRITE_BUFFER:
+            self._flush()
         self._size += record_size
         loc = Location(self._number, offset, record_size - RECORD_HEADER.size)
         self._pending.append((fp, loc))
         self._added.add(fp)
         return loc
+
+    def _flush(self):
+        if self._buf:
+            self._write_all(self._buf)
+            self._buf = bytearray()
 
     def _write_all(self, data):
         view = memoryview(data)
@@ -1257,6 +1279,7 @@ class Writer:
 
     def _seal(self):
         """Makes the open container durable and committed, then indexes its chunks."""
+        self._flush()
         fd, number = self._fd, self._number
         os.fsync(fd)
         os.rename(self.store.container_path(number, committed=False),
@@ -1284,6 +1307,7 @@ class Writer:
         if self._closed:
             return
         self._closed = True
+        self._buf = bytearray()
         if self._fd is not None:
             path = self.store.container_path(self._number, committed=False)
             try:

@@ -335,7 +335,8 @@ class RecipeStream(io.RawIOBase):
     release the GIL), so a sequential restore decodes on both cores."""
 
     CACHE = 2
-    AHEAD = 6
+    AHEAD = 32              # chunks read ahead at most,
+    AHEAD_BYTES = 8 << 20   # and about this many bytes of them
     READERS = 2
 
     def __init__(self, store, recipe, read_ahead=True):
@@ -361,10 +362,15 @@ class RecipeStream(io.RawIOBase):
                 ahead.pop(j).cancel()  # a jump: what was read ahead is not wanted
             entry = self.recipe.entry
             planned = {entry(j).fp for j in ahead}
+            budget = self.AHEAD_BYTES
             for j in range(i + 1, min(i + 1 + self.AHEAD, len(self.recipe))):
+                e = entry(j)
+                budget -= e.length
+                if budget < 0:
+                    break
                 if j in ahead:
                     continue
-                nfp = entry(j).fp
+                nfp = e.fp
                 if nfp == fp or nfp in self._cache or nfp in planned:
                     continue
                 planned.add(nfp)

@@ -674,11 +674,13 @@ class ChunkStore:
                                 hint="Run the store verification; the chunk must be stored "
                                      "again from a source that still has it.")
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                raw = f.read(RECORD_HEADER.size + stored_length)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             raise damaged("the container is missing") from None
+        try:
+            raw = os.pread(fd, RECORD_HEADER.size + stored_length, offset)
+        finally:
+            os.close(fd)
         if len(raw) < RECORD_HEADER.size:
             raise damaged("the record is cut short")
         header = RECORD_HEADER.unpack_from(raw)

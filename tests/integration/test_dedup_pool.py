@@ -178,6 +178,26 @@ def test_dedup_backup_over_ssh_restores_byte_for_byte_and_repeats_at_99_percent(
 
 
 @pytest.mark.ssh
+@pytest.mark.ssh
+def test_files_cache_with_a_lost_base_image_reads_every_file(tmp_path, master, sshd):
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=3, nfiles=4)
+    add_ssh_host(m, "client1", sshd)
+    configure(m, pool)
+    m.config.add_policy_client("dp", "client1")
+    m.config.add_policy_selection("dp", src)
+    first = backup(m)
+    os.remove(m.image(first["image_id"])["path"])  # the base image's recipe is gone
+    second = backup(m)
+    log = "\n".join(x["message"] for x in m.jobs.logs(second["id"]))
+    assert "files cache not used, every file is read" in log and "is missing" in log, log
+    assert "without reading them" not in log and second["dedup_ratio"] >= 99.0, log
+    dst = str(tmp_path / "dst")
+    restore(m, second["image_id"], src, dst, to_host="client1")
+    assert_trees_equal(src, dst + src)
+
+
 def test_cli_contract_dedup_type_and_ratio_in_job_json(tmp_path, sshd):
     home, src, pool = tmp_path / "home", str(tmp_path / "src"), str(tmp_path / "pool")
     write_tree(src, seed=2, nfiles=4)

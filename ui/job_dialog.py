@@ -13,6 +13,7 @@ from app import timeutil
 from app.jobs import stats as job_stats
 from ui import fmt
 from ui.plots import ThroughputPlot
+from ui.properties import value_label
 from ui.resources import icon
 
 FIELDS = (
@@ -103,18 +104,11 @@ class JobDetailsDialog(QDialog):
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         self._values = {}
         for key, label, _ in FIELDS:
-            v = QLabel()
-            v.setTextFormat(Qt.TextFormat.PlainText)
-            v.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            v.setWordWrap(True)
+            v = value_label()
             form.addRow(f"{label}:", v)
             self._values[key] = v
         # What a verify or reclaim found (the damaged files of each image), when there is any.
-        self.result_label = QLabel()
-        self.result_label.setObjectName("job-result")
-        self.result_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.result_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.result_label.setWordWrap(True)
+        self.result_label = value_label(name="job-result")
         form.addRow("Result:", self.result_label)
         self._form = form
 

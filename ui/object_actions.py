@@ -28,15 +28,33 @@ _AFTER_DELETE = {
 }
 
 
-class ObjectActions(QObject):
+class _JobActions(QObject):
+    """What actions that queue a job share: the signal saying so, and errors shown to the
+    admin. Subclasses set .view (with .window()) and .bridge."""
+
+    #: a job was queued (verify, space reclaim): its id and a sentence saying so
+    job_queued = Signal(int, str)
+
+    def _queue_job(self, start, text):
+        """Runs start(master) off the UI thread; text(job_id) is the sentence to show."""
+        self.bridge.call(start, done=lambda job_id: self._queued(job_id, text(job_id)),
+                         failed=self._error, context=self)
+
+    def _queued(self, job_id, text):
+        self.last_queued = job_id
+        emit(self.job_queued, job_id, text)
+
+    def _error(self, err):
+        self.last_box = show_error(self.view.window(), err)
+
+
+class ObjectActions(_JobActions):
     #: the admin asked to create an object of this kind (the main window opens its wizard)
     new_requested = Signal(str)
     #: an action changed the catalog: (kind, name)
     changed = Signal(str, str)
     #: backups were queued from a policy: the job ids
     jobs_started = Signal(list)
-    #: another job was queued (verify, space reclaim): its id and a sentence saying so
-    job_queued = Signal(int, str)
 
     def __init__(self, view):
         super().__init__(view)
@@ -198,27 +216,16 @@ class ObjectActions(QObject):
         if not is_dedup_pool(row):
             return
         name = row["name"]
-        self.bridge.call(lambda m: m.start_verify(pool=name),
-                         done=lambda job_id: self._queued(
-                             job_id, f"Verify job {job_id} queued for disk pool {name}"),
-                         failed=self._error, context=self)
+        self._queue_job(lambda m: m.start_verify(pool=name),
+                        lambda job_id: f"Verify job {job_id} queued for disk pool {name}")
 
     def _reclaim(self):
         row = self.selected()
         if not is_dedup_pool(row):
             return
         name = row["name"]
-        self.bridge.call(lambda m: m.start_reclaim(name),
-                         done=lambda job_id: self._queued(
-                             job_id, f"Space reclaim job {job_id} queued for disk pool {name}"),
-                         failed=self._error, context=self)
-
-    def _queued(self, job_id, text):
-        self.last_queued = job_id
-        emit(self.job_queued, job_id, text)
-
-    def _error(self, err):
-        self.last_box = show_error(self.view.window(), err)
+        self._queue_job(lambda m: m.start_reclaim(name),
+                        lambda job_id: f"Space reclaim job {job_id} queued for disk pool {name}")
 
 
 def is_dedup_pool(row):
@@ -242,14 +249,11 @@ def _dedup_pools(m):
     return {p["name"] for p in m.config.disk_pools() if is_dedup_pool(p)}
 
 
-class ImageActions(QObject):
+class ImageActions(_JobActions):
     """Verify image, for a page that lists backup images (`view` has .bridge, .table and
     .image, the selected image's dict or None): offered for images on a deduplicating pool,
     whose chunks can be read back and checked. `verify` is the action to put in the page's
     context menu or toolbar."""
-
-    #: a verify job was queued: its id and a sentence saying so
-    job_queued = Signal(int, str)
 
     def __init__(self, view):
         super().__init__(view)
@@ -285,14 +289,5 @@ class ImageActions(QObject):
         if not self.on_dedup_pool(image):
             return
         iid = image["id"]
-        self.bridge.call(lambda m: m.start_verify(image=iid),
-                         done=lambda job_id: self._queued(
-                             job_id, f"Verify job {job_id} queued for image {iid}"),
-                         failed=self._error, context=self)
-
-    def _queued(self, job_id, text):
-        self.last_queued = job_id
-        emit(self.job_queued, job_id, text)
-
-    def _error(self, err):
-        self.last_box = show_error(self.view.window(), err)
+        self._queue_job(lambda m: m.start_verify(image=iid),
+                        lambda job_id: f"Verify job {job_id} queued for image {iid}")

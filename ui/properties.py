@@ -127,6 +127,17 @@ def editor_values(m, kind):
     return {}
 
 
+
+def value_label(text="", name=None):
+    """A read-only value of a form: plain text the admin can select and copy, wrapped."""
+    label = QLabel(text)
+    if name:
+        label.setObjectName(name)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setWordWrap(True)
+    return label
+
 class PropertiesDialog(QDialog):
     def __init__(self, bridge, kind, obj, parent=None):
         super().__init__(parent)
@@ -145,27 +156,14 @@ class PropertiesDialog(QDialog):
             if key == "options" and obj.get("type") != "dedup":
                 continue    # only a deduplicating server has options to show
             if key in obj:
-                label = QLabel(_text(key, obj[key]))
-                label.setTextFormat(Qt.TextFormat.PlainText)
-                label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-                label.setWordWrap(True)
-                form.addRow(LABELS.get(key, key), label)
+                form.addRow(LABELS.get(key, key), value_label(_text(key, obj[key])))
         self.next_label = None
         if kind == "policy":
-            self.next_label = QLabel("Looking…")
-            self.next_label.setObjectName("next-backups")
-            self.next_label.setTextFormat(Qt.TextFormat.PlainText)
-            self.next_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            self.next_label.setWordWrap(True)
+            self.next_label = value_label("Looking…", "next-backups")
             form.addRow("Next backups", self.next_label)
         self.usage_label = None
         if kind == "disk-pool" and obj.get("server_type") == "dedup":
-            self.usage_label = QLabel("Looking…")
-            self.usage_label.setObjectName("pool-usage")
-            self.usage_label.setTextFormat(Qt.TextFormat.PlainText)
-            self.usage_label.setTextInteractionFlags(
-                Qt.TextInteractionFlag.TextSelectableByMouse)
-            self.usage_label.setWordWrap(True)
+            self.usage_label = value_label("Looking…", "pool-usage")
             form.addRow("Pool usage", self.usage_label)
         self.editors = {}
         for key in EDITABLE[kind]:

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from app.dedup.chunker import Params
 from app.dedup.recipe import RecipeWriter
 from app.dedup.segmenter import Segmenter
-from app.dedup.store import ChunkStore
+from app.dedup.store import ChunkStore, fsync_dir
 from app.errors import CairnError
 
 SESSION_TIMEOUT = 600.0
@@ -366,9 +366,5 @@ def commit_recipe(root, partial, final, key=None):
         if os.path.exists(final):
             raise IngestError(f"{final} exists already; the image was not committed")
         os.rename(partial, final)
-        dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(os.path.dirname(final))
     return os.stat(final).st_size

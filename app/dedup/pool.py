@@ -90,12 +90,8 @@ def verify_images(store, paths, *, emit=None, is_cancelled=None):
     for path in paths:
         try:
             r = read_recipe(path)
-        except RecipeDamaged as e:
+        except RecipeDamaged as e:  # a missing recipe too
             out["images"].append({"path": path, "damage": [], "error": str(e)})
-            continue
-        except FileNotFoundError:
-            out["images"].append({"path": path, "damage": [],
-                                  "error": f"the recipe {path} is missing"})
             continue
         bad = set()
         reasons = {}

@@ -33,7 +33,7 @@ from collections import namedtuple
 from itertools import accumulate
 
 from app import status
-from app.dedup.store import ChunkDamaged, ChunkNotFound
+from app.dedup.store import ChunkDamaged, ChunkNotFound, fsync_dir
 from app.errors import CairnError, StorageError, ValidationError
 
 MAGIC = b"CRNRCPE1"
@@ -67,14 +67,6 @@ class RecipeDamaged(CairnError):
 
 class RecipeExists(StorageError):
     """The recipe file to be written exists already."""
-
-
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class RecipeWriter:
@@ -172,7 +164,7 @@ class RecipeWriter:
             os.close(self._fd)
             self._fd = None
             # the name must be durable too, or a crash could lose a recipe that counted
-            _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         except OSError as e:
             self.abort()
             raise StorageError(f"writing the recipe {self.path} failed: {e.strerror}") from None

@@ -186,7 +186,7 @@ def _check_fingerprint(fp):
     return bytes(fp)
 
 
-def _fsync_dir(path):
+def fsync_dir(path):
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -425,7 +425,7 @@ class ChunkStore:
             pass
         finally:
             os.unlink(tmp)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return self._read_config()
 
     def _read_config(self):
@@ -537,7 +537,7 @@ class ChunkStore:
         finally:
             os.close(fd)
         if created:
-            _fsync_dir(self.index_dir)  # the log may have just been created
+            fsync_dir(self.index_dir)  # the log may have just been created
         self._refresh()
         return len(fresh)
 
@@ -551,7 +551,7 @@ class ChunkStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.index_path)
-        _fsync_dir(self.index_dir)
+        fsync_dir(self.index_dir)
         self._refresh()
 
     # ------------------------------------------------------------------ sessions
@@ -1125,7 +1125,7 @@ class _Reclaim:
             result["freed_bytes"] += size
             result["containers_compacted" if compacted else "containers_deleted"] += 1
         self.done = []
-        _fsync_dir(store.containers_dir)
+        fsync_dir(store.containers_dir)
         for number, size in written:
             result["freed_bytes"] -= size
         result["containers_written"] += len(written)
@@ -1286,7 +1286,7 @@ class Writer:
         os.fsync(fd)
         os.rename(self.store.container_path(number, committed=False),
                   self.store.container_path(number))
-        _fsync_dir(self.store.containers_dir)
+        fsync_dir(self.store.containers_dir)
         os.close(fd)
         self.sealed.append((number, self._size))
         self._fd = self._number = None

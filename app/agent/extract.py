@@ -157,6 +157,11 @@ class _Source:
     def hash(self, h, mv):
         self.jobs.extend(h.jobs(mv))
 
+    def write(self, w, off, mv):
+        """Queue writing mv at off of a file (_Writer); the buffer stays until it is
+        written."""
+        self.jobs.append((w, (off, mv), None))
+
     def submit(self, h, done):
         """Queue the end of one file's data: done(h) runs on the worker after its last
         update."""
@@ -243,12 +248,42 @@ class _Chain:
         self.names = []
 
 
+class _Writer:
+    """Writes one file's data on the hash threads, at explicit offsets, so that the kernel's
+    work of writing (page cache, block allocation) runs beside the reading of the stream.
+    All of a file's writes go to one thread, in order; the first error ends its writing and
+    is kept for the main thread."""
+
+    __slots__ = ("fd", "error", "event")
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.error = None
+        self.event = threading.Event()
+
+    def update(self, piece):
+        """piece: (file offset, memoryview)."""
+        if self.error is not None:
+            return
+        off, mv = piece
+        n = len(mv)
+        done = 0
+        try:
+            while done < n:
+                done += os.pwrite(self.fd, mv[done:], off + done)
+        except OSError as e:
+            self.error = e
+
+    def finished(self, _):
+        self.event.set()
+
+
 class _Pending:
     """A regular file whose data is written to a temporary name and waits for its checksum
-    before it is put in place."""
+    (and its writer) before it is put in place."""
 
     __slots__ = ("fd", "tmp", "final", "dfd", "expected", "member", "path", "key", "event",
-                 "digest")
+                 "digest", "writer")
 
     def done(self, digest):
         self.digest = digest
@@ -482,6 +517,7 @@ class _Restore:
         p.key = tuple(comps)
         p.event = threading.Event()
         p.digest = None
+        p.writer = w = _Writer(fd)
         h = tarfmt.TreeHash(self.checksum)
         try:
             if m.sparse:
@@ -501,25 +537,27 @@ class _Restore:
                     raise _Refused("the sparse map does not match the member")
                 os.ftruncate(fd, m.realsize)
                 for off, ln in segs:
-                    self.copy(fd, ln, h, off)
+                    self.copy(w, ln, h, off)
             else:
-                self.copy(fd, m.size, h, None)
+                self.copy(w, m.size, h, 0)
         except tarfmt.FormatError as e:
-            self.discard(fd, dfd, tmp)
+            self.discard_written(w, dfd, tmp)
             raise _Refused("the sparse map is damaged: %s" % e)
         except OSError as e:
-            self.discard(fd, dfd, tmp)
+            self.discard_written(w, dfd, tmp)
             self.full(e)
             raise _Refused("cannot write the file: %s" % _why(e))
         except BaseException:
-            self.discard(fd, dfd, tmp)
+            self.discard_written(w, dfd, tmp)
             raise
+        src.jobs.append((w, None, w.finished))
         src.submit(h, p.done)
         self.pending.append(p)
         if len(self.pending) >= MAX_PENDING:
             self.drain()
 
-    def copy(self, fd, length, h, off):
+    def copy(self, w, length, h, off):
+        """Queue `length` bytes of the stream to be written at `off` of the file and hashed."""
         src = self.src
         first = True
         while length > 0:
@@ -529,14 +567,8 @@ class _Restore:
             mv = src.take(length)
             n = len(mv)
             length -= n
-            done = 0
-            while done < n:
-                if off is None:
-                    done += os.write(fd, mv[done:])
-                else:
-                    done += os.pwrite(fd, mv[done:], off + done)
-            if off is not None:
-                off += n
+            src.write(w, off, mv)
+            off += n
             src.hash(h, mv)
             self.bytes += n
             if length:
@@ -547,6 +579,18 @@ class _Restore:
         self.files += 1
         if path in self.link_targets:
             self.restored[path] = where
+
+    def discard_written(self, w, dfd, tmp):
+        """discard() for a file whose writes may still be queued: they end first, so that its
+        descriptor is not closed (and its number reused) under them."""
+        self.quiesce()
+        self.discard(w.fd, dfd, tmp)
+
+    def quiesce(self):
+        try:
+            self.worker.wait()
+        except BaseException:  # noqa: BLE001 - a failed hash thread runs nothing more
+            pass
 
     def discard(self, fd, dfd, tmp):
         if fd is not None:
@@ -572,6 +616,8 @@ class _Restore:
                 self.finish(pending[0])
                 pending.pop(0)
         finally:
+            if any(p.fd is not None for p in pending):
+                self.quiesce()
             for p in pending:
                 if p.fd is not None:
                     self.discard(p.fd, p.dfd, p.tmp)
@@ -580,9 +626,18 @@ class _Restore:
     def finish(self, p):
         while not p.event.wait(1.0):
             self.worker.check()
+        while not p.writer.event.wait(1.0):
+            self.worker.check()
         fd = p.fd
         p.fd = None
         try:
+            e = p.writer.error
+            if e is not None:
+                self.discard(fd, p.dfd, p.tmp)
+                self.full(e)
+                self.errors += 1
+                self.warn(p.path, "not restored: cannot write the file: %s" % _why(e))
+                return
             if p.expected and p.digest != p.expected:
                 self.errors += 1
                 self.warn(p.path, "checksum mismatch: the file was not restored")
@@ -796,6 +851,8 @@ class _Restore:
             chain.close()
 
     def close(self):
+        if any(p.fd is not None for p in self.pending):
+            self.quiesce()
         for p in self.pending:
             if p.fd is not None:
                 self.discard(p.fd, p.dfd, p.tmp)

@@ -11,6 +11,7 @@ import sys
 from app import status
 from app.agent import dataplane
 from app.agent.errors import AgentFailure, Cancelled, InvalidRequest, StorageFailure
+from app.agent.writeback import start_writeback
 
 HANDLERS = {}
 
@@ -147,22 +148,6 @@ def list_dir(req, path):
 
 # ---- backup ---------------------------------------------------------------------------------
 
-def _sync_file_range():
-    """Linux's sync_file_range, which starts writing dirty pages back without waiting; None
-    where the C library has no such call."""
-    try:
-        import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.sync_file_range
-        fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-        return fn
-    except (OSError, AttributeError):
-        return None
-
-
-_SFR = _sync_file_range()
-SYNC_FILE_RANGE_WRITE = 2
 WRITEBACK_EVERY = 32 << 20
 
 
@@ -195,8 +180,8 @@ class _FileSink:
                 raise StorageFailure(f"writing {self.path} failed: {e.strerror}") from None
             mv = mv[n:]
             self.bytes += n
-        if _SFR is not None and self.bytes - self._flushed >= WRITEBACK_EVERY:
-            _SFR(self.fd, self._flushed, self.bytes - self._flushed, SYNC_FILE_RANGE_WRITE)
+        if self.bytes - self._flushed >= WRITEBACK_EVERY:
+            start_writeback(self.fd, self._flushed, self.bytes - self._flushed)
             self._flushed = self.bytes
 
     def finish(self):

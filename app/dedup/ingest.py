@@ -43,6 +43,8 @@ ENCODERS = min(8, (os.cpu_count() or 2) + 1)
 # Pieces hashed and compressed at once: enough that every encoder stays busy, few enough that
 # their memory (about this many times the average chunk, twice) stays small.
 IN_FLIGHT = 4 * ENCODERS + 4
+# Pieces smaller than this are encoded together, as one task.
+TASK_BYTES = 256 << 10
 
 
 def _digest(data):
@@ -200,19 +202,22 @@ class Ingest:
                 continue
 
     def _work(self):
-        """Hashes, looks up, compresses and stores the pieces in stream order. Each piece is
-        hashed and, unless the pool has it, compressed by one of a few threads (hashlib and
-        zstd release the GIL); up to IN_FLIGHT pieces are under way at once, so the encoders
-        never wait for the slowest piece of a batch. This thread keeps the order of the recipe
+        """Hashes, looks up, compresses and stores the pieces in stream order. Each piece (or a
+        few small ones together) is hashed and, unless the pool has it, compressed by one of a
+        few threads (hashlib and zstd release the GIL); up to IN_FLIGHT tasks are under way at
+        once, so the encoders never wait for the slowest piece of a batch. This thread keeps the order of the recipe
         and the containers and decides what is new: a piece met twice in flight is encoded
         twice, stored once."""
         pool = ThreadPoolExecutor(max_workers=ENCODERS, thread_name_prefix="dedup-encode")
         encode = self.store.encode_record
         has = self.store.has
 
-        def task(data):
-            fp = _digest(data)
-            return fp, (None if has(fp) else encode(fp, data))
+        def task(datas):
+            out = []
+            for data in datas:
+                fp = _digest(data)
+                out.append((fp, None if has(fp) else encode(fp, data)))
+            return out
 
         inflight = deque()
         stats = self.stats
@@ -220,19 +225,24 @@ class Ingest:
         recipe = self._recipe
 
         def settle():
-            fut, data = inflight.popleft()
-            fp, enc = fut.result()
-            n = len(data)
-            recipe.add(fp, n)
-            stats.bytes += n
-            stats.chunks += 1
-            if writer.wanted(fp):
-                if enc is None:  # the pool lost it since the lookup (a reclaim cannot run)
-                    enc = encode(fp, data)
-                if writer.add_encoded(fp, n, enc):
-                    stats.new_chunks += 1
-                    stats.new_bytes += n
-                    stats.stored_bytes += len(enc[1])
+            fut, datas = inflight.popleft()
+            for (fp, enc), data in zip(fut.result(), datas):
+                n = len(data)
+                recipe.add(fp, n)
+                stats.bytes += n
+                stats.chunks += 1
+                if writer.wanted(fp):
+                    if enc is None:  # the pool lost it since the lookup (a reclaim cannot run)
+                        enc = encode(fp, data)
+                    if writer.add_encoded(fp, n, enc):
+                        stats.new_chunks += 1
+                        stats.new_bytes += n
+                        stats.stored_bytes += len(enc[1])
+
+        def submit(datas):
+            inflight.append((pool.submit(task, datas), datas))
+            while len(inflight) > IN_FLIGHT:
+                settle()
 
         try:
             while True:
@@ -248,10 +258,17 @@ class Ingest:
                         settle()
                     self._add_copied(pieces.entries)
                     continue
+                # Small pieces (the chunks of small files) go to the encoders a few at a time:
+                # one hand-over between threads costs as much as hashing tens of KiB.
+                group, size = [], 0
                 for p in pieces:
-                    inflight.append((pool.submit(task, p.data), p.data))
-                    while len(inflight) > IN_FLIGHT:
-                        settle()
+                    group.append(p.data)
+                    size += p.length
+                    if size >= TASK_BYTES:
+                        submit(group)
+                        group, size = [], 0
+                if group:
+                    submit(group)
         except BaseException as e:  # noqa: BLE001 - re-raised in the stream's thread
             self._error = e
             for fut, _ in inflight:

@@ -338,38 +338,63 @@ class RecipeStream(io.RawIOBase):
         self.size = recipe.size
         self._pos = 0
         self._cache = {}  # fp -> data, at most CACHE, oldest first
-        self._ahead = {}  # entry index -> future of its chunk's data
+        self._ahead = {}  # entry index -> future of its chunk's data, in index order
+        self._planned = {}  # fingerprint -> the entry index it is read ahead for
+        self._next = 0  # the first entry not yet looked at for reading ahead
+        self._last = -1  # the entry fetched last
         self._pool = None
         self._read_ahead = read_ahead and len(recipe) > 1
 
-    def _fetch(self, i, fp):
-        fut = self._ahead.pop(i, None)
+    def _fetch(self, i, fp, end):
+        """The data of entry i's chunk; end: where entry i ends in the stream. Plans the read
+        of the entries after it that fall in the window (AHEAD entries, AHEAD_BYTES of
+        stream); each entry is looked at once as the window moves, not at every fetch."""
+        ahead = self._ahead
+        fut = ahead.pop(i, None)
+        if fut is not None and self._planned.get(fp) == i:
+            del self._planned[fp]
         if self._read_ahead:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
                 self._pool = ThreadPoolExecutor(self.READERS,
                                                 thread_name_prefix="recipe-read-ahead")
-            ahead = self._ahead
-            for j in [j for j in ahead if j < i or j > i + self.AHEAD]:
-                ahead.pop(j).cancel()  # a jump: what was read ahead is not wanted
+            if i < self._last or i > self._next:
+                self._drop_ahead()  # a jump: what was read ahead is not wanted
+                self._next = i + 1
+            elif ahead and next(iter(ahead)) < i:
+                for j in [j for j in ahead if j < i]:
+                    self._drop(j)
+            self._last = i
+            j = max(self._next, i + 1)
+            stop = min(i + 1 + self.AHEAD, len(self.recipe))
             entry = self.recipe.entry
-            planned = {entry(j).fp for j in ahead}
-            budget = self.AHEAD_BYTES
-            for j in range(i + 1, min(i + 1 + self.AHEAD, len(self.recipe))):
+            planned = self._planned
+            while j < stop:
                 e = entry(j)
-                budget -= e.length
-                if budget < 0:
+                if e.stream_offset + e.length - end > self.AHEAD_BYTES:
                     break
-                if j in ahead:
-                    continue
                 nfp = e.fp
-                if nfp == fp or nfp in self._cache or nfp in planned:
-                    continue
-                planned.add(nfp)
-                ahead[j] = self._pool.submit(self.store.get, nfp)
+                if nfp != fp and nfp not in self._cache and nfp not in planned:
+                    planned[nfp] = j
+                    ahead[j] = self._pool.submit(self.store.get, nfp)
+                j += 1
+            self._next = j
         if fut is not None:
             return fut.result()
         return self.store.get(fp)
+
+    def _drop(self, j):
+        fut = self._ahead.pop(j)
+        fut.cancel()
+        for k, v in list(self._planned.items()):
+            if v == j:
+                del self._planned[k]
+
+    def _drop_ahead(self):
+        for fut in self._ahead.values():
+            fut.cancel()
+        self._ahead.clear()
+        self._planned.clear()
 
     def readable(self):
         return True
@@ -382,7 +407,7 @@ class RecipeStream(io.RawIOBase):
         data = self._cache.get(fp)
         if data is None:
             try:
-                data = self._fetch(i, fp)
+                data = self._fetch(i, fp, offset + length)
             except ChunkNotFound:
                 raise RecipeDamaged(
                     f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
@@ -466,9 +491,7 @@ class RecipeStream(io.RawIOBase):
 
     def close(self):
         self._cache = {}
-        for fut in self._ahead.values():
-            fut.cancel()
-        self._ahead = {}
+        self._drop_ahead()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

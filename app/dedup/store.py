@@ -47,7 +47,13 @@ import zlib
 from collections import namedtuple
 
 from app import status
+from app.agent.writeback import start_writeback
 from app.errors import CairnError, NotFound, ValidationError
+
+try:  # the same CRC-32 as zlib's, several times faster
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:
+    from zlib import crc32 as _crc32
 
 try:
     import zstandard as _zstd
@@ -81,6 +87,7 @@ HAS_REFRESH = 0.25
 WRITE_BUFFER = 4 << 20
 ZSTD_LEVEL = 1
 MAX_CHUNK_SIZE = 0xFFFFFFFF
+_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 16
 CONTAINER_DIGITS = 8
 
 POOL_FILE = "pool.json"
@@ -291,7 +298,7 @@ def _decode_record(header, stored, where, encrypted=False, cipher=None):
     For an encrypted store opened without its key (cipher None) only the crc32 can be
     checked, and data is None."""
     magic, fp, codec_byte, raw_length, stored_length, crc = header
-    if zlib.crc32(stored) != crc:
+    if _crc32(stored) != crc:
         raise ValueError("crc32 of the stored bytes does not match")
     codec = codec_byte & ~CODEC_ENCRYPTED
     if codec_byte & CODEC_ENCRYPTED:
@@ -320,7 +327,7 @@ def _pack_entries(entries):
     out = bytearray()
     for fp, loc in entries:
         entry = INDEX_ENTRY.pack(fp, *loc)
-        out += entry + struct.pack(">I", zlib.crc32(entry))
+        out += entry + struct.pack(">I", _crc32(entry))
     return out
 
 
@@ -486,7 +493,7 @@ class ChunkStore:
             blob = f.read(((st.st_size - self._index_pos) // size) * size)
         for at in range(0, len(blob) - size + 1, size):
             fp, number, offset, length, crc = INDEX_RECORD.unpack_from(blob, at)
-            if zlib.crc32(blob[at:at + INDEX_ENTRY.size]) != crc:
+            if _crc32(blob[at:at + INDEX_ENTRY.size]) != crc:
                 continue  # a damaged entry only loses a lookup; rebuild_index restores it
             self._index.setdefault(fp, Location(number, offset, length))
         self._index_pos += len(blob)
@@ -762,7 +769,7 @@ class ChunkStore:
                                        self.encrypted, self._cipher)
                     except ValueError as e:
                         error = str(e)
-                elif zlib.crc32(stored) != header[5]:
+                elif _crc32(stored) != header[5]:
                     error = "crc32 of the stored bytes does not match"
                 yield offset, header, error
                 offset += RECORD_HEADER.size + stored_length
@@ -891,7 +898,7 @@ class ChunkStore:
         encoding and its crc32 done in the calling thread, which may be one of several."""
         codec, stored = self.encode(fp, data)
         return (RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
-                                   zlib.crc32(stored)), stored)
+                                   _crc32(stored)), stored)
 
     def _new_container(self):
         """Claims the next container number; the fd is returned locked for this writer."""
@@ -1082,7 +1089,7 @@ class _Reclaim:
                     magic, rfp, codec, raw_len, stored_len, crc = RECORD_HEADER.unpack_from(raw)
                     ok = magic == RECORD_MAGIC and rfp == fp and stored_len == loc.stored_length \
                         and _valid_codec_byte(codec) \
-                        and zlib.crc32(memoryview(raw)[RECORD_HEADER.size:]) == crc
+                        and _crc32(memoryview(raw)[RECORD_HEADER.size:]) == crc
                 if not ok:
                     # copying it would spread the damage; left out of the index, the next
                     # backup that meets the chunk stores it afresh
@@ -1185,7 +1192,9 @@ class Writer:
         self.store = store
         self._publish = publish
         self._fd = None
-        self._buf = bytearray()  # records not yet written to the open container
+        self._bufs = []  # headers and stored bytes not yet written to the open container
+        self._buffered = 0
+        self._written = 0  # bytes of the open container written (and their writeback started)
         self._number = None
         self._size = 0
         self._pending = []  # (fp, Location) in the open container
@@ -1211,7 +1220,7 @@ class Writer:
             return False
         codec, stored = self.store.encode(fp, data)
         header = RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
-                                    zlib.crc32(stored))
+                                    _crc32(stored))
         self._put(fp, header, stored)
         self.stored_chunks += 1
         self.stored_bytes += len(stored)
@@ -1247,12 +1256,13 @@ class Writer:
             self._seal()
         if self._fd is None:
             self._number, self._fd = self.store._new_container()
-            self._size = CONTAINER_HEADER.size
+            self._size = self._written = CONTAINER_HEADER.size
         offset = self._size
-        buf = self._buf
-        buf += header
-        buf += stored
-        if len(buf) >= WRITE_BUFFER:
+        self._bufs.append(header)
+        if stored:
+            self._bufs.append(stored)
+        self._buffered += record_size
+        if self._buffered >= WRITE_BUFFER:
             self._flush()
         self._size += record_size
         loc = Location(self._number, offset, record_size - RECORD_HEADER.size)
@@ -1261,15 +1271,29 @@ class Writer:
         return loc
 
     def _flush(self):
-        if self._buf:
-            self._write_all(self._buf)
-            self._buf = bytearray()
+        """Writes the buffered records with as few system calls as there are IOV_MAX-long runs
+        of them, then starts their writeback, so that sealing the container waits for little."""
+        if not self._bufs:
+            return
+        bufs, n = self._bufs, self._buffered
+        self._bufs, self._buffered = [], 0
+        self._write_all(bufs)
+        start_writeback(self._fd, self._written, n)
+        self._written += n
 
-    def _write_all(self, data):
-        view = memoryview(data)
+    def _write_all(self, bufs):
+        at = 0
         try:
-            while view:
-                view = view[os.write(self._fd, view):]
+            while at < len(bufs):
+                part = bufs[at:at + _IOV_MAX]
+                done = os.writev(self._fd, part)
+                for b in part:
+                    if done < len(b):
+                        # a short write: the rest of this buffer goes first next time
+                        bufs[at] = memoryview(b)[done:]
+                        break
+                    done -= len(b)
+                    at += 1
         except OSError as e:
             path = self.store.container_path(self._number, committed=False)
             if e.errno == errno.ENOSPC:

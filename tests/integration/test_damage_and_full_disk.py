@@ -131,3 +131,38 @@ def test_full_dedup_pool_fails_cleanly_and_stays_usable(tmp_path, tiny_volume):
     job, log = backup(m)
     assert job["status"] == status.OK, log
     m.close()
+
+
+def test_restore_to_a_full_target_stops_and_leaves_no_partial_file(tmp_path, tiny_volume):
+    """Files are written on helper threads while the stream is read on: a write that finds
+    the target full still stops the restore with a clear message, and no file is left there
+    half written or under its temporary name."""
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"f{i}": os.urandom(700 << 10) for i in range(6)}
+    for name, content in data.items():
+        (src / name).write_bytes(content)
+    m = Master(str(tmp_path / "home"))
+    configure(m, vol, src)
+    job, log = backup(m)
+    assert job["status"] == 0, log
+    image = m.images()[0]
+    target = tiny_volume / "restored"
+    jid = m.start_restore(image["id"], [str(src)], str(target))
+    [job] = m.wait_for([jid])
+    log = "\n".join(x["message"] for x in m.jobs.logs(jid))
+    assert job["status"] == status.RESTORE_TARGET_INVALID, log
+    assert "cannot be written" in log and "no space" in log.lower(), log
+    left = {}
+    for d, _, fs in os.walk(target):
+        for f in fs:
+            with open(os.path.join(d, f), "rb") as fh:
+                left[f] = fh.read()
+    assert not [f for f in left if f.startswith(".cairn-restore-")], sorted(left)
+    # what is there is whole: the 2 MiB volume holds at most two of the six files
+    assert len(left) < len(data)
+    for name, content in left.items():
+        assert content == data[name], name
+    m.close()

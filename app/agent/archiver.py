@@ -269,7 +269,9 @@ class _Backup:
                          for p, why in (excludes or {}).items()}
         self.emit = emit
         self.is_cancelled = is_cancelled
-        self.worker = tarfmt.HashWorker(NBUF, CHUNK)
+        # CRC-32 runs inline: handing each MiB to a hash thread costs more than checking it.
+        self.worker = tarfmt.HashWorker(NBUF, CHUNK,
+                                        threads=0 if checksum == "crc32" else 2)
         self.out = _Output(out, self.worker)
         self.spool = tempfile.TemporaryFile(prefix="cairn-index-")
         self.pending = deque()

@@ -12,8 +12,8 @@ Standard library only: this runs on client hosts.
 import errno
 import os
 import stat
-import threading
 import time
+from collections import deque
 
 from app import status
 from app.agent import entry, tarfmt
@@ -254,12 +254,11 @@ class _Writer:
     All of a file's writes go to one thread, in order; the first error ends its writing and
     is kept for the main thread."""
 
-    __slots__ = ("fd", "error", "event")
+    __slots__ = ("fd", "error")
 
     def __init__(self, fd):
         self.fd = fd
         self.error = None
-        self.event = threading.Event()
 
     def update(self, piece):
         """piece: (file offset, memoryview)."""
@@ -275,19 +274,19 @@ class _Writer:
             self.error = e
 
     def finished(self, _):
-        self.event.set()
+        """The end of the file's writes: frees the hash worker's note of its thread."""
 
 
 class _Pending:
     """A regular file whose data is written to a temporary name and waits for its checksum
-    (and its writer) before it is put in place."""
+    (and its writer) before it is put in place. Files are finished in batches, behind a mark
+    of the hash worker (see _Restore.checkpoint), not one by one."""
 
-    __slots__ = ("fd", "tmp", "final", "dfd", "expected", "member", "path", "key", "event",
+    __slots__ = ("fd", "tmp", "final", "dfd", "expected", "member", "path", "key",
                  "digest", "writer")
 
     def done(self, digest):
         self.digest = digest
-        self.event.set()
 
 
 class _Restore:
@@ -302,6 +301,8 @@ class _Restore:
         self.chain = _Chain(self.root)
         self.chain_key = None
         self.pending = []
+        self.marks = deque()  # (files of pending it covers, hash worker mark)
+        self.dir_refs = {}  # duplicated directory fd -> pending files written in it
         self.dirs = []
         self.dirmap = {}
         self.blocked = set()
@@ -440,8 +441,8 @@ class _Restore:
     def parent_fd(self, parent):
         key = tuple(parent)
         if key != self.chain_key:
-            # pending files hold descriptors of the current chain
-            self.drain()
+            # pending files hold descriptors of the current chain: they keep copies of them
+            self.keep_pending_dirs()
             self.chain_key = None
             self.chain.get(parent)
             self.chain_key = key
@@ -515,7 +516,6 @@ class _Restore:
         p.member = m
         p.path = path
         p.key = tuple(comps)
-        p.event = threading.Event()
         p.digest = None
         p.writer = w = _Writer(fd)
         h = tarfmt.TreeHash(self.checksum)
@@ -553,8 +553,8 @@ class _Restore:
         src.jobs.append((w, None, w.finished))
         src.submit(h, p.done)
         self.pending.append(p)
-        if len(self.pending) >= MAX_PENDING:
-            self.drain()
+        if len(self.pending) - (self.marks[-1][0] if self.marks else 0) >= MAX_PENDING:
+            self.checkpoint()
 
     def copy(self, w, length, h, off):
         """Queue `length` bytes of the stream to be written at `off` of the file and hashed."""
@@ -608,28 +608,82 @@ class _Restore:
         if isinstance(e, OSError) and e.errno in _FULL:
             raise RestoreTargetInvalid("the restore target cannot be written: %s" % _why(e))
 
+    def checkpoint(self):
+        """Marks the hash worker behind the newest MAX_PENDING files, and finishes the files
+        behind the mark before it: the worker has had a whole batch's time for them, so the
+        main thread seldom waits, and never for the files it has just queued."""
+        self.marks.append((len(self.pending), self.worker.mark()))
+        if len(self.marks) > 1:
+            k, mark = self.marks.popleft()
+            self.finish_first(k, mark)
+
     def drain(self):
+        """Finishes every pending file (waiting for the hash worker)."""
+        if self.pending:
+            self.marks.clear()
+            self.finish_first(len(self.pending), self.worker.mark())
+
+    def finish_first(self, k, mark):
         pending = self.pending
-        self.pending = []
         try:
-            while pending:
-                self.finish(pending[0])
-                pending.pop(0)
-        finally:
-            if any(p.fd is not None for p in pending):
-                self.quiesce()
-            for p in pending:
-                if p.fd is not None:
-                    self.discard(p.fd, p.dfd, p.tmp)
-                    p.fd = None
+            self.worker.wait_mark(mark)
+            for i in range(k):
+                self.finish(pending[i])
+        except BaseException:
+            self.pending = []
+            self.marks.clear()
+            self.discard_pending(pending)
+            raise
+        del pending[:k]
+        self.marks = deque((n - k, m) for n, m in self.marks)
+
+    def discard_pending(self, pending):
+        if any(p.fd is not None for p in pending):
+            self.quiesce()
+        for p in pending:
+            if p.fd is not None:
+                self.discard(p.fd, p.dfd, p.tmp)
+                p.fd = None
+                self.release_dir(p.dfd)
+
+    def keep_pending_dirs(self):
+        """The directory chain is about to move on: each directory that pending files were
+        written in is duplicated for them (they are renamed in it later), so they need not be
+        finished first. Without a descriptor to spare, they are finished now."""
+        copies = {}
+        try:
+            for p in self.pending:
+                if p.fd is None or p.dfd == self.root or p.dfd in self.dir_refs:
+                    continue
+                new = copies.get(p.dfd)
+                if new is None:
+                    new = copies[p.dfd] = os.dup(p.dfd)
+                    self.dir_refs[new] = 0
+                p.dfd = new
+                self.dir_refs[new] += 1
+        except OSError:
+            self.drain()
+
+    def release_dir(self, dfd):
+        n = self.dir_refs.get(dfd)
+        if n is None:
+            return
+        if n > 1:
+            self.dir_refs[dfd] = n - 1
+        else:
+            del self.dir_refs[dfd]
+            os.close(dfd)
 
     def finish(self, p):
-        while not p.event.wait(1.0):
-            self.worker.check()
-        while not p.writer.event.wait(1.0):
-            self.worker.check()
+        """Puts one written file in place; its data and checksum are done (see drain)."""
         fd = p.fd
         p.fd = None
+        try:
+            self._finish(p, fd)
+        finally:
+            self.release_dir(p.dfd)
+
+    def _finish(self, p, fd):
         try:
             e = p.writer.error
             if e is not None:
@@ -851,13 +905,11 @@ class _Restore:
             chain.close()
 
     def close(self):
-        if any(p.fd is not None for p in self.pending):
-            self.quiesce()
-        for p in self.pending:
-            if p.fd is not None:
-                self.discard(p.fd, p.dfd, p.tmp)
-                p.fd = None
+        self.discard_pending(self.pending)
         self.pending = []
+        for dfd in self.dir_refs:
+            os.close(dfd)
+        self.dir_refs = {}
         self.chain.close()
         try:
             os.close(self.root)

@@ -718,11 +718,19 @@ class HashWorker:
 
     def wait(self):
         """Block until everything queued so far has been hashed."""
+        self.wait_mark(self.mark())
+
+    def mark(self):
+        """A mark behind everything queued so far; wait_mark(mark) returns once all of it was
+        processed. Marks let a caller wait for work queued a while ago, not for the newest."""
         events = []
         for q in self._queues:
             ev = threading.Event()
             q.put(ev)
             events.append(ev)
+        return events
+
+    def wait_mark(self, events):
         for ev in events:
             while not ev.wait(1.0):
                 self.check()

@@ -861,3 +861,31 @@ def test_very_deep_tree_round_trips_without_exhausting_descriptors(tmp_path):
             assert os.getxattr(fd, "user.deep") == b"deep value"
     finally:
         os.close(fd)
+
+
+def test_restore_across_many_directories_puts_every_file_in_its_own_and_leaks_nothing(
+        tmp_path):
+    """Files are put in place in batches behind the hash threads, not one by one: when the
+    restore moves on to the next directory, the files still pending keep a copy of their
+    directory's descriptor. Each must land in its own directory, whole, and every copy must
+    be closed at the end."""
+    src = tmp_path / "src"
+    want = {}
+    for d in range(40):
+        sub = src / f"d{d:02d}" / "inner"
+        sub.mkdir(parents=True)
+        for f in range(7):
+            data = os.urandom(100 + 3000 * f + d)
+            (sub / f"f{f}").write_bytes(data)
+            want[f"d{d:02d}/inner/f{f}"] = data
+    img = tmp_path / "img.tar"
+    _, rec = backup(img, [src])
+    rows = [r for r in rec.rows if r[entry.PATH].startswith(str(src))]
+    fds_before = len(os.listdir("/proc/self/fd"))
+    result, _ = restore(img, rows, tmp_path / "out")
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert result["files"] == len(want) and result["errors"] == 0
+    base = tmp_path / "out" / str(src).lstrip("/")
+    got = {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
+    assert got == want
+    assert not list((tmp_path / "out").rglob(".cairn-restore-*"))

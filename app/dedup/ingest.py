@@ -30,21 +30,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 from app.dedup.chunker import Params
 from app.dedup.recipe import RecipeWriter
-from app.dedup.segmenter import Segmenter
+from app.dedup.segmenter import GATHER, Segmenter
 from app.dedup.store import ChunkStore, fsync_dir
 from app.errors import CairnError
 
 SESSION_TIMEOUT = 600.0
-# Pieces handed to the hashing and storing thread at a time, and how many such batches may
-# wait: the stream's reader keeps cutting while the other core hashes and compresses.
-QUEUE_DEPTH = 8
+# The stream is handed to the cutting and storing thread in blocks of this size (the
+# segmenter cuts blocks this large in place), and this many blocks may wait: the caller's
+# thread (the archiver, or the data connection) only gathers bytes.
+BLOCK_BYTES = GATHER
+QUEUE_DEPTH = 3
 # One encoder more than cores: the stream's own thread (reading, cutting) runs part-time.
 ENCODERS = min(8, (os.cpu_count() or 2) + 1)
 # Pieces hashed and compressed at once: enough that every encoder stays busy, few enough that
 # their memory (about this many times the average chunk, twice) stays small.
 IN_FLIGHT = 4 * ENCODERS + 4
-# Pieces smaller than this are encoded together, as one task.
-TASK_BYTES = 256 << 10
+# Consecutive pieces are encoded together, as one task, up to about this many bytes.
+TASK_BYTES = 1 << 20
 
 
 def _digest(data):
@@ -109,6 +111,7 @@ class Ingest:
             self._close_parts(abort=True)
             raise
         self._segmenter = None
+        self._block = bytearray()  # stream bytes not yet handed to the worker
         self._started = False
         self._queue = None
         self._worker = None
@@ -135,14 +138,15 @@ class Ingest:
 
     # ---- server-side: a plain stream --------------------------------------------------------
     def write(self, data):
-        """The next bytes of the image stream (the caller may reuse its buffer afterwards)."""
+        """The next bytes of the image stream (the caller may reuse its buffer afterwards).
+        They are cut, hashed and stored on other threads; this one only gathers them."""
         if not self._started:
             self._start_worker()
-        if self._segmenter is None:
-            self._segmenter = Segmenter(self.params)
-        pieces = self._segmenter.feed(data)
-        if pieces:
-            self._hand_over(pieces)
+        block = self._block
+        block += data
+        if len(block) >= BLOCK_BYTES:
+            self._hand_over(block)
+            self._block = bytearray()
 
     def _start_worker(self):
         self._started = True
@@ -174,11 +178,9 @@ class Ingest:
             pos += n
             i += 1
         if self._started:
-            if self._segmenter is not None:
-                tail = self._segmenter.finish()
-                self._segmenter = None
-                if tail:
-                    self._hand_over(tail)
+            if self._block:
+                self._hand_over(self._block)
+                self._block = bytearray()
             self._hand_over(_Copied(entries))
         else:
             self._add_copied(entries)
@@ -202,12 +204,13 @@ class Ingest:
                 continue
 
     def _work(self):
-        """Hashes, looks up, compresses and stores the pieces in stream order. Each piece (or a
-        few small ones together) is hashed and, unless the pool has it, compressed by one of a
-        few threads (hashlib and zstd release the GIL); up to IN_FLIGHT tasks are under way at
-        once, so the encoders never wait for the slowest piece of a batch. This thread keeps the order of the recipe
-        and the containers and decides what is new: a piece met twice in flight is encoded
-        twice, stored once."""
+        """Cuts the stream's blocks into pieces, then hashes, looks up, compresses and stores
+        them in stream order. Each piece (or a few small ones together) is hashed and, unless
+        the pool has it, compressed by one of a few threads (hashlib and zstd release the
+        GIL); up to IN_FLIGHT tasks are under way at once, so the encoders never wait for the
+        slowest piece of a batch. This thread keeps the order of the recipe and the
+        containers and decides what is new: a piece met twice in flight is encoded twice,
+        stored once."""
         pool = ThreadPoolExecutor(max_workers=ENCODERS, thread_name_prefix="dedup-encode")
         encode = self.store.encode_record
         has = self.store.has
@@ -244,20 +247,25 @@ class Ingest:
             while len(inflight) > IN_FLIGHT:
                 settle()
 
+        def cut(block):
+            if self._segmenter is None:
+                self._segmenter = Segmenter(self.params)
+            return self._segmenter.feed(block) if block else self._segmenter.finish()
+
         try:
             while True:
-                pieces = self._queue.get()
-                if pieces is None:
-                    while inflight:
-                        settle()
-                    return
+                item = self._queue.get()
                 if self._error is not None:
+                    if item is None:
+                        return
                     continue
-                if type(pieces) is _Copied:
-                    while inflight:
-                        settle()
-                    self._add_copied(pieces.entries)
-                    continue
+                if item is None or type(item) is _Copied:
+                    # the end of the stream, or of the bytes before a reference: the cutting
+                    # ends there and starts afresh after it
+                    pieces = cut(b"") if self._segmenter is not None else []
+                    self._segmenter = None
+                else:
+                    pieces = cut(item)
                 # Small pieces (the chunks of small files) go to the encoders a few at a time:
                 # one hand-over between threads costs as much as hashing tens of KiB.
                 group, size = [], 0
@@ -269,6 +277,12 @@ class Ingest:
                         group, size = [], 0
                 if group:
                     submit(group)
+                if item is None or type(item) is _Copied:
+                    while inflight:
+                        settle()
+                    if item is None:
+                        return
+                    self._add_copied(item.entries)
         except BaseException as e:  # noqa: BLE001 - re-raised in the stream's thread
             self._error = e
             for fut, _ in inflight:
@@ -279,11 +293,10 @@ class Ingest:
     def _drain(self):
         if not self._started:
             return
-        if self._segmenter is not None:
-            tail = self._segmenter.finish()
-            if tail:
-                self._hand_over(tail)
-        self._queue.put(None)
+        if self._block:
+            self._hand_over(self._block)
+            self._block = bytearray()
+        self._hand_over(None)
         self._worker.join()
         self._segmenter = None
         if self._error is not None:

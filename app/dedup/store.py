@@ -252,7 +252,12 @@ def _decompress(codec, stored, raw_length, where):
                 f"chunk at {where} was stored with zstd, and the zstandard module is not "
                 f"installed here",
                 hint="Install it on this host (pip install zstandard) to read this store.")
-        return _zstd.ZstdDecompressor().decompress(stored, max_output_size=raw_length)
+        # One decompressor per thread, as with compression: making one per chunk holds the
+        # GIL while its context is set up.
+        d = getattr(_local, "unzstd", None)
+        if d is None:
+            d = _local.unzstd = _zstd.ZstdDecompressor()
+        return d.decompress(stored, max_output_size=raw_length)
     raise ValueError(f"unknown codec {codec}")
 
 

@@ -180,6 +180,7 @@ class _Chain:
         self.names = []
         self.fds = []
         self.created = 0
+        self.made = []  # component tuples of the directories get() made, for the caller
 
     def get(self, comps, create=True):
         names = self.names
@@ -202,10 +203,13 @@ class _Chain:
             fds[k] = fd
             self._trim(k)
         for c in comps[i:]:
+            made = self.created
             fd = self._open(fd, c, create)
             names.append(c)
             fds.append(fd)
             self._trim(len(fds) - 1)
+            if self.created != made:
+                self.made.append(tuple(names))
         return fd
 
     def _trim(self, k):
@@ -304,6 +308,9 @@ class _Restore:
         self.marks = deque()  # (files of pending it covers, hash worker mark)
         self.dir_refs = {}  # duplicated directory fd -> pending files written in it
         self.dirs = []
+        # Directories this restore made -> the names it has put in them: in those, a name not
+        # in the set needs no look-up (nothing else was there), one system call a file less.
+        self.fresh = {}
         self.dirmap = {}
         self.blocked = set()
         self.restored = {}
@@ -446,7 +453,17 @@ class _Restore:
             self.chain_key = None
             self.chain.get(parent)
             self.chain_key = key
+            for made in self.chain.made:
+                self.fresh[made] = set()
+                self.note_made(made[:-1], made[-1])
+            del self.chain.made[:]
         return self.chain.fds[-1] if self.chain.fds else self.root
+
+    def note_made(self, parent, name):
+        """`name` now stands in directory `parent` (components), put there by this restore."""
+        names = self.fresh.get(tuple(parent))
+        if names is not None:
+            names.add(name)
 
     def existing(self, dfd, name):
         try:
@@ -454,32 +471,37 @@ class _Restore:
         except FileNotFoundError:
             return None
 
-    def free_name(self, dfd, name):
+    def free_name(self, dfd, name, names=None):
         n = 0
         while True:
             suffix = b".restored" if n == 0 else b".restored.%d" % n
             # A name at the length limit still needs room for the suffix: shorten its stem.
             cand = name[:NAME_MAX - len(suffix)] + suffix
-            if self.existing(dfd, cand) is None:
+            if (names is None or cand not in names) and self.existing(dfd, cand) is None:
                 return cand
             n += 1
 
-    def destination(self, dfd, name, path):
+    def destination(self, dfd, name, path, names=None):
         """The name to restore to in `dfd` according to the overwrite mode, or None to skip.
-        Returns (name, replace) where replace means an existing entry is to be replaced."""
+        Returns (name, replace) where replace means an existing entry is to be replaced.
+        names: what this restore has put in `dfd` when it made that directory itself; a name
+        not in it is free without a look-up, one in it is taken even while it is still being
+        written (under a temporary name)."""
+        if names is not None and name not in names:
+            return name, False
         st = self.existing(dfd, name)
-        if st is None:
+        if st is None and names is None:
             return name, False
         if self.overwrite == "skip":
             self.skipped += 1
             self.log("skipped %s: it already exists" % path)
             return None, False
         if self.overwrite == "rename":
-            new = self.free_name(dfd, name)
+            new = self.free_name(dfd, name, names)
             self.log("restored %s as %s: the original name is taken"
                      % (path, os.fsdecode(new)))
             return new, False
-        if stat.S_ISDIR(st.st_mode):
+        if st is not None and stat.S_ISDIR(st.st_mode):
             try:
                 os.rmdir(name, dir_fd=dfd)
             except OSError as e:
@@ -497,9 +519,12 @@ class _Restore:
         if m.sparse is None:
             raise _Refused("the member uses a sparse format this agent does not restore")
         dfd = self.parent_fd(parent)
-        final, _ = self.destination(dfd, name, path)
+        names = self.fresh.get(tuple(parent))
+        final, _ = self.destination(dfd, name, path, names)
         if final is None:
             return
+        if names is not None:
+            names.add(final)
         src = self.src
         tmp = self.tmp_name()
         try:
@@ -766,6 +791,7 @@ class _Restore:
             # overwriting
             apply_meta = self.overwrite == "overwrite"
             real = name
+            made = False
         elif st is not None:
             if self.overwrite == "skip":
                 self.skipped += 1
@@ -784,13 +810,18 @@ class _Restore:
                     raise _Refused("cannot replace the existing entry: %s" % _why(e))
                 real = name
             self.mkdir(dfd, real)
+            made = True
         else:
             real = name
             self.mkdir(dfd, real)
+            made = True
         if real != name:
             self.dirmap[tuple(comps)] = tuple(parent) + (real,)
         self.ndirs += 1
         key = tuple(parent) + (real,)
+        self.note_made(parent, real)
+        if made:
+            self.fresh[key] = set()
         if apply_meta:
             if m.xattrs:
                 try:
@@ -819,7 +850,7 @@ class _Restore:
             raise _Refused("the hard link target in the image does not match the index")
         self.drain()
         dfd = self.parent_fd(parent)
-        final, replace = self.destination(dfd, name, path)
+        final, replace = self.destination(dfd, name, path, self.fresh.get(tuple(parent)))
         if final is None:
             return
         target = self.restored.get(link)
@@ -840,6 +871,7 @@ class _Restore:
                 raise _Refused("cannot create the hard link: %s" % _why(e))
         finally:
             tchain.close()
+        self.note_made(parent, final)
         self.restored_one(path, tuple(parent) + (final,))
 
     def other(self, item, m, kind, path, parent, name):
@@ -848,7 +880,7 @@ class _Restore:
             if plan_link and os.fsencode(plan_link) != m.linkname:
                 raise _Refused("the symbolic link target in the image does not match the index")
         dfd = self.parent_fd(parent)
-        final, replace = self.destination(dfd, name, path)
+        final, replace = self.destination(dfd, name, path, self.fresh.get(tuple(parent)))
         if final is None:
             return
         tmp = self.tmp_name() if replace else final
@@ -876,6 +908,7 @@ class _Restore:
                 self.discard(None, dfd, tmp)
                 raise _Refused("cannot put it in place: %s" % _why(e))
             self.warn(path, "cannot set its metadata: %s" % _why(e))
+        self.note_made(parent, final)
         self.restored_one(path, tuple(parent) + (final,))
 
     def apply_dirs(self):

@@ -889,3 +889,25 @@ def test_restore_across_many_directories_puts_every_file_in_its_own_and_leaks_no
     got = {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
     assert got == want
     assert not list((tmp_path / "out").rglob(".cairn-restore-*"))
+
+
+def test_two_items_relocated_to_one_name_in_a_new_directory_keep_the_first(tmp_path):
+    """In a directory the restore made itself, names are checked against what it put there
+    (no look-up on disk): a second item relocated onto a name already restored is skipped,
+    even while the first is still being written, and the first stays whole."""
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    (src / "a" / "f").write_bytes(b"first" * 1000)
+    (src / "b" / "f").write_bytes(b"second" * 1000)
+    img = tmp_path / "img.tar"
+    _, rec = backup(img, [src / "a" / "f", src / "b" / "f"])
+    rows = [r for r in rec.rows if r[entry.KIND] == entry.KIND_FILE]
+    assert len(rows) == 2
+    plan = plan_of(rows)
+    for item in plan:
+        item["to"] = "/merged/f"
+    result, rec2 = restore(img, rows, tmp_path / "out", plan=plan)
+    assert (tmp_path / "out" / "merged" / "f").read_bytes() == b"first" * 1000
+    assert result["skipped"] == 1 and result["files"] == 1
+    assert any("already exists" in p["message"] for p in rec2.of("log"))

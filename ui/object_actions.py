@@ -62,6 +62,7 @@ class ObjectActions(_JobActions):
         self.kind = view.spec.kind
         self.bridge = view.bridge
         self.last_box = None
+        self.last_menu = None
         self.last_dialog = None
         self.last_queued = None
         label = KIND_LABELS[self.kind].lower()
@@ -82,10 +83,18 @@ class ObjectActions(_JobActions):
                                  "Alt+Return", f"Show and change the selected {label}")
         self.delete = action("Delete…", "action-delete", self._delete, "Delete",
                              f"Delete the selected {label}, after saying what depends on it")
-        self.backup = None
+        self.backup = self.backup_reading_all = None
         if self.kind == "policy":
             self.backup = action("Back up now", "action-backup", self._backup_now, None,
                                  "Queue a backup of every client of the selected policy")
+            # In the context menu only: the rare case, for when a file may have changed
+            # without any change to its size, times or inode (a raw device write).
+            self.backup_reading_all = action(
+                "Back up now, reading every file", "action-backup",
+                lambda: self._backup_now(files_cache=False), None,
+                "Queue a backup of every client of the selected policy; a full into a "
+                "deduplicating pool reads every file instead of taking the unchanged ones "
+                "from the newest image")
         self.verify = self.reclaim = None
         if self.kind == "disk-pool":
             self.verify = action("Verify pool", "state-ok", self._verify_pool, None,
@@ -124,7 +133,7 @@ class ObjectActions(_JobActions):
 
     def update_enabled(self, *_):
         row = self.selected()
-        for a in (self.properties, self.delete, self.backup):
+        for a in (self.properties, self.delete, self.backup, self.backup_reading_all):
             if a is not None:
                 a.setEnabled(row is not None)
         for a in (self.verify, self.reclaim):
@@ -137,6 +146,9 @@ class ObjectActions(_JobActions):
             if a is self.refresh:
                 menu.addSeparator()
             menu.addAction(a)
+            if a is self.backup:
+                menu.addAction(self.backup_reading_all)
+        self.last_menu = menu
         menu.popup(self.view.table.viewport().mapToGlobal(pos))
 
     # ---- actions --------------------------------------------------------------------------
@@ -200,13 +212,13 @@ class ObjectActions(_JobActions):
         self.view.refresh()
         emit(self.changed, self.kind, name)
 
-    def _backup_now(self):
+    def _backup_now(self, files_cache=True):
         row = self.selected()
         if row is None:
             return
         name = row["name"]
-        self.bridge.call(lambda m: m.start_backup(name), done=self._backups_queued,
-                         failed=self._error, context=self)
+        self.bridge.call(lambda m: m.start_backup(name, files_cache=files_cache),
+                         done=self._backups_queued, failed=self._error, context=self)
 
     def _backups_queued(self, ids):
         emit(self.jobs_started, list(ids))

@@ -100,6 +100,25 @@ def test_back_up_now_queues_and_shows_the_activity_monitor(console, master, qtbo
     assert str(new[0]["id"]) in console.window.statusBar().currentMessage()
 
 
+def test_back_up_now_reading_every_file_is_in_the_context_menu(console, master, qtbot):
+    view = show(console, qtbot, "policies")
+    select(view, "p1", qtbot)
+    acts = view.object_actions
+    toolbar = [a.text() for a in acts.toolbar.actions()]
+    assert "Back up now, reading every file" not in toolbar
+    acts._menu(view.table.visualRect(view.table.currentIndex()).center())
+    texts = [a.text() for a in acts.last_menu.actions() if a.text()]
+    i = texts.index("Back up now")
+    assert texts[i + 1] == "Back up now, reading every file"
+    acts.last_menu.close()
+    before = {j["id"] for j in master.jobs.list()}
+    acts.backup_reading_all.trigger()
+    qtbot.waitUntil(lambda: console.window.current_view.name == "activity", timeout=5000)
+    new = [j for j in master.jobs.list() if j["id"] not in before]
+    assert len(new) == 1 and new[0]["policy"] == "p1"
+    assert master.jobs.get(new[0]["id"])["params"].get("no_files_cache") is True
+
+
 def test_getting_started_shows_what_is_done(make_console, empty_master, qtbot):
     c = make_console(empty_master)
     view = show(c, qtbot, "getting-started")

@@ -483,10 +483,10 @@ PIECE = 1 << 20
 try:
     # An optional accelerator: ISA-L computes the same CRC-32 (same polynomial, same
     # values) about twenty times faster than zlib. Hosts without it use zlib.
-    from isal.isal_zlib import crc32 as _crc32
+    from isal.isal_zlib import crc32
     CRC32_ACCELERATOR = "isal"
 except ImportError:  # the standard library is enough
-    _crc32 = zlib.crc32
+    crc32 = zlib.crc32
     CRC32_ACCELERATOR = None
 
 
@@ -497,10 +497,10 @@ class _Crc32:
     __slots__ = ("value",)
 
     def __init__(self, data=b""):
-        self.value = _crc32(data)
+        self.value = crc32(data)
 
     def update(self, data):
-        self.value = _crc32(data, self.value)
+        self.value = crc32(data, self.value)
 
     def digest(self):
         return self.value.to_bytes(4, "big")

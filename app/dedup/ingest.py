@@ -247,11 +247,6 @@ class Ingest:
             while len(inflight) > IN_FLIGHT:
                 settle()
 
-        def cut(block):
-            if self._segmenter is None:
-                self._segmenter = Segmenter(self.params)
-            return self._segmenter.feed(block) if block else self._segmenter.finish()
-
         try:
             while True:
                 item = self._queue.get()
@@ -259,13 +254,16 @@ class Ingest:
                     if item is None:
                         return
                     continue
-                if item is None or type(item) is _Copied:
+                end = item is None or type(item) is _Copied
+                if end:
                     # the end of the stream, or of the bytes before a reference: the cutting
                     # ends there and starts afresh after it
-                    pieces = cut(b"") if self._segmenter is not None else []
-                    self._segmenter = None
+                    seg, self._segmenter = self._segmenter, None
+                    pieces = seg.finish() if seg is not None else []
                 else:
-                    pieces = cut(item)
+                    if self._segmenter is None:
+                        self._segmenter = Segmenter(self.params)
+                    pieces = self._segmenter.feed(item)
                 # Small pieces (the chunks of small files) go to the encoders a few at a time:
                 # one hand-over between threads costs as much as hashing tens of KiB.
                 group, size = [], 0
@@ -277,7 +275,7 @@ class Ingest:
                         group, size = [], 0
                 if group:
                     submit(group)
-                if item is None or type(item) is _Copied:
+                if end:
                     while inflight:
                         settle()
                     if item is None:

@@ -384,11 +384,10 @@ class RecipeStream(io.RawIOBase):
         return self.store.get(fp)
 
     def _drop(self, j):
-        fut = self._ahead.pop(j)
-        fut.cancel()
-        for k, v in list(self._planned.items()):
-            if v == j:
-                del self._planned[k]
+        self._ahead.pop(j).cancel()
+        fp = self.recipe.entry(j).fp
+        if self._planned.get(fp) == j:
+            del self._planned[fp]
 
     def _drop_ahead(self):
         for fut in self._ahead.values():

@@ -47,13 +47,9 @@ import zlib
 from collections import namedtuple
 
 from app import status
+from app.agent.tarfmt import crc32 as _crc32  # zlib's CRC-32, from isal where present
 from app.agent.writeback import start_writeback
 from app.errors import CairnError, NotFound, ValidationError
-
-try:  # the same CRC-32 as zlib's, several times faster
-    from isal.isal_zlib import crc32 as _crc32
-except ImportError:
-    from zlib import crc32 as _crc32
 
 try:
     import zstandard as _zstd

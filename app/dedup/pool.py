@@ -10,7 +10,7 @@ import os
 import time
 
 from app.dedup.recipe import RecipeDamaged, read_recipe
-from app.dedup.store import ChunkDamaged, ChunkNotFound
+from app.dedup.store import ChunkDamaged, ChunkNotFound, Damage
 
 IMAGE_DIR = "images"
 RECIPE_SUFFIX = ".recipe"
@@ -80,12 +80,23 @@ def _ranges(recipe, bad, reasons):
             for off, ln, fp in recipe.ranges_of(bad)]
 
 
+def _missing(fp, notes):
+    note = notes.get(fp)
+    if note is None:
+        return "the chunk is missing from the pool"
+    return (f"set aside as damaged ({note['reason']}; {note['container']} at byte "
+            f"{note['offset']}), not stored again since")
+
+
 def verify_images(store, paths, *, emit=None, is_cancelled=None):
     """Reads every chunk of the given recipes back and checks it (crc32, decoding, SHA-256).
-    Returns {"images": [{"path", "damage": [{"offset", "length", "fingerprint", "reason"}],
-    "error"}], "chunks", "bytes", "damaged_chunks"}."""
+    Damaged chunks are set aside (store.set_aside), so the next backup of their data stores
+    them again. Returns {"images": [{"path", "damage": [{"offset", "length", "fingerprint",
+    "reason"}], "error"}], "chunks", "bytes", "damaged_chunks", "set_aside"}."""
     checked = {}  # fingerprint -> reason or None
-    out = {"images": [], "chunks": 0, "bytes": 0, "damaged_chunks": 0}
+    found = []  # Damage of the records read
+    notes = store.damage_notes()
+    out = {"images": [], "chunks": 0, "bytes": 0, "damaged_chunks": 0, "set_aside": 0}
     last = 0.0
     for path in paths:
         try:
@@ -106,9 +117,10 @@ def verify_images(store, paths, *, emit=None, is_cancelled=None):
                     out["chunks"] += 1
                     out["bytes"] += len(data)
                 except ChunkNotFound:
-                    checked[fp] = "the chunk is missing from the pool"
+                    checked[fp] = _missing(fp, notes)
                 except ChunkDamaged as e:
                     checked[fp] = str(e)
+                    found.append(Damage(fp, e.container, e.offset, e.reason or str(e)))
                 if checked[fp] is not None:
                     out["damaged_chunks"] += 1
             if checked[fp] is not None:
@@ -119,14 +131,17 @@ def verify_images(store, paths, *, emit=None, is_cancelled=None):
                 emit("progress", {"bytes": out["bytes"], "files": out["chunks"]})
         out["images"].append({"path": path, "damage": _ranges(r, bad, reasons) if bad else [],
                               "error": None})
+    out["set_aside"] = len(store.set_aside(found))
     return out
 
 
 def verify_pool(store, root, *, emit=None, is_cancelled=None):
     """Reads every container of the pool and checks every record, then names the images that
-    reference a damaged or missing chunk. Returns {"containers", "damage": [container
-    findings], "images": [as verify_images], "damaged_chunks"}."""
+    reference a damaged or missing chunk; the damaged chunks are set aside as by
+    verify_images. Returns {"containers", "damage": [container findings], "images": [as
+    verify_images], "damaged_chunks", "set_aside"}."""
     findings = []
+    found = []  # Damage of the records images use, for set_aside
     bad = {}
     broken_from = {}  # container path -> offset from which no record can be found
     for d in store.verify():
@@ -137,7 +152,8 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
                          "fingerprint": d.fingerprint.hex() if d.fingerprint else None,
                          "reason": d.reason})
         if d.fingerprint is not None:
-            bad[d.fingerprint] = f"{d.reason} ({d.container} at byte {d.offset})"
+            # keyed by place: a damaged copy the index does not point at harms no image
+            bad[(d.container, d.offset)] = d.reason
         if d.fingerprint is None or "torn" in d.reason:
             broken_from[d.container] = min(d.offset, broken_from.get(d.container, d.offset))
         if emit is not None:
@@ -145,7 +161,8 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
                                                         f"{d.offset}: {d.reason}"})
     usage = store.stats()
     out = {"containers": usage["containers"], "bytes": usage["container_bytes"],
-           "damage": findings, "images": [], "damaged_chunks": 0}
+           "damage": findings, "images": [], "damaged_chunks": 0, "set_aside": 0}
+    notes = store.damage_notes()
     paths = recipes(root)
     for path in paths:
         try:
@@ -156,24 +173,29 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
         hit = set()
         reasons = {}
         for fp in r.fingerprints():
-            if fp in bad:
-                hit.add(fp)
-                reasons[fp] = bad[fp]
-                continue
             try:
                 loc = store.locate(fp)
             except ChunkNotFound:
                 hit.add(fp)
-                reasons[fp] = "the chunk is missing from the pool"
+                reasons[fp] = _missing(fp, notes)
                 continue
             cpath = store.container_path(loc.container)
-            if cpath in broken_from and loc.offset >= broken_from[cpath]:
+            if (cpath, loc.offset) in bad:
+                hit.add(fp)
+                reasons[fp] = f"{bad[(cpath, loc.offset)]} ({cpath} at byte {loc.offset})"
+                found.append(Damage(fp, cpath, loc.offset, bad[(cpath, loc.offset)]))
+                continue
+            elif cpath in broken_from and loc.offset >= broken_from[cpath]:
                 hit.add(fp)
                 reasons[fp] = f"its container {cpath} is unreadable from byte {broken_from[cpath]}"
             elif not os.path.exists(cpath):
                 hit.add(fp)
                 reasons[fp] = f"its container {cpath} is missing"
+            else:
+                continue
+            found.append(Damage(fp, cpath, loc.offset, reasons[fp]))
         out["damaged_chunks"] += len(hit)
         out["images"].append({"path": path, "damage": _ranges(r, hit, reasons) if hit else [],
                               "error": None})
+    out["set_aside"] = len(store.set_aside(found))
     return out

@@ -33,7 +33,7 @@ from collections import namedtuple
 from itertools import accumulate
 
 from app import status
-from app.dedup.store import ChunkDamaged, ChunkNotFound, fsync_dir
+from app.dedup.store import ChunkDamaged, ChunkNotFound, ChunkSetAside, fsync_dir
 from app.errors import CairnError, StorageError, ValidationError
 
 MAGIC = b"CRNRCPE1"
@@ -407,6 +407,11 @@ class RecipeStream(io.RawIOBase):
         if data is None:
             try:
                 data = self._fetch(i, fp, offset + length)
+            except ChunkSetAside as e:
+                raise RecipeDamaged(
+                    f"at stream offset {offset} of {self.recipe.path}: {e.message}",
+                    path=self.recipe.path, fingerprint=fp, stream_offset=offset,
+                    hint=e.hint) from None
             except ChunkNotFound:
                 raise RecipeDamaged(
                     f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "

@@ -94,6 +94,8 @@ KEY_CHECK_LABEL = b"cairn pool key check"
 KEY_HINT = "The master passes the pool's key; see docs/dedup-pool.md."
 
 DEFAULT_SESSION_TIMEOUT = 60.0
+# Chunks set aside as damaged (index/damaged.log): one JSON object per line.
+DAMAGED_LOG = "damaged.log"
 # reclaim makes its work durable (index rewrite, old containers deleted) after this many new
 # containers, so a nearly full pool gets space back before the compaction needs much more
 RECLAIM_BATCH_CONTAINERS = 16
@@ -119,6 +121,11 @@ class ChunkNotFound(NotFound, KeyError):
 
     def __str__(self):
         return CairnError.__str__(self)
+
+
+class ChunkSetAside(ChunkNotFound):
+    """The chunk was found damaged and taken out of the index (ChunkStore.set_aside), and no
+    backup has stored it again since."""
 
 
 class CodecUnavailable(CairnError):
@@ -368,6 +375,7 @@ class ChunkStore:
         self.containers_dir = os.path.join(self.root, "containers")
         self.index_dir = os.path.join(self.root, "index")
         self.index_path = os.path.join(self.index_dir, "chunks.log")
+        self.damaged_path = os.path.join(self.index_dir, DAMAGED_LOG)
         self.config_path = os.path.join(self.root, POOL_FILE)
         self._lock_path = os.path.join(self.index_dir, "lock")
         self._pool_lock_path = os.path.join(self.index_dir, "pool.lock")
@@ -612,12 +620,13 @@ class ChunkStore:
     # ------------------------------------------------------------------ reading
 
     def has(self, fp):
-        """Whether the store holds the chunk. A miss reads what other writers published since,
-        at most every HAS_REFRESH seconds: a backup misses on every new chunk, and a chunk
-        another job stored a moment ago is at worst stored twice (the index keeps one)."""
+        """Whether the store holds the chunk. Reads what other writers published since (and
+        a rewritten index) at most every HAS_REFRESH seconds: a chunk another job stored a
+        moment ago is at worst stored twice (the index keeps one), and one set aside as
+        damaged a moment ago may still be referenced once more."""
         fp = _check_fingerprint(fp)
         with self._mutex:
-            if fp not in self._index and time.monotonic() - self._refreshed >= HAS_REFRESH:
+            if time.monotonic() - self._refreshed >= HAS_REFRESH:
                 self._refresh()
             return fp in self._index
 
@@ -629,6 +638,15 @@ class ChunkStore:
                 self._refresh()
                 loc = self._index.get(fp)
         if loc is None:
+            note = self.damage_notes().get(fp)
+            if note is not None:
+                raise ChunkSetAside(
+                    f"chunk {fp.hex()} was found damaged ({note['reason']}; "
+                    f"{note['container']} at byte {note['offset']}) and set aside, and no "
+                    f"backup has stored it again since",
+                    hint="The next backup of the same data stores it again, which makes the "
+                         "images that use it whole; until then those files cannot be restored "
+                         "from this pool.")
             raise ChunkNotFound(f"no chunk {fp.hex()} in the store at {self.root}",
                                 hint="It was never committed, or the index lost it: "
                                      "rebuild_index() rescans the containers.")
@@ -777,17 +795,21 @@ class ChunkStore:
 
     def rebuild_index(self):
         """Replaces the index with one made from the committed containers alone. Records that
-        fail their crc32 are left out (so the chunk can be stored again); a container's torn
-        end is skipped. Returns counts."""
+        fail their crc32 or were set aside as damaged are left out (so the chunk can be stored
+        again); a container's torn end is skipped. Returns counts."""
         counts = {"containers": 0, "chunks": 0, "duplicates": 0, "damaged": 0, "torn": 0}
         with self._locked():
+            # a record a verification set aside may pass its crc32 (damage found by decoding
+            # or SHA-256): it stays out
+            aside = {(n["container"], n["offset"], fp) for fp, n in self.damage_notes().items()}
             entries = {}
             for number in self.committed_containers():
                 counts["containers"] += 1
+                name = container_name(number)
                 for offset, header, error in self._scan(number, decode=False):
                     if header is None or "torn" in (error or ""):
                         counts["torn"] += 1
-                    elif error:
+                    elif error or (name, offset, header[1]) in aside:
                         counts["damaged"] += 1
                     elif header[1] in entries:
                         counts["duplicates"] += 1
@@ -810,6 +832,87 @@ class ChunkStore:
                         yield Damage(header[1] if header else None, path, offset, error)
             except FileNotFoundError:
                 continue  # reclaimed since the listing (a verify outside a session)
+
+    # ------------------------------------------------------------------ damaged chunks
+
+    def set_aside(self, damage):
+        """Takes chunks found damaged out of the index, so that the next backup that meets
+        their data stores them afresh (its files cache does not vouch for them either), which
+        makes whole again every image that references them. `damage`: Damage tuples; an entry
+        is taken out only while it still points at the damaged record (a chunk stored again
+        elsewhere stays). Each is noted in index/damaged.log first, so that messages can say
+        what happened, reclaim knows it need not look for the chunk, and an index rebuild does
+        not bring the record back. Returns the fingerprints taken out."""
+        found = {d.fingerprint: d for d in damage if d.fingerprint is not None}
+        if not found:
+            return []
+        with self._locked():
+            self._refresh()
+            out = []
+            for fp, d in found.items():
+                loc = self._index.get(fp)
+                if loc is not None and loc.offset == d.offset \
+                        and self.container_path(loc.container) == d.container:
+                    out.append(fp)
+            if out:
+                now = int(time.time())
+                self._append_notes(
+                    {"fingerprint": fp.hex(), "container": os.path.basename(found[fp].container),
+                     "offset": found[fp].offset, "reason": found[fp].reason, "time": now}
+                    for fp in out)
+                gone = set(out)
+                self._write_index([(fp, loc) for fp, loc in self._index.items()
+                                   if fp not in gone])
+        return out
+
+    def damage_notes(self):
+        """{fingerprint: {"container", "offset", "reason", "time"}} of the chunks set aside as
+        damaged that are still needed (the newest note of each)."""
+        try:
+            with open(self.damaged_path, "rb") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return {}
+        notes = {}
+        for line in lines:
+            try:
+                n = json.loads(line)
+                fp = bytes.fromhex(n["fingerprint"])
+                if len(fp) != FINGERPRINT_SIZE or not isinstance(n.get("offset"), int):
+                    continue
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a torn last line of a crashed append
+            notes[fp] = {k: n.get(k) for k in ("container", "offset", "reason", "time")}
+        return notes
+
+    def _append_notes(self, notes):
+        data = b"".join(json.dumps(n, sort_keys=True).encode() + b"\n" for n in notes)
+        fd = os.open(self.damaged_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _prune_notes(self, keep):
+        """Rewrites damaged.log with the notes whose fingerprint `keep(fp)` wants; call with
+        the lock held."""
+        notes = self.damage_notes()
+        kept = {fp: n for fp, n in notes.items() if keep(fp)}
+        if len(kept) == len(notes):
+            return
+        if not kept:
+            os.unlink(self.damaged_path)
+        else:
+            tmp = self.damaged_path + ".rewrite"
+            with open(tmp, "wb") as f:
+                for fp, n in kept.items():
+                    f.write(json.dumps(dict(n, fingerprint=fp.hex()), sort_keys=True).encode()
+                            + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.damaged_path)
+        fsync_dir(self.index_dir)
 
     def remove_stale_partials(self):
         """Deletes .partial containers whose writer has died (it no longer holds its lock);
@@ -996,7 +1099,7 @@ class _Reclaim:
         self.writer = None
         self.done = []  # (container number, size, compacted) handled in the open batch
         self.moved = {}  # fp -> new Location, in the open batch
-        self.dropped = set()  # live fps whose record was damaged: left out of the index
+        self.dropped = {}  # live fp -> (container name, offset) of its damaged record
 
     def run(self, live_fn):
         store, result = self.store, self.result
@@ -1010,16 +1113,17 @@ class _Reclaim:
         with store._mutex:
             store._refresh()
             index = dict(store._index)
-        missing = sum(1 for fp in live if fp not in index)
-        if missing:
+        aside = store.damage_notes()
+        if any(fp not in index and fp not in aside for fp in live):
             # a referenced chunk the index lacks may still sit in a container; deleting that
-            # container would lose it for good, so the index is made whole first
+            # container would lose it for good, so the index is made whole first (chunks set
+            # aside as damaged are known to be stored nowhere usable)
             store.rebuild_index()
             result["index_rebuilt"] = True
             numbers = store.committed_containers()
             with store._mutex:
                 index = dict(store._index)
-            missing = sum(1 for fp in live if fp not in index)
+        missing = sum(1 for fp in live if fp not in index)
         result["missing_chunks"] = missing
         result["live_chunks"] = len(live) - missing
 
@@ -1071,7 +1175,22 @@ class _Reclaim:
             self._discard()
             raise
         result["live_chunks"] -= len(self.dropped)
+        self._tidy_notes(live)
         return result
+
+    def _tidy_notes(self, live):
+        """Notes the live chunks this reclaim found damaged and dropped, and forgets the notes
+        of chunks stored again since or no longer referenced."""
+        store = self.store
+        with store._locked():
+            store._refresh()
+            if self.dropped:
+                store._append_notes({"fingerprint": fp.hex(), "container": container,
+                                     "offset": offset, "time": int(time.time()),
+                                     "reason": "damaged record found by space reclaim"}
+                                    for fp, (container, offset) in self.dropped.items())
+            index = store._index
+            store._prune_notes(lambda fp: fp in live and fp not in index)
 
     def _progress(self, done, total):
         if self.progress is not None:
@@ -1094,7 +1213,7 @@ class _Reclaim:
                 if not ok:
                     # copying it would spread the damage; left out of the index, the next
                     # backup that meets the chunk stores it afresh
-                    self.dropped.add(fp)
+                    self.dropped[fp] = (container_name(number), loc.offset)
                     self.result["damaged_chunks"] += 1
                     continue
                 if self.writer is None:

@@ -110,18 +110,33 @@ def run_verify(master, job):
     for d in result.get("damage", []):
         ctx.log(f"container {posixpath.basename(d['container'])} at byte {d['offset']}: "
                 f"{d['reason']}", "error")
+    aside = result.get("set_aside", 0)
+    if aside:
+        ctx.log(f"{aside} damaged chunk(s) set aside: the next backup of the same data stores "
+                "them again (without trusting its files cache for them), and the images above "
+                "become restorable in full once it has", "warning")
     checked = len(result["images"])
     ctx.bytes = result.get("bytes", 0)
     ctx.files = checked
     master.jobs.set_result(job["id"], {"images": damaged_images,
                                        "containers": result.get("containers"),
                                        "container_damage": result.get("damage", []),
-                                       "damaged_chunks": result.get("damaged_chunks", 0)})
+                                       "damaged_chunks": result.get("damaged_chunks", 0),
+                                       "set_aside": aside})
     ctx.flush(sample=True)
-    if damaged_images or result.get("damage"):
+    if damaged_images:
         n_files = sum(len(d["files"]) for d in damaged_images)
         return (st.CHECKSUM_MISMATCH,
                 f"damage found: {len(damaged_images)} image(s), {n_files} file(s); see the log",
+                None, ctx.bytes, checked)
+    if result.get("damage"):
+        # the disk under the pool lost bytes even if no image needs them
+        n = len(result["damage"])
+        ctx.log(f"{n} damaged record(s) in the containers, used by no image (set aside "
+                "earlier, or no longer referenced); space reclaim removes them when it "
+                "compacts their containers", "warning")
+        return (st.CHECKSUM_MISMATCH,
+                f"damage found in the containers ({n} record(s)), used by no image; see the log",
                 None, ctx.bytes, checked)
     ctx.log(f"verified {checked} image(s): no damage")
     return st.OK, None, None, ctx.bytes, checked

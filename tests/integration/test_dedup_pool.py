@@ -298,6 +298,49 @@ def test_verify_names_the_files_of_a_corrupted_container(tmp_path, master):
     assert whole["result"]["images"][0]["files"] == hit["files"]
 
 
+def test_the_next_backup_heals_what_a_verify_found_damaged(tmp_path, master):
+    """The damaged chunks are set aside; the next full (whose files cache would otherwise
+    refer to them again) stores them anew, and the older image restores byte for byte."""
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=6, nfiles=3, size=3 * MB)
+    configure(m, pool)
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+    first = backup(m)
+    containers = os.path.join(pool, "containers")
+    path = os.path.join(containers, sorted(n for n in os.listdir(containers)
+                                           if n.endswith(".ctr"))[0])
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+    [bad] = m.wait_for([m.start_verify(image=first["image_id"])])
+    assert bad["status"] == status.CHECKSUM_MISMATCH and bad["result"]["set_aside"] >= 1
+    log = "\n".join(x["message"] for x in m.jobs.logs(bad["id"]))
+    assert "set aside" in log and "next backup" in log
+    broken = str(tmp_path / "broken")
+    [rj] = m.wait_for([m.start_restore(first["image_id"], [src], broken)])
+    assert rj["status"] != status.OK
+    assert "set aside" in "\n".join(x["message"] for x in m.jobs.logs(rj["id"]))
+
+    second = backup(m)
+    log = "\n".join(x["message"] for x in m.jobs.logs(second["id"]))
+    assert "not in the pool" in log, log  # the files cache was not trusted
+    [good] = m.wait_for([m.start_verify(image=first["image_id"])])
+    assert good["status"] == status.OK, [x["message"] for x in m.jobs.logs(good["id"])]
+    dst = str(tmp_path / "dst")
+    restore(m, first["image_id"], src, dst)
+    assert_trees_equal(src, dst + src)
+    [whole] = m.wait_for([m.start_verify(pool="ddp")])
+    # the damaged record stays in its container until reclaim compacts it; no image uses it
+    assert whole["status"] == status.CHECKSUM_MISMATCH and whole["result"]["images"] == []
+    assert whole["result"]["container_damage"], whole["result"]
+    assert "used by no image" in "\n".join(x["message"] for x in m.jobs.logs(whole["id"]))
+
+
 @pytest.mark.ssh
 def test_killed_storage_agent_leaves_a_usable_pool(tmp_path, master, sshd):
     """kill -9 of the storage server's agent while it stores chunks: no image is committed,

@@ -872,3 +872,102 @@ def test_rewritten_index_is_noticed_even_on_the_same_inode(tmp_path):
     assert os.stat(store.index_path).st_ino == other._index_id[0]
     assert other.fingerprints() == store.fingerprints()
     assert_readable(other, {fp: chunks[fp] for fp in live})
+
+
+def damage_record(store, fp, at=5):
+    """Flips bytes inside the stored data of fp's record (its crc32 then fails)."""
+    loc = store.locate(fp)
+    with open(store.container_path(loc.container), "r+b") as f:
+        f.seek(loc.offset + st.RECORD_HEADER.size + at)
+        b = f.read(3)
+        f.seek(loc.offset + st.RECORD_HEADER.size + at)
+        f.write(bytes(x ^ 0x5A for x in b))
+    return loc
+
+
+def test_a_chunk_set_aside_is_stored_again_by_the_next_writer(tmp_path, monkeypatch):
+    monkeypatch.setattr(st, "HAS_REFRESH", 0.0)  # the next lookup reads what changed
+    store, chunks = pool(tmp_path, n=6)
+    victim = list(chunks)[3]
+    damage_record(store, victim)
+    [damage] = list(store.verify())
+    assert damage.fingerprint == victim
+    other = st.ChunkStore(tmp_path)  # another process's view, read before the set-aside
+    assert other.has(victim)
+    assert store.set_aside([damage]) == [victim]
+    assert not store.has(victim)
+    with pytest.raises(st.ChunkNotFound, match="found damaged .* set aside") as info:
+        store.get(victim)
+    assert damage.reason in str(info.value) and "next backup" in info.value.hint
+    # the other view sees the rewritten index at its next refresh, and stores the chunk anew
+    with other.writer() as w:
+        assert w.add(victim, chunks[victim]) is True
+    assert store.get(victim) == chunks[victim]
+    assert_readable(st.ChunkStore(tmp_path), chunks)
+    # a rebuild does not bring back the damaged record, even though it is the first copy
+    counts = store.rebuild_index()
+    assert counts["damaged"] == 1 and counts["chunks"] == 6
+    assert store.get(victim) == chunks[victim]
+
+
+def test_only_the_damaged_place_is_set_aside(tmp_path):
+    store, chunks = pool(tmp_path, n=4)
+    victim = list(chunks)[1]
+    loc = store.locate(victim)
+    elsewhere = st.Damage(victim, store.container_path(loc.container), loc.offset + 1, "x")
+    assert store.set_aside([elsewhere, st.Damage(None, "c", 0, "torn")]) == []
+    assert store.get(victim) == chunks[victim] and store.damage_notes() == {}
+
+
+def test_a_record_with_a_valid_crc_set_aside_stays_out_of_a_rebuild(tmp_path):
+    # damage found by decoding or SHA-256 (the crc32 was taken over bad bytes) must not come
+    # back through the rebuild, which checks crc32s only
+    store, chunks = pool(tmp_path, n=3)
+    victim = list(chunks)[0]
+    loc = store.locate(victim)
+    damage = st.Damage(victim, store.container_path(loc.container), loc.offset,
+                       "sha256 of the data does not match the fingerprint")
+    assert store.set_aside([damage]) == [victim]
+    counts = store.rebuild_index()
+    assert counts["damaged"] == 1 and not store.has(victim)
+
+
+def test_reclaim_needs_no_rebuild_for_chunks_set_aside_and_forgets_healed_notes(tmp_path):
+    store, chunks = pool(tmp_path, n=12)
+    fps = list(chunks)
+    victim = fps[4]
+    damage_record(store, victim)
+    [damage] = list(store.verify())
+    assert store.set_aside([damage]) == [victim]
+    result = store.reclaim(lambda: set(fps))
+    assert result["index_rebuilt"] is False and result["missing_chunks"] == 1
+    assert victim in store.damage_notes()  # still referenced, still stored nowhere
+    with store.writer() as w:
+        w.add(victim, chunks[victim])
+    result = store.reclaim(lambda: set(fps))
+    assert result["missing_chunks"] == 0 and store.damage_notes() == {}
+    assert not os.path.exists(store.damaged_path)
+    assert_readable(store, chunks)
+
+
+def test_reclaim_notes_the_damaged_records_it_drops(tmp_path):
+    store, chunks = pool(tmp_path, n=10)
+    first = by_container(store, chunks)[1]
+    victim = first[0]
+    damage_record(store, victim)
+    result = store.reclaim(lambda: {victim, first[1]})
+    assert result["damaged_chunks"] == 1
+    assert "reclaim" in store.damage_notes()[victim]["reason"]
+    again = store.reclaim(lambda: {victim, first[1]})
+    assert again["index_rebuilt"] is False and again["missing_chunks"] == 1
+
+
+def test_a_torn_note_line_is_ignored(tmp_path):
+    store, chunks = pool(tmp_path, n=3)
+    victim = list(chunks)[2]
+    damage_record(store, victim)
+    [damage] = list(store.verify())
+    store.set_aside([damage])
+    with open(store.damaged_path, "ab") as f:
+        f.write(b'{"fingerprint": "ab')
+    assert list(store.damage_notes()) == [victim]

@@ -107,7 +107,19 @@ def build_parser():
     p.add_argument("--high-water", type=int, default=98)
     p.add_argument("--low-water", type=int, default=80)
     p.add_argument("--max-io-streams", type=int)
+    p.add_argument("--compact-below", type=int, metavar="PCT",
+                   help="deduplicating pool: space reclaim compacts a container whose live "
+                        "data is below PCT%% of its size (default 50; 0: only delete empty "
+                        "containers)")
     cmd(dp, "list", "list disk pools")
+    p = cmd(dp, "set", "change a disk pool's attribute",
+            description="Change one attribute of a disk pool: high_water, low_water, "
+                        "max_io_streams (0: no limit), compact_below (deduplicating pools: "
+                        "percent of live data below which reclaim compacts a container) or "
+                        "comment.")
+    p.add_argument("name")
+    p.add_argument("key")
+    p.add_argument("value")
     p = cmd(dp, "delete", "delete a disk pool that no storage unit or image uses")
     p.add_argument("name")
     p = cmd(dp, "reclaim", "deduplication pool: remove chunks no image uses, compact containers")
@@ -445,8 +457,13 @@ def _dispatch(m, args, c, s):
         if s == "create":
             r = m.create_disk_pool(args.name, server=args.server, volumes=args.volume,
                                    high_water=args.high_water, low_water=args.low_water,
-                                   max_io_streams=args.max_io_streams)
+                                   max_io_streams=args.max_io_streams,
+                                   compact_below=args.compact_below)
             return _out(args, r, lambda d: print(f"disk pool {d['name']} created"))
+        if s == "set":
+            r = m.update_object("disk-pool", args.name,
+                                **{args.key: _setting_value(args.key, args.value)})
+            return _out(args, r, lambda d: print(f"disk pool {d['name']}: {args.key} changed"))
         return _out(args, {"disk_pools": m.config.disk_pools()},
                     lambda d: _table(d["disk_pools"], ["name", "server", "volumes", "high_water",
                                                        "low_water"]))

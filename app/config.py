@@ -73,6 +73,9 @@ def check_agent_env(env):
                                   hint="a single line of text")
     return dict(env) or None
 MAX_IO_STREAMS = 1000
+# Space reclaim compacts a deduplicating pool's container whose live bytes are below this
+# share of its size (percent): lower frees less space per reclaim but copies less.
+DEFAULT_COMPACT_BELOW = 50
 
 
 
@@ -112,6 +115,15 @@ def check_int(what, value, lo, hi):
     if not lo <= v <= hi:
         raise ValidationError(f"{what} {v} is out of range", hint=f"choose a value from {lo} to {hi}")
     return v
+
+
+def check_compact_below(value, server_type):
+    if server_type != "dedup":
+        raise ValidationError("only a deduplicating pool has containers to compact",
+                              hint="leave out the compaction threshold for this pool")
+    if isinstance(value, bool):
+        raise ValidationError(f"compaction threshold {value!r} is not a whole number")
+    return check_int("compaction threshold", value, 0, 100)
 
 
 def _exists(db, table, name):
@@ -542,7 +554,7 @@ class Config:
 
     # ---- disk pools ------------------------------------------------------------------------
     def validate_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
-                           max_io_streams=None):
+                           max_io_streams=None, compact_below=None):
         _unique(self.db, "disk_pools", "disk pool", name)
         _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
         srv = self.storage_server(server)
@@ -570,6 +582,8 @@ class Config:
             raise ValidationError(f"low-water mark {lw}% must be below the high-water mark {hw}%")
         if max_io_streams is not None:
             max_io_streams = check_int("maximum I/O streams", max_io_streams, 1, MAX_IO_STREAMS)
+        if compact_below is not None:
+            compact_below = check_compact_below(compact_below, srv["type"])
         return vols, hw, lw, max_io_streams
 
     def _dedup_volume(self, srv, volumes):
@@ -590,15 +604,18 @@ class Config:
         return [srv["path"]]
 
     def add_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
-                      max_io_streams=None, comment=""):
+                      max_io_streams=None, compact_below=None, comment=""):
         vols, hw, lw, mio = self.validate_disk_pool(
             name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
-            max_io_streams=max_io_streams)
+            max_io_streams=max_io_streams, compact_below=compact_below)
+        cb = DEFAULT_COMPACT_BELOW if compact_below is None else int(compact_below)
         sid = _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
         with self.db.tx() as c:
             cur = c.execute("INSERT INTO disk_pools(name, server_id, high_water, low_water, "
-                            "max_io_streams, comment, created) VALUES (?,?,?,?,?,?,?)",
-                            (name, sid, hw, lw, mio, comment, timeutil.iso(timeutil.now())))
+                            "max_io_streams, compact_below, comment, created) "
+                            "VALUES (?,?,?,?,?,?,?,?)",
+                            (name, sid, hw, lw, mio, cb, comment,
+                             timeutil.iso(timeutil.now())))
             pid = cur.lastrowid
             for i, p in enumerate(vols):
                 c.execute("INSERT INTO pool_volumes(pool_id, path, position) VALUES (?,?,?)",

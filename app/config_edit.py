@@ -11,7 +11,8 @@ import os
 import json
 
 from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUMS, \
-    _id_of, check_agent_env, check_file_list, check_int, check_snapshot_mode
+    _id_of, check_agent_env, check_compact_below, check_file_list, check_int, \
+    check_snapshot_mode
 from app.errors import ValidationError
 
 KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy")
@@ -27,7 +28,7 @@ EDITABLE = {
     "host": ("port", "user", "key_file", "data_address", "max_jobs", "agent_env", "dedup",
              "comment"),
     "storage-server": ("comment",),
-    "disk-pool": ("high_water", "low_water", "max_io_streams", "comment"),
+    "disk-pool": ("high_water", "low_water", "max_io_streams", "compact_below", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
     "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "snapshot",
                "file_list", "dedup", "active", "comment"),
@@ -172,6 +173,9 @@ def update(db, config, kind, name, **changes):
             values["max_io_streams"] = (None if m in (None, "", 0)
                                         else check_int("maximum I/O streams", m, 1,
                                                        MAX_IO_STREAMS))
+        if "compact_below" in changes:
+            values["compact_below"] = check_compact_below(changes["compact_below"],
+                                                          pool["server_type"])
     elif kind == "storage-unit":
         if "max_concurrent_jobs" in changes:
             values["max_concurrent_jobs"] = check_int(

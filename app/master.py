@@ -229,10 +229,12 @@ class Master:
         return conn.call("check_volumes", {"paths": volumes}, timeout=120)["volumes"]
 
     def create_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
-                         max_io_streams=None, check=True):
+                         max_io_streams=None, compact_below=None, check=True):
+        """compact_below: a deduplicating pool's compaction threshold in percent (default
+        app.config.DEFAULT_COMPACT_BELOW)."""
         vols, *_ = self.config.validate_disk_pool(
             name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
-            max_io_streams=max_io_streams)
+            max_io_streams=max_io_streams, compact_below=compact_below)
         if check:
             bad = [v for v in self.check_volumes(server, vols) if not v["ok"]]
             if bad:
@@ -244,7 +246,8 @@ class Master:
                          "for the agent's user, then try again")
         return self.config.add_disk_pool(name, server=server, volumes=vols,
                                          high_water=high_water, low_water=low_water,
-                                         max_io_streams=max_io_streams)
+                                         max_io_streams=max_io_streams,
+                                         compact_below=compact_below)
 
     # ---- editing --------------------------------------------------------------------------
     def dependents(self, kind, name):

@@ -41,6 +41,7 @@ LABELS = {
     "active": "Active (scheduled backups run)", "snapshot": "Snapshot",
     "file_list": "File list", "agent_env": "Agent environment",
     "max_jobs": "Maximum jobs", "options": "Deduplication", "dedup": "Deduplication",
+    "compact_below": "Compact containers below",
 }
 
 #: where a policy's (or a host's) backups to deduplicating pools are cut into chunks
@@ -170,6 +171,8 @@ class PropertiesDialog(QDialog):
             if kind == "host" and obj.get("kind") == "local" and key in (
                     "port", "user", "key_file", "data_address"):
                 continue  # this machine has no SSH settings
+            if key == "compact_below" and obj.get("server_type") != "dedup":
+                continue  # only a deduplicating pool has containers
             w = self._editor(key, obj.get(key))
             self.editors[key] = w
             form.addRow(LABELS.get(key, key), w)
@@ -212,6 +215,16 @@ class PropertiesDialog(QDialog):
             w.setRange(0 if key == "low_water" else 1, 100)
             w.setSuffix(" %")
             w.setValue(int(value))
+            w.valueChanged.connect(self._changed)
+        elif key == "compact_below":
+            w = QSpinBox()
+            w.setRange(0, 100)
+            w.setSuffix(" % live data")
+            w.setSpecialValueText("never (only delete empty containers)")
+            w.setValue(int(50 if value is None else value))
+            w.setToolTip("Space reclaim copies the live chunks of a container whose live data "
+                         "is below this share of its size into new containers, then deletes "
+                         "it. Higher frees more space per reclaim and copies more data.")
             w.valueChanged.connect(self._changed)
         elif key in ("max_io_streams", "max_concurrent_jobs", "priority", "port"):
             w = QSpinBox()

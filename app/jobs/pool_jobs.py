@@ -145,15 +145,18 @@ def run_verify(master, job):
 def run_reclaim(master, job):
     ctx = JobContext(master.jobs, job["id"])
     pool, server, host, access = dedup_pool(master, job["params"]["pool"])
+    below = pool.get("compact_below", 50)
     ctx.log(f"space reclaim of deduplication pool {pool['name']} on {host['name']} "
-            f"({server['path']})")
+            f"({server['path']}): containers whose live data is below {below}% of their "
+            "size are compacted")
     ctx.flush()
     # A recipe the catalog no longer knows is an image being committed right now or one left
     # by a crash; the agent keeps the chunks of both, so nothing the catalog lists is at risk.
     waited = 0.0
     while True:
         conn = master.hosts.connect(host)
-        call = conn.start("dedup_reclaim", {"root": access["root"], "key": access["key"]},
+        call = conn.start("dedup_reclaim", {"root": access["root"], "key": access["key"],
+                                            "compact_below": below / 100.0},
                           on_event=ctx.on_event)
         ctx.supervise([call])
         try:

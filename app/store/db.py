@@ -246,6 +246,11 @@ MIGRATIONS = [
     ALTER TABLE jobs ADD COLUMN result TEXT;
     ALTER TABLE images ADD COLUMN dedup TEXT
     """,
+    # 7: how sparse a deduplicating pool's container must be (live bytes, percent of its
+    # size) before space reclaim compacts it.
+    """
+    ALTER TABLE disk_pools ADD COLUMN compact_below INTEGER NOT NULL DEFAULT 50
+    """,
 ]
 
 

@@ -206,7 +206,11 @@ def test_cli_contract_dedup_type_and_ratio_in_job_json(tmp_path, sshd):
           "--path", pool, "--avg-chunk", "256K")
     servers, _ = cairn_json(home, "storage-server", "list")
     assert servers["storage_servers"][0]["options"]["avg_size"] == 256 * 1024
-    cairn(home, "disk-pool", "create", "ddp", "--server", "dd")
+    cairn(home, "disk-pool", "create", "ddp", "--server", "dd", "--compact-below", "40")
+    doc, _ = cairn_json(home, "disk-pool", "set", "ddp", "compact_below", "30")
+    assert doc["compact_below"] == 30
+    p = cairn(home, "disk-pool", "set", "ddp", "compact_below", "101", check=False)
+    assert p.returncode == status.INVALID_REQUEST and "compaction threshold" in p.stderr
     cairn(home, "storage-unit", "create", "dstu", "--pool", "ddp")
     cairn(home, "policy", "create", "dp", "--storage-unit", "dstu", "--dedup", "client")
     cairn(home, "policy", "add-schedule", "dp", "full", "--type", "full")
@@ -261,6 +265,36 @@ def test_expiry_then_reclaim_frees_what_only_the_expired_image_used(tmp_path, ma
     assert_trees_equal(src, dst + src)
     [vj] = m.wait_for([m.start_verify(pool="ddp")])
     assert vj["status"] == status.OK, [x["message"] for x in m.jobs.logs(vj["id"])]
+
+
+def test_the_pool_compaction_threshold_decides_what_reclaim_compacts(tmp_path, master):
+    m = master
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=7, nfiles=6)
+    configure(m, pool)
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+    first = backup(m)
+    for i in range(5):  # the first image's container ends up mostly dead, as above
+        with open(os.path.join(src, f"d{i % 3}", f"f{i}.bin"), "wb") as f:
+            f.write(os.urandom(600 * 1024))
+    second = backup(m)
+    m.update_object("disk-pool", "ddp", compact_below=0)
+    m.expire_image(first["image_id"])
+    [rj] = m.wait_for([j["id"] for j in m.jobs.list() if j["type"] == "reclaim"])
+    assert rj["status"] == status.OK, [x["message"] for x in m.jobs.logs(rj["id"])]
+    assert rj["result"]["containers_compacted"] == 0 and rj["result"]["removed_chunks"] == 0
+    assert "below 0% of their size" in "\n".join(x["message"] for x in m.jobs.logs(rj["id"]))
+    kept = m.pool_usage("ddp")["container_bytes"]
+
+    m.update_object("disk-pool", "ddp", compact_below=90)
+    [rj] = m.wait_for([m.start_reclaim("ddp")])
+    assert rj["status"] == status.OK
+    assert rj["result"]["containers_compacted"] >= 1 and rj["result"]["removed_chunks"] > 0
+    assert m.pool_usage("ddp")["container_bytes"] < kept - 1400 * 1024
+    dst = str(tmp_path / "dst")
+    restore(m, second["image_id"], src, dst)
+    assert_trees_equal(src, dst + src)
 
 
 def test_verify_names_the_files_of_a_corrupted_container(tmp_path, master):

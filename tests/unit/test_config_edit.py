@@ -125,3 +125,23 @@ def test_agent_environment_and_snapshot_settings_refuse_bad_values(tmp_path):
         assert m.update_object("policy", "p", file_list="walk")["file_list"] == "walk"
     finally:
         m.close()
+
+
+def test_compaction_threshold_is_for_deduplicating_pools_only(db, tmp_path):
+    cfg = Config(db)
+    with pytest.raises(ValidationError, match="only a deduplicating pool"):
+        config_edit.update(db, cfg, "disk-pool", "dp1", compact_below=30)
+    with pytest.raises(ValidationError, match="only a deduplicating pool"):
+        cfg.add_disk_pool("dp2", server="ss1", volumes=[str(tmp_path / "v2")], compact_below=30)
+    cfg.add_storage_server("dd", type="dedup", host="me", path=str(tmp_path / "pool"))
+    p = cfg.add_disk_pool("ddp", server="dd", volumes=[])
+    assert p["compact_below"] == 50  # the default
+    p = cfg.add_disk_pool("ddp2", server=cfg.add_storage_server(
+        "dd2", type="dedup", host="me", path=str(tmp_path / "pool2"))["name"], volumes=[],
+        compact_below=20)
+    assert p["compact_below"] == 20
+    assert config_edit.update(db, cfg, "disk-pool", "ddp", compact_below=0)["compact_below"] == 0
+    for bad in (101, -1, "half", True):
+        with pytest.raises(ValidationError, match="compaction threshold"):
+            config_edit.update(db, cfg, "disk-pool", "ddp", compact_below=bad)
+    assert cfg.disk_pool("ddp")["compact_below"] == 0

@@ -197,16 +197,27 @@ class PropertiesDialog(QDialog):
         if kind == "policy":
             bridge.call(editor_values, kind, done=self._choices, context=self)
             bridge.call(next_backups, self.name,
-                        done=lambda runs: self.next_label.setText(next_backups_text(runs)),
-                        failed=lambda e: self.next_label.setText(
-                            f"Cannot tell: {getattr(e, 'message', e)}"),
+                        done=lambda runs: self._late_text(self.next_label,
+                                                          next_backups_text(runs)),
+                        failed=lambda e: self._late_text(
+                            self.next_label, f"Cannot tell: {getattr(e, 'message', e)}"),
                         context=self)
         if self.usage_label is not None:
             bridge.call(lambda m, name: m.pool_usage(name), self.name,
-                        done=lambda u: self.usage_label.setText(pool_usage_text(u)),
-                        failed=lambda e: self.usage_label.setText(
-                            f"Cannot tell: {getattr(e, 'message', e)}"),
+                        done=lambda u: self._late_text(self.usage_label, pool_usage_text(u)),
+                        failed=lambda e: self._late_text(
+                            self.usage_label, f"Cannot tell: {getattr(e, 'message', e)}"),
                         context=self)
+
+    def _late_text(self, label, text):
+        """A value that arrives after the window is shown: the window grows to keep every
+        wrapped value whole (a top-level window does not follow its labels' new heights)."""
+        label.setText(text)
+        lay = self.layout()
+        lay.activate()
+        need = lay.totalHeightForWidth(self.width())
+        if need > self.height():
+            self.resize(self.width(), need)
 
     # ---- editors --------------------------------------------------------------------------
     def _editor(self, key, value):

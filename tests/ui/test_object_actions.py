@@ -367,3 +367,22 @@ def test_properties_of_a_dedup_server_and_its_pool(make_console, dedup_master, q
     assert pool_usage_text({"chunks": 12345, "stored_bytes": 5 << 30, "containers": 3,
                             "container_bytes": 6 << 30, "encrypted": True}) == (
         "5.0 GiB of chunks stored (12,345 chunks) in 3 container files of 6.0 GiB, encrypted")
+
+
+def test_the_compaction_threshold_of_a_dedup_pool_is_edited_in_its_properties(
+        make_console, dedup_master, qtbot):
+    m = dedup_master
+    c = make_console(m)
+    view = show(c, qtbot, "disk-pools")
+    select(view, "dp1", qtbot)
+    dlg = view.object_actions._properties()
+    assert "compact_below" not in dlg.editors  # an AdvancedDisk pool has no containers
+    dlg.reject()
+    select(view, "ddp", qtbot)
+    dlg = view.object_actions._properties()
+    box = dlg.editors["compact_below"]
+    assert box.value() == 50 and box.specialValueText().startswith("never")
+    box.setValue(25)
+    dlg.save_button.click()
+    qtbot.waitUntil(lambda: dlg.saved is not None, timeout=5000)
+    assert m.config.disk_pool("ddp")["compact_below"] == 25

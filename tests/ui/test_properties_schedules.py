@@ -44,3 +44,18 @@ def test_schedules_and_next_backups_of_a_policy(qtbot, bridge, master):
 def test_a_policy_without_start_windows_has_no_next_backups(qtbot, bridge, master):
     dlg = open_properties(qtbot, bridge, master, "p1")
     assert dlg.next_label.text().startswith("None in the next 7 days")
+
+
+def test_wrapped_values_stay_whole_when_a_late_value_arrives(qtbot, bridge, master):
+    from PySide6.QtWidgets import QLabel
+    m = master
+    m.config.add_policy_selection("p1", "/home/projects/" + "/".join(
+        f"level-{i}-of-a-deep-tree" for i in range(6)))
+    m.config.add_policy_selection("p1", "/srv/data")
+    dlg = open_properties(qtbot, bridge, m, "p1")
+    # "Next backups" took two lines only after the window was sized for "Looking…"
+    assert dlg.next_label.text().count("\n") == 0 and len(dlg.next_label.text()) > 60
+    qtbot.wait(50)
+    for label in dlg.findChildren(QLabel):
+        if label.wordWrap() and label.isVisible() and label.text():
+            assert label.height() >= label.heightForWidth(label.width()), label.text()

@@ -634,7 +634,7 @@ class HashWorker:
         self._lock = threading.Lock()
         self._refs = [0] * nbuf
         self._owner = {}
-        self._next = 0
+        self._next = {}  # type of hash object -> the thread its next new one goes to
         self._error = None
         self._queues = [queue.SimpleQueue() for _ in range(threads)]
         self._threads = [threading.Thread(target=self._run, args=(q,), daemon=True,
@@ -693,13 +693,18 @@ class HashWorker:
             queues[0].put(jobs)
             return
         owner = self._owner
+        turn = self._next
         split = [[] for _ in queues]
         for job in jobs:
             h = job[0]
             t = owner.get(h)
             if t is None:
-                t = owner[h] = self._next
-                self._next = (t + 1) % len(queues)
+                # each kind of object takes its own turns: a restore queues a file's writer
+                # and its checksum together, and one shared turn would put every writer on
+                # the same thread
+                kind = type(h)
+                t = owner[h] = turn.get(kind, 0)
+                turn[kind] = (t + 1) % len(queues)
             split[t].append(job)
             if job[2] is not None:
                 del owner[h]

@@ -106,3 +106,34 @@ def test_a_host_without_the_accelerator_gives_the_same_checksums():
     rng = random.Random(11)
     here = [tarfmt.tree_digest(rng.randbytes(n), "crc32") for n in (0, 3, P, 2 * P + 5)]
     assert out == here
+
+
+def test_objects_queued_in_pairs_spread_over_both_threads():
+    """A restore queues each file's writer beside its checksum; the writers (the heavy part)
+    must not all land on one thread."""
+    import threading
+
+    class Recorder:
+        def __init__(self, seen):
+            self.seen = seen
+
+        def update(self, _):
+            self.seen.add(threading.current_thread().name)
+
+    class Writer(Recorder):
+        pass
+
+    class Check(Recorder):
+        pass
+
+    writers, checks = set(), set()
+    w = tarfmt.HashWorker(nbuf=2, bufsize=1 << 12, threads=2)
+    try:
+        for _ in range(6):
+            a, b = Writer(writers), Check(checks)
+            w.put([(a, b"x", None), (b, b"x", None), (a, None, lambda h: None),
+                   (b, None, lambda h: None)])
+        w.wait()
+    finally:
+        w.close()
+    assert len(writers) == 2 and len(checks) == 2, (writers, checks)

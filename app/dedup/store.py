@@ -48,6 +48,7 @@ from collections import namedtuple
 
 from app import status
 from app.agent.tarfmt import crc32 as _crc32  # zlib's CRC-32, from isal where present
+from app.agent.directio import Appender
 from app.agent.writeback import start_writeback
 from app.errors import CairnError, NotFound, ValidationError
 
@@ -83,7 +84,6 @@ HAS_REFRESH = 0.25
 WRITE_BUFFER = 4 << 20
 ZSTD_LEVEL = 1
 MAX_CHUNK_SIZE = 0xFFFFFFFF
-_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 16
 CONTAINER_DIGITS = 8
 
 POOL_FILE = "pool.json"
@@ -1312,6 +1312,7 @@ class Writer:
         self.store = store
         self._publish = publish
         self._fd = None
+        self._out = None  # the Appender of the open container
         self._bufs = []  # headers and stored bytes not yet written to the open container
         self._buffered = 0
         self._written = 0  # bytes of the open container written (and their writeback started)
@@ -1377,6 +1378,10 @@ class Writer:
         if self._fd is None:
             self._number, self._fd = self.store._new_container()
             self._size = self._written = CONTAINER_HEADER.size
+            # containers are written once and read rarely: past the page cache where possible
+            self._out = Appender(self.store.container_path(self._number, committed=False),
+                                 self._fd, CONTAINER_HEADER.pack(CONTAINER_MAGIC,
+                                                                 CONTAINER_VERSION, self._number))
         offset = self._size
         self._bufs.append(header)
         if stored:
@@ -1391,29 +1396,21 @@ class Writer:
         return loc
 
     def _flush(self):
-        """Writes the buffered records with as few system calls as there are IOV_MAX-long runs
-        of them, then starts their writeback, so that sealing the container waits for little."""
+        """Writes the buffered records (direct I/O: whole blocks, the rest stays staged; else
+        with as few system calls as there are IOV_MAX-long runs of them, then starting their
+        writeback, so that sealing the container waits for little)."""
         if not self._bufs:
             return
         bufs, n = self._bufs, self._buffered
         self._bufs, self._buffered = [], 0
-        self._write_all(bufs)
-        start_writeback(self._fd, self._written, n)
+        self._writing(self._out.write, bufs)
+        if not self._out.direct:
+            start_writeback(self._fd, self._written, n)
         self._written += n
 
-    def _write_all(self, bufs):
-        at = 0
+    def _writing(self, write, *args):
         try:
-            while at < len(bufs):
-                part = bufs[at:at + _IOV_MAX]
-                done = os.writev(self._fd, part)
-                for b in part:
-                    if done < len(b):
-                        # a short write: the rest of this buffer goes first next time
-                        bufs[at] = memoryview(b)[done:]
-                        break
-                    done -= len(b)
-                    at += 1
+            write(*args)
         except OSError as e:
             path = self.store.container_path(self._number, committed=False)
             if e.errno == errno.ENOSPC:
@@ -1426,6 +1423,8 @@ class Writer:
     def _seal(self):
         """Makes the open container durable and committed, then indexes its chunks."""
         self._flush()
+        self._writing(self._out.finish)
+        self._out = None
         fd, number = self._fd, self._number
         os.fsync(fd)
         os.rename(self.store.container_path(number, committed=False),
@@ -1453,10 +1452,12 @@ class Writer:
         if self._closed:
             return
         self._closed = True
-        self._buf = bytearray()
+        self._bufs, self._buffered = [], 0
         if self._fd is not None:
             path = self.store.container_path(self._number, committed=False)
             try:
+                self._out.close()
+                self._out = None
                 os.unlink(path)
             finally:
                 os.close(self._fd)

@@ -106,7 +106,28 @@ def test_full_volume_fails_cleanly(tmp_path, tiny_volume):
     m.close()
 
 
-def test_full_dedup_pool_fails_cleanly_and_stays_usable(tmp_path, tiny_volume):
+@pytest.fixture(params=["tmpfs", "ext4"])
+def tiny_pool_volume(request, tmp_path):
+    """A small file system to fill: tmpfs, or ext4 on a loop device (where the pool writes
+    its containers with O_DIRECT)."""
+    if request.param == "tmpfs":
+        yield request.getfixturevalue("tiny_volume")
+        return
+    vol, img = tmp_path / "tiny-ext4", tmp_path / "tiny-ext4.img"
+    vol.mkdir()
+    with open(img, "wb") as f:
+        f.truncate(6 << 20)
+    r = subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], capture_output=True, text=True)
+    assert r.returncode == 0, f"mkfs.ext4 failed: {r.stderr}"
+    r = subprocess.run(["mount", "-o", "loop", str(img), str(vol)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, f"cannot mount a small ext4 for the full-disk test: {r.stderr}"
+    yield vol
+    subprocess.run(["umount", str(vol)])
+
+
+def test_full_dedup_pool_fails_cleanly_and_stays_usable(tmp_path, tiny_pool_volume):
+    tiny_volume = tiny_pool_volume
     src = tmp_path / "src"
     src.mkdir()
     (src / "big").write_bytes(os.urandom(8 << 20))

@@ -212,6 +212,9 @@ def build_parser():
                    help="calendar: run on these days of the month, e.g. 1,15,last")
     p.add_argument("--exclude-date", action="append", metavar="YYYY-MM-DD",
                    help="calendar: not on this date; repeat for more")
+    p.add_argument("--read-every-file", action="store_true",
+                   help="full schedules into deduplicating pools: read every file instead of "
+                        "trusting the files cache (e.g. a monthly full beside nightly ones)")
     cmd(po, "list", "list policies")
     p = cmd(po, "delete", "delete a policy (its images stay until they expire)")
     p.add_argument("name")
@@ -500,7 +503,8 @@ def _dispatch(m, args, c, s):
                                  frequency=args.frequency,
                                  windows=parse_windows_text(args.window) if args.window else None,
                                  calendar=calendar_from_text(args.weekdays, args.monthdays,
-                                                             args.exclude_date))
+                                                             args.exclude_date),
+                                 read_all=args.read_every_file)
         elif s == "show":
             r = cfg.policy(args.name)
         else:

@@ -719,11 +719,12 @@ class Config:
         return self.policy(policy)
 
     def add_schedule(self, policy, name, *, type, retention="2w", frequency=None, windows=None,
-                     calendar=None):
+                     calendar=None, read_all=False):
         """A schedule of a policy. It runs by itself in its start windows: either every
         `frequency` ("12h", "1d", "1w"), or on the days of a `calendar` (see check_calendar);
         with windows but neither, a full is due weekly and an incremental daily. Without
-        windows it only runs when started by hand."""
+        windows it only runs when started by hand. read_all: a full whose backups read every
+        file instead of trusting the files cache (e.g. a monthly one beside nightly fulls)."""
         pid = _id_of(self.db, "policies", "policy", policy, "policy create")
         check_name("schedule", name)
         if type not in SCHEDULE_TYPES:
@@ -754,11 +755,18 @@ class Config:
                     "then", hint='add a window on those days, e.g. --window "daily 22:00 8h"')
         if wins and freq is None and cal is None:
             freq = DEFAULT_FREQUENCY[type]
+        if not isinstance(read_all, bool):
+            raise ValidationError(f"read_all {read_all!r} is not yes or no")
+        if read_all and type != "full":
+            raise ValidationError(
+                f"only a full schedule can read every file ({name!r} is {type})",
+                hint="incrementals read only what changed; make it a full schedule")
         with self.db.tx() as c:
             c.execute("INSERT INTO schedules(policy_id, name, type, retention_s, frequency_s, "
-                      "windows, calendar) VALUES (?,?,?,?,?,?,?)",
+                      "windows, calendar, read_all) VALUES (?,?,?,?,?,?,?,?)",
                       (pid, name, type, -1 if ret is None else ret, freq,
-                       json.dumps(wins), None if cal is None else json.dumps(cal)))
+                       json.dumps(wins), None if cal is None else json.dumps(cal),
+                       int(read_all)))
         return self.policy(policy)
 
     def policy(self, name):
@@ -785,7 +793,7 @@ class Config:
              "retention": timeutil.format_duration(None if r["retention_s"] < 0
                                                    else r["retention_s"]),
              "retention_s": None if r["retention_s"] < 0 else r["retention_s"],
-             **_schedule_timing(r)}
+             "read_all": bool(r["read_all"]), **_schedule_timing(r)}
             for r in self.db.all("SELECT * FROM schedules WHERE policy_id=? ORDER BY id",
                                  (row["id"],))]
         return d

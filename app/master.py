@@ -315,7 +315,7 @@ class Master:
         plain = [s for s in pol["selections"] if s != STREAM_MARKER]
         streams = split_streams(pol["selections"]) if pol["multiple_streams"] else [plain]
         base = {"schedule_type": sched["type"], "checksum": pol["checksum"]}
-        if not files_cache:
+        if not files_cache or sched.get("read_all"):
             base["no_files_cache"] = True
         common = dict(client=client, policy=pol["name"], schedule=sched["name"],
                       priority=pol["priority"], not_after=not_after, c=c)

@@ -31,11 +31,13 @@ _OK = (st.OK, st.PARTIAL)
 
 
 class _Schedule:
-    __slots__ = ("name", "type", "rank", "order", "windows", "span_s", "freq", "calendar")
+    __slots__ = ("name", "type", "rank", "order", "windows", "span_s", "freq", "calendar",
+                 "read_all")
 
     def __init__(self, row):
         self.name = row["name"]
         self.type = row["type"]
+        self.read_all = bool(row["read_all"])
         self.rank = TYPE_RANK.get(row["type"], len(TYPE_RANK))
         self.order = row["id"]
         self.windows = []
@@ -318,7 +320,8 @@ class Scheduler:
     def _create_job(self, c, p, s, client, inst, run_id, note):
         """A backup job as Master.start_backup makes it (with its stream jobs when the policy
         has multiple data streams), bound to the window's end."""
-        jid = self.master.queue_backup(p, client, {"name": s.name, "type": s.type},
+        jid = self.master.queue_backup(p, client, {"name": s.name, "type": s.type,
+                                                   "read_all": s.read_all},
                                        not_after=inst[1], note=note, c=c)
         c.execute("UPDATE schedule_runs SET job_id=? WHERE id=?", (jid, run_id))
         return jid

@@ -247,9 +247,11 @@ MIGRATIONS = [
     ALTER TABLE images ADD COLUMN dedup TEXT
     """,
     # 7: how sparse a deduplicating pool's container must be (live bytes, percent of its
-    # size) before space reclaim compacts it.
+    # size) before space reclaim compacts it; full schedules whose backups read every file
+    # (no files cache), as a periodic check that the cache missed nothing.
     """
-    ALTER TABLE disk_pools ADD COLUMN compact_below INTEGER NOT NULL DEFAULT 50
+    ALTER TABLE disk_pools ADD COLUMN compact_below INTEGER NOT NULL DEFAULT 50;
+    ALTER TABLE schedules ADD COLUMN read_all INTEGER NOT NULL DEFAULT 0
     """,
 ]
 

@@ -267,6 +267,38 @@ def test_expiry_then_reclaim_frees_what_only_the_expired_image_used(tmp_path, ma
     assert vj["status"] == status.OK, [x["message"] for x in m.jobs.logs(vj["id"])]
 
 
+def test_a_schedule_that_reads_every_file_bypasses_the_files_cache(tmp_path):
+    home, src, pool = tmp_path / "home", str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=8, nfiles=4)
+    cairn(home, "host", "add", "me", "--local")
+    cairn(home, "storage-server", "create", "dd", "--type", "dedup", "--host", "me",
+          "--path", pool)
+    cairn(home, "disk-pool", "create", "ddp", "--server", "dd")
+    cairn(home, "storage-unit", "create", "dstu", "--pool", "ddp")
+    cairn(home, "policy", "create", "dp", "--storage-unit", "dstu")
+    cairn(home, "policy", "add-schedule", "dp", "nightly", "--type", "full")
+    cairn(home, "policy", "add-schedule", "dp", "monthly", "--type", "full",
+          "--read-every-file")
+    p = cairn(home, "policy", "add-schedule", "dp", "diff", "--type", "differential",
+              "--read-every-file", check=False)
+    assert p.returncode == status.INVALID_REQUEST and "only a full schedule" in p.stderr
+    cairn(home, "policy", "add-client", "dp", "me")
+    cairn(home, "policy", "add-selection", "dp", src)
+    doc, _ = cairn_json(home, "policy", "show", "dp")
+    assert [(x["name"], x["read_all"]) for x in doc["schedules"]] == [("nightly", False),
+                                                                        ("monthly", True)]
+    logs = {}
+    for sched in ("nightly", "nightly", "monthly"):
+        doc, _ = cairn_json(home, "backup", "dp", "--schedule", sched, "--wait")
+        [job] = doc["jobs"]
+        assert job["status"] == 0, doc
+        out, _ = cairn_json(home, "jobs", "show", str(job["id"]))
+        logs[sched] = "\n".join(x["message"] for x in out["log"])
+    assert "unchanged files are taken from the pool" in logs["nightly"]
+    assert "every file is read" in logs["monthly"]
+    assert job["dedup_ratio"] >= 99.0  # read again, stored nothing new
+
+
 def test_the_pool_compaction_threshold_decides_what_reclaim_compacts(tmp_path, master):
     m = master
     src, pool = str(tmp_path / "src"), str(tmp_path / "pool")

@@ -229,3 +229,20 @@ def test_incrementals_without_a_full_schedule_are_explained(open_wizard, empty_m
     dlg = sp.add()
     click(qtbot, ok_button(dlg))                  # the default: a full
     assert sp.hint.text() == ""
+
+
+def test_a_full_schedule_may_read_every_file(dialog, qtbot):
+    dlg = dialog({"name": "monthly", "type": "full", "retention": "1y", "frequency": "4w",
+                  "windows": []})
+    assert dlg.read_all.isEnabled() and not dlg.read_all.isChecked()
+    assert "read_all" not in dlg.schedule()
+    dlg.read_all.click()
+    s = dlg.schedule()
+    assert s["read_all"] is True
+    assert summary(s).startswith("monthly: full reading every file, every 4 weeks")
+    dlg.type_buttons["differential"].click()  # an incremental reads what changed
+    assert not dlg.read_all.isEnabled() and "read_all" not in dlg.schedule()
+    dlg.type_buttons["full"].click()
+    assert dlg.schedule()["read_all"] is True
+    again = dialog(s)
+    assert again.read_all.isChecked() and again.schedule() == s

@@ -10,6 +10,7 @@ import pytest
 
 from app import status as st
 from app import timeutil
+from app.errors import ValidationError
 from app.master import Master
 from app.scheduler import LAST_TICK, Scheduler
 
@@ -503,3 +504,34 @@ def test_a_tick_over_100_policies_with_10_clients_each_is_fast(master):
     assert s.tick(MON + 23 * HOUR + 10) == []            # every run recorded already
     recorded = time.perf_counter() - t
     assert first < 1.0 and again < 0.5 and recorded < 0.5, (first, again, recorded)
+
+
+def test_a_full_schedule_that_reads_every_file_queues_backups_without_the_files_cache(master):
+    m = master
+    policy(m, nightly=dict(type="full", frequency="1d", windows=daily("22:00", 8)),
+           monthly=dict(type="full", calendar={"weekdays": [], "monthdays": [3],
+                                               "exclude": []},
+                        windows=daily("20:00", 1), read_all=True))
+    s = scheduler(m)
+    [jid] = s.tick(MON + 20 * HOUR)  # Monday the 3rd: the monthly full's window
+    job = m.jobs.get(jid)
+    assert job["schedule"] == "monthly" and job["params"]["no_files_cache"] is True
+    fail(m, jid)
+    [jid] = s.tick(MON + 22 * HOUR)
+    assert m.jobs.get(jid)["schedule"] == "nightly"
+    assert "no_files_cache" not in m.jobs.get(jid)["params"]
+    fail(m, jid)
+    # by hand too, and the schedule says so wherever it is shown
+    [jid] = m.start_backup("p1", schedule="monthly")
+    assert m.jobs.get(jid)["params"]["no_files_cache"] is True
+    monthly = next(x for x in m.config.policy("p1")["schedules"] if x["name"] == "monthly")
+    assert monthly["read_all"] is True
+
+
+def test_only_a_full_schedule_reads_every_file(master):
+    m = master
+    policy(m)
+    with pytest.raises(ValidationError, match="only a full schedule can read every file"):
+        m.config.add_schedule("p1", "d", type="differential", read_all=True)
+    with pytest.raises(ValidationError, match="not yes or no"):
+        m.config.add_schedule("p1", "f", type="full", read_all="sometimes")

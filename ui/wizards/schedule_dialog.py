@@ -242,6 +242,15 @@ class ScheduleDialog(QDialog):
                                    "last successful backup of this schedule; it starts in "
                                    "the next start window.")
         form.addRow("", self.how_often_text)
+        self.read_all = QCheckBox("Read every file (deduplicating pools: do not use the files "
+                                  "cache)")
+        self.read_all.setObjectName("read-all")
+        self.read_all.setToolTip(
+            "A full into a deduplicating pool normally takes files that did not change since "
+            "the last full from the pool without reading them. A full schedule that reads "
+            "every file, for example once a month beside nightly fulls, makes sure the pool "
+            "holds each file as it is now, whatever the cache missed.")
+        form.addRow("Files:", self.read_all)
 
         self.status = StatusLine()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
@@ -296,6 +305,7 @@ class ScheduleDialog(QDialog):
     def _set(self, s):
         self.name.setText(s["name"])
         self.type_buttons.get(s["type"], self.type_buttons["full"]).setChecked(True)
+        self.read_all.setChecked(bool(s.get("read_all")))
         ret = timeutil.parse_duration(s.get("retention") or "infinite")
         self.keep_forever.setChecked(ret is None)
         if ret is not None:
@@ -347,7 +357,8 @@ class ScheduleDialog(QDialog):
 
     def schedule(self):
         """The schedule as add_schedule's arguments plus its name; "calendar" only for a
-        calendar schedule, which has no frequency."""
+        calendar schedule, which has no frequency; "read_all" only for a full that reads
+        every file."""
         s = {
             "name": self.name.text().strip(),
             "type": self.schedule_type(),
@@ -356,6 +367,8 @@ class ScheduleDialog(QDialog):
             "frequency": f"{self.frequency.value()}{self.frequency_unit.currentData()}",
             "windows": self.grid.windows(),
         }
+        if self.read_all.isChecked() and s["type"] == "full":
+            s["read_all"] = True
         if self.on_calendar.isChecked():
             s["frequency"] = None
             s["calendar"] = self.calendar_box.calendar()
@@ -390,6 +403,8 @@ class ScheduleDialog(QDialog):
         return None
 
     def revalidate(self, *_):
+        # only a full reads files the cache would skip; incrementals read what changed
+        self.read_all.setEnabled(self.schedule_type() == "full")
         self.windows_text.setText(describe(self.schedule()["windows"]))
         p = self.problem()
         if p:

@@ -100,6 +100,8 @@ def summary(schedule, windows_apart="; "):
     level = TYPE_LABELS.get(schedule["type"], schedule["type"]).lower()
     windows = describe_windows(schedule.get("windows") or [])
     often = how_often(schedule)
+    if schedule.get("read_all"):
+        level += " reading every file"
     return (f"{schedule['name']}: {level}, {often + ', ' if often else ''}{kept}{windows_apart}"
             + (windows[0].lower() if windows_apart.endswith(" ") else windows[0])
             + windows[1:])

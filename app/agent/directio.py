@@ -16,6 +16,9 @@ import os
 
 ALIGN = 4096  # covers 512-byte and 4 KiB logical blocks
 STAGE = 4 << 20
+# A file system with large blocks (Storage Scale: often 4-16 MiB, its st_blksize) takes
+# direct writes best in whole blocks at block boundaries; larger ones are not waited for.
+MAX_UNIT = 16 << 20
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 16
 _UNSUPPORTED = {errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 
@@ -38,6 +41,7 @@ class Appender:
         self.used = 0  # bytes in the staging buffer
         self.stage = None
         self.direct = False
+        self.unit = ALIGN  # direct writes end on a multiple of this (from the file's start)
         flag = getattr(os, "O_DIRECT", 0)
         if flag and enabled():
             try:
@@ -47,7 +51,9 @@ class Appender:
                     raise
         if self.dfd is not None:
             self.direct = True
-            self.stage = mmap.mmap(-1, STAGE)
+            blk = os.fstat(fd).st_blksize
+            self.unit = blk if ALIGN <= blk <= MAX_UNIT and not blk & (blk - 1) else ALIGN
+            self.stage = mmap.mmap(-1, max(STAGE, 2 * self.unit))
             self.stage[:len(head)] = head
             self.used = len(head)
         else:
@@ -66,7 +72,7 @@ class Appender:
             stage[at:at + n] = b
             at += n
         self.used = at
-        self._out(at // ALIGN * ALIGN)
+        self._out((self.base + at) // self.unit * self.unit - self.base)
 
     def finish(self):
         """Writes the last partial block (through fd) and closes the direct descriptor."""
@@ -92,7 +98,7 @@ class Appender:
     # ---- inside ---------------------------------------------------------------------------
     def _out(self, whole):
         """Writes the first `whole` (aligned) staged bytes and keeps the rest at the start."""
-        if not whole:
+        if whole <= 0:
             return
         view = memoryview(self.stage)
         try:

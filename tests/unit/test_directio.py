@@ -98,3 +98,44 @@ def test_a_refused_direct_write_goes_on_through_the_ordinary_descriptor(tmp_path
     a.finish()
     os.close(fd)
     assert open(path, "rb").read() == b"head" + b"".join(data)
+
+
+def test_direct_writes_come_in_whole_blocks_of_a_large_block_file_system(tmp_path,
+                                                                          monkeypatch):
+    """As on Storage Scale, whose st_blksize is its block size: every direct write starts
+    and ends on a block boundary, only the tail goes through the ordinary descriptor."""
+    path = str(tmp_path / "c")
+    if not direct_supported(str(tmp_path / "probe")):
+        pytest.skip("this file system refuses O_DIRECT")
+    block = 256 << 10
+    real_fstat, real_pwrite = os.fstat, os.pwrite
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    class Stat:
+        def __init__(self, st):
+            self.st = st
+
+        def __getattr__(self, name):
+            return block if name == "st_blksize" else getattr(self.st, name)
+
+    monkeypatch.setattr(os, "fstat", lambda f: Stat(real_fstat(f)) if f == fd
+                        else real_fstat(f))
+    writes = []
+
+    def pwrite(f, data, offset):
+        writes.append((f, offset, len(data)))
+        return real_pwrite(f, data, offset)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    os.write(fd, b"head")
+    a = directio.Appender(path, fd, b"head")
+    assert a.direct and a.unit == block
+    data = pieces(5, 3 * block + 1000)
+    for i in range(0, len(data), 3):
+        a.write(data[i:i + 3])
+    direct = [(off, n) for f, off, n in writes if f == a.dfd]
+    a.finish()
+    os.close(fd)
+    assert direct and all(off % block == 0 and n % block == 0 for off, n in direct), direct
+    tail = [(off, n) for f, off, n in writes if f == fd]
+    assert tail == [(3 * block, 4 + 1000)]
+    assert open(path, "rb").read() == b"head" + b"".join(data)

@@ -444,7 +444,8 @@ class _ImageReading:
         from app.dedup.recipe import RecipeStream, read_recipe
 
         def open_recipe(path):
-            return _RecipeSource(RecipeStream(self.store, read_recipe(path)))
+            # through the session: its containers stay open while the restore reads them
+            return _RecipeSource(RecipeStream(self.session, read_recipe(path)))
         return open_recipe
 
     def close(self):

@@ -665,14 +665,14 @@ class ChunkStore:
     def container_path(self, number, committed=True):
         return os.path.join(self.containers_dir, container_name(number, committed))
 
-    def get(self, fp):
+    def get(self, fp, files=None):
         """The chunk's data, checked against its crc32 and its fingerprint (decrypted first
-        in an encrypted store)."""
+        in an encrypted store). `files`: a session's open containers (PoolSession.get)."""
         fp = _check_fingerprint(fp)
         self._require_key()
         loc = self.locate(fp)
         try:
-            return self._read(fp, loc)
+            return self._read(fp, loc, files)
         except ChunkDamaged:
             # a reclaim elsewhere may have moved the chunk since our copy of the index was
             # read; only a location that is still current is damage
@@ -687,9 +687,9 @@ class ChunkStore:
                                     f"rebuild)",
                                     hint="Space reclaim removes chunks no image references; "
                                          "an index rebuild leaves out damaged records.") from None
-            return self._read(fp, fresh)
+            return self._read(fp, fresh, files)
 
-    def _read(self, fp, loc):
+    def _read(self, fp, loc, files=None):
         number, offset, stored_length = loc
         path = self.container_path(number)
         where = f"{path} offset {offset}"
@@ -700,13 +700,17 @@ class ChunkStore:
                                 hint="Run the store verification; the chunk must be stored "
                                      "again from a source that still has it.")
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = files.fd(number, path) if files is not None else None
+            own = fd is None
+            if own:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             raise damaged("the container is missing") from None
         try:
             raw = os.pread(fd, RECORD_HEADER.size + stored_length, offset)
         finally:
-            os.close(fd)
+            if own:
+                os.close(fd)
         if len(raw) < RECORD_HEADER.size:
             raise damaged("the record is cut short")
         header = RECORD_HEADER.unpack_from(raw)
@@ -1057,6 +1061,15 @@ class PoolSession:
         # it knew, or has() could still answer yes for a chunk that is gone
         with store._mutex:
             store._refresh()
+        self._files = _OpenContainers()
+
+    def get(self, fp):
+        """store.get, reading through containers kept open for the session: no open and close
+        per chunk, and the kernel's read-ahead follows a restore through each container.
+        Safe because no container is deleted or renumbered while a session holds the pool."""
+        if self._fd is None:
+            raise ValidationError("this pool session is closed")
+        return self.store.get(fp, self._files)
 
     @property
     def closed(self):
@@ -1065,6 +1078,9 @@ class PoolSession:
     def close(self):
         fd, self._fd = self._fd, None
         if fd is not None:
+            files = getattr(self, "_files", None)
+            if files is not None:
+                files.close()
             os.close(fd)  # drops the flock
 
     def __enter__(self):
@@ -1079,6 +1095,35 @@ class PoolSession:
             self.close()
         except Exception:
             pass  # interpreter shutdown: the process's exit drops the flock anyway
+
+
+class _OpenContainers:
+    """Container files a session reads, each opened once (up to LIMIT; beyond, fd() returns
+    None and the read opens and closes its own)."""
+
+    LIMIT = 64
+
+    def __init__(self):
+        self._fds = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def fd(self, number, path):
+        with self._lock:
+            fd = self._fds.get(number)
+            if fd is not None:
+                return fd
+            if self._closed or len(self._fds) >= self.LIMIT:
+                return None
+            fd = self._fds[number] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            return fd
+
+    def close(self):
+        with self._lock:
+            self._closed = True
+            fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
 
 
 class _Reclaim:

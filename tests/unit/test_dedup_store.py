@@ -971,3 +971,38 @@ def test_a_torn_note_line_is_ignored(tmp_path):
     with open(store.damaged_path, "ab") as f:
         f.write(b'{"fingerprint": "ab')
     assert list(store.damage_notes()) == [victim]
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_session_reads_through_containers_it_keeps_open_and_closes_them(tmp_path,
+                                                                         monkeypatch):
+    store, chunks = pool(tmp_path, n=30)  # about six containers
+    containers = len(store.committed_containers())
+    before = open_fds()
+    s = store.session()
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(path)
+                        or real_open(path, *a, **k))
+    for _ in range(2):
+        assert_readable(s, chunks)
+    containers_opened = [p for p in opened if str(p).endswith(".ctr")]
+    assert len(containers_opened) == containers  # each once, not once per chunk
+    assert open_fds() == before + 1 + containers  # the pool lock and the containers
+    s.close()
+    assert open_fds() == before
+    with pytest.raises(ValidationError, match="closed"):
+        s.get(next(iter(chunks)))
+
+
+def test_beyond_its_limit_a_session_reads_with_files_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(st._OpenContainers, "LIMIT", 2)
+    store, chunks = pool(tmp_path, n=30)
+    before = open_fds()
+    with store.session() as s:
+        assert_readable(s, chunks)
+        assert open_fds() == before + 1 + 2
+    assert open_fds() == before

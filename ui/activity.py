@@ -213,6 +213,15 @@ def verify_result_text(result):
     for c in containers:
         where = str(c.get("container", "")).rsplit("/", 1)[-1]
         lines.append(f"Container {where} at byte {c.get('offset')}: {c.get('reason')}")
+    if containers and not images:
+        lines.append("No image uses these records: space reclaim removes them when it "
+                     "compacts their containers.")
+    aside = result.get("set_aside") or 0
+    if aside:
+        lines.append(f"{aside:,} damaged chunk{'s' if aside != 1 else ''} set aside: the next "
+                     "backup of the same data stores "
+                     f"{'them' if aside != 1 else 'it'} again, and the images above become "
+                     "restorable in full once it has.")
     return "\n".join(lines)
 
 

@@ -306,6 +306,16 @@ def test_a_verify_result_names_the_damaged_files():
     assert result_text({"type": "verify", "result": damaged}) == verify_result_text(damaged)
     assert result_text({"type": "verify", "result": None}) == ""
     assert result_text({"type": "backup", "result": {"x": 1}}) == ""
+    # what a verify set aside, and damage that no image uses
+    healed = dict(damaged, set_aside=2)
+    assert verify_result_text(healed).splitlines()[-1] == (
+        "2 damaged chunks set aside: the next backup of the same data stores them again, and "
+        "the images above become restorable in full once it has.")
+    unused = {"images": [], "container_damage": damaged["container_damage"]}
+    assert verify_result_text(unused).splitlines() == [
+        "Container 0000001.ctr at byte 4096: bad frame header",
+        "No image uses these records: space reclaim removes them when it compacts their "
+        "containers."]
 
 
 # ---- the page in the console -------------------------------------------------------------------

@@ -542,10 +542,10 @@ def dedup_verify(req, root, key=None, recipes=None):
     from app.dedup import pool
     from app.dedup.ingest import SESSION_TIMEOUT, open_store
     store = open_store(root, key)
-    with store.session(timeout=SESSION_TIMEOUT):
+    with store.session(timeout=SESSION_TIMEOUT) as session:
         if recipes:
             return pool.verify_images(store, recipes, emit=req.emit,
-                                      is_cancelled=req.is_cancelled)
+                                      is_cancelled=req.is_cancelled, session=session)
         return pool.verify_pool(store, root, emit=req.emit, is_cancelled=req.is_cancelled)
 
 

@@ -88,11 +88,13 @@ def _missing(fp, notes):
             f"{note['offset']}), not stored again since")
 
 
-def verify_images(store, paths, *, emit=None, is_cancelled=None):
+def verify_images(store, paths, *, emit=None, is_cancelled=None, session=None):
     """Reads every chunk of the given recipes back and checks it (crc32, decoding, SHA-256).
     Damaged chunks are set aside (store.set_aside), so the next backup of their data stores
     them again. Returns {"images": [{"path", "damage": [{"offset", "length", "fingerprint",
-    "reason"}], "error"}], "chunks", "bytes", "damaged_chunks", "set_aside"}."""
+    "reason"}], "error"}], "chunks", "bytes", "damaged_chunks", "set_aside"}. With a
+    `session` of the store, chunks are read through it (containers kept open)."""
+    get = (session or store).get
     checked = {}  # fingerprint -> reason or None
     found = []  # Damage of the records read
     notes = store.damage_notes()
@@ -112,7 +114,7 @@ def verify_images(store, paths, *, emit=None, is_cancelled=None):
                 raise Cancelled()
             if fp not in checked:
                 try:
-                    data = store.get(fp)
+                    data = get(fp)
                     checked[fp] = None
                     out["chunks"] += 1
                     out["bytes"] += len(data)

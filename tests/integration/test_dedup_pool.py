@@ -229,21 +229,26 @@ def test_cli_contract_dedup_type_and_ratio_in_job_json(tmp_path, sshd):
     assert p.returncode == status.INVALID_REQUEST and "already has its disk pool" in p.stderr
 
 
-def test_expiry_then_reclaim_frees_what_only_the_expired_image_used(tmp_path, master):
-    m = master
+def two_fulls_sharing_one_file(m, tmp_path, seed):
+    """Two fulls of a tree of six files, five of them replaced in between: the second image
+    shares one file with the first, so once the first goes most of its container is dead
+    (compaction takes containers less than half alive by default). Returns (src, first
+    job, second job)."""
     src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
-    write_tree(src, seed=3, nfiles=6)
+    write_tree(src, seed=seed, nfiles=6)
     configure(m, pool)
     m.config.add_policy_client("dp", "me")
     m.config.add_policy_selection("dp", src)
     first = backup(m)
-    # replace five of the six files: the second image shares one with the first, and most
-    # of the first image's container is then dead (compaction takes containers less than
-    # half alive)
     for i in range(5):
         with open(os.path.join(src, f"d{i % 3}", f"f{i}.bin"), "wb") as f:
             f.write(os.urandom(600 * 1024))
-    second = backup(m)
+    return src, first, backup(m)
+
+
+def test_expiry_then_reclaim_frees_what_only_the_expired_image_used(tmp_path, master):
+    m = master
+    src, first, second = two_fulls_sharing_one_file(m, tmp_path, seed=3)
     assert 5 < second["dedup_ratio"] < 50, second
     before = m.pool_usage("ddp")
 
@@ -301,16 +306,7 @@ def test_a_schedule_that_reads_every_file_bypasses_the_files_cache(tmp_path):
 
 def test_the_pool_compaction_threshold_decides_what_reclaim_compacts(tmp_path, master):
     m = master
-    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
-    write_tree(src, seed=7, nfiles=6)
-    configure(m, pool)
-    m.config.add_policy_client("dp", "me")
-    m.config.add_policy_selection("dp", src)
-    first = backup(m)
-    for i in range(5):  # the first image's container ends up mostly dead, as above
-        with open(os.path.join(src, f"d{i % 3}", f"f{i}.bin"), "wb") as f:
-            f.write(os.urandom(600 * 1024))
-    second = backup(m)
+    src, first, second = two_fulls_sharing_one_file(m, tmp_path, seed=7)
     m.update_object("disk-pool", "ddp", compact_below=0)
     m.expire_image(first["image_id"])
     [rj] = m.wait_for([j["id"] for j in m.jobs.list() if j["type"] == "reclaim"])

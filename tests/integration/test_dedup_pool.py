@@ -229,17 +229,36 @@ def test_cli_contract_dedup_type_and_ratio_in_job_json(tmp_path, sshd):
     assert p.returncode == status.INVALID_REQUEST and "already has its disk pool" in p.stderr
 
 
+def backed_up_tree(m, tmp_path, seed, **tree):
+    """A tree written with write_tree(**tree), a dedup pool, policy "dp" of this host backing
+    the tree up, and its first full. Returns (src, pool, job)."""
+    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
+    write_tree(src, seed=seed, **tree)
+    configure(m, pool)
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+    return src, pool, backup(m)
+
+
+def flip_a_byte_of_the_first_container(pool):
+    """Rots one byte in the middle of the pool's first container; returns its file name."""
+    containers = os.path.join(pool, "containers")
+    name = sorted(n for n in os.listdir(containers) if n.endswith(".ctr"))[0]
+    path = os.path.join(containers, name)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return name
+
+
 def two_fulls_sharing_one_file(m, tmp_path, seed):
     """Two fulls of a tree of six files, five of them replaced in between: the second image
     shares one file with the first, so once the first goes most of its container is dead
     (compaction takes containers less than half alive by default). Returns (src, first
     job, second job)."""
-    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
-    write_tree(src, seed=seed, nfiles=6)
-    configure(m, pool)
-    m.config.add_policy_client("dp", "me")
-    m.config.add_policy_selection("dp", src)
-    first = backup(m)
+    src, pool, first = backed_up_tree(m, tmp_path, seed, nfiles=6)
     for i in range(5):
         with open(os.path.join(src, f"d{i % 3}", f"f{i}.bin"), "wb") as f:
             f.write(os.urandom(600 * 1024))
@@ -327,24 +346,10 @@ def test_the_pool_compaction_threshold_decides_what_reclaim_compacts(tmp_path, m
 
 def test_verify_names_the_files_of_a_corrupted_container(tmp_path, master):
     m = master
-    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
-    write_tree(src, seed=4, nfiles=3, size=3 * MB)
-    configure(m, pool)
-    m.config.add_policy_client("dp", "me")
-    m.config.add_policy_selection("dp", src)
-    job = backup(m)
+    src, pool, job = backed_up_tree(m, tmp_path, seed=4, nfiles=3, size=3 * MB)
     [ok] = m.wait_for([m.start_verify(image=job["image_id"])])
     assert ok["status"] == status.OK
-
-    containers = os.path.join(pool, "containers")
-    name = sorted(n for n in os.listdir(containers) if n.endswith(".ctr"))[0]
-    path = os.path.join(containers, name)
-    size = os.path.getsize(path)
-    with open(path, "r+b") as f:
-        f.seek(size // 2)
-        b = f.read(1)
-        f.seek(size // 2)
-        f.write(bytes([b[0] ^ 0xFF]))
+    name = flip_a_byte_of_the_first_container(pool)
 
     [bad] = m.wait_for([m.start_verify(image=job["image_id"])])
     assert bad["status"] == status.CHECKSUM_MISMATCH, bad
@@ -364,20 +369,8 @@ def test_the_next_backup_heals_what_a_verify_found_damaged(tmp_path, master):
     """The damaged chunks are set aside; the next full (whose files cache would otherwise
     refer to them again) stores them anew, and the older image restores byte for byte."""
     m = master
-    src, pool = str(tmp_path / "src"), str(tmp_path / "pool")
-    write_tree(src, seed=6, nfiles=3, size=3 * MB)
-    configure(m, pool)
-    m.config.add_policy_client("dp", "me")
-    m.config.add_policy_selection("dp", src)
-    first = backup(m)
-    containers = os.path.join(pool, "containers")
-    path = os.path.join(containers, sorted(n for n in os.listdir(containers)
-                                           if n.endswith(".ctr"))[0])
-    with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) // 2)
-        b = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([b[0] ^ 0xFF]))
+    src, pool, first = backed_up_tree(m, tmp_path, seed=6, nfiles=3, size=3 * MB)
+    flip_a_byte_of_the_first_container(pool)
 
     [bad] = m.wait_for([m.start_verify(image=first["image_id"])])
     assert bad["status"] == status.CHECKSUM_MISMATCH and bad["result"]["set_aside"] >= 1

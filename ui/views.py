@@ -97,7 +97,14 @@ DISK_POOLS = ListSpec(
             lambda r: "no limit" if r.get("max_io_streams") is None
             else str(r["max_io_streams"]),
             sort=lambda r: r.get("max_io_streams") or 1 << 31, numeric=True,
-            help="concurrent reads and writes on the pool's volumes")],
+            help="concurrent reads and writes on the pool's volumes"),
+     Column("compact_below", "Compact below",
+            lambda r: "—" if r.get("server_type") != "dedup"
+            else "never" if not r.get("compact_below") else f"{r['compact_below']}% live",
+            sort=lambda r: -1 if r.get("server_type") != "dedup" else r.get("compact_below"),
+            numeric=True,
+            help="deduplicating pools: space reclaim compacts a container whose live data is "
+                 "below this share of its size")],
     lambda m: m.config.disk_pools(),
     "No disk pools yet: create one on a storage server with "
     + _cmd("cairn disk-pool create NAME --server SERVER --volume PATH") + ".",

@@ -81,6 +81,7 @@ def test_disk_pools(console, master, qtbot, tmp_path):
     assert cell(v, "dp1", "volumes") == str(tmp_path / "vol1")
     assert cell(v, "dp1", "high_water") == "98%"
     assert cell(v, "dp1", "low_water") == "80%"
+    assert cell(v, "dp1", "compact_below") == "—"  # an AdvancedDisk pool compacts nothing
 
 
 def test_storage_units(console, master, qtbot):

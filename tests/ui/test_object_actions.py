@@ -386,3 +386,8 @@ def test_the_compaction_threshold_of_a_dedup_pool_is_edited_in_its_properties(
     dlg.save_button.click()
     qtbot.waitUntil(lambda: dlg.saved is not None, timeout=5000)
     assert m.config.disk_pool("ddp")["compact_below"] == 25
+
+    def shown():
+        col = [c.key for c in view.model.columns].index("compact_below")
+        return view.model.index(view.model.row_of("ddp"), col).data()
+    qtbot.waitUntil(lambda: shown() == "25% live", timeout=5000)

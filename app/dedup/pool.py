@@ -165,6 +165,7 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
     out = {"containers": usage["containers"], "bytes": usage["container_bytes"],
            "damage": findings, "images": [], "damaged_chunks": 0, "set_aside": 0}
     notes = store.damage_notes()
+    present = set(store.committed_containers())  # once, not a stat per chunk reference
     paths = recipes(root)
     for path in paths:
         try:
@@ -190,7 +191,7 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
             elif cpath in broken_from and loc.offset >= broken_from[cpath]:
                 hit.add(fp)
                 reasons[fp] = f"its container {cpath} is unreadable from byte {broken_from[cpath]}"
-            elif not os.path.exists(cpath):
+            elif loc.container not in present:
                 hit.add(fp)
                 reasons[fp] = f"its container {cpath} is missing"
             else:

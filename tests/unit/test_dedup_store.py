@@ -1006,3 +1006,26 @@ def test_beyond_its_limit_a_session_reads_with_files_of_its_own(tmp_path, monkey
         assert_readable(s, chunks)
         assert open_fds() == before + 1 + 2
     assert open_fds() == before
+
+
+def test_verify_pool_names_chunks_whose_container_is_gone_and_sets_them_aside(tmp_path):
+    from app.dedup import pool as dpool
+    from app.dedup.recipe import RecipeWriter
+    store, chunks = pool(tmp_path, n=12)
+    fps = list(chunks)
+    images = tmp_path / dpool.IMAGE_DIR / "c1"
+    images.mkdir(parents=True)
+    w = RecipeWriter(images / ("img" + dpool.RECIPE_SUFFIX))
+    for fp in fps:
+        w.add(fp, len(chunks[fp]))
+    w.finish({"image_id": "img"})
+    gone = store.locate(fps[0]).container
+    lost = [fp for fp in fps if store.locate(fp).container == gone]
+    os.unlink(store.container_path(gone))
+    out = dpool.verify_pool(store, str(tmp_path))
+    [img] = out["images"]
+    assert out["damaged_chunks"] == len(lost) and out["set_aside"] == len(lost)
+    assert {d["fingerprint"] for d in img["damage"]} == {fp.hex() for fp in lost}
+    assert all("is missing" in d["reason"] for d in img["damage"])
+    assert not any(store.has(fp) for fp in lost)
+    assert all(store.get(fp) == chunks[fp] for fp in fps if fp not in lost)

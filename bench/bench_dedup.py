@@ -2,7 +2,8 @@
 warm caches.
 
   .venv/bin/python bench/bench_dedup.py [--scale F] [--sets large,small] [--tools cairn,restic,borg]
-                                         [--work DIR] [--seed N] [--cairn-type TYPE] [--json]
+                                         [--work DIR] [--seed N] [--cairn-type TYPE]
+                                         [--cairn-direct-io on|off] [--json]
 
 Data sets, generated in a new directory under the work directory (default /var/tmp) and
 deterministic from --seed: (a) 2 GiB in 8 files of 256 MiB, (b) 20,000 files of 100 KiB in
@@ -613,8 +614,13 @@ def main():
     ap.add_argument("--cairn-type", default="dedup", choices=sorted(REPO_FACTOR.keys() -
                                                                     set(PEERS)),
                     help="Cairn's storage type (dedup; advanced-disk to compare)")
+    ap.add_argument("--cairn-direct-io", choices=("on", "off"), default="on",
+                    help="off: the pool's containers are written through the page cache "
+                         "(CAIRN_DIRECT_IO=0 for Cairn's agent), to compare (on)")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON document")
     a = ap.parse_args()
+    if a.cairn_direct_io == "off":
+        os.environ["CAIRN_DIRECT_IO"] = "0"  # the agent Cairn starts inherits it
     if not a.scale > 0:
         ap.error("--scale must be above 0")
     sets = [s for s in a.sets.split(",") if s]
@@ -640,6 +646,7 @@ def main():
     # The pool compresses with zstd when the agent can import it, else with zlib level 1.
     versions["cairn_codec_available"] = ("zstd" if importlib.util.find_spec("zstandard")
                                          else "zlib (zstandard is not installed)")
+    versions["cairn_direct_io"] = a.cairn_direct_io
     res = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
            "versions": versions, "scale": a.scale, "seed": a.seed, "work_dir": work,
            "filesystem": {"mount": mnt, "type": fstype, "device": dev},

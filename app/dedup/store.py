@@ -78,6 +78,7 @@ INDEX_ENTRY = struct.Struct(">32sIQI")  # fp, container, record offset, stored l
 INDEX_RECORD = struct.Struct(">32sIQII")  # the entry followed by its crc32
 
 DEFAULT_CONTAINER_SIZE = 64 * 1024 * 1024
+MAX_CONTAINER_SIZE = 1 << 39
 # How often a lookup that misses reads the index entries other writers appended (seconds).
 HAS_REFRESH = 0.25
 # A writer gathers records into writes of about this size: one system call per few chunks.
@@ -101,6 +102,23 @@ DAMAGED_LOG = "damaged.log"
 RECLAIM_BATCH_CONTAINERS = 16
 
 Location = namedtuple("Location", "container offset stored_length")
+
+# The in-memory index keeps a location as one int (container << 72 | offset << 32 | stored
+# length): about half the memory of a Location per chunk, which is what bounds a pool's size
+# on its storage host.
+_OFFSET_BITS, _LENGTH_BITS = 40, 32
+_LENGTH_MASK = (1 << _LENGTH_BITS) - 1
+_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
+_CONTAINER_SHIFT = _OFFSET_BITS + _LENGTH_BITS
+
+
+def _pack_location(number, offset, length):
+    return (number << _CONTAINER_SHIFT) | (offset << _LENGTH_BITS) | length
+
+
+def _location(packed):
+    return Location(packed >> _CONTAINER_SHIFT, (packed >> _LENGTH_BITS) & _OFFSET_MASK,
+                    packed & _LENGTH_MASK)
 Damage = namedtuple("Damage", "fingerprint container offset reason")
 
 
@@ -362,6 +380,10 @@ class ChunkStore:
         if not isinstance(container_size, int) or container_size < 4096:
             raise ValidationError(f"container_size {container_size!r} is too small",
                                   hint="Use at least 4096 bytes; the default is 64 MiB.")
+        if container_size > MAX_CONTAINER_SIZE:
+            # a record may start near the end and be up to 4 GiB: offsets stay in 40 bits
+            raise ValidationError(f"container_size {container_size} is too large",
+                                  hint="Use at most 512 GiB; the default is 64 MiB.")
         if key is not None and (not isinstance(key, (bytes, bytearray))
                                 or len(key) != KEY_SIZE):
             raise ValidationError(
@@ -504,7 +526,7 @@ class ChunkStore:
             fp, number, offset, length, crc = INDEX_RECORD.unpack_from(blob, at)
             if _crc32(blob[at:at + INDEX_ENTRY.size]) != crc:
                 continue  # a damaged entry only loses a lookup; rebuild_index restores it
-            self._index.setdefault(fp, Location(number, offset, length))
+            self._index.setdefault(fp, _pack_location(number, offset, length))
         self._index_pos += len(blob)
 
     def _index_generation(self):
@@ -637,20 +659,25 @@ class ChunkStore:
             if loc is None:
                 self._refresh()
                 loc = self._index.get(fp)
-        if loc is None:
-            note = self.damage_notes().get(fp)
-            if note is not None:
-                raise ChunkSetAside(
-                    f"chunk {fp.hex()} was found damaged ({note['reason']}; "
-                    f"{note['container']} at byte {note['offset']}) and set aside, and no "
-                    f"backup has stored it again since",
-                    hint="The next backup of the same data stores it again, which makes the "
-                         "images that use it whole; until then those files cannot be restored "
-                         "from this pool.")
-            raise ChunkNotFound(f"no chunk {fp.hex()} in the store at {self.root}",
-                                hint="It was never committed, or the index lost it: "
-                                     "rebuild_index() rescans the containers.")
-        return loc
+        if loc is not None:
+            return _location(loc)
+        note = self.damage_notes().get(fp)
+        if note is not None:
+            raise ChunkSetAside(
+                f"chunk {fp.hex()} was found damaged ({note['reason']}; {note['container']} "
+                f"at byte {note['offset']}) and set aside, and no backup has stored it again "
+                f"since",
+                hint="The next backup of the same data stores it again, which makes the images "
+                     "that use it whole; until then those files cannot be restored from this "
+                     "pool.")
+        raise ChunkNotFound(f"no chunk {fp.hex()} in the store at {self.root}",
+                            hint="It was never committed, or the index lost it: "
+                                 "rebuild_index() rescans the containers.")
+
+    def _locations(self):
+        """(fingerprint, Location) of every indexed chunk; call with the mutex held."""
+        for fp, packed in self._index.items():
+            yield fp, _location(packed)
 
     def __len__(self):
         with self._mutex:
@@ -660,7 +687,7 @@ class ChunkStore:
     def fingerprints(self):
         with self._mutex:
             self._refresh()
-            return dict(self._index)
+            return dict(self._locations())
 
     def container_path(self, number, committed=True):
         return os.path.join(self.containers_dir, container_name(number, committed))
@@ -679,6 +706,7 @@ class ChunkStore:
             with self._mutex:
                 self._refresh()
                 fresh = self._index.get(fp)
+            fresh = None if fresh is None else _location(fresh)
             if fresh == loc:
                 raise
             if fresh is None:
@@ -732,7 +760,7 @@ class ChunkStore:
         with self._mutex:
             self._refresh()
             chunks = len(self._index)
-            stored = sum(loc.stored_length for loc in self._index.values())
+            stored = sum(packed & _LENGTH_MASK for packed in self._index.values())
         containers = size = 0
         for number in self.committed_containers():
             try:
@@ -855,6 +883,7 @@ class ChunkStore:
             out = []
             for fp, d in found.items():
                 loc = self._index.get(fp)
+                loc = None if loc is None else _location(loc)
                 if loc is not None and loc.offset == d.offset \
                         and self.container_path(loc.container) == d.container:
                     out.append(fp)
@@ -865,7 +894,7 @@ class ChunkStore:
                      "offset": found[fp].offset, "reason": found[fp].reason, "time": now}
                     for fp in out)
                 gone = set(out)
-                self._write_index([(fp, loc) for fp, loc in self._index.items()
+                self._write_index([(fp, loc) for fp, loc in self._locations()
                                    if fp not in gone])
         return out
 
@@ -1173,18 +1202,18 @@ class _Reclaim:
         result["live_chunks"] = len(live) - missing
 
         per_container = {n: [] for n in numbers}
-        for fp, loc in index.items():
-            entries = per_container.get(loc.container)
+        for fp, packed in index.items():
+            entries = per_container.get(packed >> _CONTAINER_SHIFT)
             if entries is not None:
-                entries.append((fp, loc))
+                entries.append((fp, packed))
         empty, sparse = [], []
         for number in numbers:
             try:
                 size = os.stat(store.container_path(number)).st_size
             except FileNotFoundError:
                 continue
-            live_bytes = sum(RECORD_HEADER.size + loc.stored_length
-                             for fp, loc in per_container[number] if fp in live)
+            live_bytes = sum(RECORD_HEADER.size + (packed & _LENGTH_MASK)
+                             for fp, packed in per_container[number] if fp in live)
             if live_bytes == 0:
                 empty.append((number, size))
             # the header counts as live: a container without garbage is never compacted
@@ -1245,8 +1274,8 @@ class _Reclaim:
         store = self.store
         path = store.container_path(number)
         with open(path, "rb") as f:
-            for fp, loc in sorted(((fp, loc) for fp, loc in entries if fp in live),
-                                  key=lambda e: e[1].offset):
+            for fp, loc in sorted(((fp, _location(packed)) for fp, packed in entries
+                                   if fp in live), key=lambda e: e[1].offset):
                 f.seek(loc.offset)
                 raw = f.read(RECORD_HEADER.size + loc.stored_length)
                 ok = len(raw) == RECORD_HEADER.size + loc.stored_length
@@ -1279,7 +1308,7 @@ class _Reclaim:
         with store._locked():
             store._refresh()  # entries appended meanwhile by writers without a session
             entries = []
-            for fp, loc in store._index.items():
+            for fp, loc in store._locations():
                 if loc.container not in gone:
                     entries.append((fp, loc))
                 elif fp in self.moved:

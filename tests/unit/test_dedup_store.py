@@ -1029,3 +1029,11 @@ def test_verify_pool_names_chunks_whose_container_is_gone_and_sets_them_aside(tm
     assert all("is missing" in d["reason"] for d in img["damage"])
     assert not any(store.has(fp) for fp in lost)
     assert all(store.get(fp) == chunks[fp] for fp in fps if fp not in lost)
+
+
+def test_index_locations_pack_and_unpack_at_their_limits(tmp_path):
+    for loc in [(1, 16, 1), (99_999_999, (1 << 40) - 1, 0xFFFFFFFF), (1 << 40, 0, 0),
+                (7, st.MAX_CONTAINER_SIZE + (1 << 32), 12345)]:
+        assert st._location(st._pack_location(*loc)) == st.Location(*loc)
+    with pytest.raises(ValidationError, match="too large"):
+        st.ChunkStore(tmp_path, container_size=st.MAX_CONTAINER_SIZE + 1)

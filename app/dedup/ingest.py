@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from app.dedup.chunker import Params
 from app.dedup.recipe import RecipeWriter
 from app.dedup.segmenter import GATHER, Segmenter
-from app.dedup.store import ChunkStore, fsync_dir
+from app.dedup.store import POOL_FILE, ChunkStore, fsync_dir
 from app.errors import CairnError
 
 SESSION_TIMEOUT = 600.0
@@ -57,11 +57,46 @@ class IngestError(CairnError):
     pass
 
 
+# Stores opened by this process, kept for the next job: loading a large pool's index takes
+# about a second per million chunks, and an open store only reads what was appended since.
+STORES_KEPT = 4
+_stores = {}  # (root, key, keyless or PLAIN) -> (pool.json identity, ChunkStore), oldest first
+PLAIN = "plain"  # a plain pool's store serves callers with and without keyless alike
+_stores_lock = threading.Lock()
+
+
+def _pool_identity(root):
+    """pool.json's inode and change time: a pool made anew at the same path has another."""
+    try:
+        st = os.stat(os.path.join(root, POOL_FILE))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
 def open_store(root, key=None, keyless=False):
     """The pool's chunk store. keyless: for work that never decodes a chunk (reclaim, index
-    rebuild, usage), so that it also runs on an encrypted pool whose key was not sent."""
+    rebuild, usage), so that it also runs on an encrypted pool whose key was not sent. The
+    same store object serves later jobs of this process on the same pool (it is safe to
+    share between threads) while the pool is the same one."""
     key = bytes.fromhex(key) if isinstance(key, str) else key
-    return ChunkStore(root, key=key, keyless=keyless and key is None)
+    keyless = keyless and key is None
+    root = os.path.abspath(root)
+    idents = [(root, key, keyless)] + ([(root, None, PLAIN)] if key is None else [])
+    before = _pool_identity(root)
+    with _stores_lock:
+        for ident in idents:
+            kept = _stores.pop(ident, None)
+            if kept is not None and before is not None and kept[0] == before:
+                _stores[ident] = kept  # the newest at the end
+                return kept[1]
+    store = ChunkStore(root, key=key, keyless=keyless)
+    ident = (root, None, PLAIN) if not store.encrypted else idents[0]
+    with _stores_lock:
+        _stores[ident] = (_pool_identity(root), store)
+        while len(_stores) > STORES_KEPT:
+            del _stores[next(iter(_stores))]
+    return store
 
 
 class Stats:

@@ -1037,3 +1037,29 @@ def test_index_locations_pack_and_unpack_at_their_limits(tmp_path):
         assert st._location(st._pack_location(*loc)) == st.Location(*loc)
     with pytest.raises(ValidationError, match="too large"):
         st.ChunkStore(tmp_path, container_size=st.MAX_CONTAINER_SIZE + 1)
+
+
+def test_a_process_keeps_its_open_stores_for_the_next_job(tmp_path):
+    import shutil
+    from app.dedup.ingest import open_store
+    root = tmp_path / "pool"
+    first = open_store(str(root))
+    assert open_store(str(root)) is first
+    assert open_store(str(root), keyless=True) is first  # a plain pool: one store for both
+    # a chunk another process stored is seen by the kept store at its next refresh
+    fp, data = chunk(77)
+    with st.ChunkStore(root).writer() as w:
+        w.add(fp, data)
+    assert first.get(fp) == data
+    # the pool made anew at the same path is another store
+    shutil.rmtree(root)
+    again = open_store(str(root))
+    assert again is not first and len(again) == 0
+    key = st.generate_key()
+    enc = tmp_path / "enc"
+    locked = open_store(str(enc), key=key.hex())
+    assert open_store(str(enc), key=key) is locked
+    keyless = open_store(str(enc), keyless=True)
+    assert keyless is not locked and keyless.encrypted
+    with pytest.raises(st.EncryptionKeyRequired):
+        open_store(str(enc))

@@ -7,7 +7,7 @@ only: this runs on every storage host.
 Direct I/O wants aligned offsets, lengths and memory, so the bytes pass through a
 page-aligned staging buffer (an anonymous mmap) and go out in whole blocks; the last partial
 block is written through the file's ordinary descriptor when the file is finished. Where
-O_DIRECT is missing, refused (tmpfs, some FUSE file systems) or a direct write fails with
+O_DIRECT is missing, refused (some FUSE file systems, older tmpfs) or a direct write fails with
 EINVAL, writing goes on through the ordinary descriptor: slower, never wrong."""
 
 import errno

@@ -582,9 +582,9 @@ class Config:
             raise ValidationError(f"low-water mark {lw}% must be below the high-water mark {hw}%")
         if max_io_streams is not None:
             max_io_streams = check_int("maximum I/O streams", max_io_streams, 1, MAX_IO_STREAMS)
-        if compact_below is not None:
-            compact_below = check_compact_below(compact_below, srv["type"])
-        return vols, hw, lw, max_io_streams
+        compact_below = DEFAULT_COMPACT_BELOW if compact_below is None else \
+            check_compact_below(compact_below, srv["type"])
+        return vols, hw, lw, max_io_streams, compact_below
 
     def _dedup_volume(self, srv, volumes):
         """A deduplication pool is the storage server's one chunk store: its volume is the
@@ -605,10 +605,9 @@ class Config:
 
     def add_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
                       max_io_streams=None, compact_below=None, comment=""):
-        vols, hw, lw, mio = self.validate_disk_pool(
+        vols, hw, lw, mio, cb = self.validate_disk_pool(
             name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
             max_io_streams=max_io_streams, compact_below=compact_below)
-        cb = DEFAULT_COMPACT_BELOW if compact_below is None else int(compact_below)
         sid = _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
         with self.db.tx() as c:
             cur = c.execute("INSERT INTO disk_pools(name, server_id, high_water, low_water, "

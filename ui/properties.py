@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, \
     QLabel, QLineEdit, QSpinBox, QVBoxLayout
 
-from app.config import CHECKSUMS
+from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW
 from app.config_edit import EDITABLE
 from ui import fmt
 from ui.resources import icon
@@ -232,7 +232,7 @@ class PropertiesDialog(QDialog):
             w.setRange(0, 100)
             w.setSuffix(" % live data")
             w.setSpecialValueText("never (only delete empty containers)")
-            w.setValue(int(50 if value is None else value))
+            w.setValue(int(DEFAULT_COMPACT_BELOW if value is None else value))
             w.setToolTip("Space reclaim copies the live chunks of a container whose live data "
                          "is below this share of its size into new containers, then deletes "
                          "it. Higher frees more space per reclaim and copies more data.")

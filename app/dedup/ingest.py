@@ -177,11 +177,9 @@ class Ingest:
         They are cut, hashed and stored on other threads; this one only gathers them."""
         if not self._started:
             self._start_worker()
-        block = self._block
-        block += data
-        if len(block) >= BLOCK_BYTES:
-            self._hand_over(block)
-            self._block = bytearray()
+        self._block += data
+        if len(self._block) >= BLOCK_BYTES:
+            self._hand_over_block()
 
     def _start_worker(self):
         self._started = True
@@ -213,12 +211,16 @@ class Ingest:
             pos += n
             i += 1
         if self._started:
-            if self._block:
-                self._hand_over(self._block)
-                self._block = bytearray()
+            self._hand_over_block()
             self._hand_over(_Copied(entries))
         else:
             self._add_copied(entries)
+
+    def _hand_over_block(self):
+        """Hands the bytes gathered so far to the worker."""
+        if self._block:
+            self._hand_over(self._block)
+            self._block = bytearray()
 
     def _add_copied(self, entries):
         add = self._recipe.add
@@ -326,9 +328,7 @@ class Ingest:
     def _drain(self):
         if not self._started:
             return
-        if self._block:
-            self._hand_over(self._block)
-            self._block = bytearray()
+        self._hand_over_block()
         self._hand_over(None)
         self._worker.join()
         self._segmenter = None

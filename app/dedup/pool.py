@@ -184,19 +184,17 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
                 continue
             cpath = store.container_path(loc.container)
             if (cpath, loc.offset) in bad:
-                hit.add(fp)
-                reasons[fp] = f"{bad[(cpath, loc.offset)]} ({cpath} at byte {loc.offset})"
-                found.append(Damage(fp, cpath, loc.offset, bad[(cpath, loc.offset)]))
-                continue
+                why = bad[(cpath, loc.offset)]
+                reasons[fp] = f"{why} ({cpath} at byte {loc.offset})"
             elif cpath in broken_from and loc.offset >= broken_from[cpath]:
-                hit.add(fp)
-                reasons[fp] = f"its container {cpath} is unreadable from byte {broken_from[cpath]}"
+                why = reasons[fp] = (f"its container {cpath} is unreadable from byte "
+                                     f"{broken_from[cpath]}")
             elif loc.container not in present:
-                hit.add(fp)
-                reasons[fp] = f"its container {cpath} is missing"
+                why = reasons[fp] = f"its container {cpath} is missing"
             else:
                 continue
-            found.append(Damage(fp, cpath, loc.offset, reasons[fp]))
+            hit.add(fp)
+            found.append(Damage(fp, cpath, loc.offset, why))
         out["damaged_chunks"] += len(hit)
         out["images"].append({"path": path, "damage": _ranges(r, hit, reasons) if hit else [],
                               "error": None})

@@ -119,6 +119,8 @@ def _pack_location(number, offset, length):
 def _location(packed):
     return Location(packed >> _CONTAINER_SHIFT, (packed >> _LENGTH_BITS) & _OFFSET_MASK,
                     packed & _LENGTH_MASK)
+
+
 Damage = namedtuple("Damage", "fingerprint container offset reason")
 
 
@@ -197,6 +199,10 @@ def key_check_value(key):
 
 def container_name(number, committed=True):
     return f"{number:0{CONTAINER_DIGITS}d}" + (".ctr" if committed else ".partial")
+
+
+def _container_header(number):
+    return CONTAINER_HEADER.pack(CONTAINER_MAGIC, CONTAINER_VERSION, number)
 
 
 def _container_number(name):
@@ -652,15 +658,20 @@ class ChunkStore:
                 self._refresh()
             return fp in self._index
 
+    def _lookup(self, fp):
+        """The Location the index holds for fp, or None; call with the mutex held."""
+        packed = self._index.get(fp)
+        return None if packed is None else _location(packed)
+
     def locate(self, fp):
         fp = _check_fingerprint(fp)
         with self._mutex:
-            loc = self._index.get(fp)
+            loc = self._lookup(fp)
             if loc is None:
                 self._refresh()
-                loc = self._index.get(fp)
+                loc = self._lookup(fp)
         if loc is not None:
-            return _location(loc)
+            return loc
         note = self.damage_notes().get(fp)
         if note is not None:
             raise ChunkSetAside(
@@ -705,8 +716,7 @@ class ChunkStore:
             # read; only a location that is still current is damage
             with self._mutex:
                 self._refresh()
-                fresh = self._index.get(fp)
-            fresh = None if fresh is None else _location(fresh)
+                fresh = self._lookup(fp)
             if fresh == loc:
                 raise
             if fresh is None:
@@ -882,8 +892,7 @@ class ChunkStore:
             self._refresh()
             out = []
             for fp, d in found.items():
-                loc = self._index.get(fp)
-                loc = None if loc is None else _location(loc)
+                loc = self._lookup(fp)
                 if loc is not None and loc.offset == d.offset \
                         and self.container_path(loc.container) == d.container:
                     out.append(fp)
@@ -918,8 +927,12 @@ class ChunkStore:
             notes[fp] = {k: n.get(k) for k in ("container", "offset", "reason", "time")}
         return notes
 
+    @staticmethod
+    def _note_lines(notes):
+        return b"".join(json.dumps(n, sort_keys=True).encode() + b"\n" for n in notes)
+
     def _append_notes(self, notes):
-        data = b"".join(json.dumps(n, sort_keys=True).encode() + b"\n" for n in notes)
+        data = self._note_lines(notes)
         fd = os.open(self.damaged_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, data)
@@ -939,9 +952,7 @@ class ChunkStore:
         else:
             tmp = self.damaged_path + ".rewrite"
             with open(tmp, "wb") as f:
-                for fp, n in kept.items():
-                    f.write(json.dumps(dict(n, fingerprint=fp.hex()), sort_keys=True).encode()
-                            + b"\n")
+                f.write(self._note_lines(dict(n, fingerprint=fp.hex()) for fp, n in kept.items()))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.damaged_path)
@@ -1057,7 +1068,7 @@ class ChunkStore:
                 break
         # held until commit or abort, so remove_stale_partials can tell a live writer
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, CONTAINER_HEADER.pack(CONTAINER_MAGIC, CONTAINER_VERSION, number))
+        os.write(fd, _container_header(number))
         return number, fd
 
 
@@ -1454,8 +1465,7 @@ class Writer:
             self._size = self._written = CONTAINER_HEADER.size
             # containers are written once and read rarely: past the page cache where possible
             self._out = Appender(self.store.container_path(self._number, committed=False),
-                                 self._fd, CONTAINER_HEADER.pack(CONTAINER_MAGIC,
-                                                                 CONTAINER_VERSION, self._number))
+                                 self._fd, _container_header(self._number))
         offset = self._size
         self._bufs.append(header)
         if stored:

@@ -145,7 +145,7 @@ def run_verify(master, job):
 def run_reclaim(master, job):
     ctx = JobContext(master.jobs, job["id"])
     pool, server, host, access = dedup_pool(master, job["params"]["pool"])
-    below = pool.get("compact_below", 50)
+    below = pool["compact_below"]
     ctx.log(f"space reclaim of deduplication pool {pool['name']} on {host['name']} "
             f"({server['path']}): containers whose live data is below {below}% of their "
             "size are compacted")

@@ -122,8 +122,15 @@ def ustar_header(name, mode, uid, gid, size, mtime, typeflag, linkname=b"", unam
             _number(size, 12), _number(mtime, 12), b"        ", typeflag, linkname,
             b"ustar\0", b"00", uname, gname, _number(devmajor, 8), _number(devminor, 8), b"",
             b"")
-    chk = sum(hdr)
+    chk = block_sum(hdr)
     return b"%s%06o\0 %s" % (hdr[:148], chk, hdr[156:])
+
+
+def block_sum(block):
+    """The sum of a 512-byte header block's bytes, as its checksum needs. Two Adler-32s
+    give it exactly (a half's sum, at most 256 * 255, stays below their modulus 65521),
+    in C instead of a Python loop over 512 integers."""
+    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:BLOCK]) & 0xFFFF) - 2
 
 
 def _is_utf8(b):
@@ -267,7 +274,7 @@ def parse_ustar(block):
         stored = int(stored, 8)
     except ValueError:
         raise FormatError("bad header checksum field")
-    chk = sum(block[:148]) + 256 + sum(block[156:])
+    chk = block_sum(block) - sum(block[148:156]) + 256
     if stored != chk:
         # some old writers summed signed chars
         signed = chk - 256 * sum(1 for c in block[:148] + block[156:] if c > 127)

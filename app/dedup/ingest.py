@@ -146,7 +146,9 @@ class Ingest:
             self._close_parts(abort=True)
             raise
         self._segmenter = None
-        self._block = bytearray()  # stream bytes not yet handed to the worker
+        self._block = None  # the block being filled with stream bytes, _fill of them
+        self._fill = 0
+        self._blocks = _Blocks()
         self._started = False
         self._queue = None
         self._worker = None
@@ -177,9 +179,20 @@ class Ingest:
         They are cut, hashed and stored on other threads; this one only gathers them."""
         if not self._started:
             self._start_worker()
-        self._block += data
-        if len(self._block) >= BLOCK_BYTES:
-            self._hand_over_block()
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        at, n = 0, len(view)
+        while at < n:
+            if self._block is None:
+                self._block = self._blocks.take()
+            fill = self._fill
+            k = min(n - at, BLOCK_BYTES - fill)
+            self._block[fill:fill + k] = view[at:at + k]
+            self._fill = fill + k
+            at += k
+            if self._fill == BLOCK_BYTES:
+                self._hand_over_block()
 
     def _start_worker(self):
         self._started = True
@@ -218,9 +231,11 @@ class Ingest:
 
     def _hand_over_block(self):
         """Hands the bytes gathered so far to the worker."""
-        if self._block:
-            self._hand_over(self._block)
-            self._block = bytearray()
+        if self._fill:
+            block, fill = self._block, self._fill
+            self._block, self._fill = None, 0
+            self._blocks.handed_over(block)
+            self._hand_over(memoryview(block)[:fill])
 
     def _add_copied(self, entries):
         add = self._recipe.add
@@ -299,7 +314,8 @@ class Ingest:
                     pieces = seg.finish() if seg is not None else []
                 else:
                     if self._segmenter is None:
-                        self._segmenter = Segmenter(self.params)
+                        # blocks are handed over, never changed: pieces are views of them
+                        self._segmenter = Segmenter(self.params, views=True)
                     pieces = self._segmenter.feed(item)
                 # Small pieces (the chunks of small files) go to the encoders a few at a time:
                 # one hand-over between threads costs as much as hashing tens of KiB.
@@ -411,6 +427,44 @@ class Ingest:
                     self._writer.abort()
         finally:
             self._session.close()
+
+
+class _Blocks:
+    """The stream's blocks. The pieces cut from a block are views of it, alive until they
+    are encoded and written; a block is filled again once none is left (a bytearray refuses
+    to change size while views of it exist), so a backup reuses a few blocks instead of
+    faulting in fresh memory for every 8 MiB."""
+
+    KEEP = QUEUE_DEPTH + 9  # handed-over blocks looked at for reuse, the oldest first
+
+    def __init__(self):
+        self._out = deque()
+
+    def take(self):
+        out = self._out
+        for _ in range(len(out)):
+            block = out.popleft()
+            if _unused(block):
+                return block
+            out.append(block)
+        block = bytearray(BLOCK_BYTES + 1)
+        del block[-1]  # room for _unused()'s byte without a reallocation
+        return block
+
+    def handed_over(self, block):
+        self._out.append(block)
+        while len(self._out) > self.KEEP:
+            self._out.popleft()
+
+
+def _unused(block):
+    """True when no view of the block exists (it can change size)."""
+    try:
+        block.append(0)
+    except BufferError:
+        return False
+    del block[-1]
+    return True
 
 
 class _Copied:

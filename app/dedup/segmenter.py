@@ -26,7 +26,8 @@ foreign stream is never an error here.
 
 Speed: the content-defined cuts come from the chunker's implementation over large views of
 the stream, the member structure costs a header check per member, and each piece's bytes are
-copied once, out of the caller's buffer when it is large (see feed()).
+copied once, out of the caller's buffer when it is large (see feed()), or not at all when
+the caller hands its large buffers over (views=True).
 
 Standard library only (the agent on a client runs this); pyfastcdc is used when present.
 """
@@ -47,6 +48,10 @@ MEMBER_MIN = 16 * KiB
 # last, not yet certain chunk of each buffer (cut again with the next bytes) stays a small
 # share of the work. Memory: up to about twice this plus max_size.
 GATHER = 8 * MiB
+
+# The first bytes of a large buffer copied to settle the held tail's chunks; more (up to the
+# window) only when they need more.
+SETTLE_FIRST = 256 * KiB
 
 Piece = namedtuple("Piece", "offset length data")
 
@@ -78,7 +83,7 @@ def header_type_and_size(block):
         stored = int(digits, 8)
     except ValueError:
         return None
-    chk = sum(block) - sum(field) + 256
+    chk = tarfmt.block_sum(block) - sum(field) + 256
     if stored != chk:
         high = (len(block) - len(block.translate(None, _HIGH))) \
             - (len(field) - len(field.translate(None, _HIGH)))
@@ -132,8 +137,8 @@ def _params(params):
 
 class Segmenter:
     """Streaming, member-aware chunker of an image stream: feed buffers of any size, get the
-    pieces that are complete as Piece(offset, length, data) with data a bytes copy (the
-    caller hashes and stores it). finish() returns the rest. Concatenating all pieces gives
+    pieces that are complete as Piece(offset, length, data) with data a bytes copy, or a
+    view with views=True (the caller hashes and stores it). finish() returns the rest. Concatenating all pieces gives
     the stream back.
 
     Attributes: `params` (chunker.Params), `member_min`, `implementation` ("pyfastcdc" or
@@ -142,8 +147,14 @@ class Segmenter:
     marker).
     """
 
-    def __init__(self, params=None, *, member_min=MEMBER_MIN, implementation=None):
+    def __init__(self, params=None, *, member_min=MEMBER_MIN, implementation=None,
+                 views=False):
+        """views: pieces cut in place out of a buffer of GATHER bytes or more are read-only
+        views of that buffer instead of copies; the caller then leaves each such buffer
+        unchanged for as long as its pieces are in use (bytes gathered from smaller buffers
+        are still copied)."""
         self.params = _params(params)
+        self._views = views
         if isinstance(member_min, bool) or not isinstance(member_min, int) or member_min < 0:
             raise ValidationError(f"member_min must be a whole number of bytes >= 0, not "
                                   f"{member_min!r}",
@@ -226,18 +237,25 @@ class Segmenter:
                 if len(self._pending) >= GATHER:
                     self._cut_pending(False, out)
                 return out
-            # Settle the chunks that start in the held tail on a copy of the tail plus the
-            # first bytes of the buffer, then cut the rest of the buffer in place.
-            self._pending += full[:self._window]
-            self._cut_pending(False, out, stop=start)
+            # Settle the chunks that start in the held tail on a copy of the tail plus as
+            # many first bytes of the buffer as they need (at most the window; small chunks,
+            # as of small files, need few), then cut the rest of the buffer in place.
+            took = 0
+            while self._offset < start and took < self._window:
+                more = min(self._window, max(SETTLE_FIRST, 4 * took)) - took
+                self._pending += full[took:took + more]
+                took += more
+                self._cut_pending(False, out, stop=start)
             if self._offset < start:  # not settled (a huge pax header): take it all
-                self._pending += full[self._window:]
+                self._pending += full[took:]
                 self._cut_pending(False, out)
                 return out
             self._pending = bytearray()
         view = full[self._offset - start:]
+        if self._views:
+            view = view.toreadonly()
         self._parse(view, self._offset)
-        self._cut(view, self._offset, False, out)
+        self._cut(view, self._offset, False, out, owned=self._views)
         self._pending = bytearray(full[self._offset - start:])
         return out
 
@@ -322,10 +340,11 @@ class Segmenter:
 
     # ------------------------------------------------------------------ cutting
 
-    def _cut(self, view, base, final, out, stop=None):
+    def _cut(self, view, base, final, out, stop=None, owned=False):
         """Appends the pieces from self._offset that are certain with the bytes of view
         (stream offset base, reaching the end of the stream when final); with stop, returns
-        once the pieces reach it."""
+        once the pieces reach it. owned: the pieces may be views of view."""
+        take = (lambda v: v) if owned else bytes
         end = base + len(view)
         b = self._offset
         starts = self._starts
@@ -347,7 +366,7 @@ class Segmenter:
             m, forced = starts[0] if starts else (None, False)
             if m is not None and m - b <= min_size:
                 # FastCDC cuts nothing shorter than min_size: the member start decides.
-                append(Piece(b, m - b, bytes(view[b - base:m - base])))
+                append(Piece(b, m - b, take(view[b - base:m - base])))
                 b = m
                 continue
             # One byte past m: FastCDC looks at the byte after a cut, and a cut found inside
@@ -360,14 +379,14 @@ class Segmenter:
                     e = s + length
                     if m is not None and e >= m:
                         if forced or m - s >= gap:
-                            append(Piece(s, m - s, bytes(view[s - base:m - base])))
+                            append(Piece(s, m - s, take(view[s - base:m - base])))
                             s = m
                         break  # else m no longer qualifies from s: look again
                     if e > known:
                         break  # an unseen member start may come before e
                     if length == w - s and length < max_size and not final:
                         break  # ran into the end of the bytes: may move with more
-                    append(Piece(s, length, bytes(view[s - base:e - base])))
+                    append(Piece(s, length, take(view[s - base:e - base])))
                     s = e
                     if stop is not None and s >= stop:
                         break

@@ -264,7 +264,7 @@ def _compress(codec, data):
         return c.compress(data)
     if codec == CODEC_ZLIB:
         return zlib.compress(data, 1)
-    return bytes(data)
+    return data
 
 
 def _decompress(codec, stored, raw_length, where):
@@ -1031,7 +1031,8 @@ class ChunkStore:
 
     def encode(self, fp, data):
         """(codec byte, stored bytes) of one chunk: compressed when that helps, then
-        encrypted in an encrypted store. Safe to call from several threads at once."""
+        encrypted in an encrypted store. Safe to call from several threads at once. The
+        stored bytes may be `data` itself (any bytes-like object) when it stays as it is."""
         codec = self.codec
         stored = _compress(codec, data)
         if len(stored) >= len(data):
@@ -1039,7 +1040,7 @@ class ChunkStore:
         if self._cipher is not None:
             codec |= CODEC_ENCRYPTED
             return codec, self._cipher.seal(fp, codec, stored)
-        return codec, bytes(stored)
+        return codec, stored
 
     def encode_record(self, fp, data):
         """(record header, stored bytes) of one chunk, ready for Writer.add_encoded: the

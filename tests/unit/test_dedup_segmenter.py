@@ -154,8 +154,10 @@ def segment(data, params=SMALL, splits=None, **kw):
         pos += n
     assert pos >= len(data)
     out += seg.finish()
-    assert all(type(p) is Piece and type(p.data) is bytes and len(p.data) == p.length
+    kinds = (bytes, memoryview) if kw.get("views") else (bytes,)
+    assert all(type(p) is Piece and type(p.data) in kinds and len(p.data) == p.length
                for p in out)
+    assert all(p.data.readonly for p in out if type(p.data) is memoryview)
     assert b"".join(p.data for p in out) == data
     return out, seg
 
@@ -203,6 +205,26 @@ def test_any_split_gives_the_same_pieces(impl, monkeypatch):
     for _ in range(6):
         got, _ = segment(data, splits=random_splits(rnd, len(data)), implementation=impl)
         assert got == whole
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_views_of_handed_over_buffers_give_the_same_pieces(impl, monkeypatch):
+    # views=True: pieces cut in place are views of the caller's buffer, and the held tail is
+    # settled on a few first bytes of the next buffer, taking more only as its chunks need
+    monkeypatch.setattr(sg, "GATHER", 64 * 1024)
+    monkeypatch.setattr(sg, "SETTLE_FIRST", 700)
+    s = varied_stream(7, count=40)
+    data = s.bytes()
+    whole, _ = segment(data, implementation=impl)
+    rnd = random.Random(8)
+    viewed = 0
+    for _ in range(6):
+        splits = [rnd.choice((64 * 1024, 100_000, 300_000, 5000)) for _ in range(60)]
+        got, _ = segment(data, splits=splits, implementation=impl, views=True)
+        assert shape(got) == shape(whole)
+        assert [bytes(p.data) for p in got] == [p.data for p in whole]
+        viewed += sum(type(p.data) is memoryview for p in got)
+    assert viewed > len(whole)  # most pieces came out of the large buffers uncopied
 
 
 def test_a_content_cut_one_byte_before_a_member_start():

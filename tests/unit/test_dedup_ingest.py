@@ -1,0 +1,70 @@
+"""The storage side's handling of a plain image stream: the blocks it gathers the stream in
+are cut in place (pieces are views of them) and filled again only once no piece of them is
+in use, whatever the sizes of the writes."""
+
+import random
+
+import app.dedup.ingest as ingest_mod
+import app.dedup.segmenter as sg
+from app.dedup.ingest import Ingest, _Blocks, _unused, commit_recipe, open_store
+from app.dedup.recipe import RecipeStream, read_recipe
+
+PARAMS = {"min_size": 1024, "avg_size": 4096, "max_size": 16384}
+
+
+def test_a_block_is_filled_again_only_when_no_view_of_it_is_left(monkeypatch):
+    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 4096)
+    blocks = _Blocks()
+    a = blocks.take()
+    assert len(a) == 4096 and _unused(a)
+    piece = memoryview(a)[100:200]
+    blocks.handed_over(a)
+    b = blocks.take()
+    assert b is not a  # a piece of `a` is still in use
+    assert not _unused(a)
+    del piece
+    blocks.handed_over(b)
+    assert blocks.take() is a
+    assert len(a) == 4096  # the check left it as it was
+
+
+def test_a_stream_of_many_blocks_in_odd_writes_is_stored_whole(tmp_path, monkeypatch):
+    # small blocks and in-place cutting from that size on, so that the stream spans many
+    # blocks, writes straddle them, and blocks are reused while the encoders still work
+    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 64 * 1024)
+    monkeypatch.setattr(sg, "GATHER", 64 * 1024)
+    monkeypatch.setattr(sg, "SETTLE_FIRST", 2048)
+    taken = []
+    real_take = _Blocks.take
+
+    def take(self):
+        block = real_take(self)
+        taken.append(id(block))
+        return block
+    monkeypatch.setattr(_Blocks, "take", take)
+
+    rnd = random.Random(11)
+    # compressible and random stretches, so that stored records are both kinds
+    stream = b"".join(rnd.randbytes(n) if rnd.random() < 0.5 else bytes([rnd.randrange(4)]) * n
+                      for n in (rnd.randint(1, 40_000) for _ in range(200)))
+    root = str(tmp_path / "pool")
+    partial, final = f"{root}/images/c/.i.recipe.partial", f"{root}/images/c/i.recipe"
+    ing = Ingest(root, partial, params=PARAMS, image_id="i")
+    buf = bytearray(100_000)  # the caller's buffer, reused for every write
+    pos = 0
+    while pos < len(stream):
+        n = min(rnd.choice((1, 511, 4096, 65_536, 70_000, 100_000)), len(stream) - pos)
+        buf[:n] = stream[pos:pos + n]
+        ing.write(memoryview(buf)[:n])
+        buf[:n] = b"\xee" * n  # what the caller does next must not reach the pool
+        pos += n
+    stats = ing.finish({})
+    commit_recipe(root, partial, final)
+    assert stats["bytes"] == len(stream)
+    s = RecipeStream(open_store(root), read_recipe(final))
+    try:
+        assert s.read() == stream
+    finally:
+        s.close()
+    assert len(taken) > len(stream) // (64 * 1024)
+    assert len(set(taken)) < len(taken)  # blocks were filled again

@@ -133,6 +133,12 @@ def block_sum(block):
     return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:BLOCK]) & 0xFFFF) - 2
 
 
+def header_sum(block):
+    """A header block's checksum as written: its bytes summed with the checksum field taken
+    as eight spaces."""
+    return block_sum(block) - sum(block[148:156]) + 256
+
+
 def _is_utf8(b):
     try:
         b.decode("utf-8")
@@ -274,7 +280,7 @@ def parse_ustar(block):
         stored = int(stored, 8)
     except ValueError:
         raise FormatError("bad header checksum field")
-    chk = block_sum(block) - sum(block[148:156]) + 256
+    chk = header_sum(block)
     if stored != chk:
         # some old writers summed signed chars
         signed = chk - 256 * sum(1 for c in block[:148] + block[156:] if c > 127)

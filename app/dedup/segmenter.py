@@ -83,7 +83,7 @@ def header_type_and_size(block):
         stored = int(digits, 8)
     except ValueError:
         return None
-    chk = tarfmt.block_sum(block) - sum(field) + 256
+    chk = tarfmt.header_sum(block)
     if stored != chk:
         high = (len(block) - len(block.translate(None, _HIGH))) \
             - (len(field) - len(field.translate(None, _HIGH)))
@@ -138,8 +138,8 @@ def _params(params):
 class Segmenter:
     """Streaming, member-aware chunker of an image stream: feed buffers of any size, get the
     pieces that are complete as Piece(offset, length, data) with data a bytes copy, or a
-    view with views=True (the caller hashes and stores it). finish() returns the rest. Concatenating all pieces gives
-    the stream back.
+    view with views=True (the caller hashes and stores it). finish() returns the rest.
+    Concatenating all pieces gives the stream back.
 
     Attributes: `params` (chunker.Params), `member_min`, `implementation` ("pyfastcdc" or
     "reference"), `members` (members whose headers were read), `lost_at` (stream offset where

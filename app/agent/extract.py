@@ -10,6 +10,7 @@ Standard library only: this runs on client hosts.
 """
 
 import errno
+import fcntl
 import os
 import stat
 import time
@@ -22,6 +23,7 @@ from app.agent.errors import (AgentFailure, Cancelled, InvalidRequest,
 
 CHUNK = 1 << 20
 NBUF = 8
+FILL = 256 << 10
 PROGRESS_EVERY = 0.25
 MAX_PENDING = 64
 KEEP_FDS = 64
@@ -43,6 +45,15 @@ _TYPES = {
 _NODE_TYPES = {entry.KIND_FIFO: stat.S_IFIFO, entry.KIND_CHAR: stat.S_IFCHR,
                entry.KIND_BLOCK: stat.S_IFBLK}
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+# Direct writes (see _Writer): files of at least DIRECT_MIN bytes, in pieces whose file offset,
+# length and place in the buffer are multiples of DIRECT_ALIGN (the logical block size of
+# most devices; where a device wants more, the write is refused and repeated buffered).
+# Below DIRECT_MIN, waiting for the device on every file costs more than the copy it saves.
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+DIRECT_MIN = 64 << 10
+DIRECT_ALIGN = 512
+_DIRECT_REFUSED = {errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 
 
 def _why(e):
@@ -114,7 +125,16 @@ class _Source:
         self.buf = self.worker.views[self.idx]
         self.start = self.end = 0
         if self._readinto is not None:
-            n = self._readinto(self.buf)
+            buf = self.buf
+            n = self._readinto(buf)
+            # A network stream hands over one record at a time: read on to FILL bytes and a
+            # multiple of DIRECT_ALIGN, so that the ring turns once per buffer, not per
+            # record, and the pieces of files stay aligned for direct writes.
+            while n and (n < FILL or n % DIRECT_ALIGN) and n < len(buf):
+                k = self._readinto(buf[n:])
+                if not k:
+                    break
+                n += k
         else:
             data = self.src.read(len(self.buf))
             n = len(data)
@@ -158,9 +178,9 @@ class _Source:
         self.jobs.extend(h.jobs(mv))
 
     def write(self, w, off, mv):
-        """Queue writing mv at off of a file (_Writer); the buffer stays until it is
-        written."""
-        self.jobs.append((w, (off, mv), None))
+        """Queue writing mv, just taken, at off of a file (_Writer); the buffer stays until
+        it is written."""
+        self.jobs.append((w, (off, mv, self.start - len(mv)), None))
 
     def submit(self, h, done):
         """Queue the end of one file's data: done(h) runs on the worker after its last
@@ -256,26 +276,60 @@ class _Writer:
     """Writes one file's data on the hash threads, at explicit offsets, so that the kernel's
     work of writing (page cache, block allocation) runs beside the reading of the stream.
     All of a file's writes go to one thread, in order; the first error ends its writing and
-    is kept for the main thread."""
+    is kept for the main thread.
 
-    __slots__ = ("fd", "error")
+    A file opened with O_DIRECT (`direct`) takes its aligned pieces straight from the buffer
+    to the device: copying a restore's data into the page cache is most of its CPU time, and
+    the pages it fills push out what the host had cached. The unaligned rest goes through the
+    page cache (O_DIRECT is switched off for it, and on again for the next aligned piece);
+    where the file system refuses a direct write, the file is written buffered from there on
+    and `refused` tells the restore to open no more files with O_DIRECT."""
 
-    def __init__(self, fd):
+    __slots__ = ("fd", "error", "allowed", "direct", "refused", "direct_bytes")
+
+    def __init__(self, fd, direct=False):
         self.fd = fd
         self.error = None
+        self.allowed = direct  # opened with O_DIRECT and not refused since
+        self.direct = direct  # the descriptor's O_DIRECT flag as it is now
+        self.refused = False
+        self.direct_bytes = 0
 
     def update(self, piece):
-        """piece: (file offset, memoryview)."""
+        """piece: (file offset, memoryview, the view's offset in its page-aligned buffer)."""
         if self.error is not None:
             return
-        off, mv = piece
+        off, mv, at = piece
+        fd = self.fd
         n = len(mv)
         done = 0
         try:
-            while done < n:
-                done += os.pwrite(self.fd, mv[done:], off + done)
+            if self.allowed and not (off | at) % DIRECT_ALIGN:
+                whole = n - n % DIRECT_ALIGN
+                if whole:
+                    if not self.direct:
+                        self._switch(True)
+                    try:
+                        while done < whole:
+                            done += os.pwrite(fd, mv[done:whole], off + done)
+                    except OSError as e:
+                        if e.errno not in _DIRECT_REFUSED:
+                            raise
+                        self.allowed = False
+                        self.refused = True
+                    self.direct_bytes += done
+            if done < n:
+                if self.direct:
+                    self._switch(False)
+                while done < n:
+                    done += os.pwrite(fd, mv[done:], off + done)
         except OSError as e:
             self.error = e
+
+    def _switch(self, on):
+        flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, flags | _O_DIRECT if on else flags & ~_O_DIRECT)
+        self.direct = on
 
     def finished(self, _):
         """The end of the file's writes: frees the hash worker's note of its thread."""
@@ -294,8 +348,9 @@ class _Pending:
 
 
 class _Restore:
-    def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum):
+    def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum, direct):
         self.checksum = checksum
+        self.direct = direct and bool(_O_DIRECT)
         self.emit = emit
         self.is_cancelled = is_cancelled
         self.overwrite = overwrite
@@ -311,6 +366,16 @@ class _Restore:
         # Directories this restore made -> the names it has put in them: in those, a name not
         # in the set needs no look-up (nothing else was there), one system call a file less.
         self.fresh = {}
+        # Of those, the ones (and the target itself) where a new file is owned by this process
+        # and gets the mode it is created with, less the umask: no set-group-ID bit, no
+        # default ACL, inherited by what is made in them. A file whose owner and mode come out
+        # right that way needs no fchown or fchmod.
+        self.plain = set()
+        self.me = (os.geteuid(), os.getegid())
+        self.umask = _umask()
+        if self.umask is not None and _plain_dir(self.root):
+            self.plain.add(())
+        self.pid = os.getpid()
         self.dirmap = {}
         self.blocked = set()
         self.restored = {}
@@ -322,6 +387,7 @@ class _Restore:
         self.files = 0
         self.ndirs = 0
         self.bytes = 0
+        self.direct_bytes = 0
         self.warnings = 0
         self.skipped = 0
         self.errors = 0
@@ -396,7 +462,7 @@ class _Restore:
         self.apply_dirs()
         self.progress(force=True)
         return {"files": self.files, "dirs": self.ndirs, "bytes": self.bytes,
-                "warnings": self.warnings, "skipped": self.skipped, "errors": self.errors}
+                "direct_bytes": self.direct_bytes, "warnings": self.warnings, "skipped": self.skipped, "errors": self.errors}
 
     def item(self, item, m):
         path = item.get("path", "")
@@ -455,6 +521,8 @@ class _Restore:
             self.chain_key = key
             for made in self.chain.made:
                 self.fresh[made] = set()
+                if made[:-1] in self.plain:
+                    self.plain.add(made)
                 self.note_made(made[:-1], made[-1])
             del self.chain.made[:]
         return self.chain.fds[-1] if self.chain.fds else self.root
@@ -511,7 +579,7 @@ class _Restore:
 
     def tmp_name(self):
         self.counter += 1
-        return b".cairn-restore-%d-%d.tmp" % (os.getpid(), self.counter)
+        return b".cairn-restore-%d-%d.tmp" % (self.pid, self.counter)
 
     # -- kinds
 
@@ -527,8 +595,21 @@ class _Restore:
             names.add(final)
         src = self.src
         tmp = self.tmp_name()
+        direct = self.direct and m.size >= DIRECT_MIN
+        # created with its own mode where that comes out exact (see self.plain), else 0600
+        # until it is finished
+        mode = m.mode & 0o7777
+        if mode & 0o7000 or mode & self.umask or tuple(parent) not in self.plain:
+            mode = 0o600
         try:
-            fd = os.open(tmp, _NEW_FILE, 0o600, dir_fd=dfd)
+            try:
+                fd = os.open(tmp, _NEW_FILE | _O_DIRECT if direct else _NEW_FILE, mode,
+                             dir_fd=dfd)
+            except OSError as e:
+                if not direct or e.errno not in _DIRECT_REFUSED:
+                    raise
+                self.direct = direct = False
+                fd = os.open(tmp, _NEW_FILE, mode, dir_fd=dfd)
         except OSError as e:
             self.full(e)
             raise _Refused("cannot create the file: %s" % _why(e))
@@ -542,7 +623,7 @@ class _Restore:
         p.path = path
         p.key = tuple(comps)
         p.digest = None
-        p.writer = w = _Writer(fd)
+        p.writer = w = _Writer(fd, direct)
         h = tarfmt.TreeHash(self.checksum)
         try:
             if m.sparse:
@@ -710,6 +791,9 @@ class _Restore:
 
     def _finish(self, p, fd):
         try:
+            if p.writer.refused:
+                self.direct = False
+            self.direct_bytes += p.writer.direct_bytes
             e = p.writer.error
             if e is not None:
                 self.discard(fd, p.dfd, p.tmp)
@@ -723,11 +807,14 @@ class _Restore:
                 self.discard(fd, p.dfd, p.tmp)
                 return
             m = p.member
-            self.set_owner(fd, None, None, m, p.path)
-            try:
-                os.fchmod(fd, m.mode & 0o7777)
-            except OSError as e:
-                self.warn(p.path, "cannot set the permissions: %s" % _why(e))
+            plain = p.key[:-1] in self.plain
+            if not plain or (m.uid, m.gid) != self.me:
+                self.set_owner(fd, None, None, m, p.path)
+            if not plain or m.mode & 0o7000 or m.mode & self.umask:
+                try:
+                    os.fchmod(fd, m.mode & 0o7777)
+                except OSError as e:
+                    self.warn(p.path, "cannot set the permissions: %s" % _why(e))
             self.set_xattrs(fd, m, p.path)
             try:
                 os.utime(fd, ns=(self.now_ns, m.mtime_ns))
@@ -822,6 +909,8 @@ class _Restore:
         self.note_made(parent, real)
         if made:
             self.fresh[key] = set()
+            if tuple(parent) in self.plain:
+                self.plain.add(key)
         if apply_meta:
             if m.xattrs:
                 try:
@@ -951,14 +1040,42 @@ class _Restore:
         self.worker.close()
 
 
+def _umask():
+    """This process's umask, read without changing it (other threads create files too), or
+    None where the kernel does not say (before Linux 4.7)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _plain_dir(fd):
+    """Whether files made in the directory get this process's owner and their mode less the
+    umask, and directories made in it inherit nothing that changes that."""
+    try:
+        if os.fstat(fd).st_mode & stat.S_ISGID:
+            return False
+        os.getxattr(fd, "system.posix_acl_default")
+        return False  # a default ACL decides new files' modes instead of the umask
+    except OSError as e:
+        return e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP)
+
+
 def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
-                 checksum=tarfmt.DEFAULT_CHECKSUM):
+                 checksum=tarfmt.DEFAULT_CHECKSUM, direct=False):
     """Restore the members of `src` (one per plan item, in plan order) under `target_dir`.
 
     plan items: {"path", "kind", "checksum", "link", "member"} and, for a relocated item,
     "to": its absolute path under the target instead of "path" (see the module notes).
     overwrite: "skip", "overwrite" or "rename". Events: "progress", "warning", "log".
-    Returns {"files", "dirs", "bytes", "warnings", "skipped", "errors"}.
+    direct: write the data of large files with O_DIRECT where the file system takes it (see
+    _Writer), for targets on the host's own devices (directio.suits_target).
+    Returns {"files", "dirs", "bytes", "direct_bytes", "warnings", "skipped", "errors"}
+    (direct_bytes: of bytes, those written with O_DIRECT).
     """
     if overwrite not in OVERWRITE_MODES:
         raise InvalidRequest("overwrite must be one of %s, not %r"
@@ -967,7 +1084,7 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
         tarfmt.piece_hash(checksum)
     except ValueError as e:
         raise InvalidRequest(str(e))
-    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum)
+    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum, direct)
     try:
         return r.run(plan)
     finally:

@@ -9,7 +9,7 @@ import stat
 import sys
 
 from app import status
-from app.agent import dataplane
+from app.agent import dataplane, directio
 from app.agent.errors import AgentFailure, Cancelled, InvalidRequest, StorageFailure
 from app.agent.writeback import start_writeback
 
@@ -482,7 +482,8 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
         src = ExtentReader(image_paths or image_path, extents, reading.opener())
         try:
             return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                                is_cancelled=req.is_cancelled, checksum=checksum)
+                                is_cancelled=req.is_cancelled, checksum=checksum,
+                                direct=directio.suits_target(target_dir))
         finally:
             src.close()
     finally:
@@ -525,7 +526,8 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
     chan = dataplane.connect(host, port, cert, token)
     try:
         summary = restore_from(chan, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                               is_cancelled=req.is_cancelled, checksum=checksum)
+                               is_cancelled=req.is_cancelled, checksum=checksum,
+                               direct=directio.suits_target(target_dir))
         chan.drain()
         chan.ack(True)
     finally:

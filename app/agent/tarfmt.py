@@ -10,6 +10,7 @@ members. Standard library only: this module runs on client hosts.
 """
 
 import hashlib
+import mmap
 import queue
 import struct
 import threading
@@ -639,7 +640,8 @@ class HashWorker:
     """
 
     def __init__(self, nbuf=4, bufsize=1 << 20, threads=2):
-        self.bufs = [bytearray(bufsize) for _ in range(nbuf)]
+        # page-aligned (anonymous maps), so that data in them can be written with O_DIRECT
+        self.bufs = [mmap.mmap(-1, bufsize) for _ in range(nbuf)]
         self.views = [memoryview(b) for b in self.bufs]
         self._free = queue.SimpleQueue()
         for i in range(nbuf):

@@ -185,6 +185,9 @@ def run(master, job):
     ctx.log(f"restored {summary['files']} files, {summary['bytes']} bytes to "
             f"{target_dir}; skipped {summary.get('skipped', 0)}, "
             f"refused or failed {problems}")
+    if summary.get("direct_bytes"):
+        ctx.log(f"{summary['direct_bytes']} of the bytes went past the page cache, straight "
+                f"to the device (O_DIRECT)")
     ctx.flush(sample=True)
     if problems or warnings:
         return (st.PARTIAL, f"{problems} item(s) not restored, {warnings} warning(s): "

@@ -21,6 +21,7 @@ seeks and the reader finds it without knowing the count.
 Standard library only: this runs in the agent on the storage server.
 """
 
+import functools
 import hashlib
 import io
 import json
@@ -318,7 +319,7 @@ def read_recipe(path):
 
 class RecipeStream(io.RawIOBase):
     """The image stream of a recipe, read from a chunk store (anything with get(fp) ->
-    bytes): random access with preadinto(buf, pos), and file-like sequential reading
+    bytes, and get(fp, check_fingerprint=False) for check_fingerprints=False): random access with preadinto(buf, pos), and file-like sequential reading
     (readinto, read, seek, tell). The last CACHE chunks read stay decoded, since a restore
     reads many members in order out of one chunk.
 
@@ -331,9 +332,13 @@ class RecipeStream(io.RawIOBase):
     AHEAD_BYTES = 8 << 20   # and about this many bytes of them
     READERS = 2
 
-    def __init__(self, store, recipe, read_ahead=True):
+    def __init__(self, store, recipe, read_ahead=True, check_fingerprints=True):
         super().__init__()
         self.store = store
+        # the store's get; without the SHA-256 of each chunk for a reader that checks what
+        # it makes of the data itself (see ChunkStore.get)
+        self._get = store.get if check_fingerprints else functools.partial(
+            store.get, check_fingerprint=False)
         self.recipe = recipe
         self.size = recipe.size
         self._pos = 0
@@ -376,12 +381,12 @@ class RecipeStream(io.RawIOBase):
                 nfp = e.fp
                 if nfp != fp and nfp not in self._cache and nfp not in planned:
                     planned[nfp] = j
-                    ahead[j] = self._pool.submit(self.store.get, nfp)
+                    ahead[j] = self._pool.submit(self._get, nfp)
                 j += 1
             self._next = j
         if fut is not None:
             return fut.result()
-        return self.store.get(fp)
+        return self._get(fp)
 
     def _drop(self, j):
         self._ahead.pop(j).cancel()

@@ -325,7 +325,7 @@ class _Cipher:
                              "another key") from None
 
 
-def _decode_record(header, stored, where, encrypted=False, cipher=None):
+def _decode_record(header, stored, where, encrypted=False, cipher=None, check_fingerprint=True):
     """Checks one record; returns (fingerprint, data) or raises ValueError naming the fault.
     For an encrypted store opened without its key (cipher None) only the crc32 can be
     checked, and data is None."""
@@ -350,7 +350,7 @@ def _decode_record(header, stored, where, encrypted=False, cipher=None):
         raise ValueError(f"stored bytes do not decode ({CODEC_NAMES.get(codec, codec)}): {e}")
     if len(data) != raw_length:
         raise ValueError(f"decoded length {len(data)} differs from the recorded {raw_length}")
-    if hashlib.sha256(data).digest() != fp:
+    if check_fingerprint and hashlib.sha256(data).digest() != fp:
         raise ValueError("sha256 of the data differs from its fingerprint")
     return fp, data
 
@@ -703,14 +703,18 @@ class ChunkStore:
     def container_path(self, number, committed=True):
         return os.path.join(self.containers_dir, container_name(number, committed))
 
-    def get(self, fp, files=None):
+    def get(self, fp, files=None, check_fingerprint=True):
         """The chunk's data, checked against its crc32 and its fingerprint (decrypted first
-        in an encrypted store). `files`: a session's open containers (PoolSession.get)."""
+        in an encrypted store). `files`: a session's open containers (PoolSession.get).
+        check_fingerprint=False leaves out the SHA-256 of the data, for readers that check
+        what they make of it themselves (a restore checks every file against its checksum);
+        the crc32 of the stored bytes, the decoded length and an encrypted record's
+        authentication tag are checked all the same."""
         fp = _check_fingerprint(fp)
         self._require_key()
         loc = self.locate(fp)
         try:
-            return self._read(fp, loc, files)
+            return self._read(fp, loc, files, check_fingerprint)
         except ChunkDamaged:
             # a reclaim elsewhere may have moved the chunk since our copy of the index was
             # read; only a location that is still current is damage
@@ -725,9 +729,9 @@ class ChunkStore:
                                     f"rebuild)",
                                     hint="Space reclaim removes chunks no image references; "
                                          "an index rebuild leaves out damaged records.") from None
-            return self._read(fp, fresh, files)
+            return self._read(fp, fresh, files, check_fingerprint)
 
-    def _read(self, fp, loc, files=None):
+    def _read(self, fp, loc, files=None, check_fingerprint=True):
         number, offset, stored_length = loc
         path = self.container_path(number)
         where = f"{path} offset {offset}"
@@ -760,7 +764,7 @@ class ChunkStore:
             raise damaged("the stored length differs from the index or the record is cut")
         try:
             return _decode_record(header, memoryview(raw)[RECORD_HEADER.size:], where,
-                                  self.encrypted, self._cipher)[1]
+                                  self.encrypted, self._cipher, check_fingerprint)[1]
         except ValueError as e:
             raise damaged(str(e)) from None
 
@@ -1104,13 +1108,13 @@ class PoolSession:
             store._refresh()
         self._files = _OpenContainers()
 
-    def get(self, fp):
+    def get(self, fp, check_fingerprint=True):
         """store.get, reading through containers kept open for the session: no open and close
         per chunk, and the kernel's read-ahead follows a restore through each container.
         Safe because no container is deleted or renumbered while a session holds the pool."""
         if self._fd is None:
             raise ValidationError("this pool session is closed")
-        return self.store.get(fp, self._files)
+        return self.store.get(fp, self._files, check_fingerprint)
 
     @property
     def closed(self):

@@ -1,0 +1,107 @@
+"""A restore from a deduplication pool checks each chunk's record (crc32, length) and each
+restored file against its checksum from the catalog, not the SHA-256 of every chunk: a
+chunk whose bytes were altered behind a recomputed crc32 still never lands as a file, and
+every other file comes back byte for byte."""
+
+import os
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_archive import Recorder, backup, plan_of  # noqa: E402
+from treegen import assert_trees_equal  # noqa: E402
+
+from app.agent import entry, ops  # noqa: E402
+from app.dedup import store as st  # noqa: E402
+from app.dedup.ingest import Ingest, commit_recipe, open_store  # noqa: E402
+
+PARAMS = {"min_size": 4096, "avg_size": 16384, "max_size": 65536}
+
+
+class Req:
+    def __init__(self):
+        self.emit = Recorder()
+
+    @staticmethod
+    def is_cancelled():
+        return False
+
+
+def pooled_image(tmp_path):
+    """A tree of incompressible files, backed up and stored in a pool: (src, rows, root,
+    recipe path)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"f{i}").write_bytes(os.urandom(200_000 + i * 1000))
+    image = tmp_path / "image.tar"
+    _, rec = backup(image, [src])
+    root = str(tmp_path / "pool")
+    partial, final = f"{root}/images/c/.i.recipe.partial", f"{root}/images/c/i.recipe"
+    ing = Ingest(root, partial, params=PARAMS, image_id="i")
+    with open(image, "rb") as f:
+        while True:
+            data = f.read(1 << 20)
+            if not data:
+                break
+            ing.write(data)
+    ing.finish({})
+    commit_recipe(root, partial, final)
+    return src, rec.rows, root, final
+
+
+def forge_a_chunk_of(root, rows, name):
+    """Alters one byte of a stored (uncompressed) chunk inside file `name`'s data and gives
+    its record a matching crc32: only the chunk's SHA-256 or the file's checksum can tell."""
+    from app.dedup.recipe import read_recipe
+    row = next(r for r in rows if r[entry.PATH].endswith("/" + name))
+    middle = row[entry.OFFSET] + row[entry.LENGTH] // 2
+    recipe = read_recipe(f"{root}/images/c/i.recipe")
+    fp = recipe.entry(recipe.index_at(middle)).fp
+    store = open_store(root)
+    loc = store.locate(fp)
+    path = store.container_path(loc.container)
+    raw = bytearray(open(path, "rb").read())
+    header = st.RECORD_HEADER.unpack_from(raw, loc.offset)
+    assert header[2] == st.CODEC_NONE  # random data is kept as it is
+    start = loc.offset + st.RECORD_HEADER.size
+    raw[start + loc.stored_length // 2] ^= 0x5A
+    struct.pack_into(">I", raw, start - 4, zlib.crc32(bytes(raw[start:start + loc.stored_length])))
+    with open(path, "wb") as f:
+        f.write(bytes(raw))
+
+
+def run_restore(rows, root, recipe, target):
+    req = Req()
+    extents = [[r[entry.OFFSET], r[entry.LENGTH]] for r in rows]
+    result = ops.restore(req, recipe, extents, plan_of(rows), str(target), checksum="crc32",
+                         dedup={"root": root, "key": None})
+    return result, req.emit
+
+
+def test_restore_from_a_pool_is_byte_for_byte(tmp_path):
+    src, rows, root, recipe = pooled_image(tmp_path)
+    result, rec = run_restore(rows, root, recipe, tmp_path / "t")
+    assert result["errors"] == 0 and not rec.of("warning")
+    assert_trees_equal(str(src), str(tmp_path / "t") + str(src))
+
+
+def test_a_chunk_altered_behind_a_valid_crc_never_lands_as_a_file(tmp_path):
+    src, rows, root, recipe = pooled_image(tmp_path)
+    forge_a_chunk_of(root, rows, "f3")
+    target = tmp_path / "t"
+    result, rec = run_restore(rows, root, recipe, target)
+    assert result["errors"] == 1
+    [warning] = rec.of("warning")
+    assert warning["path"].endswith("/f3") and "checksum mismatch" in warning["message"]
+    restored = Path(str(target) + str(src))
+    assert not (restored / "f3").exists()
+    assert not [n for n in os.listdir(restored) if n.startswith(".cairn-restore")]
+    for i in (0, 1, 2, 4, 5):
+        assert (restored / f"f{i}").read_bytes() == (src / f"f{i}").read_bytes()
+    # a verify, which does check every chunk's SHA-256, names the chunk
+    assert [d.offset for d in open_store(root).verify()]

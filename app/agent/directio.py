@@ -157,7 +157,6 @@ class Appender:
             done += os.pwrite(fd, view[done:], offset + done)
 
 
-
 # Where direct writes pay: file systems on the host's own (or a parallel file system's)
 # devices. Not memory (tmpfs: the page cache is the file), not the network (NFS and CIFS send
 # each direct write to the server and wait for it), not FUSE (refused or emulated).

@@ -462,7 +462,8 @@ class _Restore:
         self.apply_dirs()
         self.progress(force=True)
         return {"files": self.files, "dirs": self.ndirs, "bytes": self.bytes,
-                "direct_bytes": self.direct_bytes, "warnings": self.warnings, "skipped": self.skipped, "errors": self.errors}
+                "direct_bytes": self.direct_bytes, "warnings": self.warnings,
+                "skipped": self.skipped, "errors": self.errors}
 
     def item(self, item, m):
         path = item.get("path", "")
@@ -599,7 +600,7 @@ class _Restore:
         # created with its own mode where that comes out exact (see self.plain), else 0600
         # until it is finished
         mode = m.mode & 0o7777
-        if mode & 0o7000 or mode & self.umask or tuple(parent) not in self.plain:
+        if tuple(parent) not in self.plain or mode & 0o7000 or mode & self.umask:
             mode = 0o600
         try:
             try:

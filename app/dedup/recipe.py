@@ -319,9 +319,10 @@ def read_recipe(path):
 
 class RecipeStream(io.RawIOBase):
     """The image stream of a recipe, read from a chunk store (anything with get(fp) ->
-    bytes, and get(fp, check_fingerprint=False) for check_fingerprints=False): random access with preadinto(buf, pos), and file-like sequential reading
-    (readinto, read, seek, tell). The last CACHE chunks read stay decoded, since a restore
-    reads many members in order out of one chunk.
+    bytes, and get(fp, check_fingerprint=False) for check_fingerprints=False): random
+    access with preadinto(buf, pos), and file-like sequential reading (readinto, read,
+    seek, tell). The last CACHE chunks read stay decoded, since a restore reads many members
+    in order out of one chunk.
 
     Read-ahead: while one chunk is copied out, the next AHEAD chunks are read, decrypted,
     decompressed and checked in READERS threads (file reads, zstd, AES-GCM and SHA-256 all

@@ -375,6 +375,7 @@ class _Restore:
         self.umask = _umask()
         if self.umask is not None and _plain_dir(self.root):
             self.plain.add(())
+        self.plain_seen = False
         self.pid = os.getpid()
         self.dirmap = {}
         self.blocked = set()
@@ -614,6 +615,8 @@ class _Restore:
         except OSError as e:
             self.full(e)
             raise _Refused("cannot create the file: %s" % _why(e))
+        if not self.plain_seen and tuple(parent) in self.plain:
+            self.check_plain(fd, mode)
         p = _Pending()
         p.fd = fd
         p.tmp = tmp
@@ -680,6 +683,18 @@ class _Restore:
             self.bytes += n
             if length:
                 self.progress()
+
+    def check_plain(self, fd, mode):
+        """The first file made where owner and mode are expected to come out right shows
+        whether they do; where not (an NFS export squashing root, a file system that fixes
+        owners), every file gets fchown and fchmod again."""
+        self.plain_seen = True
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            st = None
+        if st is None or (st.st_uid, st.st_gid) != self.me or stat.S_IMODE(st.st_mode) != mode:
+            self.plain.clear()
 
     def restored_one(self, path, where):
         """Count a restored non-directory; remember where it went if a hard link follows."""

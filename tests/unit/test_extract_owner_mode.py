@@ -98,3 +98,17 @@ def test_a_default_acl_on_the_target_does_not_change_the_files_modes(imaged, tmp
     result, _ = restore(image, rows, target)
     assert result["errors"] == 0
     check(src, target)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another owner need root")
+def test_a_file_system_that_gives_new_files_another_owner_is_noticed(imaged, tmp_path,
+                                                                     monkeypatch):
+    """As on an NFS export that squashes root: the agent believes it is user 4321, so the
+    image's files of 4321 would need no fchown, but new files come out owned by root."""
+    src, image, rows = imaged
+    os.chown(src / "plain", 4321, os.getegid())
+    _, rec = backup(tmp_path / "image2.tar", [src])
+    monkeypatch.setattr(os, "geteuid", lambda: 4321)
+    result, _ = restore(tmp_path / "image2.tar", rec.rows, tmp_path / "t")
+    assert result["errors"] == 0
+    check(src, tmp_path / "t")

@@ -391,13 +391,6 @@ def sync():
     subprocess.run(["sync"], check=True)
 
 
-def drop(path):
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.unlink(path)
-
-
 def set_sizes(scale):
     large_files = LARGE_FILES
     large_total = max(large_files * BLOCK, int(LARGE_TOTAL * scale))
@@ -407,16 +400,16 @@ def set_sizes(scale):
 
 
 def check_space(work, sizes, sets, tools, cairn_type):
-    """Sets run one after the other, each removed before the next: the largest counts."""
+    """Every set's data stays until the run ends (see bench_set): the sets add up."""
     repos = sum(REPO_FACTOR[cairn_type if t == "cairn" else t] for t in tools)
-    need = max(sizes[s][0] for s in sets) * (1 + len(tools) + repos) + (1 << 30)
+    need = sum(sizes[s][0] for s in sets) * (1 + len(tools) + repos) + (1 << 30)
     free = shutil.disk_usage(work).free
     mnt, fstype, dev = filesystem_of(work)
     if free < need:
         raise SystemExit(
             f"not enough free disk space: this run needs about {need / 1e9:.1f} GB in {work} "
-            f"(the data set, {len(tools)} restores and as many repositories, plus 1 GiB to "
-            f"spare) "
+            f"(each data set, {len(tools)} restores of it and as many repositories, plus 1 GiB "
+            f"to spare) "
             f"but {mnt} ({fstype} on {dev}) has {free / 1e9:.1f} GB free; give --work DIR on "
             f"a larger file system or a smaller --scale")
     return need, free
@@ -479,7 +472,6 @@ def bench_set(kind, src, work, tools, a, say):
             res["tools"][t][label] = r
         return fn
 
-    restored = []
     try:
         step("first full", backup("first"))
         step("unchanged second full", backup("second"))
@@ -491,27 +483,23 @@ def bench_set(kind, src, work, tools, a, say):
         sync()
         step("backup after the 5% change", backup("change"))
 
-        # Each restore stays until the set ends: on a file system without a journal (ext4
-        # here) creating files shortly after many were deleted is several times slower, so
-        # removing one tool's restore would slow down the next tool's.
         def restore(t, tool):
             tgt = os.path.join(work, f"restore-{t}")
-            restored.append(tgt)
             s = tool.restore(tgt)
             sync()
             verify(t, expected, os.path.join(tgt, src.lstrip("/")))
             res["tools"][t]["restore"] = {"seconds": s}
         step("full restore", restore)
     finally:
-        for tgt in restored:
-            drop(tgt)
+        # Nothing of the set is deleted before the run ends: on a file system without a
+        # journal (ext4 here) a file created within minutes of many being deleted near it is
+        # several times slower to make, so deleting one set's files would slow down the next
+        # set's restores, and deleting one tool's restore the next tool's.
         for t, tool in live.items():
             tool.close()
         for t, tool in made.items():
             if t == "cairn" and os.path.isdir(tool.home):
                 res["tools"][t]["catalog_bytes"] = du(tool.home)
-            for d in tool.dirs:
-                drop(d)
     res["ratios"] = ratios(res)
     return res
 
@@ -655,11 +643,11 @@ def main():
     failed = False
     try:
         for kind in sets:
-            src = os.path.join(work, kind)
-            try:
-                res["sets"][kind] = bench_set(kind, src, work, tools, a, say)
-            finally:
-                drop(src)
+            # each set in a directory of its own, kept until the run ends (see bench_set)
+            set_work = os.path.join(work, kind)
+            os.makedirs(set_work)
+            res["sets"][kind] = bench_set(kind, os.path.join(set_work, "data"), set_work,
+                                          tools, a, say)
             failed |= any("error" in r for r in res["sets"][kind]["tools"].values())
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -67,14 +67,17 @@ class _Output:
     offsets (`out` need not be seekable) and feeds the hash worker.
 
     Data is read straight into the free part of the current ring buffer (space/data), so each
-    byte is copied once in and once out, as with tar."""
+    byte is copied once in and once out, as with tar. An `out` that offers its own memory
+    (space(limit) and advance(n), as a deduplication pool's ingest does) is filled in place
+    instead: nothing is copied out."""
 
     def __init__(self, out, worker):
         self.out = out
         self.worker = worker
-        self.idx = worker.acquire()
-        self.buf = worker.views[self.idx]
-        self.size = len(self.buf)
+        self.in_place = hasattr(out, "space") and hasattr(out, "advance")
+        self.bufsize = len(worker.views[0])
+        self.idx = None
+        self._next_buffer()
         self.fill = 0
         self.jobs = []
         self.pos = 0       # bytes of the image produced so far (== the next member's offset)
@@ -149,14 +152,26 @@ class _Output:
         self.worker.put(self.jobs)
         self.jobs = []
         try:
-            self.out.write(self.buf[:self.fill])
+            if self.in_place:
+                self.out.advance(self.fill)
+            else:
+                self.out.write(self.buf[:self.fill])
         except OSError as e:
             raise StorageFailure("writing the backup image failed: %s" % _why(e))
         self.written += self.fill
-        self.worker.release(self.idx)
-        self.idx = self.worker.acquire()
-        self.buf = self.worker.views[self.idx]
         self.fill = 0
+        self._next_buffer()
+
+    def _next_buffer(self):
+        if self.in_place:
+            # a view of the sink's memory; hash jobs still to run on it keep it from reuse
+            self.buf = self.out.space(self.bufsize)
+        else:
+            if self.idx is not None:
+                self.worker.release(self.idx)
+            self.idx = self.worker.acquire()
+            self.buf = self.worker.views[self.idx]
+        self.size = len(self.buf)
 
 
 class _Node:

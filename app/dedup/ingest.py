@@ -146,8 +146,10 @@ class Ingest:
             self._close_parts(abort=True)
             raise
         self._segmenter = None
-        self._block = None  # the block being filled with stream bytes, _fill of them
-        self._fill = 0
+        # The block being filled with stream bytes: _fill of them, of which those before
+        # _start were handed over already.
+        self._block = None
+        self._start = self._fill = 0
         self._blocks = _Blocks()
         self._started = False
         self._queue = None
@@ -194,6 +196,23 @@ class Ingest:
             if self._fill == BLOCK_BYTES:
                 self._hand_over_block()
 
+    def space(self, limit):
+        """Free space (at most `limit` bytes) for the next bytes of the image stream, to be
+        filled in place and then passed with advance(): write() without the copy. The view
+        stays valid until advance()."""
+        if not self._started:
+            self._start_worker()
+        if self._block is None:
+            self._block = self._blocks.take()
+        fill = self._fill
+        return memoryview(self._block)[fill:fill + limit]
+
+    def advance(self, n):
+        """The first n bytes of the last space() are the next bytes of the stream."""
+        self._fill += n
+        if self._fill == BLOCK_BYTES:
+            self._hand_over_block()
+
     def _start_worker(self):
         self._started = True
         self._queue = queue.Queue(QUEUE_DEPTH)
@@ -230,12 +249,16 @@ class Ingest:
             self._add_copied(entries)
 
     def _hand_over_block(self):
-        """Hands the bytes gathered so far to the worker."""
-        if self._fill:
-            block, fill = self._block, self._fill
-            self._block, self._fill = None, 0
+        """Hands the bytes gathered so far to the worker. A block not full yet goes on being
+        filled after them (a space() taken before a reference is filled afterwards)."""
+        block, start, fill = self._block, self._start, self._fill
+        if fill > start:
+            self._start = fill
+            self._hand_over(memoryview(block)[start:fill])
+        if fill == BLOCK_BYTES:
+            self._block = None
+            self._start = self._fill = 0
             self._blocks.handed_over(block)
-            self._hand_over(memoryview(block)[:fill])
 
     def _add_copied(self, entries):
         add = self._recipe.add

@@ -105,6 +105,43 @@ def test_references_copy_the_base_images_bytes(tmp_path, mode):
     assert stream_of(root, read_recipe(recipe.path)) == want
 
 
+def fill_in_place(ing, buf, limit=50_000):
+    """What the archiver does with a sink that offers its memory: read into space(), then
+    advance()."""
+    mv = memoryview(buf)
+    while mv:
+        space = ing.space(limit)
+        k = min(len(space), len(mv))
+        space[:k] = mv[:k]
+        ing.advance(k)
+        mv = mv[k:]
+
+
+def test_bytes_filled_in_place_mix_with_writes_and_references(tmp_path):
+    # A reference hands over the part of the block filled so far; the block goes on being
+    # filled after it, and what was filled into a space() taken before the reference lands
+    # after the reference in the stream.
+    root = str(tmp_path / "pool")
+    a = data(11, 400_000)
+    base, _ = ingest_image(root, "a", lambda ing: fill_in_place(ing, a))
+    x, y, z = data(12, 90_000), data(13, 3_000), data(14, 130_000)
+
+    def feed(ing):
+        fill_in_place(ing, x)
+        space = ing.space(10_000)  # taken before the reference, filled after it
+        ing.reference(0, 1_000, 200_000)
+        space[:len(y)] = y
+        ing.advance(len(y))
+        ing.write(z)
+        ing.reference(0, 0, 5)
+        fill_in_place(ing, x, limit=777)
+
+    recipe, stats = ingest_image(root, "b", feed, bases=[base.path])
+    want = x + a[1_000:201_000] + y + z + a[:5] + x
+    assert stream_of(root, recipe) == want
+    assert stats["bytes"] == len(want) and stats["reused_bytes"] == 200_005
+
+
 def test_bad_references_are_refused_clearly(tmp_path):
     root = str(tmp_path / "pool")
     a = data(4, 100_000)

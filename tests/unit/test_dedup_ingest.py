@@ -68,3 +68,35 @@ def test_a_stream_of_many_blocks_in_odd_writes_is_stored_whole(tmp_path, monkeyp
         s.close()
     assert len(taken) > len(stream) // (64 * 1024)
     assert len(set(taken)) < len(taken)  # blocks were filled again
+
+
+def test_a_stream_filled_in_place_over_many_blocks_is_stored_whole(tmp_path, monkeypatch):
+    # the archiver's way into a pool on its own host: it reads file data straight into the
+    # ingest's blocks (space/advance), in pieces of any size, never a copy of its own
+    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 64 * 1024)
+    monkeypatch.setattr(sg, "GATHER", 64 * 1024)
+    monkeypatch.setattr(sg, "SETTLE_FIRST", 2048)
+    rnd = random.Random(12)
+    stream = b"".join(rnd.randbytes(n) if rnd.random() < 0.5 else bytes([rnd.randrange(4)]) * n
+                      for n in (rnd.randint(1, 40_000) for _ in range(150)))
+    root = str(tmp_path / "pool")
+    partial, final = f"{root}/images/c/.i.recipe.partial", f"{root}/images/c/i.recipe"
+    ing = Ingest(root, partial, params=PARAMS, image_id="i")
+    pos = 0
+    sizes = set()
+    while pos < len(stream):
+        space = ing.space(rnd.choice((1, 700, 4096, 30_000, 1 << 20)))
+        sizes.add(len(space))
+        n = min(len(space), len(stream) - pos, rnd.choice((1, 300, 70_000)))
+        space[:n] = stream[pos:pos + n]
+        ing.advance(n)
+        pos += n
+    stats = ing.finish({})
+    commit_recipe(root, partial, final)
+    assert stats["bytes"] == len(stream)
+    assert max(sizes) == 64 * 1024  # never more than the block holds
+    s = RecipeStream(open_store(root), read_recipe(final))
+    try:
+        assert s.read() == stream
+    finally:
+        s.close()

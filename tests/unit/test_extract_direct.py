@@ -168,3 +168,26 @@ def test_targets_in_memory_or_on_the_network_are_written_buffered(tmp_path, monk
             assert not directio.suits_target(mnt)
     monkeypatch.setenv("CAIRN_DIRECT_IO", "0")
     assert not directio.suits_target(str(tmp_path))
+
+
+def test_a_direct_write_the_kernel_refuses_is_written_buffered(tmp_path):
+    """A piece said to be aligned whose memory is not: the kernel refuses the direct write
+    (EINVAL) as a file system without O_DIRECT support for writes would. The file still gets
+    every byte, through the page cache, and the writer says direct writes were refused."""
+    import mmap
+    from app.agent.extract import _O_DIRECT, _Writer
+    if not direct_ok(str(tmp_path)):
+        pytest.skip("this file system refuses O_DIRECT at open already")
+    data = os.urandom(3 * 4096 + 100)
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_DIRECT, 0o600)
+    buf = mmap.mmap(-1, 4 * 4096 + 4096)
+    buf[1:1 + len(data)] = data
+    w = _Writer(fd, direct=True)
+    try:
+        w.update((0, memoryview(buf)[1:1 + 8192], 0))  # claimed aligned, one byte off
+        w.update((8192, memoryview(buf)[1 + 8192:1 + len(data)], 0))
+    finally:
+        os.close(fd)
+    assert w.error is None and w.refused and w.direct_bytes == 0
+    assert path.read_bytes() == data

@@ -158,13 +158,17 @@ def _dedup(ratio):
     return f"{r:.1f}%"
 
 
-def _dedup_tooltip(job):
-    r = job.get("dedup_ratio")
-    if r is None:
-        return None
+def dedup_text(job):
+    """`99.9% (8.9 MiB of 9.0 MiB)`: the dedup rate with the amount it stands for."""
+    r = job["dedup_ratio"]
     data = job.get("bytes") or 0
-    amount = (f" ({fmt.size(data * r / 100)} of {fmt.size(data)})" if data else "")
-    return (f"{_dedup(r)} of this job's data{amount} was already in the deduplicating pool: "
+    return _dedup(r) + (f" ({fmt.size(data * r / 100)} of {fmt.size(data)})" if data else "")
+
+
+def _dedup_tooltip(job):
+    if job.get("dedup_ratio") is None:
+        return None
+    return (f"{dedup_text(job)} of this job's data was already in the deduplicating pool: "
             "it was not stored again and, with client-side deduplication, not sent over the "
             "network.")
 

@@ -35,6 +35,7 @@ FIELDS = (
     ("files", "Files", lambda v: f"{v:,}"),
     ("bytes", "Bytes", lambda v: f"{fmt.size(v)} ({v:,} bytes)"),
     ("rate_bytes_per_s", "Rate", fmt.rate),
+    ("dedup_ratio", "Dedup rate", None),
     ("percent", "Complete", fmt.percent),
     ("eta_s", "Time left", fmt.duration),
     ("wait_reason", "Waiting for", str),
@@ -206,6 +207,10 @@ class JobDetailsDialog(QDialog):
                 text = "—" if v is None else f"{v} — {job.get('status_text') or st.text(v)}"
                 if v == st.WINDOW_CLOSED:
                     text = "missed: " + text
+            elif key == "dedup_ratio":
+                # the share of the data the deduplicating pool held already (None elsewhere)
+                from ui.activity import dedup_text
+                text = "—" if v is None else dedup_text(job)
             else:
                 text = "—" if v is None or v == "" else f(v)
             self._values[key].setText(text)

@@ -239,7 +239,7 @@ def test_columns_show_the_job():
     assert cell(1, "dedup_ratio", Qt.ItemDataRole.ToolTipRole) is None
     assert cell(3, "dedup_ratio") == "75.0%"
     tip = cell(3, "dedup_ratio", Qt.ItemDataRole.ToolTipRole)
-    assert tip.startswith("75.0% of this job's data (3.0 GiB of 4.0 GiB) was already in the "
+    assert tip.startswith("75.0% (3.0 GiB of 4.0 GiB) of this job's data was already in the "
                           "deduplicating pool")
     assert "not stored again" in tip and "client-side deduplication, not sent" in tip
     assert cell(4, "dedup_ratio") == "99.9%", "short of all of it is never shown as 100%"

@@ -75,3 +75,22 @@ def test_figures_of_a_finished_job_show_ramp_up_and_down(master, bridge, qtbot):
     assert dlg.figure("first_300").endswith("on average)")
     assert not dlg.rate_note.isVisible()
     assert dlg.tabs.tabText(1) == "Throughput"
+
+
+def test_the_dedup_rate_shows_with_the_amount_it_stands_for(master, bridge, qtbot):
+    jid = master.test_jobs["active"]
+    master.jobs.progress(jid, bytes=4 << 30, files=1, rate=MiB, sample_t=time.time())
+    master.jobs.set_dedup_ratio(jid, 75.0)
+    master.jobs.finish(jid, st.OK)
+    dlg = JobDetailsDialog(bridge, master.jobs.get(jid))
+    qtbot.addWidget(dlg)
+    label = dlg._values["dedup_ratio"]
+    qtbot.waitUntil(lambda: label.text() not in ("", "—"), timeout=4000)
+    assert label.text() == "75.0% (3.0 GiB of 4.0 GiB)"
+    # a job that wrote to no deduplicating pool has none
+    other = master.jobs.get(master.test_jobs["queued"])
+    assert other.get("dedup_ratio") is None
+    dlg2 = JobDetailsDialog(bridge, other)
+    qtbot.addWidget(dlg2)
+    qtbot.waitUntil(lambda: dlg2._values["id"].text() != "", timeout=4000)
+    assert dlg2._values["dedup_ratio"].text() == "—"

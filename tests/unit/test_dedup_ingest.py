@@ -29,11 +29,9 @@ def test_a_block_is_filled_again_only_when_no_view_of_it_is_left(monkeypatch):
 
 
 def test_a_stream_of_many_blocks_in_odd_writes_is_stored_whole(tmp_path, monkeypatch):
-    # small blocks and in-place cutting from that size on, so that the stream spans many
-    # blocks, writes straddle them, and blocks are reused while the encoders still work
-    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 64 * 1024)
-    monkeypatch.setattr(sg, "GATHER", 64 * 1024)
-    monkeypatch.setattr(sg, "SETTLE_FIRST", 2048)
+    # small blocks, so that the stream spans many blocks, writes straddle them, and blocks
+    # are reused while the encoders still work
+    small_blocks(monkeypatch)
     taken = []
     real_take = _Blocks.take
 
@@ -44,12 +42,8 @@ def test_a_stream_of_many_blocks_in_odd_writes_is_stored_whole(tmp_path, monkeyp
     monkeypatch.setattr(_Blocks, "take", take)
 
     rnd = random.Random(11)
-    # compressible and random stretches, so that stored records are both kinds
-    stream = b"".join(rnd.randbytes(n) if rnd.random() < 0.5 else bytes([rnd.randrange(4)]) * n
-                      for n in (rnd.randint(1, 40_000) for _ in range(200)))
-    root = str(tmp_path / "pool")
-    partial, final = f"{root}/images/c/.i.recipe.partial", f"{root}/images/c/i.recipe"
-    ing = Ingest(root, partial, params=PARAMS, image_id="i")
+    stream = mixed_stream(rnd, 200)
+    ing = new_ingest(tmp_path)
     buf = bytearray(100_000)  # the caller's buffer, reused for every write
     pos = 0
     while pos < len(stream):
@@ -58,14 +52,7 @@ def test_a_stream_of_many_blocks_in_odd_writes_is_stored_whole(tmp_path, monkeyp
         ing.write(memoryview(buf)[:n])
         buf[:n] = b"\xee" * n  # what the caller does next must not reach the pool
         pos += n
-    stats = ing.finish({})
-    commit_recipe(root, partial, final)
-    assert stats["bytes"] == len(stream)
-    s = RecipeStream(open_store(root), read_recipe(final))
-    try:
-        assert s.read() == stream
-    finally:
-        s.close()
+    assert finish_and_read(ing, tmp_path) == stream
     assert len(taken) > len(stream) // (64 * 1024)
     assert len(set(taken)) < len(taken)  # blocks were filled again
 
@@ -73,15 +60,10 @@ def test_a_stream_of_many_blocks_in_odd_writes_is_stored_whole(tmp_path, monkeyp
 def test_a_stream_filled_in_place_over_many_blocks_is_stored_whole(tmp_path, monkeypatch):
     # the archiver's way into a pool on its own host: it reads file data straight into the
     # ingest's blocks (space/advance), in pieces of any size, never a copy of its own
-    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 64 * 1024)
-    monkeypatch.setattr(sg, "GATHER", 64 * 1024)
-    monkeypatch.setattr(sg, "SETTLE_FIRST", 2048)
+    small_blocks(monkeypatch)
     rnd = random.Random(12)
-    stream = b"".join(rnd.randbytes(n) if rnd.random() < 0.5 else bytes([rnd.randrange(4)]) * n
-                      for n in (rnd.randint(1, 40_000) for _ in range(150)))
-    root = str(tmp_path / "pool")
-    partial, final = f"{root}/images/c/.i.recipe.partial", f"{root}/images/c/i.recipe"
-    ing = Ingest(root, partial, params=PARAMS, image_id="i")
+    stream = mixed_stream(rnd, 150)
+    ing = new_ingest(tmp_path)
     pos = 0
     sizes = set()
     while pos < len(stream):
@@ -91,12 +73,38 @@ def test_a_stream_filled_in_place_over_many_blocks_is_stored_whole(tmp_path, mon
         space[:n] = stream[pos:pos + n]
         ing.advance(n)
         pos += n
+    assert finish_and_read(ing, tmp_path) == stream
+    assert max(sizes) == 64 * 1024  # never more than the block holds
+
+
+def small_blocks(monkeypatch):
+    """64 KiB blocks, cut in place from that size on."""
+    monkeypatch.setattr(ingest_mod, "BLOCK_BYTES", 64 * 1024)
+    monkeypatch.setattr(sg, "GATHER", 64 * 1024)
+    monkeypatch.setattr(sg, "SETTLE_FIRST", 2048)
+
+
+def mixed_stream(rnd, stretches):
+    """Compressible and random stretches, so that stored records are both kinds."""
+    return b"".join(rnd.randbytes(n) if rnd.random() < 0.5 else bytes([rnd.randrange(4)]) * n
+                    for n in (rnd.randint(1, 40_000) for _ in range(stretches)))
+
+
+def new_ingest(tmp_path):
+    root = tmp_path / "pool"
+    return Ingest(str(root), f"{root}/images/c/.i.recipe.partial", params=PARAMS, image_id="i")
+
+
+def finish_and_read(ing, tmp_path):
+    """Commits the image and reads its stream back from the pool."""
+    root = str(tmp_path / "pool")
+    partial, final = f"{root}/images/c/.i.recipe.partial", f"{root}/images/c/i.recipe"
     stats = ing.finish({})
     commit_recipe(root, partial, final)
-    assert stats["bytes"] == len(stream)
-    assert max(sizes) == 64 * 1024  # never more than the block holds
     s = RecipeStream(open_store(root), read_recipe(final))
     try:
-        assert s.read() == stream
+        data = s.read()
     finally:
         s.close()
+    assert stats["bytes"] == len(data)
+    return data

@@ -288,14 +288,18 @@ class Ingest:
         stored once."""
         pool = ThreadPoolExecutor(max_workers=ENCODERS, thread_name_prefix="dedup-encode")
         encode = self.store.encode_record
+        encode_records = self.store.encode_records
         has = self.store.has
 
         def task(datas):
-            out = []
-            for data in datas:
-                fp = _digest(data)
-                out.append((fp, None if has(fp) else encode(fp, data)))
-            return out
+            fps = [_digest(data) for data in datas]
+            new = [i for i, fp in enumerate(fps) if not has(fp)]
+            encoded = [None] * len(datas)
+            if new:
+                records = encode_records([fps[i] for i in new], [datas[i] for i in new])
+                for i, record in zip(new, records):
+                    encoded[i] = record
+            return list(zip(fps, encoded))
 
         inflight = deque()
         stats = self.stats

@@ -72,6 +72,39 @@ def test_round_trip_per_codec(tmp_path, codec):
     assert list(reopened.verify()) == []
 
 
+@pytest.mark.parametrize("codec", [
+    "zlib",
+    pytest.param("zstd", marks=pytest.mark.skipif(st._zstd is None, reason=ZSTD_MISSING)),
+    pytest.param("zstd-encrypted",
+                 marks=pytest.mark.skipif(st._zstd is None, reason=ZSTD_MISSING)),
+])
+def test_records_encoded_together_are_those_encoded_one_by_one(tmp_path, codec):
+    # the storing side encodes a task's chunks in one call; the records must not change
+    key = st.generate_key() if codec.endswith("encrypted") else None
+    store = st.ChunkStore(tmp_path, codec=codec.split("-")[0], key=key)
+    rnd = random.Random(5)
+    datas = [b"", b"x", bytes(70_000), rnd.randbytes(70_000), b"abc" * 30_000,
+             memoryview(bytearray(rnd.randbytes(10) * 4000))[7:39_000]]
+    fps = [hashlib.sha256(d).digest() for d in datas]
+    together = store.encode_records(fps, datas)
+    assert len(together) == len(datas)
+    for fp, data, (header, stored) in zip(fps, datas, together):
+        one_header, one_stored = store.encode_record(fp, data)
+        if key is None:
+            assert (header, bytes(stored)) == (one_header, bytes(one_stored))
+        else:  # a fresh nonce each time: compare what decodes
+            assert len(header) == len(one_header)
+    with store.writer() as w:
+        for fp, data, record in zip(fps, datas, together):
+            w.add_encoded(fp, len(data), record)
+    reopened = st.ChunkStore(tmp_path, key=key)
+    for fp, data in zip(fps, datas):
+        assert reopened.get(fp) == bytes(data)
+    if codec == "zstd":
+        assert record_codecs(store).count(st.CODEC_ZSTD) == 3  # all but the short and random
+    assert list(reopened.verify()) == []
+
+
 def test_zstd_record_without_zstandard_names_the_module(tmp_path, monkeypatch):
     data = b"zstd frame bytes" * 10
     fp = hashlib.sha256(data).digest()

@@ -1058,12 +1058,18 @@ class ChunkStore:
         compressed in one call, which gives the interpreter lock up once rather than once
         per chunk (with several encoder threads, each hand-over of the lock costs about as
         much as compressing a few KiB)."""
-        if self.codec != CODEC_ZSTD or self._cipher is not None:
-            return [self.encode_record(fp, d) for fp, d in zip(fps, datas)]
         c = getattr(_local, "zstd", None)
-        if c is None:
+        if c is None and self.codec == CODEC_ZSTD:
             c = _local.zstd = _zstd.ZstdCompressor(level=ZSTD_LEVEL)
-        packed = c.multi_compress_to_buffer(list(datas), threads=1)
+        batch = getattr(c, "multi_compress_to_buffer", None)
+        packed = None
+        if batch is not None and self.codec == CODEC_ZSTD and self._cipher is None:
+            try:
+                packed = batch(list(datas), threads=1)
+            except NotImplementedError:  # python-zstandard's CFFI backend lacks it
+                packed = None
+        if packed is None:
+            return [self.encode_record(fp, d) for fp, d in zip(fps, datas)]
         out = []
         for fp, data, frame in zip(fps, datas, packed):
             if len(frame) < len(data):

@@ -105,6 +105,27 @@ def test_records_encoded_together_are_those_encoded_one_by_one(tmp_path, codec):
     assert list(reopened.verify()) == []
 
 
+@pytest.mark.skipif(st._zstd is None, reason=ZSTD_MISSING)
+def test_records_are_encoded_one_by_one_where_zstandard_cannot_batch(tmp_path, monkeypatch):
+    # python-zstandard's CFFI backend has no multi_compress_to_buffer
+    class OneByOne:
+        def __init__(self):
+            self._c = st._zstd.ZstdCompressor(level=st.ZSTD_LEVEL)
+
+        def compress(self, data):
+            return self._c.compress(data)
+
+        def multi_compress_to_buffer(self, data, threads=0):
+            raise NotImplementedError
+
+    store = st.ChunkStore(tmp_path, codec="zstd")
+    datas = [b"abc" * 1000, random.Random(1).randbytes(5000)]
+    fps = [hashlib.sha256(d).digest() for d in datas]
+    want = [store.encode_record(fp, d) for fp, d in zip(fps, datas)]
+    monkeypatch.setattr(st._local, "zstd", OneByOne(), raising=False)
+    assert store.encode_records(fps, datas) == want
+
+
 def test_zstd_record_without_zstandard_names_the_module(tmp_path, monkeypatch):
     data = b"zstd frame bytes" * 10
     fp = hashlib.sha256(data).digest()

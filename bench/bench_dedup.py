@@ -265,7 +265,6 @@ class Restic:
         self.src, self.repo = src, os.path.join(work, "restic-repo")
         self.env = dict(os.environ, RESTIC_PASSWORD="bench", RESTIC_REPOSITORY=self.repo,
                         RESTIC_CACHE_DIR=os.path.join(work, "restic-cache"))
-        self.dirs = [self.repo, self.env["RESTIC_CACHE_DIR"]]
 
     @staticmethod
     def version():
@@ -300,7 +299,6 @@ class Borg:
         self.env = dict(os.environ, BORG_REPO=self.repo, BORG_BASE_DIR=base,
                         BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK="yes",
                         BORG_RELOCATED_REPO_ACCESS_IS_OK="yes")
-        self.dirs = [self.repo, base]
         self.last = None
 
     @staticmethod
@@ -338,7 +336,6 @@ class Cairn:
         self.src, self.type = src, storage_type
         self.home = os.path.join(work, "cairn-home")
         self.vol = os.path.join(work, "cairn-pool")
-        self.dirs = [self.home, self.vol]
         self.m = self.image = None
 
     def setup(self):

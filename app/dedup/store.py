@@ -254,17 +254,27 @@ def _flock_holders(path):
 _local = threading.local()
 
 
+def _zstd_compressor():
+    # One compressor per thread: making one per chunk costs as much as a small chunk's
+    # compression, and a compressor must not be shared between threads.
+    c = getattr(_local, "zstd", None)
+    if c is None:
+        c = _local.zstd = _zstd.ZstdCompressor(level=ZSTD_LEVEL)
+    return c
+
+
 def _compress(codec, data):
     if codec == CODEC_ZSTD:
-        # One compressor per thread: making one per chunk costs as much as a small chunk's
-        # compression, and a compressor must not be shared between threads.
-        c = getattr(_local, "zstd", None)
-        if c is None:
-            c = _local.zstd = _zstd.ZstdCompressor(level=ZSTD_LEVEL)
-        return c.compress(data)
+        return _zstd_compressor().compress(data)
     if codec == CODEC_ZLIB:
         return zlib.compress(data, 1)
     return data
+
+
+def _record(fp, codec, raw_length, stored):
+    """(record header, stored bytes) as a container holds them."""
+    return (RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, raw_length, len(stored),
+                               _crc32(stored)), stored)
 
 
 def _decompress(codec, stored, raw_length, where):
@@ -1050,34 +1060,28 @@ class ChunkStore:
         """(record header, stored bytes) of one chunk, ready for Writer.add_encoded: the
         encoding and its crc32 done in the calling thread, which may be one of several."""
         codec, stored = self.encode(fp, data)
-        return (RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
-                                   _crc32(stored)), stored)
+        return _record(fp, codec, len(data), stored)
 
     def encode_records(self, fps, datas):
         """encode_record of several chunks, the same records: for a plain zstd store, all
         compressed in one call, which gives the interpreter lock up once rather than once
         per chunk (with several encoder threads, each hand-over of the lock costs about as
         much as compressing a few KiB)."""
-        c = getattr(_local, "zstd", None)
-        if c is None and self.codec == CODEC_ZSTD:
-            c = _local.zstd = _zstd.ZstdCompressor(level=ZSTD_LEVEL)
-        batch = getattr(c, "multi_compress_to_buffer", None)
         packed = None
-        if batch is not None and self.codec == CODEC_ZSTD and self._cipher is None:
+        if self.codec == CODEC_ZSTD and self._cipher is None:
+            batch = getattr(_zstd_compressor(), "multi_compress_to_buffer", None)
             try:
-                packed = batch(list(datas), threads=1)
+                packed = batch and batch(list(datas), threads=1)
             except NotImplementedError:  # python-zstandard's CFFI backend lacks it
-                packed = None
-        if packed is None:
+                pass
+        if not packed:
             return [self.encode_record(fp, d) for fp, d in zip(fps, datas)]
         out = []
         for fp, data, frame in zip(fps, datas, packed):
             if len(frame) < len(data):
-                codec, stored = CODEC_ZSTD, memoryview(frame)  # keeps its buffer alive
+                out.append(_record(fp, CODEC_ZSTD, len(data), memoryview(frame)))  # keeps it
             else:
-                codec, stored = CODEC_NONE, data
-            out.append((RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
-                                           _crc32(stored)), stored))
+                out.append(_record(fp, CODEC_NONE, len(data), data))
         return out
 
     def _new_container(self):
@@ -1456,9 +1460,7 @@ class Writer:
                                   hint="Chunks come from the chunker (at most 16 MiB).")
         if fp in self._added or self.store.has(fp):
             return False
-        codec, stored = self.store.encode(fp, data)
-        header = RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, len(data), len(stored),
-                                    _crc32(stored))
+        header, stored = self.store.encode_record(fp, data)
         self._put(fp, header, stored)
         self.stored_chunks += 1
         self.stored_bytes += len(stored)

@@ -164,11 +164,11 @@ _NOT_FOR = {"tmpfs", "ramfs", "overlay", "squashfs"}
 
 
 def suits_target(path):
-    """Whether files restored under `path` should be written with O_DIRECT."""
+    """Whether files restored under `path` (str or bytes) should be written with O_DIRECT."""
     if not enabled() or not getattr(os, "O_DIRECT", 0):
         return False
     from plugins.filesystems import posix
-    fs = posix.filesystem_of(path)
+    fs = posix.filesystem_of(os.fsdecode(path))
     if fs is None:
         return False
     kind = fs["type"]

@@ -348,13 +348,20 @@ class _Pending:
 
 
 class _Restore:
-    def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum, direct):
+    def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum, direct,
+                 direct_for=None):
         self.checksum = checksum
         self.direct = direct and bool(_O_DIRECT)
         self.emit = emit
         self.is_cancelled = is_cancelled
         self.overwrite = overwrite
+        self.target = os.fsencode(target)
         self.root = self._open_target(target)
+        # Whether files may be written with O_DIRECT, by the device of their directory: a
+        # file system mounted below the target (NFS, tmpfs) is asked about on its own.
+        self.direct_for = direct_for if self.direct else None
+        self.device_direct = {os.fstat(self.root).st_dev: True}
+        self.here_direct = True  # for the directory of the chain
         self.worker = tarfmt.HashWorker(NBUF, CHUNK)
         self.src = _Source(src, worker=self.worker)
         self.chain = _Chain(self.root)
@@ -521,6 +528,8 @@ class _Restore:
             self.chain_key = None
             self.chain.get(parent)
             self.chain_key = key
+            if self.direct_for is not None:
+                self.here_direct = self.direct_at(key)
             for made in self.chain.made:
                 self.fresh[made] = set()
                 if made[:-1] in self.plain:
@@ -528,6 +537,21 @@ class _Restore:
                 self.note_made(made[:-1], made[-1])
             del self.chain.made[:]
         return self.chain.fds[-1] if self.chain.fds else self.root
+
+    def direct_at(self, key):
+        """Whether the chain's directory (components `key`) lies on a file system that
+        takes direct writes: the target's does (else self.direct is off); another is asked
+        about once (direct_for)."""
+        fd = self.chain.fds[-1] if self.chain.fds else self.root
+        dev = os.fstat(fd).st_dev
+        ok = self.device_direct.get(dev)
+        if ok is None:
+            try:
+                ok = bool(self.direct_for(os.path.join(self.target, *key)))
+            except Exception:  # noqa: BLE001 - not knowing means the page cache, never wrong
+                ok = False
+            self.device_direct[dev] = ok
+        return ok
 
     def note_made(self, parent, name):
         """`name` now stands in directory `parent` (components), put there by this restore."""
@@ -597,7 +621,7 @@ class _Restore:
             names.add(final)
         src = self.src
         tmp = self.tmp_name()
-        direct = self.direct and m.size >= DIRECT_MIN
+        direct = self.direct and self.here_direct and m.size >= DIRECT_MIN
         # created with its own mode where that comes out exact (see self.plain), else 0600
         # until it is finished
         mode = m.mode & 0o7777
@@ -1082,14 +1106,16 @@ def _plain_dir(fd):
 
 
 def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
-                 checksum=tarfmt.DEFAULT_CHECKSUM, direct=False):
+                 checksum=tarfmt.DEFAULT_CHECKSUM, direct=False, direct_for=None):
     """Restore the members of `src` (one per plan item, in plan order) under `target_dir`.
 
     plan items: {"path", "kind", "checksum", "link", "member"} and, for a relocated item,
     "to": its absolute path under the target instead of "path" (see the module notes).
     overwrite: "skip", "overwrite" or "rename". Events: "progress", "warning", "log".
     direct: write the data of large files with O_DIRECT where the file system takes it (see
-    _Writer), for targets on the host's own devices (directio.suits_target).
+    _Writer), for targets on the host's own devices (directio.suits_target). direct_for(path):
+    the same question for a directory below the target on another file system (a mount
+    point inside it), asked once per device; without it such directories follow the target.
     Returns {"files", "dirs", "bytes", "direct_bytes", "warnings", "skipped", "errors"}
     (direct_bytes: of bytes, those written with O_DIRECT).
     """
@@ -1100,7 +1126,8 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
         tarfmt.piece_hash(checksum)
     except ValueError as e:
         raise InvalidRequest(str(e))
-    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum, direct)
+    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum, direct,
+                 direct_for)
     try:
         return r.run(plan)
     finally:

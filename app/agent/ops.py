@@ -487,7 +487,8 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
         try:
             return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
                                 is_cancelled=req.is_cancelled, checksum=checksum,
-                                direct=directio.suits_target(target_dir))
+                                direct=directio.suits_target(target_dir),
+                                direct_for=directio.suits_target)
         finally:
             src.close()
     finally:
@@ -531,7 +532,8 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
     try:
         summary = restore_from(chan, target_dir, plan, overwrite=overwrite, emit=req.emit,
                                is_cancelled=req.is_cancelled, checksum=checksum,
-                               direct=directio.suits_target(target_dir))
+                               direct=directio.suits_target(target_dir),
+                               direct_for=directio.suits_target)
         chan.drain()
         chan.ack(True)
     finally:

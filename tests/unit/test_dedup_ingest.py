@@ -30,8 +30,11 @@ def test_a_block_is_filled_again_only_when_no_view_of_it_is_left(monkeypatch):
 
 def test_a_stream_of_many_blocks_in_odd_writes_is_stored_whole(tmp_path, monkeypatch):
     # small blocks, so that the stream spans many blocks, writes straddle them, and blocks
-    # are reused while the encoders still work
+    # are reused while the encoders still work. One task in flight bounds the blocks still
+    # in use (queue, cutting, two tasks) below the blocks looked at for reuse, so some block
+    # is free again however the threads are scheduled.
     small_blocks(monkeypatch)
+    monkeypatch.setattr(ingest_mod, "IN_FLIGHT", 1)
     taken = []
     real_take = _Blocks.take
 

@@ -3,6 +3,7 @@ restore gives: aligned pieces go past the page cache, the rest (file ends, piece
 unaligned in the stream's buffer, sparse segments) through it, on the same descriptor."""
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,12 +88,12 @@ class OddReads(ShortReads):
         return bytes(buf[:got])
 
 
-def restore(image, rows, target, *, direct, wrap=None):
+def restore(image, rows, target, *, direct, wrap=None, direct_for=None):
     rec = Recorder()
     with ExtentReader(str(image), [[r[entry.OFFSET], r[entry.LENGTH]] for r in rows]) as rd:
         src = wrap(rd) if wrap else rd
         result = restore_from(src, str(target), plan_of(rows), overwrite="skip", emit=rec,
-                              is_cancelled=never, direct=direct)
+                              is_cancelled=never, direct=direct, direct_for=direct_for)
     return result, rec
 
 
@@ -168,6 +169,46 @@ def test_targets_in_memory_or_on_the_network_are_written_buffered(tmp_path, monk
             assert not directio.suits_target(mnt)
     monkeypatch.setenv("CAIRN_DIRECT_IO", "0")
     assert not directio.suits_target(str(tmp_path))
+
+
+def test_a_file_system_mounted_below_the_target_is_asked_about_on_its_own(tmp_path):
+    """A tmpfs mounted inside a target that takes direct writes: its files go through the
+    page cache (the page cache is a tmpfs file), the target's own files still go direct, and
+    the question is asked once for the mount. Its directory sorts first, so a restore that
+    tried and was refused there would write nothing directly after it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs inside the target needs root")
+    if not direct_ok(str(tmp_path)):
+        pytest.skip("this file system takes no direct writes: nothing to tell apart")
+    src = tmp_path / "src"
+    data = os.urandom(2 * MiB)
+    for d in ("a-mem", "b-disk"):
+        (src / d).mkdir(parents=True)
+        (src / d / "big").write_bytes(data)
+    image = tmp_path / "image.tar"
+    _, rec = backup(image, [src])
+    target = tmp_path / "t"
+    restored = Path(str(target) + str(src))
+    mem = restored / "a-mem"
+    mem.mkdir(parents=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mem)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, f"cannot mount a tmpfs inside the target: {r.stderr}"
+    asked = []
+
+    def direct_for(path):
+        asked.append(path)
+        return directio.suits_target(path)
+
+    try:
+        result, _ = restore(image, rec.rows, target, direct=True, direct_for=direct_for)
+        assert result["errors"] == 0
+        assert (mem / "big").read_bytes() == data
+        assert (restored / "b-disk" / "big").read_bytes() == data
+        assert asked == [os.fsencode(str(mem))]
+        assert 0 < result["direct_bytes"] <= len(data)
+    finally:
+        subprocess.run(["umount", str(mem)], capture_output=True)
 
 
 def test_a_direct_write_the_kernel_refuses_is_written_buffered(tmp_path):

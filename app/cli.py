@@ -282,6 +282,9 @@ def build_parser():
     p.add_argument("--to", required=True, help="target directory ('/' = original location)")
     p.add_argument("--to-host")
     p.add_argument("--overwrite", choices=["skip", "overwrite", "rename"], default="skip")
+    p.add_argument("--direct-io", choices=["auto", "off"], default="auto",
+                   help="auto (default): write large files past the page cache where the "
+                        "target's file system suits it; off: always through it")
     p.add_argument("--strip-prefix", metavar="PREFIX",
                    help="remove this leading path from every restored path")
     p.add_argument("--add-prefix", metavar="PREFIX",
@@ -545,7 +548,8 @@ def _dispatch(m, args, c, s):
             return _out(args, r, lambda d: [print(f"{i['path']}  ->  {d['to_host']}:"
                                                   f"{i['target']}") for i in d["items"]])
         jid = m.start_restore(image, args.path, args.to, to_host=args.to_host,
-                              overwrite=args.overwrite, relocate=relocate or None)
+                              overwrite=args.overwrite, relocate=relocate or None,
+                              direct_io=args.direct_io)
         return _jobs_result(m, args, [jid])
     if c == "jobs":
         if s == "show":

@@ -18,6 +18,9 @@ from app.paths import Home
 from app.store.db import Database
 
 OVERWRITE_CHOICES = ("skip", "overwrite", "rename")
+# How restored files are written: "auto" past the page cache (O_DIRECT) where the target's
+# file system suits it, "off" always through it.
+DIRECT_IO_CHOICES = ("auto", "off")
 
 
 class Master:
@@ -653,12 +656,17 @@ class Master:
                 "relocate": relocation.to_dict()}
 
     def start_restore(self, image_id, paths, to, to_host=None, overwrite="skip",
-                      relocate=None):
+                      relocate=None, direct_io="auto"):
         """Queues a restore job. `relocate` ({"strip", "add", "rename": {"pattern",
         "replacement", "mode"}}, see app/relocate.py) changes where paths land under `to`;
         it is checked on the chosen paths now and on everything below them when the job
-        builds its plan, before anything is written."""
+        builds its plan, before anything is written. `direct_io`: "auto" writes large files
+        past the page cache where the target's file system suits it, "off" never (see
+        DIRECT_IO_CHOICES)."""
         from app.relocate import plan_targets
+        if direct_io not in DIRECT_IO_CHOICES:
+            raise ValidationError(f"direct I/O choice {direct_io!r} is unknown",
+                                  hint=f"choose one of: {', '.join(DIRECT_IO_CHOICES)}")
         img, norm, to, host, relocation = self._restore_request(
             image_id, paths, to, to_host, overwrite, relocate)
         with self.open_index(img) as idx:
@@ -677,6 +685,8 @@ class Master:
                   "overwrite": overwrite}
         if relocation:
             params["relocate"] = relocation.to_dict()
+        if direct_io != "auto":
+            params["direct_io"] = direct_io
         return self.jobs.create("restore", client=img["client"], policy=img["policy"],
                                 schedule=img["schedule"], storage_unit=img["storage_unit"],
                                 params=params)
@@ -734,7 +744,8 @@ class Master:
         elif old["type"] == "restore":
             extra = {"relocate": p["relocate"]} if p.get("relocate") else {}
             new_id = self.start_restore(p["image"], p["paths"], p["to"], to_host=p.get("to_host"),
-                                        overwrite=p.get("overwrite", "skip"), **extra)
+                                        overwrite=p.get("overwrite", "skip"),
+                                        direct_io=p.get("direct_io", "auto"), **extra)
         else:
             raise ValidationError(f"a {old['type']} job cannot be restarted")
         self.jobs.log(new_id, f"restart of job {job_id}")

@@ -8,7 +8,7 @@ import html
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QAbstractItemView, QButtonGroup, QComboBox, QDialog, \
     QDialogButtonBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, \
-    QLineEdit, QRadioButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout
+    QCheckBox, QLineEdit, QRadioButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout
 
 from ui import fmt
 from ui.qtcompat import emit
@@ -43,9 +43,9 @@ def _preview(m, image, paths, to, to_host, overwrite, relocate):
                              relocate=relocate, limit=PREVIEW_ROWS)
 
 
-def _start(m, image, paths, to, to_host, overwrite, relocate):
+def _start(m, image, paths, to, to_host, overwrite, relocate, direct_io="auto"):
     jid = m.start_restore(image, paths, to, to_host=to_host, overwrite=overwrite,
-                          relocate=relocate)
+                          relocate=relocate, direct_io=direct_io)
     return m.jobs.get(jid)
 
 
@@ -112,6 +112,16 @@ class RestoreDialog(QDialog):
         self.overwrite.setObjectName("restore-overwrite")
         for key, label in OVERWRITE_LABELS:
             self.overwrite.addItem(label, key)
+        self.direct = QCheckBox("Write large files past the page cache (direct I/O) where the "
+                                "target's file system suits it")
+        self.direct.setObjectName("restore-direct-io")
+        self.direct.setChecked(True)
+        self.direct.setToolTip(
+            "Files of 64 KiB and more go straight to the disk on local and parallel file "
+            "systems: less CPU, and the target host keeps what it has cached. Turn it off "
+            "where storage is slow to take direct writes (thin-provisioned or remote "
+            "volumes). Network, FUSE and in-memory file systems are always written through "
+            "the page cache.")
 
         # ---- relocation
         reloc = QGroupBox("Change the restored paths (optional)")
@@ -181,6 +191,7 @@ class RestoreDialog(QDialog):
         lay.addWidget(dest)
         over = QFormLayout()
         over.addRow("Files that already exist", self.overwrite)
+        over.addRow("Writing", self.direct)
         lay.addLayout(over)
         lay.addWidget(reloc)
         preview_label = QLabel(f"<b>Preview</b> (the first {PREVIEW_ROWS} paths)")
@@ -305,6 +316,7 @@ class RestoreDialog(QDialog):
         self.start_button.setEnabled(False)
         self.status.setText("Starting the restore…")
         self.bridge.call(_start, self.image["id"], self.paths, to, host, overwrite, relocate,
+                         "auto" if self.direct.isChecked() else "off",
                          done=self._started, failed=self._start_failed, context=self)
 
     def _started(self, job):

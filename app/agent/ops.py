@@ -472,23 +472,31 @@ class _RecipeSource:
             close()
 
 
+def _direct(target_dir, direct_io):
+    """restore_from's direct and direct_for for a request's direct_io ("auto" or "off")."""
+    if direct_io == "off":
+        return {"direct": False}
+    if direct_io != "auto":
+        raise InvalidRequest(f"direct_io must be 'auto' or 'off', not {direct_io!r}")
+    return {"direct": directio.suits_target(target_dir), "direct_for": directio.suits_target}
+
+
 @handler
 def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checksum="sha256",
-            image_paths=None, dedup=None):
+            image_paths=None, dedup=None, direct_io="auto"):
     """Restore when the image and the target are on this host: no network at all.
     image_paths: the image files of an incremental chain, which extents name by position.
     dedup: {"root", "key"} when the images are recipes of a deduplication pool."""
     from app.agent.extents import ExtentReader
     from app.agent.extract import restore_from
     _check_target(target_dir)
+    direct = _direct(target_dir, direct_io)
     reading = _ImageReading(dedup)
     try:
         src = ExtentReader(image_paths or image_path, extents, reading.opener())
         try:
             return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                                is_cancelled=req.is_cancelled, checksum=checksum,
-                                direct=directio.suits_target(target_dir),
-                                direct_for=directio.suits_target)
+                                is_cancelled=req.is_cancelled, checksum=checksum, **direct)
         finally:
             src.close()
     finally:
@@ -524,16 +532,15 @@ def send_extents(req, image_path, extents, cert, key, token, image_paths=None, d
 
 @handler
 def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="skip",
-                    checksum="sha256"):
+                    checksum="sha256", direct_io="auto"):
     """Target side of a restore from another host's storage."""
     from app.agent.extract import restore_from
     _check_target(target_dir)
+    direct = _direct(target_dir, direct_io)
     chan = dataplane.connect(host, port, cert, token)
     try:
         summary = restore_from(chan, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                               is_cancelled=req.is_cancelled, checksum=checksum,
-                               direct=directio.suits_target(target_dir),
-                               direct_for=directio.suits_target)
+                               is_cancelled=req.is_cancelled, checksum=checksum, **direct)
         chan.drain()
         chan.ack(True)
     finally:

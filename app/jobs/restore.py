@@ -137,6 +137,9 @@ def run(master, job):
             f"files: {p['overwrite']})")
     if relocation:
         ctx.log("relocated: " + describe(relocation))
+    direct_io = p.get("direct_io", "auto")
+    if direct_io == "off":
+        ctx.log("direct I/O off: every file is written through the target host's page cache")
     ctx.flush()
     image_paths = image_files(master, image, extents)
     if len(image_paths) > 1:
@@ -151,7 +154,8 @@ def run(master, job):
             call = storage.start("restore", {
                 "image_path": image["path"], "image_paths": image_paths, "extents": extents,
                 "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
-                "checksum": image["checksum"], "dedup": dedup}, on_event=ctx.on_event)
+                "checksum": image["checksum"], "dedup": dedup, "direct_io": direct_io},
+                on_event=ctx.on_event)
             calls.append(call)
         else:
             target = master.hosts.connect(target_host)
@@ -167,7 +171,7 @@ def run(master, job):
             recv = target.start("restore_receive", {
                 "host": addr, "port": port, "cert": cert, "token": token,
                 "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
-                "checksum": image["checksum"]},
+                "checksum": image["checksum"], "direct_io": direct_io},
                 on_event=ctx.on_event)
             calls.insert(0, recv)
         ctx.supervise(calls)

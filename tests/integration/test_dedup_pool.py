@@ -244,6 +244,34 @@ def backed_up_tree(m, tmp_path, seed, **tree):
     return src, pool, backup(m)
 
 
+def test_a_restore_with_direct_io_off_goes_through_the_page_cache(tmp_path, master):
+    """The restore's direct I/O choice: "off" writes every file through the page cache,
+    "auto" the large ones past it where the target's file system suits it; both give the
+    files back byte for byte, an unknown choice is refused, a restart keeps the choice."""
+    from app.errors import ValidationError
+    src, pool, first = backed_up_tree(master, tmp_path, seed=7)
+    img = first["image_id"]
+    with pytest.raises(ValidationError, match="direct I/O choice"):
+        master.start_restore(img, [src], str(tmp_path / "x"), direct_io="never")
+    failed = master.start_restore(img, [src], str(tmp_path / "x"), direct_io="off")
+    master.jobs.claim(failed, "test")
+    master.jobs.finish(failed, status.VOLUME_UNAVAILABLE, "the target was not there")
+    [again] = master.restart_job(failed)
+    assert again["params"]["direct_io"] == "off"
+    master.jobs.request_cancel(again["id"])
+    logs = {}
+    for choice in ("off", "auto"):
+        dst = str(tmp_path / f"dst-{choice}")
+        jid = master.start_restore(img, [src], dst, direct_io=choice)
+        [job] = master.wait_for([jid])
+        assert job["status"] == status.OK, [x["message"] for x in master.jobs.logs(jid)]
+        assert_trees_equal(src, dst + src)
+        logs[choice] = "\n".join(x["message"] for x in master.jobs.logs(jid))
+    assert "direct I/O off" in logs["off"] and "O_DIRECT" not in logs["off"], logs["off"]
+    assert "direct I/O off" not in logs["auto"]
+    assert ("O_DIRECT" in logs["auto"]) == directio.suits_target(str(tmp_path)), logs["auto"]
+
+
 def flip_a_byte_of_the_first_container(pool):
     """Rots one byte in the middle of the pool's first container; returns its file name."""
     containers = os.path.join(pool, "containers")

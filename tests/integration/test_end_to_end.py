@@ -71,10 +71,13 @@ def test_embedded_default_backup_browse_restore(tmp_path):
     # /x restored to /new becomes /new/x
     assert_trees_equal(str(src), str(dst) + str(src))
 
-    # a second restore of the same files: skip leaves them, rename puts copies beside them
+    # a second restore of the same files: skip leaves them, rename puts copies beside them;
+    # this one through the page cache
     doc, _ = cairn_json(home, "restore", img["id"], "--path", str(src), "--to", str(dst),
-                        "--overwrite", "rename", "--wait")
+                        "--overwrite", "rename", "--direct-io", "off", "--wait")
     assert doc["status"] == 0
+    log = cairn(home, "jobs", "log", str(doc["jobs"][0]["id"])).stdout
+    assert "direct I/O off" in log and "O_DIRECT" not in log, log
     renamed = [n for n in os.listdir(str(dst) + str(src)) if n.endswith(".restored")]
     assert renamed, "rename kept no copies"
 

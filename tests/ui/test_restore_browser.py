@@ -100,11 +100,13 @@ def test_restore_a_directory_and_a_file_to_a_new_directory(make_console, backed_
     assert (src + "/small.txt", "other:" + dst + src + "/small.txt") in preview
     assert "entries will be restored to other:" + dst in dlg.status.text()
     assert not os.path.exists(dst), "the preview wrote something"
+    assert dlg.direct.isChecked()  # direct I/O where the target suits it, by default
 
     qtbot.mouseClick(dlg.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bool(opened), timeout=5000)
     job = opened[0]
     assert job["type"] == "restore" and job["params"]["to_host"] == "other"
+    assert "direct_io" not in job["params"]
     # the main window shows the job's details window
     from ui.job_dialog import JobDetailsDialog
     qtbot.waitUntil(lambda: any(d.job_id == job["id"] and d.isVisible()
@@ -155,6 +157,8 @@ def test_restore_with_a_stripped_prefix_and_a_rename(make_console, backed_up, qt
     dlg.pattern.setText("*.txt")
     dlg.replacement.setText("*.txt.bak")
     qtbot.waitUntil(lambda: dlg.start_button.isEnabled(), timeout=5000)
+    qtbot.mouseClick(dlg.direct, Qt.MouseButton.LeftButton, pos=dlg.direct.rect().center())
+    assert not dlg.direct.isChecked()  # every file through the page cache
     opened = []
     v.job_opened.connect(opened.append)
     dlg.start_button.click()
@@ -162,8 +166,10 @@ def test_restore_with_a_stripped_prefix_and_a_rename(make_console, backed_up, qt
     assert opened[0]["params"]["relocate"] == {
         "strip": src, "rename": {"pattern": "*.txt", "replacement": "*.txt.bak",
                                  "mode": "glob"}}
+    assert opened[0]["params"]["direct_io"] == "off"
     done = wait_job(m, qtbot, opened[0]["id"])
     assert done["status"] == st.OK, m.jobs.logs(done["id"])
+    assert any("direct I/O off" in x["message"] for x in m.jobs.logs(done["id"]))
     for rel in ("top.txt", "sub/deeper/file.txt"):
         with open(f"{src}/dir/{rel}", "rb") as a, open(f"{dst}/dir/{rel}.bak", "rb") as b:
             assert a.read() == b.read()

@@ -149,26 +149,10 @@ def _attempt_tooltip(job):
     return text
 
 
-def _dedup(ratio):
-    """`99.2%`: the share of the job's data the pool held already. Short of all of it, never
-    rounded up to 100%."""
-    r = round(ratio, 1)
-    if r >= 100 and ratio < 100:
-        r = 99.9
-    return f"{r:.1f}%"
-
-
-def dedup_text(job):
-    """`99.9% (8.9 MiB of 9.0 MiB)`: the dedup rate with the amount it stands for."""
-    r = job["dedup_ratio"]
-    data = job.get("bytes") or 0
-    return _dedup(r) + (f" ({fmt.size(data * r / 100)} of {fmt.size(data)})" if data else "")
-
-
 def _dedup_tooltip(job):
     if job.get("dedup_ratio") is None:
         return None
-    return (f"{dedup_text(job)} of this job's data was already in the deduplicating pool: "
+    return (f"{fmt.dedup_text(job)} of this job's data was already in the deduplicating pool: "
             "it was not stored again and, with client-side deduplication, not sent over the "
             "network.")
 
@@ -253,7 +237,7 @@ COLUMNS = [
     number_column("rate_bytes_per_s", "Rate", format=fmt.rate),
     number_column("percent", "% complete", format=fmt.percent),
     number_column("eta_s", "Time left", format=fmt.duration),
-    number_column("dedup_ratio", "Dedup rate", format=_dedup, tooltip=_dedup_tooltip,
+    number_column("dedup_ratio", "Dedup rate", format=fmt.dedup_rate, tooltip=_dedup_tooltip,
                   help="share of the job's data the deduplicating pool already held: not "
                        "stored again (nor sent, with client-side deduplication)"),
     text_column("wait_reason", "Waiting for", help="why a queued job has not started yet"),

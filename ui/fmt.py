@@ -19,6 +19,22 @@ def size(n):
     return ""
 
 
+def dedup_rate(ratio):
+    """`99.2%`: the share of a job's data the pool held already. Short of all of it, never
+    rounded up to 100%."""
+    r = round(ratio, 1)
+    if r >= 100 and ratio < 100:
+        r = 99.9
+    return f"{r:.1f}%"
+
+
+def dedup_text(job):
+    """`99.9% (8.9 MiB of 9.0 MiB)`: a job's dedup rate with the amount it stands for."""
+    r = job["dedup_ratio"]
+    data = job.get("bytes") or 0
+    return dedup_rate(r) + (f" ({size(data * r / 100)} of {size(data)})" if data else "")
+
+
 def rate(bytes_per_s):
     if not bytes_per_s:
         return ""

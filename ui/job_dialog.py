@@ -209,8 +209,7 @@ class JobDetailsDialog(QDialog):
                     text = "missed: " + text
             elif key == "dedup_ratio":
                 # the share of the data the deduplicating pool held already (None elsewhere)
-                from ui.activity import dedup_text
-                text = "—" if v is None else dedup_text(job)
+                text = "—" if v is None else fmt.dedup_text(job)
             else:
                 text = "—" if v is None or v == "" else f(v)
             self._values[key].setText(text)

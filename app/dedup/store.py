@@ -271,6 +271,13 @@ def _compress(codec, data):
     return data
 
 
+def _smaller(codec, data, stored):
+    """(codec, stored bytes): the compressed form where it is smaller, else the data as is."""
+    if len(stored) < len(data):
+        return codec, stored
+    return CODEC_NONE, data
+
+
 def _record(fp, codec, raw_length, stored):
     """(record header, stored bytes) as a container holds them."""
     return (RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, raw_length, len(stored),
@@ -1047,10 +1054,7 @@ class ChunkStore:
         """(codec byte, stored bytes) of one chunk: compressed when that helps, then
         encrypted in an encrypted store. Safe to call from several threads at once. The
         stored bytes may be `data` itself (any bytes-like object) when it stays as it is."""
-        codec = self.codec
-        stored = _compress(codec, data)
-        if len(stored) >= len(data):
-            codec, stored = CODEC_NONE, data
+        codec, stored = _smaller(self.codec, data, _compress(self.codec, data))
         if self._cipher is not None:
             codec |= CODEC_ENCRYPTED
             return codec, self._cipher.seal(fp, codec, stored)
@@ -1078,10 +1082,9 @@ class ChunkStore:
             return [self.encode_record(fp, d) for fp, d in zip(fps, datas)]
         out = []
         for fp, data, frame in zip(fps, datas, packed):
-            if len(frame) < len(data):
-                out.append(_record(fp, CODEC_ZSTD, len(data), memoryview(frame)))  # keeps it
-            else:
-                out.append(_record(fp, CODEC_NONE, len(data), data))
+            # the memoryview of a frame keeps the whole buffer of frames alive, as it must
+            codec, stored = _smaller(CODEC_ZSTD, data, memoryview(frame))
+            out.append(_record(fp, codec, len(data), stored))
         return out
 
     def _new_container(self):

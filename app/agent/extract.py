@@ -182,6 +182,15 @@ class _Source:
         it is written."""
         self.jobs.append((w, (off, mv, self.start - len(mv)), None))
 
+    def detach(self):
+        """Hands back the buffer: this stream is read no further."""
+        if self.jobs:
+            self.worker.put(self.jobs)
+            self.jobs = []
+        if self.idx is not None:
+            self.worker.release(self.idx)
+            self.idx = self.buf = None
+
     def submit(self, h, done):
         """Queue the end of one file's data: done(h) runs on the worker after its last
         update."""
@@ -439,6 +448,11 @@ class _Restore:
     # -- the plan
 
     def run(self, plan):
+        self.run_items(plan)
+        return self.complete()
+
+    def run_items(self, plan):
+        """Restores the plan's items from the stream; every file is in place at the end."""
         src = self.src
         for item in plan:
             if self.is_cancelled():
@@ -467,11 +481,42 @@ class _Restore:
                 raise _damaged("the member for %s is longer than its header says" % path)
             src.skip(remaining)
         self.drain()
+
+    def complete(self):
+        """Directory metadata, the last progress event, and the summary."""
         self.apply_dirs()
         self.progress(force=True)
+        return self.counts()
+
+    def counts(self):
         return {"files": self.files, "dirs": self.ndirs, "bytes": self.bytes,
                 "direct_bytes": self.direct_bytes, "warnings": self.warnings,
                 "skipped": self.skipped, "errors": self.errors}
+
+    def add_counts(self, counts):
+        """Adds what another process restored for this restore (see restore_streams)."""
+        self.files += counts["files"]
+        self.ndirs += counts["dirs"]
+        self.bytes += counts["bytes"]
+        self.direct_bytes += counts["direct_bytes"]
+        self.warnings += counts["warnings"]
+        self.skipped += counts["skipped"]
+        self.errors += counts["errors"]
+
+    def use_source(self, src):
+        """Reads the next items from another stream (the first one is done with)."""
+        self.src.detach()
+        self.src = _Source(src, worker=self.worker)
+
+    def take_directories(self, other):
+        """What `other`, a restore that made the directories of this one's files, knows about
+        them (names in use, renamed or blocked directories, how files come out in them)."""
+        self.dirmap = other.dirmap
+        self.blocked = other.blocked
+        self.fresh = other.fresh
+        self.plain = other.plain
+        self.device_direct = other.device_direct
+        self.now_ns = other.now_ns
 
     def item(self, item, m):
         path = item.get("path", "")
@@ -1105,6 +1150,16 @@ def _plain_dir(fd):
         return e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP)
 
 
+def check_request(overwrite, checksum):
+    if overwrite not in OVERWRITE_MODES:
+        raise InvalidRequest("overwrite must be one of %s, not %r"
+                             % (", ".join(OVERWRITE_MODES), overwrite))
+    try:
+        tarfmt.piece_hash(checksum)
+    except ValueError as e:
+        raise InvalidRequest(str(e))
+
+
 def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
                  checksum=tarfmt.DEFAULT_CHECKSUM, direct=False, direct_for=None):
     """Restore the members of `src` (one per plan item, in plan order) under `target_dir`.
@@ -1119,13 +1174,7 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
     Returns {"files", "dirs", "bytes", "direct_bytes", "warnings", "skipped", "errors"}
     (direct_bytes: of bytes, those written with O_DIRECT).
     """
-    if overwrite not in OVERWRITE_MODES:
-        raise InvalidRequest("overwrite must be one of %s, not %r"
-                             % (", ".join(OVERWRITE_MODES), overwrite))
-    try:
-        tarfmt.piece_hash(checksum)
-    except ValueError as e:
-        raise InvalidRequest(str(e))
+    check_request(overwrite, checksum)
     r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum, direct,
                  direct_for)
     try:

@@ -433,6 +433,7 @@ class _ImageReading:
     def __init__(self, dedup):
         self.dedup = dedup
         self.session = None
+        self.recipes = {}
         if dedup:
             from app.dedup.ingest import SESSION_TIMEOUT, open_store
             self.store = open_store(dedup["root"], dedup.get("key"))
@@ -448,9 +449,17 @@ class _ImageReading:
             # Each chunk's record is checked (crc32, length, an encrypted one's tag), and each
             # restored file against its checksum from the catalog, so the SHA-256 of every
             # chunk, about a sixth of a restore's CPU time, is left to verify jobs.
-            return _RecipeSource(RecipeStream(self.session, read_recipe(path),
-                                              check_fingerprints=False))
+            recipe = self.recipes.get(path)
+            if recipe is None:
+                recipe = self.recipes[path] = read_recipe(path)  # read once for all streams
+            return _RecipeSource(RecipeStream(self.session, recipe, check_fingerprints=False))
         return open_recipe
+
+    def forked(self):
+        """In a forked process: locks of the store and the session that another thread may
+        have held at the fork are made anew (see restore_streams)."""
+        if self.session is not None:
+            self.session.forked()
 
     def close(self):
         if self.session is not None:
@@ -488,17 +497,22 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
     image_paths: the image files of an incremental chain, which extents name by position.
     dedup: {"root", "key"} when the images are recipes of a deduplication pool."""
     from app.agent.extents import ExtentReader
-    from app.agent.extract import restore_from
+    from app.agent.restore_streams import restore_in_streams
     _check_target(target_dir)
     direct = _direct(target_dir, direct_io)
+    if len(extents) != len(plan):
+        raise InvalidRequest(f"the restore has {len(plan)} plan items but {len(extents)} "
+                             f"extents")
     reading = _ImageReading(dedup)
     try:
-        src = ExtentReader(image_paths or image_path, extents, reading.opener())
-        try:
-            return restore_from(src, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                                is_cancelled=req.is_cancelled, checksum=checksum, **direct)
-        finally:
-            src.close()
+        def source_for(indexes):
+            return ExtentReader(image_paths or image_path, [extents[i] for i in indexes],
+                                reading.opener())
+
+        return restore_in_streams(source_for, target_dir, plan, overwrite=overwrite,
+                                  emit=req.emit, is_cancelled=req.is_cancelled,
+                                  checksum=checksum, sizes=[e[1] for e in extents],
+                                  after_fork=reading.forked, **direct)
     finally:
         reading.close()
 

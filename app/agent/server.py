@@ -6,11 +6,9 @@ import os
 import platform
 import sys
 import threading
-import traceback
 
 from app.agent import ops, protocol
-from app.agent.errors import AgentFailure, Cancelled
-from app.errors import CairnError
+from app.agent.errors import AgentFailure, error_message
 
 
 class Request:
@@ -89,23 +87,8 @@ class Server:
                 raise AgentFailure(f"unknown operation {req.op!r}", code=10)
             result = handler(req, **req.args)
             self.send({"id": req.id, "result": result if result is not None else {}})
-        except Cancelled as e:
-            self.send({"id": req.id, "error": {"code": e.code, "message": e.message}})
-        except AgentFailure as e:
-            self.send({"id": req.id, "error": {"code": e.code, "message": e.message}})
-        except TypeError as e:
-            self.send({"id": req.id, "error": {"code": 10, "message": f"{req.op}: {e}"}})
-        except CairnError as e:
-            # errors of the shared modules (the dedup pool's) carry their own status and hint
-            self.send({"id": req.id, "error": {"code": e.status, "message": str(e)}})
-        except OSError as e:
-            where = f" ({e.filename})" if e.filename else ""
-            self.send({"id": req.id, "error": {"code": 99,
-                                               "message": f"{req.op}: {e.strerror or e}{where}"}})
         except Exception as e:  # noqa: BLE001 - the master must always get an answer
-            self.send({"id": req.id, "error": {
-                "code": 99, "message": f"{req.op} failed: {type(e).__name__}: {e}",
-                "trace": traceback.format_exc()}})
+            self.send({"id": req.id, "error": error_message(req.op, e)})
         finally:
             with self._rlock:
                 self._running.pop(req.id, None)

@@ -1150,6 +1150,13 @@ class PoolSession:
             raise ValidationError("this pool session is closed")
         return self.store.get(fp, self._files, check_fingerprint)
 
+    def forked(self):
+        """In a child forked from this process, which reads through this session: the
+        store's lock and the open containers' are made anew, as another thread may have
+        held them at the fork. The containers are opened again as they are read."""
+        self.store._mutex = threading.RLock()
+        self._files = _OpenContainers()
+
     @property
     def closed(self):
         return self._fd is None

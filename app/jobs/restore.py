@@ -189,6 +189,9 @@ def run(master, job):
     ctx.log(f"restored {summary['files']} files, {summary['bytes']} bytes to "
             f"{target_dir}; skipped {summary.get('skipped', 0)}, "
             f"refused or failed {problems}")
+    if summary.get("streams", 1) > 1:
+        ctx.log(f"the files were restored in {summary['streams']} parallel streams "
+                f"(processes) on {target_host['name']}")
     if summary.get("direct_bytes"):
         ctx.log(f"{summary['direct_bytes']} of the bytes went past the page cache, straight "
                 f"to the device (O_DIRECT)")

@@ -272,6 +272,24 @@ def test_a_restore_with_direct_io_off_goes_through_the_page_cache(tmp_path, mast
     assert ("O_DIRECT" in logs["auto"]) == directio.suits_target(str(tmp_path)), logs["auto"]
 
 
+def test_a_restore_in_parallel_streams_through_the_master(tmp_path, monkeypatch):
+    """A host whose agent is told to restore in two streams (CAIRN_RESTORE_STREAMS): the job
+    says so in its log and the tree comes back byte for byte."""
+    monkeypatch.setenv("CAIRN_RESTORE_STREAMS", "2")
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        src, pool, first = backed_up_tree(m, tmp_path, seed=11)
+        dst = str(tmp_path / "dst")
+        job = restore(m, first["image_id"], src, dst)
+        assert_trees_equal(src, dst + src)
+        log = "\n".join(x["message"] for x in m.jobs.logs(job["id"]))
+        assert "restored in 2 parallel streams" in log, log
+        assert job["files"] == sum(len(f) for _, _, f in os.walk(src)), job
+    finally:
+        m.close()
+
+
 def flip_a_byte_of_the_first_container(pool):
     """Rots one byte in the middle of the pool's first container; returns its file name."""
     containers = os.path.join(pool, "containers")

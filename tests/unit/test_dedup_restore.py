@@ -105,3 +105,59 @@ def test_a_chunk_altered_behind_a_valid_crc_never_lands_as_a_file(tmp_path):
         assert (restored / f"f{i}").read_bytes() == (src / f"f{i}").read_bytes()
     # a verify, which does check every chunk's SHA-256, names the chunk
     assert [d.offset for d in open_store(root).verify()]
+
+
+def test_a_restore_from_a_pool_in_two_streams_is_byte_for_byte(tmp_path, monkeypatch):
+    """CAIRN_RESTORE_STREAMS=2: the files are restored by two forked processes, each reading
+    the pool through the session of the agent that forked them."""
+    monkeypatch.setenv("CAIRN_RESTORE_STREAMS", "2")
+    src, rows, root, recipe = pooled_image(tmp_path)
+    result, rec = run_restore(rows, root, recipe, tmp_path / "t")
+    assert result["streams"] == 2 and result["errors"] == 0 and not rec.of("warning")
+    assert_trees_equal(str(src), str(tmp_path / "t") + str(src))
+    monkeypatch.setenv("CAIRN_RESTORE_STREAMS", "1")
+    result, _ = run_restore(rows, root, recipe, tmp_path / "one")
+    assert result["streams"] == 1
+
+
+def test_a_store_lock_held_by_another_thread_at_the_fork_does_not_stop_a_stream(
+        tmp_path, monkeypatch):
+    """Another job's thread of the same agent may hold the pool's store lock at the moment
+    a restore forks its streams; the lock a forked process inherits would never be released
+    there, so the streams make their own."""
+    import signal
+    import threading
+    monkeypatch.setenv("CAIRN_RESTORE_STREAMS", "2")
+    src, rows, root, recipe = pooled_image(tmp_path)
+    store = open_store(root)
+    real_fork = os.fork
+    children = []
+
+    def fork_while_the_lock_is_held():
+        held, release = threading.Event(), threading.Event()
+
+        def other_job():
+            with store._mutex:
+                held.set()
+                release.wait()
+
+        t = threading.Thread(target=other_job)
+        t.start()
+        held.wait()
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+            release.set()
+            t.join()
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_while_the_lock_is_held)
+    # a stream stuck on the inherited lock is ended after a minute, failing the test
+    watchdog = threading.Timer(60, lambda: [os.kill(p, signal.SIGKILL) for p in children])
+    watchdog.start()
+    try:
+        result, rec = run_restore(rows, root, recipe, tmp_path / "t")
+    finally:
+        watchdog.cancel()
+    assert len(children) == 2 and result["streams"] == 2 and result["errors"] == 0
+    assert_trees_equal(str(src), str(tmp_path / "t") + str(src))

@@ -1,0 +1,344 @@
+"""A restore in several processes (streams), for a restore whose image and target are on
+one host.
+
+One interpreter creates, writes and checks files only as fast as its single lock lets its
+threads take turns: with many files of 64 KiB-1 MiB, each direct write and each create
+waits for the lock again. So the files are cut into contiguous parts of about equal size
+and each part is restored by a forked process of its own, with its own reading, checking
+and writing threads. The parent makes the directories first, relays the parts' events,
+restores hard links once every part is done (their targets may be in any part), and
+applies directory metadata last, as a restore in one process does.
+
+A plan that could make two parts write the same name (a relocation that maps two items to
+one place) is restored in one process, where the second one meets the first.
+
+Standard library only: this runs on client hosts.
+"""
+
+import mmap
+import os
+import pickle
+import select
+import struct
+import time
+
+from app import status
+from app.agent import entry, tarfmt
+from app.agent.errors import AgentFailure, Cancelled, error_message
+from app.agent.extract import (PROGRESS_EVERY, _plan_components, _Refused, _Restore,
+                               check_request, restore_from)
+
+# Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
+# cores, is the limit beyond that), for restores of at least MIN_BYTES (below, a restore is
+# over before more processes pay off). CAIRN_RESTORE_STREAMS=N in the agent's environment
+# sets the number for a host, for restores of any size; 1 restores in one process.
+MAX_STREAMS = 4
+MIN_BYTES = 64 << 20
+# What a file costs beside its bytes (create, check, rename), in bytes of data, for cutting
+# the parts to about equal times.
+PER_FILE = 64 << 10
+
+_FRAME = struct.Struct("!I")
+
+
+def default_streams():
+    """(streams, whether the host's environment set the number)."""
+    v = os.environ.get("CAIRN_RESTORE_STREAMS", "").strip()
+    if v:
+        try:
+            return max(1, int(v)), True
+        except ValueError:
+            pass
+    return max(1, min(os.cpu_count() or 1, MAX_STREAMS)), False
+
+
+def split_plan(plan, streams, min_bytes=0, sizes=None):
+    """(directories, parts, links): indexes into the plan, or None to restore it in one
+    process. parts: `streams` contiguous runs of the other items, of about equal cost.
+    sizes: the bytes each item reads from the image (else the plan's "size", which for a
+    sparse file is more than it reads)."""
+    cost = [_cost(item, sizes[i] if sizes is not None else item.get("size"))
+            for i, item in enumerate(plan)]
+    if streams < 2 or not hasattr(os, "fork"):
+        return None
+    dirs, links, rest = [], [], []
+    places = set()
+    total = 0
+    for i, item in enumerate(plan):
+        kind = item.get("kind")
+        if kind == entry.KIND_DIR:
+            dirs.append(i)
+            continue
+        try:
+            place = tuple(_plan_components(item["to"] if item.get("to") is not None
+                                           else item.get("path", "")))
+        except (_Refused, KeyError, TypeError, ValueError):
+            place = None  # refused by whichever part gets it
+        if place is not None:
+            if place in places:
+                return None
+            places.add(place)
+        if kind == entry.KIND_HARDLINK:
+            links.append(i)
+        else:
+            rest.append(i)
+            total += cost[i]
+    if total < min_bytes or len(rest) < 2 * streams:
+        return None
+    parts = []
+    start = 0
+    acc = 0
+    for k, i in enumerate(rest):
+        acc += cost[i]
+        if acc * streams >= total * (len(parts) + 1) and len(parts) < streams - 1:
+            parts.append(rest[start:k + 1])
+            start = k + 1
+    parts.append(rest[start:])
+    parts = [p for p in parts if p]
+    return (dirs, parts, links) if len(parts) > 1 else None
+
+
+def _cost(item, size):
+    try:
+        size = int(size or 0)
+    except (TypeError, ValueError):
+        size = 0
+    return max(size, 0) + PER_FILE
+
+
+def restore_in_streams(source_for, target_dir, plan, *, overwrite, emit, is_cancelled,
+                       checksum=tarfmt.DEFAULT_CHECKSUM, direct=False, direct_for=None,
+                       streams=None, min_bytes=None, sizes=None, after_fork=None):
+    """restore_from (see there) in up to `streams` processes (default: default_streams()),
+    when the files to restore come to at least `min_bytes` (default: MIN_BYTES, 0 when the
+    host's environment sets the number of streams).
+
+    source_for(indexes): a stream of the members of those plan items, in that order, with
+    close(); the streams of every part are opened before anything is written, so that a
+    missing image ends the restore before it began. sizes: see split_plan. after_fork():
+    run first in each forked process (locks that another thread of the agent may have held
+    at the fork are made anew there). The summary gains "streams", the number of processes
+    that restored files."""
+    check_request(overwrite, checksum)
+    chosen = True
+    if streams is None:
+        streams, chosen = default_streams()
+    if min_bytes is None:
+        min_bytes = 0 if chosen else MIN_BYTES
+    cut = split_plan(plan, streams, min_bytes, sizes)
+    if cut is None:
+        src = source_for(range(len(plan)))
+        try:
+            summary = restore_from(src, target_dir, plan, overwrite=overwrite, emit=emit,
+                                   is_cancelled=is_cancelled, checksum=checksum,
+                                   direct=direct, direct_for=direct_for)
+        finally:
+            src.close()
+        summary["streams"] = 1
+        return summary
+    dirs, parts, links = cut
+    run = _Streams(source_for, target_dir, plan, overwrite, emit, is_cancelled, checksum,
+                   direct, direct_for, after_fork)
+    return run.run(dirs, parts, links)
+
+
+class _Part:
+    __slots__ = ("pid", "fd", "data", "progress", "result", "error", "ended")
+
+    def __init__(self, pid, fd):
+        self.pid = pid
+        self.fd = fd
+        self.data = b""
+        self.progress = (0, 0)
+        self.result = None  # (counts, restored link targets)
+        self.error = None
+        self.ended = False
+
+
+class _Streams:
+    def __init__(self, source_for, target_dir, plan, overwrite, emit, is_cancelled,
+                 checksum, direct, direct_for, after_fork):
+        self.source_for = source_for
+        self.target_dir = target_dir
+        self.plan = plan
+        self.overwrite = overwrite
+        self.emit = emit
+        self.is_cancelled = is_cancelled
+        self.checksum = checksum
+        self.direct = direct
+        self.direct_for = direct_for
+        self.after_fork = after_fork
+        self.parts = []
+        # set by the parent to stop the parts: a shared page, read at every item
+        self.stop = mmap.mmap(-1, mmap.PAGESIZE)
+        self.last_progress = 0.0
+
+    def run(self, dirs, parts, links):
+        sources = []
+        r = None
+        try:
+            for indexes in [dirs] + parts + [links]:
+                sources.append(self.source_for(indexes))
+            r = _Restore(sources[0], self.target_dir, self.overwrite, self.emit,
+                         self.is_cancelled, self.plan, self.checksum, self.direct,
+                         self.direct_for)
+            r.run_items([self.plan[i] for i in dirs])
+            try:
+                for k, indexes in enumerate(parts):
+                    self.parts.append(self.fork(r, indexes, sources[1 + k]))
+                    sources[1 + k].close()  # the part reads it
+                self.relay(r)
+            finally:
+                self.end_parts()
+            self.collect(r)
+            # the names the parts put in the directories are not in r's notes: from here on
+            # every name is looked up
+            r.fresh = {}
+            if links:
+                r.use_source(sources[-1])
+                r.run_items([self.plan[i] for i in links])
+            summary = r.complete()
+        finally:
+            if r is not None:
+                r.close()
+            for src in sources:
+                src.close()
+            self.stop.close()
+        summary["streams"] = len(parts)
+        return summary
+
+    # -- the parts' processes
+
+    def fork(self, r, indexes, src):
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the part: never returns into the agent
+            code = 1
+            try:
+                os.close(rfd)
+                for p in self.parts:
+                    os.close(p.fd)
+                code = self.part(r, indexes, src, wfd)
+            finally:
+                os._exit(code)
+        os.close(wfd)
+        return _Part(pid, rfd)
+
+    def part(self, parent, indexes, src, wfd):
+        def send(msg):
+            data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            data = _FRAME.pack(len(data)) + data
+            while data:
+                data = data[os.write(wfd, data):]
+
+        ppid = os.getppid()
+        stop = self.stop
+
+        def stopped():
+            return stop[0] != 0 or os.getppid() != ppid
+
+        try:
+            if self.after_fork is not None:
+                self.after_fork()
+            try:
+                r = _Restore(src, self.target_dir, self.overwrite,
+                             lambda event, data: send(("event", event, data)), stopped,
+                             self.plan, self.checksum, self.direct, self.direct_for)
+                try:
+                    r.take_directories(parent)
+                    r.run_items([self.plan[i] for i in indexes])
+                    r.progress(force=True)
+                    result = (r.counts(), r.restored)
+                finally:
+                    r.close()
+            finally:
+                src.close()
+            send(("done",) + result)
+            return 0
+        except BaseException as e:  # noqa: BLE001 - the parent reports it
+            try:
+                send(("error", error_message("restore", e)))
+            except OSError:
+                pass  # the parent is gone
+            return 1
+
+    def relay(self, r):
+        """Passes the parts' events on until every part has ended; stops them all at a
+        cancel or at the first part that fails."""
+        live = {p.fd: p for p in self.parts}
+        while live:
+            if not self.stop[0] and (self.is_cancelled() or any(
+                    p.error is not None for p in self.parts)):
+                self.stop[0] = 1
+            ready, _, _ = select.select(list(live), [], [], 0.1)
+            for fd in ready:
+                p = live[fd]
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    p.ended = True
+                    del live[fd]
+                    continue
+                p.data += data
+                self.take_messages(p)
+            self.progress(r)
+        self.progress(r, force=True)
+
+    def take_messages(self, p):
+        while len(p.data) >= _FRAME.size:
+            n, = _FRAME.unpack_from(p.data)
+            if len(p.data) < _FRAME.size + n:
+                return
+            msg = pickle.loads(p.data[_FRAME.size:_FRAME.size + n])
+            p.data = p.data[_FRAME.size + n:]
+            if msg[0] == "event":
+                _, event, data = msg
+                if event == "progress":
+                    p.progress = (data["files"], data["bytes"])
+                else:
+                    self.emit(event, data)
+            elif msg[0] == "done":
+                p.result = (msg[1], msg[2])
+            else:
+                p.error = msg[1]
+
+    def progress(self, r, force=False):
+        now = time.monotonic()
+        if force or now - self.last_progress >= PROGRESS_EVERY:
+            self.last_progress = now
+            self.emit("progress", {"files": r.files + sum(p.progress[0] for p in self.parts),
+                                   "bytes": r.bytes + sum(p.progress[1] for p in self.parts)})
+
+    def end_parts(self):
+        """Waits for every part; on the way out after an error in the parent itself, the
+        parts are told to stop first."""
+        if not all(p.ended for p in self.parts):
+            self.stop[0] = 1
+        for p in self.parts:
+            try:
+                _, st = os.waitpid(p.pid, 0)
+            except ChildProcessError:
+                st = 0
+            os.close(p.fd)
+            if p.result is None and p.error is None:
+                p.error = {"code": status.INTERNAL, "message": "a restore stream ended "
+                           "without a result (%s)" % _exit_text(st)}
+
+    def collect(self, r):
+        """The parts' counts and link targets into r, or the error that ended the restore:
+        the first part's own failure comes before the cancellations it caused."""
+        errors = [p.error for p in self.parts if p.error is not None]
+        if errors:
+            own = [e for e in errors if e["code"] != status.CANCELED]
+            if not own:
+                raise Cancelled()
+            raise AgentFailure(own[0]["message"], code=own[0]["code"])
+        for p in self.parts:
+            counts, restored = p.result
+            r.add_counts(counts)
+            r.restored.update(restored)
+
+
+def _exit_text(st):
+    if os.WIFSIGNALED(st):
+        return "killed by signal %d" % os.WTERMSIG(st)
+    return "exit status %d" % os.waitstatus_to_exitcode(st)

@@ -1,0 +1,319 @@
+"""A restore in several processes (restore_streams): the plan's cut into parts, the tree
+that comes back (every kind of entry, hard links across parts, directory metadata), the
+same outcome as one process in every overwrite mode, and what a part's trouble does to the
+whole: a checksum mismatch, a damaged image, a cancel, a part killed."""
+
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_archive import Recorder, backup, plan_of  # noqa: E402
+from treegen import assert_trees_equal, make_tree  # noqa: E402
+
+from app import status  # noqa: E402
+from app.agent import entry, restore_streams  # noqa: E402
+from app.agent.errors import AgentFailure, Cancelled  # noqa: E402
+from app.agent.extents import ExtentReader  # noqa: E402
+from app.agent.extract import restore_from  # noqa: E402
+from app.agent.restore_streams import restore_in_streams, split_plan  # noqa: E402
+
+KiB = 1 << 10
+
+
+def never():
+    return False
+
+
+@pytest.fixture(scope="module")
+def imaged(tmp_path_factory):
+    """Every kind of entry (make_tree) and 24 files more in three directories, so that each
+    of two parts gets many."""
+    base = tmp_path_factory.mktemp("streams")
+    src = base / "src"
+    make_tree(str(src))
+    for i in range(24):
+        d = src / "many" / f"d{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i:02d}").write_bytes(os.urandom(40 * KiB + i * 999))
+    os.utime(src / "many" / "d1", ns=(1_500_000_000 * 10 ** 9, 1_500_000_000 * 10 ** 9))
+    image = base / "image.tar"
+    _, rec = backup(image, [src])
+    return {"src": src, "image": image, "rows": rec.rows}
+
+
+class Slow:
+    """An image stream that waits before each read, so that a restore lasts long enough to
+    be cancelled or broken in the middle."""
+
+    def __init__(self, reader, wait):
+        self.reader = reader
+        self.wait = wait
+
+    def readinto(self, b):
+        time.sleep(self.wait)
+        return self.reader.readinto(b)
+
+    def close(self):
+        self.reader.close()
+
+
+def streamed(image, rows, target, *, streams=2, overwrite="skip", plan=None,
+             is_cancelled=never, wait=0, **kw):
+    rec = Recorder()
+    extents = [[r[entry.OFFSET], r[entry.LENGTH]] for r in rows]
+
+    def source_for(indexes):
+        reader = ExtentReader(str(image), [extents[i] for i in indexes])
+        return Slow(reader, wait) if wait else reader
+
+    result = restore_in_streams(source_for, str(target), plan or plan_of(rows),
+                                overwrite=overwrite, emit=rec, is_cancelled=is_cancelled,
+                                streams=streams, min_bytes=0, **kw)
+    return result, rec
+
+
+def single(image, rows, target, overwrite="skip", plan=None):
+    rec = Recorder()
+    with ExtentReader(str(image), [[r[entry.OFFSET], r[entry.LENGTH]] for r in rows]) as rd:
+        result = restore_from(rd, str(target), plan or plan_of(rows), overwrite=overwrite,
+                              emit=rec, is_cancelled=never)
+    return result, rec
+
+
+@pytest.fixture
+def parts(monkeypatch):
+    """The pids of the parts' processes as they are forked."""
+    pids = []
+    fork = restore_streams._Streams.fork
+
+    def recording(self, *args):
+        p = fork(self, *args)
+        pids.append(p.pid)
+        return p
+
+    monkeypatch.setattr(restore_streams._Streams, "fork", recording)
+    return pids
+
+
+def reaped(pid):
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def leftovers(target):
+    return [os.path.join(d, n) for d, dirs, files in os.walk(target)
+            for n in dirs + files if n.startswith(".cairn-restore")]
+
+
+# -- the cut
+
+
+def test_the_plan_is_cut_into_contiguous_parts_of_about_equal_cost():
+    plan = [{"path": "/d", "kind": entry.KIND_DIR}]
+    sizes = [(i * 7919) % 300_000 for i in range(200)]
+    plan += [{"path": f"/d/f{i}", "kind": entry.KIND_FILE, "size": s}
+             for i, s in enumerate(sizes)]
+    plan.insert(50, {"path": "/d/sub", "kind": entry.KIND_DIR})
+    plan.append({"path": "/d/link", "kind": entry.KIND_HARDLINK, "link": "/d/f3"})
+    dirs, cut, links = split_plan(plan, 3)
+    assert dirs == [0, 50] and links == [len(plan) - 1]
+    flat = [i for p in cut for i in p]
+    assert flat == [i for i, it in enumerate(plan) if it["kind"] == entry.KIND_FILE]
+    assert len(cut) == 3
+    costs = [sum(plan[i]["size"] + restore_streams.PER_FILE for i in p) for p in cut]
+    biggest = max(sizes) + restore_streams.PER_FILE
+    assert max(costs) - min(costs) <= 2 * biggest, costs
+
+
+def test_plans_that_one_process_restores():
+    files = [{"path": f"/f{i}", "kind": entry.KIND_FILE, "size": 1 << 20} for i in range(8)]
+    assert split_plan(files, 2) is not None
+    assert split_plan(files, 1) is None
+    assert split_plan(files, 2, min_bytes=64 << 20) is None  # too little data to pay off
+    assert split_plan(files[:3], 2) is None  # too few files
+    # two items relocated to one place: in one process the second meets the first
+    same = files + [dict(files[0], path="/other", to="/f0")]
+    assert split_plan(same, 2) is None
+    # a sparse file of a TiB that reads a few KiB from the image is cheap
+    sparse = [dict(f, size=1 << 40) for f in files]
+    assert split_plan(sparse, 2, min_bytes=64 << 20) is not None
+    assert split_plan(sparse, 2, min_bytes=64 << 20, sizes=[4096] * len(sparse)) is None
+
+
+# -- the tree
+
+
+def test_a_tree_restored_in_two_streams_is_the_tree(imaged, tmp_path, parts):
+    result, rec = streamed(imaged["image"], imaged["rows"], tmp_path / "t")
+    one, _ = single(imaged["image"], imaged["rows"], tmp_path / "one")
+    assert result.pop("streams") == 2 and len(parts) == 2
+    assert result == one, (result, one)
+    assert result["errors"] == 0 and not rec.of("warning"), rec.of("warning")
+    assert_trees_equal(str(imaged["src"]), str(tmp_path / "t") + str(imaged["src"]))
+    # progress adds up the parts, and ends at the whole
+    last = rec.of("progress")[-1]
+    assert last == {"files": one["files"], "bytes": one["bytes"]}
+    assert all(reaped(pid) for pid in parts)
+
+
+def test_hard_links_whose_targets_another_part_restored(imaged, tmp_path):
+    rows = imaged["rows"]
+    links = [r for r in rows if r[entry.KIND] == entry.KIND_HARDLINK]
+    assert links, "the test tree has hard links"
+    # the link targets go last, the rest first: the targets land in the second part
+    targets = {r[entry.LINK] for r in links}
+    order = ([r for r in rows if r[entry.PATH] not in targets]
+             + [r for r in rows if r[entry.PATH] in targets])
+    result, _ = streamed(imaged["image"], order, tmp_path / "t")
+    assert result["errors"] == 0 and result["streams"] == 2
+    restored = str(tmp_path / "t")
+    for r in links:
+        a, b = os.stat(restored + r[entry.PATH]), os.stat(restored + r[entry.LINK])
+        assert (a.st_ino, a.st_dev) == (b.st_ino, b.st_dev)
+
+
+@pytest.mark.parametrize("mode", ["skip", "rename", "overwrite"])
+def test_every_overwrite_mode_ends_as_in_one_process(imaged, tmp_path, mode):
+    """Two targets restored once and then changed alike (a file changed, a directory in a
+    file's place, a file in a directory's place); the second restore in one process and in
+    two streams leaves them equal, with the same counts and logs."""
+    src = str(imaged["src"])
+    ends = {}
+    for way in ("one", "streams"):
+        target = tmp_path / way
+        single(imaged["image"], imaged["rows"], target)
+        root = str(target) + src
+        with open(os.path.join(root, "small.txt"), "wb") as f:
+            f.write(b"changed since the backup\n")
+        os.unlink(os.path.join(root, "many", "d2", "f05"))
+        os.mkdir(os.path.join(root, "many", "d2", "f05"))  # a directory in a file's place
+        os.utime(os.path.join(root, "many", "d2", "f05"), ns=(0, 0))
+        shutil.rmtree(os.path.join(root, "many", "d1"))
+        with open(os.path.join(root, "many", "d1"), "wb") as f:  # a file in a directory's
+            f.write(b"in the way\n")
+        for d in (os.path.join(root, "many"), os.path.join(root, "many", "d1")):
+            os.utime(d, ns=(0, 0))
+        for d in (root, os.path.join(root, "many", "d2"), os.path.join(root, "small.txt")):
+            os.utime(d, ns=(0, 0))
+        before = time.time_ns()
+        if way == "one":
+            result, rec = single(imaged["image"], imaged["rows"], target, overwrite=mode)
+        else:
+            result, rec = streamed(imaged["image"], imaged["rows"], target, overwrite=mode)
+            assert result.pop("streams") == 2
+        ends[way] = (result, sorted(str(x) for x in rec.of("log")))
+        assert not leftovers(target)
+        if mode == "rename":
+            # an existing directory keeps its own metadata and gets new names: its mtime is
+            # the time of the restore
+            for d, _, _ in os.walk(root):
+                if os.stat(d).st_mtime_ns >= before:
+                    os.utime(d, ns=(0, 0))
+    assert ends["one"] == ends["streams"]
+    assert_trees_equal(str(tmp_path / "one"), str(tmp_path / "streams"))
+
+
+# -- trouble in a part
+
+
+def test_a_checksum_mismatch_in_a_part_is_that_file_alone(imaged, tmp_path):
+    rows = imaged["rows"]
+    plan = plan_of(rows)
+    bad = max(i for i, it in enumerate(plan) if it["kind"] == entry.KIND_FILE
+              and it["checksum"])
+    plan[bad]["checksum"] = "0" * len(plan[bad]["checksum"])
+    result, rec = streamed(imaged["image"], rows, tmp_path / "t", plan=plan)
+    assert result["errors"] == 1 and result["streams"] == 2
+    [w] = rec.of("warning")
+    assert w["path"] == plan[bad]["path"] and "checksum mismatch" in w["message"]
+    assert not os.path.exists(str(tmp_path / "t") + plan[bad]["path"])
+    assert not leftovers(tmp_path / "t")
+    assert result["files"] == sum(1 for it in plan if it["kind"] != entry.KIND_DIR) - 1
+
+
+def test_a_damaged_image_ends_the_restore_as_damage(imaged, tmp_path, parts):
+    """Bytes missing from the image are found before anything is written; a member that is
+    not where the index says is found by the part that reads it, and ends the restore."""
+    rows = [list(r) for r in imaged["rows"]]
+    files = [i for i, r in enumerate(rows) if r[entry.KIND] == entry.KIND_FILE]
+    short = [list(r) for r in rows]
+    short[files[-1]][entry.OFFSET] = os.path.getsize(imaged["image"]) + 512  # past the end
+    with pytest.raises(AgentFailure) as e:
+        streamed(imaged["image"], short, tmp_path / "short")
+    assert e.value.code == status.IMAGE_DAMAGED, e.value.message
+    assert not parts and not os.path.exists(tmp_path / "short")
+
+    rows[files[-2]][entry.OFFSET] += 512  # inside the member's data, not at its header
+    with pytest.raises(AgentFailure) as e:
+        streamed(imaged["image"], rows, tmp_path / "t")
+    assert e.value.code == status.IMAGE_DAMAGED, e.value.message
+    assert "damaged" in e.value.message
+    assert len(parts) == 2 and all(reaped(pid) for pid in parts)
+    assert not leftovers(tmp_path / "t")
+
+
+def test_a_cancel_stops_every_part_and_leaves_no_partial_file(imaged, tmp_path, parts):
+    started = time.monotonic()
+
+    def cancelled():
+        return len(parts) == 2 and time.monotonic() - started > 0.3
+
+    with pytest.raises(Cancelled):
+        streamed(imaged["image"], imaged["rows"], tmp_path / "t", is_cancelled=cancelled,
+                 wait=0.2)
+    assert all(reaped(pid) for pid in parts)
+    assert not leftovers(tmp_path / "t")
+    # the parts stopped where they were, before the end of their files (hard links, made
+    # after the parts, are left out of the count)
+    files = sum(len(f) for _, _, f in os.walk(tmp_path / "t"))
+    single(imaged["image"], imaged["rows"], tmp_path / "whole")
+    whole = sum(len(f) for _, _, f in os.walk(tmp_path / "whole"))
+    assert files < whole - sum(1 for r in imaged["rows"] if r[entry.KIND] == entry.KIND_HARDLINK)
+
+
+def test_a_part_killed_ends_the_restore_with_a_clear_error(imaged, tmp_path, parts):
+    killed = []
+
+    def kill_the_first_part():
+        if len(parts) == 2 and not killed:
+            os.kill(parts[0], signal.SIGKILL)
+            killed.append(parts[0])
+        return False
+
+    with pytest.raises(AgentFailure) as e:
+        streamed(imaged["image"], imaged["rows"], tmp_path / "t",
+                 is_cancelled=kill_the_first_part, wait=0.1)
+    assert "killed by signal %d" % signal.SIGKILL in e.value.message
+    assert e.value.code == status.INTERNAL
+    assert all(reaped(pid) for pid in parts)
+
+
+def test_a_full_target_stops_the_restore(imaged, tmp_path):
+    """A tmpfs too small for the files: the part that meets the full disk ends the restore
+    as an unusable target, the other part is stopped, nothing half written stays."""
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    target = tmp_path / "small"
+    target.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        with pytest.raises(AgentFailure) as e:
+            streamed(imaged["image"], imaged["rows"], target)
+        assert e.value.code == status.RESTORE_TARGET_INVALID, e.value.message
+        assert not leftovers(target)
+    finally:
+        subprocess.run(["umount", str(target)], capture_output=True)

@@ -57,10 +57,10 @@ def split_plan(plan, streams, min_bytes=0, sizes=None):
     process. parts: `streams` contiguous runs of the other items, of about equal cost.
     sizes: the bytes each item reads from the image (else the plan's "size", which for a
     sparse file is more than it reads)."""
-    cost = [_cost(item, sizes[i] if sizes is not None else item.get("size"))
-            for i, item in enumerate(plan)]
     if streams < 2 or not hasattr(os, "fork"):
         return None
+    cost = [_cost(item, sizes[i] if sizes is not None else item.get("size"))
+            for i, item in enumerate(plan)]
     dirs, links, rest = [], [], []
     places = set()
     total = 0

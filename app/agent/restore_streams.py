@@ -137,9 +137,13 @@ def restore_in_streams(source_for, target_dir, plan, *, overwrite, emit, is_canc
         summary["streams"] = 1
         return summary
     dirs, parts, links = cut
-    run = _Streams(source_for, target_dir, plan, overwrite, emit, is_cancelled, checksum,
-                   direct, direct_for, after_fork)
-    return run.run(dirs, parts, links)
+
+    def new_restore(src, emit, is_cancelled):
+        return _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum,
+                        direct, direct_for)
+
+    return _Streams(source_for, plan, new_restore, emit, is_cancelled,
+                    after_fork).run(dirs, parts, links)
 
 
 class _Part:
@@ -156,17 +160,12 @@ class _Part:
 
 
 class _Streams:
-    def __init__(self, source_for, target_dir, plan, overwrite, emit, is_cancelled,
-                 checksum, direct, direct_for, after_fork):
+    def __init__(self, source_for, plan, new_restore, emit, is_cancelled, after_fork):
         self.source_for = source_for
-        self.target_dir = target_dir
         self.plan = plan
-        self.overwrite = overwrite
+        self.new_restore = new_restore  # (stream, emit, is_cancelled) -> a _Restore
         self.emit = emit
         self.is_cancelled = is_cancelled
-        self.checksum = checksum
-        self.direct = direct
-        self.direct_for = direct_for
         self.after_fork = after_fork
         self.parts = []
         # set by the parent to stop the parts: a shared page, read at every item
@@ -179,9 +178,7 @@ class _Streams:
         try:
             for indexes in [dirs] + parts + [links]:
                 sources.append(self.source_for(indexes))
-            r = _Restore(sources[0], self.target_dir, self.overwrite, self.emit,
-                         self.is_cancelled, self.plan, self.checksum, self.direct,
-                         self.direct_for)
+            r = self.new_restore(sources[0], self.emit, self.is_cancelled)
             r.run_items([self.plan[i] for i in dirs])
             try:
                 for k, indexes in enumerate(parts):
@@ -241,9 +238,8 @@ class _Streams:
             if self.after_fork is not None:
                 self.after_fork()
             try:
-                r = _Restore(src, self.target_dir, self.overwrite,
-                             lambda event, data: send(("event", event, data)), stopped,
-                             self.plan, self.checksum, self.direct, self.direct_for)
+                r = self.new_restore(src, lambda event, data: send(("event", event, data)),
+                                     stopped)
                 try:
                     r.take_directories(parent)
                     r.run_items([self.plan[i] for i in indexes])

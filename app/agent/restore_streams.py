@@ -10,7 +10,12 @@ restores hard links once every part is done (their targets may be in any part), 
 applies directory metadata last, as a restore in one process does.
 
 A plan that could make two parts write the same name (a relocation that maps two items to
-one place) is restored in one process, where the second one meets the first.
+one place) is restored in one process, where the second one meets the first. So is one whose
+processes cannot all be started: they wait at a gate until the last one is forked.
+
+A part gets a copy of every descriptor of the agent. It closes the sockets and pipes among
+them at once (another job's connection must reach its end of file when the agent closes it,
+not when the part ends); the pool's store lock is closed by app/dedup/store.py's fork hook.
 
 Standard library only: this runs on client hosts.
 """
@@ -19,6 +24,7 @@ import mmap
 import os
 import pickle
 import select
+import stat
 import struct
 import time
 
@@ -175,22 +181,34 @@ class _Streams:
     def run(self, dirs, parts, links):
         sources = []
         r = None
+        streams = len(parts)
         try:
             for indexes in [dirs] + parts + [links]:
                 sources.append(self.source_for(indexes))
             r = self.new_restore(sources[0], self.emit, self.is_cancelled)
             r.run_items([self.plan[i] for i in dirs])
             try:
-                for k, indexes in enumerate(parts):
-                    self.parts.append(self.fork(r, indexes, sources[1 + k]))
-                    sources[1 + k].close()  # the part reads it
-                self.relay(r)
+                failure = self.start_parts(r, parts, sources[1:1 + len(parts)])
+                if failure is None:
+                    for src in sources[1:1 + len(parts)]:
+                        src.close()  # the parts read them
+                    self.relay(r)
             finally:
                 self.end_parts()
-            self.collect(r)
-            # the names the parts put in the directories are not in r's notes: from here on
-            # every name is looked up
-            r.fresh = {}
+            if failure is None:
+                self.collect(r)
+                # the names the parts put in the directories are not in r's notes: from
+                # here on every name is looked up
+                r.fresh = {}
+            else:
+                # no part had begun: this process restores their files itself
+                self.parts = []
+                r.log("the files were restored in one process: the processes for %d "
+                      "parallel streams could not be started (%s)" % (len(parts), failure))
+                for k, indexes in enumerate(parts):
+                    r.use_source(sources[1 + k])
+                    r.run_items([self.plan[i] for i in indexes])
+                streams = 1
             if links:
                 r.use_source(sources[-1])
                 r.run_items([self.plan[i] for i in links])
@@ -201,20 +219,50 @@ class _Streams:
             for src in sources:
                 src.close()
             self.stop.close()
-        summary["streams"] = len(parts)
+        summary["streams"] = streams
         return summary
 
     # -- the parts' processes
 
-    def fork(self, r, indexes, src):
+    def start_parts(self, r, parts, sources):
+        """Forks a process for each part. They all wait at a gate until every one is
+        there, so that when a fork fails (no memory, too many processes) none has begun
+        and the restore can go on in this process: returns what failed, else None."""
+        try:
+            gate_r, gate_w = os.pipe()
+        except OSError as e:
+            return e.strerror or str(e)
+        try:
+            for indexes, src in zip(parts, sources):
+                try:
+                    self.parts.append(self.fork(r, indexes, src, gate_r, gate_w))
+                except OSError as e:
+                    return e.strerror or str(e)
+            os.write(gate_w, b"g" * len(self.parts))
+            return None
+        finally:
+            os.close(gate_r)
+            os.close(gate_w)  # a part still at the gate then reads its end: it leaves
+
+    def fork(self, r, indexes, src, gate_r, gate_w):
         rfd, wfd = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(rfd)
+            os.close(wfd)
+            raise
         if pid == 0:  # the part: never returns into the agent
             code = 1
             try:
                 os.close(rfd)
+                os.close(gate_w)
                 for p in self.parts:
                     os.close(p.fd)
+                if os.read(gate_r, 1) != b"g":
+                    os._exit(0)  # the restore goes on without the parts
+                os.close(gate_r)
+                _close_foreign_channels(keep={wfd})
                 code = self.part(r, indexes, src, wfd)
             finally:
                 os._exit(code)
@@ -332,6 +380,35 @@ class _Streams:
             counts, restored = p.result
             r.add_counts(counts)
             r.restored.update(restored)
+
+
+def _close_foreign_channels(keep):
+    """In a part: closes the sockets and pipes it got from the agent (other jobs' data
+    connections, the pipes of their commands, the agent's own channel to the master), so
+    that none of them waits for an end of file while the part runs. stdin and stdout
+    become /dev/null; stderr stays, for what the interpreter itself reports."""
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(1024)
+    null = None
+    for fd in fds:
+        if fd in keep or fd == 2:
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)):
+            continue
+        if fd <= 1:
+            if null is None:
+                null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, fd)
+        else:
+            os.close(fd)
+    if null is not None and null > 2:
+        os.close(null)
 
 
 def _exit_text(st):

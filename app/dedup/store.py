@@ -427,6 +427,15 @@ class ChunkStore:
         existed = os.path.isdir(self.containers_dir) or os.path.isdir(self.index_dir)
         for d in (self.root, self.containers_dir, self.index_dir):
             os.makedirs(d, exist_ok=True)
+        try:  # known before any lock is taken: see _close_inherited_locks
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            pass  # a pool this host may not lock: whatever locks it fails on its own
+        else:
+            try:
+                _register_lock_file(fd)
+            finally:
+                os.close(fd)
         config = self._load_config(key, existed)
         self.encrypted = bool(config["encrypted"])
         self._cipher = None
@@ -1403,6 +1412,50 @@ class _Reclaim:
             pass  # garbage that the next reclaim removes
 
 
+# A process forked from this one (a restore's streams) gets a copy of every open file, and a
+# flock lasts while any copy of its open file is open. The thread that took a store lock is
+# not in the child and never releases it there, so the lock would stay taken, for every
+# process using the pool, until the child ends. The child therefore closes at once every
+# descriptor of a store's lock file: all are known by inode, registered before the first
+# lock is taken (a fork may come between another thread's open and its lock).
+_lock_files = set()  # (st_dev, st_ino) of the store lock files this process opened
+_held_locks = set()  # the _FileLocks held now, whose fd the child forgets
+_lock_files_mutex = threading.Lock()
+
+
+def _register_lock_file(fd):
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) not in _lock_files:
+        with _lock_files_mutex:
+            _lock_files.add((st.st_dev, st.st_ino))
+
+
+def _close_inherited_locks():
+    global _lock_files_mutex
+    _lock_files_mutex = threading.Lock()  # another thread may have held it at the fork
+    for lock in list(_held_locks):
+        lock.fd = None
+    _held_locks.clear()
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(3, 1024)  # no /proc: the descriptors most processes stay below
+    for fd in fds:
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in _lock_files:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
 class _FileLock:
     """The store's thread mutex plus an exclusive flock on the lock file, opened anew each time
     because flock does not exclude holders of the same open file."""
@@ -1415,21 +1468,27 @@ class _FileLock:
     def __enter__(self):
         self.mutex.acquire()
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            _held_locks.add(self)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            _register_lock_file(self.fd)  # the lock file may have been made anew
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except BaseException:
-            if self.fd is not None:
-                os.close(self.fd)
+            self._close()
             self.mutex.release()
             raise
         return self
 
     def __exit__(self, *exc):
         try:
-            os.close(self.fd)  # closing drops the flock
+            self._close()  # closing drops the flock
         finally:
-            self.fd = None
             self.mutex.release()
+
+    def _close(self):
+        _held_locks.discard(self)
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
         return False
 
 

@@ -236,6 +236,52 @@ def test_index_update_waits_for_the_lock_held_by_another_process(tmp_path):
             p.kill()
 
 
+def test_a_process_forked_while_a_thread_holds_the_lock_does_not_keep_it(tmp_path):
+    """A restore forks its streams while another job's thread may hold the store lock: the
+    child's copy of the locked file would keep the flock, for every process using the pool,
+    until the child ended. The child closes its copies at once."""
+    import fcntl
+    import threading
+    store = st.ChunkStore(tmp_path)
+    held, release = threading.Event(), threading.Event()
+
+    def other_job():
+        with store._locked():
+            held.set()
+            release.wait()
+
+    t = threading.Thread(target=other_job)
+    t.start()
+    held.wait()
+    r, w = os.pipe()
+    up_r, up_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child says it is up, then stays until the parent has tried the lock
+        try:
+            os.close(w)
+            os.write(up_w, b"u")
+            os.read(r, 1)
+        finally:
+            os._exit(0)
+    os.close(r)
+    os.close(up_w)
+    try:
+        assert os.read(up_r, 1) == b"u"
+        os.close(up_r)
+        release.set()
+        t.join()
+        fd = os.open(os.path.join(str(tmp_path), "index", "lock"), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while the child holds it
+        finally:
+            os.close(fd)
+        with store._locked():  # and the store's own lock, in this process, is free too
+            pass
+    finally:
+        os.close(w)
+        os.waitpid(pid, 0)
+
+
 def test_threads_share_one_store(tmp_path):
     import threading
     store = st.ChunkStore(tmp_path, container_size=8192)

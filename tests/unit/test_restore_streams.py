@@ -317,3 +317,84 @@ def test_a_full_target_stops_the_restore(imaged, tmp_path):
         assert not leftovers(target)
     finally:
         subprocess.run(["umount", str(target)], capture_output=True)
+
+
+# -- the fork
+
+
+def test_a_fork_that_fails_leaves_the_files_to_one_process(imaged, tmp_path, monkeypatch,
+                                                           parts):
+    """The second of three forks fails (as with too many processes): the first part, still
+    at its gate, leaves without writing, and the restore ends in one process as if it had
+    begun there: the same counts (a part that had written files would have made the parent
+    skip them), the same tree, a log line that says why."""
+    import errno
+    real_fork = os.fork
+    forks = []
+
+    def fork_once():
+        forks.append(1)
+        if len(forks) > 1:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    result, rec = streamed(imaged["image"], imaged["rows"], tmp_path / "t", streams=3)
+    monkeypatch.setattr(os, "fork", real_fork)
+    one, _ = single(imaged["image"], imaged["rows"], tmp_path / "one")
+    assert result.pop("streams") == 1 and len(parts) == 1
+    assert result == one, (result, one)
+    assert_trees_equal(str(imaged["src"]), str(tmp_path / "t") + str(imaged["src"]))
+    logs = [x["message"] for x in rec.of("log")]
+    assert any("restored in one process" in m and os.strerror(errno.EAGAIN) in m
+               for m in logs), logs
+    assert all(reaped(pid) for pid in parts)
+
+
+def test_the_parts_hold_no_socket_or_pipe_of_the_agent(imaged, tmp_path):
+    """A part gets a copy of every descriptor of the agent. Another job's connection or a
+    command's pipe, closed by the agent while the part runs, must reach its end of file
+    then, not when the part ends."""
+    import socket
+    import threading
+    a, b = socket.socketpair()
+    pr, pw = os.pipe()
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    ready.mkdir()
+
+    def at_the_gate():  # in each part, after it took its place
+        (ready / str(os.getpid())).touch()
+        end = time.monotonic() + 60
+        while not go.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+
+    out = {}
+
+    def restore():
+        out["result"], _ = streamed(imaged["image"], imaged["rows"], tmp_path / "t",
+                                    after_fork=at_the_gate)
+
+    t = threading.Thread(target=restore)
+    t.start()
+    try:
+        end = time.monotonic() + 60
+        while len(os.listdir(ready)) < 2 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert len(os.listdir(ready)) == 2
+        a.close()
+        os.close(pw)
+        b.settimeout(5)
+        assert b.recv(1) == b""  # times out while a part holds the other end
+        assert select_readable(pr, 5) and os.read(pr, 1) == b""
+    finally:
+        go.touch()
+        t.join()
+        b.close()
+        os.close(pr)
+    assert out["result"]["streams"] == 2 and out["result"]["errors"] == 0
+    assert_trees_equal(str(imaged["src"]), str(tmp_path / "t") + str(imaged["src"]))
+
+
+def select_readable(fd, timeout):
+    import select
+    return bool(select.select([fd], [], [], timeout)[0])

@@ -285,6 +285,10 @@ def build_parser():
     p.add_argument("--direct-io", choices=["auto", "off"], default="auto",
                    help="auto (default): write large files past the page cache where the "
                         "target's file system suits it; off: always through it")
+    p.add_argument("--streams", default="auto", metavar="auto|N",
+                   help="processes that restore files at once when the image and the target "
+                        "are on one host: auto (default: one per core, at most 4, for 64 MiB "
+                        "or more) or a number (1: one process)")
     p.add_argument("--strip-prefix", metavar="PREFIX",
                    help="remove this leading path from every restored path")
     p.add_argument("--add-prefix", metavar="PREFIX",
@@ -549,7 +553,7 @@ def _dispatch(m, args, c, s):
                                                   f"{i['target']}") for i in d["items"]])
         jid = m.start_restore(image, args.path, args.to, to_host=args.to_host,
                               overwrite=args.overwrite, relocate=relocate or None,
-                              direct_io=args.direct_io)
+                              direct_io=args.direct_io, streams=_streams_arg(args.streams))
         return _jobs_result(m, args, [jid])
     if c == "jobs":
         if s == "show":
@@ -641,6 +645,18 @@ def _dispatch(m, args, c, s):
             m.dispatcher.stop()
         return 0
     raise CairnError(f"unknown command: {c} {s or ''}".strip(), status_code=st.INVALID_REQUEST)
+
+
+def _streams_arg(value):
+    """--streams: None for auto, else the number (the master checks its range)."""
+    value = value.strip().lower()
+    if value == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise CairnError(f"--streams {value!r} is neither auto nor a number",
+                         status_code=st.INVALID_REQUEST) from None
 
 
 def _jobs_result(m, args, ids):

@@ -21,6 +21,9 @@ OVERWRITE_CHOICES = ("skip", "overwrite", "rename")
 # How restored files are written: "auto" past the page cache (O_DIRECT) where the target's
 # file system suits it, "off" always through it.
 DIRECT_IO_CHOICES = ("auto", "off")
+# A restore whose image and target are on one host runs in up to this many processes when
+# asked; "auto" (None) lets the host choose (one per core, at most 4, for 64 MiB or more).
+MAX_RESTORE_STREAMS = 16
 
 
 class Master:
@@ -656,17 +659,25 @@ class Master:
                 "relocate": relocation.to_dict()}
 
     def start_restore(self, image_id, paths, to, to_host=None, overwrite="skip",
-                      relocate=None, direct_io="auto"):
+                      relocate=None, direct_io="auto", streams=None):
         """Queues a restore job. `relocate` ({"strip", "add", "rename": {"pattern",
         "replacement", "mode"}}, see app/relocate.py) changes where paths land under `to`;
         it is checked on the chosen paths now and on everything below them when the job
         builds its plan, before anything is written. `direct_io`: "auto" writes large files
         past the page cache where the target's file system suits it, "off" never (see
-        DIRECT_IO_CHOICES)."""
+        DIRECT_IO_CHOICES). `streams`: the number of processes that restore at once when the
+        image and the target are on one host (None: the host decides)."""
         from app.relocate import plan_targets
         if direct_io not in DIRECT_IO_CHOICES:
             raise ValidationError(f"direct I/O choice {direct_io!r} is unknown",
                                   hint=f"choose one of: {', '.join(DIRECT_IO_CHOICES)}")
+        if streams is not None and (isinstance(streams, bool) or not isinstance(streams, int)
+                                    or not 1 <= streams <= MAX_RESTORE_STREAMS):
+            raise ValidationError(f"{streams!r} parallel restore streams: not a number from 1 "
+                                  f"to {MAX_RESTORE_STREAMS}",
+                                  hint="use 1 for one process, more for files restored by "
+                                       "several processes at once, or leave it to the host "
+                                       "(auto)")
         img, norm, to, host, relocation = self._restore_request(
             image_id, paths, to, to_host, overwrite, relocate)
         with self.open_index(img) as idx:
@@ -687,6 +698,8 @@ class Master:
             params["relocate"] = relocation.to_dict()
         if direct_io != "auto":
             params["direct_io"] = direct_io
+        if streams is not None:
+            params["parallel_streams"] = streams
         return self.jobs.create("restore", client=img["client"], policy=img["policy"],
                                 schedule=img["schedule"], storage_unit=img["storage_unit"],
                                 params=params)
@@ -745,7 +758,8 @@ class Master:
             extra = {"relocate": p["relocate"]} if p.get("relocate") else {}
             new_id = self.start_restore(p["image"], p["paths"], p["to"], to_host=p.get("to_host"),
                                         overwrite=p.get("overwrite", "skip"),
-                                        direct_io=p.get("direct_io", "auto"), **extra)
+                                        direct_io=p.get("direct_io", "auto"),
+                                        streams=p.get("parallel_streams"), **extra)
         else:
             raise ValidationError(f"a {old['type']} job cannot be restarted")
         self.jobs.log(new_id, f"restart of job {job_id}")

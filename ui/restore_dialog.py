@@ -17,6 +17,16 @@ from ui.resources import icon
 PREVIEW_ROWS = 50
 PREVIEW_DELAY_MS = 250
 
+# (label, number of streams; None: the host decides)
+STREAM_CHOICES = (
+    ("Automatic: one per core, at most 4, for 64 MiB or more", None),
+    ("1: one process", 1),
+    ("2 processes", 2),
+    ("3 processes", 3),
+    ("4 processes", 4),
+    ("8 processes", 8),
+)
+
 OVERWRITE_LABELS = (
     ("skip", "Skip them: keep the files already there"),
     ("overwrite", "Overwrite them with the backed-up version"),
@@ -43,9 +53,9 @@ def _preview(m, image, paths, to, to_host, overwrite, relocate):
                              relocate=relocate, limit=PREVIEW_ROWS)
 
 
-def _start(m, image, paths, to, to_host, overwrite, relocate, direct_io="auto"):
+def _start(m, image, paths, to, to_host, overwrite, relocate, direct_io="auto", streams=None):
     jid = m.start_restore(image, paths, to, to_host=to_host, overwrite=overwrite,
-                          relocate=relocate, direct_io=direct_io)
+                          relocate=relocate, direct_io=direct_io, streams=streams)
     return m.jobs.get(jid)
 
 
@@ -122,6 +132,21 @@ class RestoreDialog(QDialog):
             "where storage is slow to take direct writes (thin-provisioned or remote "
             "volumes). Network, FUSE and in-memory file systems are always written through "
             "the page cache.")
+        self.streams = QComboBox()
+        self.streams.setObjectName("restore-streams")
+        for label, n in STREAM_CHOICES:
+            self.streams.addItem(label, n)
+        self.streams.setToolTip(
+            "When the image and the target are on one host, the files are cut into parts "
+            "restored at once by several processes: faster for many files on a target that "
+            "takes parallel writes (local disks, parallel file systems).")
+        self.streams_hint = QLabel()
+        self.streams_hint.setObjectName("restore-streams-hint")
+        self.streams_hint.setWordWrap(True)
+        _dim(self.streams_hint)
+        streams_row = QHBoxLayout()
+        streams_row.addWidget(self.streams)
+        streams_row.addWidget(self.streams_hint, 1)
 
         # ---- relocation
         reloc = QGroupBox("Change the restored paths (optional)")
@@ -192,6 +217,7 @@ class RestoreDialog(QDialog):
         over = QFormLayout()
         over.addRow("Files that already exist", self.overwrite)
         over.addRow("Writing", self.direct)
+        over.addRow("Parallel streams", streams_row)
         lay.addLayout(over)
         lay.addWidget(reloc)
         preview_label = QLabel(f"<b>Preview</b> (the first {PREVIEW_ROWS} paths)")
@@ -211,6 +237,7 @@ class RestoreDialog(QDialog):
             w.currentIndexChanged.connect(self._changed)
         self.where.buttonToggled.connect(self._changed)
         self._show_destination()
+        self._show_streams()
         self.bridge.call(lambda m: [h["name"] for h in m.config.hosts()],
                          done=self._hosts, context=self)
         self.resize(860, 700)
@@ -226,6 +253,7 @@ class RestoreDialog(QDialog):
         i = self.host.findText(current)
         self.host.setCurrentIndex(max(i, 0))
         self.host.blockSignals(False)
+        self._show_streams()
 
     def request(self):
         """(to, to_host, overwrite, relocate) as the form says."""
@@ -256,8 +284,18 @@ class RestoreDialog(QDialog):
             self.dest_hint.setText("Files go back where they were backed up from; choose "
                                    "what happens to the files there now.")
 
+    def _show_streams(self):
+        storage = self.image.get("storage_host")
+        host = self.image["client"] if self.original.isChecked() else self.host.currentText()
+        if storage and host and host != storage:
+            self.streams_hint.setText(f"One stream: the image is on {storage}, the target on "
+                                      f"{host}.")
+        else:
+            self.streams_hint.setText("")
+
     def _changed(self, *_):
         self._show_destination()
+        self._show_streams()
         self.preview = None
         self.start_button.setEnabled(False)
         self._generation += 1
@@ -317,7 +355,7 @@ class RestoreDialog(QDialog):
         self.status.setText("Starting the restore…")
         self.bridge.call(_start, self.image["id"], self.paths, to, host, overwrite, relocate,
                          "auto" if self.direct.isChecked() else "off",
-                         done=self._started, failed=self._start_failed, context=self)
+                         self.streams.currentData(), done=self._started, failed=self._start_failed, context=self)
 
     def _started(self, job):
         self.job = job

@@ -492,10 +492,11 @@ def _direct(target_dir, direct_io):
 
 @handler
 def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checksum="sha256",
-            image_paths=None, dedup=None, direct_io="auto"):
+            image_paths=None, dedup=None, direct_io="auto", streams=None):
     """Restore when the image and the target are on this host: no network at all.
     image_paths: the image files of an incremental chain, which extents name by position.
-    dedup: {"root", "key"} when the images are recipes of a deduplication pool."""
+    dedup: {"root", "key"} when the images are recipes of a deduplication pool. streams:
+    the number of processes that restore at once (None: see restore_streams)."""
     from app.agent.extents import ExtentReader
     from app.agent.restore_streams import restore_in_streams
     _check_target(target_dir)
@@ -503,6 +504,8 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
     if len(extents) != len(plan):
         raise InvalidRequest(f"the restore has {len(plan)} plan items but {len(extents)} "
                              f"extents")
+    if streams is not None and (type(streams) is not int or streams < 1):
+        raise InvalidRequest(f"streams must be a whole number of 1 or more, not {streams!r}")
     reading = _ImageReading(dedup)
     try:
         def source_for(indexes):
@@ -512,7 +515,7 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
         return restore_in_streams(source_for, target_dir, plan, overwrite=overwrite,
                                   emit=req.emit, is_cancelled=req.is_cancelled,
                                   checksum=checksum, sizes=[e[1] for e in extents],
-                                  after_fork=reading.forked, **direct)
+                                  after_fork=reading.forked, streams=streams, **direct)
     finally:
         reading.close()
 

@@ -140,6 +140,13 @@ def run(master, job):
     direct_io = p.get("direct_io", "auto")
     if direct_io == "off":
         ctx.log("direct I/O off: every file is written through the target host's page cache")
+    streams = p.get("parallel_streams")
+    if streams is not None:
+        if image["storage_host"] == target_host["name"]:
+            ctx.log(f"parallel streams asked for: {streams}")
+        else:
+            ctx.log(f"parallel streams asked for: {streams}; a restore from "
+                    f"{image['storage_host']} to another host runs in one stream")
     ctx.flush()
     image_paths = image_files(master, image, extents)
     if len(image_paths) > 1:
@@ -154,7 +161,8 @@ def run(master, job):
             call = storage.start("restore", {
                 "image_path": image["path"], "image_paths": image_paths, "extents": extents,
                 "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
-                "checksum": image["checksum"], "dedup": dedup, "direct_io": direct_io},
+                "checksum": image["checksum"], "dedup": dedup, "direct_io": direct_io,
+                **({"streams": streams} if streams is not None else {})},
                 on_event=ctx.on_event)
             calls.append(call)
         else:
@@ -192,6 +200,9 @@ def run(master, job):
     if summary.get("streams", 1) > 1:
         ctx.log(f"the files were restored in {summary['streams']} parallel streams "
                 f"(processes) on {target_host['name']}")
+    elif streams and streams > 1 and image["storage_host"] == target_host["name"]:
+        ctx.log(f"the files were restored in one process on {target_host['name']}, not "
+                f"in {streams} streams (see README, Restore choices)")
     if summary.get("direct_bytes"):
         ctx.log(f"{summary['direct_bytes']} of the bytes went past the page cache, straight "
                 f"to the device (O_DIRECT)")

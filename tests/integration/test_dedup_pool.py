@@ -290,6 +290,54 @@ def test_a_restore_in_parallel_streams_through_the_master(tmp_path, monkeypatch)
         m.close()
 
 
+def test_the_number_of_restore_streams_chosen_per_restore(tmp_path, master, monkeypatch):
+    """--streams / start_restore(streams=N) sets the number of processes of one restore,
+    whatever its size and the host's default: the log says it was asked for and how many
+    ran, a restart keeps it, a number out of range is refused."""
+    from app.errors import ValidationError
+    monkeypatch.delenv("CAIRN_RESTORE_STREAMS", raising=False)
+    src, pool, first = backed_up_tree(master, tmp_path, seed=12)
+    img = first["image_id"]
+    for bad in (0, 17, "2", True):
+        with pytest.raises(ValidationError, match="parallel restore streams"):
+            master.start_restore(img, [src], str(tmp_path / "x"), streams=bad)
+    failed = master.start_restore(img, [src], str(tmp_path / "x"), streams=3)
+    master.jobs.claim(failed, "test")
+    master.jobs.finish(failed, status.VOLUME_UNAVAILABLE, "the target was not there")
+    [again] = master.restart_job(failed)
+    assert again["params"]["parallel_streams"] == 3
+    master.jobs.request_cancel(again["id"])
+    logs = {}
+    for n in (2, 1):
+        dst = str(tmp_path / f"dst-{n}")
+        jid = master.start_restore(img, [src], dst, streams=n)
+        [job] = master.wait_for([jid])
+        assert job["status"] == status.OK, [x["message"] for x in master.jobs.logs(jid)]
+        assert_trees_equal(src, dst + src)
+        logs[n] = "\n".join(x["message"] for x in master.jobs.logs(jid))
+    # a tree far below the 64 MiB the host asks for before it cuts a restore by itself
+    assert "parallel streams asked for: 2" in logs[2]
+    assert "restored in 2 parallel streams" in logs[2], logs[2]
+    assert "parallel streams" not in logs[1].replace("parallel streams asked for: 1", "")
+
+
+def test_cli_restore_streams(tmp_path, master):
+    home = master.home.root
+    src, pool, first = backed_up_tree(master, tmp_path, seed=13)
+    img = first["image_id"]
+    for bad, says in (("many", "neither auto nor a number"), ("0", "from 1 to 16")):
+        p = cairn(home, "restore", img, "--path", src, "--to", str(tmp_path / "x"),
+                  "--streams", bad, check=False)
+        assert p.returncode == status.INVALID_REQUEST and says in p.stderr, p.stderr
+    dst = str(tmp_path / "dst")
+    doc, _ = cairn_json(home, "restore", img, "--path", src, "--to", dst, "--streams", "2",
+                        "--wait")
+    job = doc["jobs"][0]
+    assert doc["status"] == 0 and job["params"]["parallel_streams"] == 2, doc
+    assert "restored in 2 parallel streams" in cairn(home, "jobs", "log", str(job["id"])).stdout
+    assert_trees_equal(src, dst + src)
+
+
 def flip_a_byte_of_the_first_container(pool):
     """Rots one byte in the middle of the pool's first container; returns its file name."""
     containers = os.path.join(pool, "containers")

@@ -101,12 +101,15 @@ def test_restore_a_directory_and_a_file_to_a_new_directory(make_console, backed_
     assert "entries will be restored to other:" + dst in dlg.status.text()
     assert not os.path.exists(dst), "the preview wrote something"
     assert dlg.direct.isChecked()  # direct I/O where the target suits it, by default
+    assert dlg.streams.currentData() is None  # the host decides
+    # the image is on me, the target is other: the dialog says the restore is one stream
+    assert "One stream" in dlg.streams_hint.text() and "other" in dlg.streams_hint.text()
 
     qtbot.mouseClick(dlg.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bool(opened), timeout=5000)
     job = opened[0]
     assert job["type"] == "restore" and job["params"]["to_host"] == "other"
-    assert "direct_io" not in job["params"]
+    assert "direct_io" not in job["params"] and "parallel_streams" not in job["params"]
     # the main window shows the job's details window
     from ui.job_dialog import JobDetailsDialog
     qtbot.waitUntil(lambda: any(d.job_id == job["id"] and d.isVisible()
@@ -159,6 +162,8 @@ def test_restore_with_a_stripped_prefix_and_a_rename(make_console, backed_up, qt
     qtbot.waitUntil(lambda: dlg.start_button.isEnabled(), timeout=5000)
     qtbot.mouseClick(dlg.direct, Qt.MouseButton.LeftButton, pos=dlg.direct.rect().center())
     assert not dlg.direct.isChecked()  # every file through the page cache
+    assert dlg.streams_hint.text() == ""  # image and target both on me
+    dlg.streams.setCurrentIndex(dlg.streams.findData(2))
     opened = []
     v.job_opened.connect(opened.append)
     dlg.start_button.click()
@@ -167,9 +172,12 @@ def test_restore_with_a_stripped_prefix_and_a_rename(make_console, backed_up, qt
         "strip": src, "rename": {"pattern": "*.txt", "replacement": "*.txt.bak",
                                  "mode": "glob"}}
     assert opened[0]["params"]["direct_io"] == "off"
+    assert opened[0]["params"]["parallel_streams"] == 2
     done = wait_job(m, qtbot, opened[0]["id"])
     assert done["status"] == st.OK, m.jobs.logs(done["id"])
     assert any("direct I/O off" in x["message"] for x in m.jobs.logs(done["id"]))
+    assert any("parallel streams asked for: 2" == x["message"]
+               for x in m.jobs.logs(done["id"]))
     for rel in ("top.txt", "sub/deeper/file.txt"):
         with open(f"{src}/dir/{rel}", "rb") as a, open(f"{dst}/dir/{rel}.bak", "rb") as b:
             assert a.read() == b.read()

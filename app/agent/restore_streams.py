@@ -16,6 +16,7 @@ processes cannot all be started: they wait at a gate until the last one is forke
 A part gets a copy of every descriptor of the agent. It closes the sockets and pipes among
 them at once (another job's connection must reach its end of file when the agent closes it,
 not when the part ends); the pool's store lock is closed by app/dedup/store.py's fork hook.
+A part killed by a signal cannot remove its temporary files: the parent does (sweep).
 
 Standard library only: this runs on client hosts.
 """
@@ -31,8 +32,8 @@ import time
 from app import status
 from app.agent import entry, tarfmt
 from app.agent.errors import AgentFailure, Cancelled, error_message
-from app.agent.extract import (PROGRESS_EVERY, _plan_components, _Refused, _Restore,
-                               check_request, restore_from)
+from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _Refused,
+                               _Restore, check_request, restore_from)
 
 # Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
 # cores, is the limit beyond that), for restores of at least MIN_BYTES (below, a restore is
@@ -153,11 +154,12 @@ def restore_in_streams(source_for, target_dir, plan, *, overwrite, emit, is_canc
 
 
 class _Part:
-    __slots__ = ("pid", "fd", "data", "progress", "result", "error", "ended")
+    __slots__ = ("pid", "fd", "indexes", "data", "progress", "result", "error", "ended")
 
-    def __init__(self, pid, fd):
+    def __init__(self, pid, fd, indexes):
         self.pid = pid
         self.fd = fd
+        self.indexes = indexes
         self.data = b""
         self.progress = (0, 0)
         self.result = None  # (counts, restored link targets)
@@ -194,7 +196,7 @@ class _Streams:
                         src.close()  # the parts read them
                     self.relay(r)
             finally:
-                self.end_parts()
+                self.end_parts(r)
             if failure is None:
                 self.collect(r)
                 # the names the parts put in the directories are not in r's notes: from
@@ -267,7 +269,7 @@ class _Streams:
             finally:
                 os._exit(code)
         os.close(wfd)
-        return _Part(pid, rfd)
+        return _Part(pid, rfd, indexes)
 
     def part(self, parent, indexes, src, wfd):
         def send(msg):
@@ -352,9 +354,10 @@ class _Streams:
             self.emit("progress", {"files": r.files + sum(p.progress[0] for p in self.parts),
                                    "bytes": r.bytes + sum(p.progress[1] for p in self.parts)})
 
-    def end_parts(self):
+    def end_parts(self, r):
         """Waits for every part; on the way out after an error in the parent itself, the
-        parts are told to stop first."""
+        parts are told to stop first. A part that ended without a word (killed) had no
+        chance to remove its half-written files: they are removed here."""
         if not all(p.ended for p in self.parts):
             self.stop[0] = 1
         for p in self.parts:
@@ -366,6 +369,46 @@ class _Streams:
             if p.result is None and p.error is None:
                 p.error = {"code": status.INTERNAL, "message": "a restore stream ended "
                            "without a result (%s)" % _exit_text(st)}
+                if st:
+                    removed = self.sweep(r, p)
+                    if removed:
+                        r.log("removed %d half-written file(s) of the restore stream that "
+                              "ended (%s)" % (removed, _exit_text(st)))
+
+    def sweep(self, r, p):
+        """Removes the temporary files part p left in the directories of its items; returns
+        how many. The directories are opened without following links, as a restore does."""
+        dirs = set()
+        for i in p.indexes:
+            item = self.plan[i]
+            try:
+                comps = _plan_components(item["to"] if item.get("to") is not None
+                                         else item.get("path", ""))
+            except (_Refused, KeyError, TypeError, ValueError):
+                continue
+            comps = r.map_dirs(list(comps))
+            if comps:
+                dirs.add(tuple(comps[:-1]))
+        prefix = b".cairn-restore-%d-" % p.pid
+        removed = 0
+        for comps in sorted(dirs):
+            fd = None
+            try:
+                fd = os.dup(r.root)
+                for c in comps:
+                    nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = nfd
+                for name in map(os.fsencode, os.listdir(fd)):
+                    if name.startswith(prefix) and name.endswith(b".tmp"):
+                        os.unlink(name, dir_fd=fd)
+                        removed += 1
+            except OSError:
+                continue  # gone or not a directory: nothing of the part is there
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        return removed
 
     def collect(self, r):
         """The parts' counts and link targets into r, or the error that ended the restore:

@@ -4,6 +4,7 @@ same outcome as one process in every overwrite mode, and what a part's trouble d
 whole: a checksum mismatch, a damaged image, a cancel, a part killed."""
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -398,3 +399,67 @@ def test_the_parts_hold_no_socket_or_pipe_of_the_agent(imaged, tmp_path):
 def select_readable(fd, timeout):
     import select
     return bool(select.select([fd], [], [], timeout)[0])
+
+
+class Stalling:
+    """An image stream that gives its first `after` bytes in small reads, then waits until
+    the file `release` exists: a part reading it stops in the middle of a file, with its
+    temporary file open."""
+
+    def __init__(self, reader, after, release):
+        self.reader = reader
+        self.left = after if after > 0 else 1 << 62  # the directories' stream: no stall
+        self.release = release
+
+    def readinto(self, b):
+        if self.left <= 0:
+            end = time.monotonic() + 60
+            while not self.release.exists() and time.monotonic() < end:
+                time.sleep(0.01)
+            self.left = 1 << 62
+        n = self.reader.readinto(memoryview(b)[:max(1, min(len(b), 64 * KiB, self.left))])
+        self.left -= n
+        return n
+
+    def close(self):
+        self.reader.close()
+
+
+def test_the_half_written_files_of_a_killed_part_are_removed(tmp_path, parts):
+    """A part killed in the middle of a file cannot remove its temporary file itself: the
+    parent removes it, and says so; the other part's own cleanup leaves nothing either."""
+    src = tmp_path / "src"
+    for d in ("a", "b"):
+        (src / d).mkdir(parents=True)
+        for i in range(3):
+            (src / d / f"small{i}").write_bytes(os.urandom(KiB))
+        (src / d / "big").write_bytes(os.urandom(6 << 20))
+    image = tmp_path / "image.tar"
+    _, rec0 = backup(image, [src])
+    rows = rec0.rows
+    extents = [[r[entry.OFFSET], r[entry.LENGTH]] for r in rows]
+    target = tmp_path / "t"
+
+    def source_for(indexes):
+        return Stalling(ExtentReader(str(image), [extents[i] for i in indexes]),
+                        after=sum(extents[i][1] for i in indexes) - (1 << 20),
+                        release=tmp_path / "release")
+
+    def kill_when_both_write():
+        if len(parts) == 2 and not (tmp_path / "release").exists() and all(
+                any(n.startswith(".cairn-restore-%d-" % pid) for _, _, f in os.walk(target)
+                    for n in f) for pid in parts):
+            os.kill(parts[0], signal.SIGKILL)
+            (tmp_path / "release").touch()
+        return False
+
+    rec = Recorder()
+    with pytest.raises(AgentFailure) as e:
+        restore_in_streams(source_for, str(target), plan_of(rows), overwrite="skip", emit=rec,
+                           is_cancelled=kill_when_both_write, streams=2, min_bytes=0)
+    assert "killed by signal %d" % signal.SIGKILL in e.value.message
+    assert not leftovers(target)
+    assert any(re.match(r"removed [1-9]\d* half-written file\(s\) of the restore stream "
+                        r"that ended \(killed by signal %d\)" % signal.SIGKILL, x["message"])
+               for x in rec.of("log")), rec.of("log")
+    assert all(reaped(pid) for pid in parts)

@@ -60,6 +60,48 @@ def _why(e):
     return (e.strerror or str(e)).lower() if isinstance(e, OSError) else str(e)
 
 
+def _renameat2():
+    try:
+        import ctypes
+        f = ctypes.CDLL(None, use_errno=True).renameat2
+    except (ImportError, OSError, AttributeError):
+        return None
+    f.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    f.restype = ctypes.c_int
+    return f
+
+
+_RENAMEAT2 = _renameat2()
+_RENAME_NOREPLACE = 1
+_NOREPLACE_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP,
+                          getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+
+
+def rename_noreplace(src, dst, dir_fd):
+    """Renames src to dst in the directory dir_fd unless dst exists (FileExistsError then),
+    in one step: a name found free earlier may have been taken since, by another item of the
+    same restore (a file restored as NAME.restored beside the image's own NAME.restored) or
+    by anyone else. renameat2(RENAME_NOREPLACE) where the kernel and file system have it,
+    else a hard link and an unlink (both refuse an existing name), else a plain rename."""
+    if _RENAMEAT2 is not None:
+        import ctypes
+        if _RENAMEAT2(dir_fd, src, dir_fd, dst, _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in _NOREPLACE_UNSUPPORTED:
+            raise OSError(err, os.strerror(err), os.fsdecode(dst))
+    try:
+        os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in _NOREPLACE_UNSUPPORTED | {errno.EPERM, errno.EMLINK}:
+            raise
+        os.rename(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # no other way here
+        return
+    os.unlink(src, dir_fd=dir_fd)
+
+
 def _damaged(message):
     return AgentFailure(message, code=status.IMAGE_DAMAGED)
 
@@ -349,8 +391,8 @@ class _Pending:
     (and its writer) before it is put in place. Files are finished in batches, behind a mark
     of the hash worker (see _Restore.checkpoint), not one by one."""
 
-    __slots__ = ("fd", "tmp", "final", "dfd", "expected", "member", "path", "key",
-                 "digest", "writer")
+    __slots__ = ("fd", "tmp", "final", "replace", "dfd", "expected", "member", "path",
+                 "key", "digest", "writer")
 
     def done(self, digest):
         self.digest = digest
@@ -659,7 +701,7 @@ class _Restore:
             raise _Refused("the member uses a sparse format this agent does not restore")
         dfd = self.parent_fd(parent)
         names = self.fresh.get(tuple(parent))
-        final, _ = self.destination(dfd, name, path, names)
+        final, replace = self.destination(dfd, name, path, names)
         if final is None:
             return
         if names is not None:
@@ -690,6 +732,7 @@ class _Restore:
         p.fd = fd
         p.tmp = tmp
         p.final = final
+        p.replace = replace
         p.dfd = dfd
         p.expected = item.get("checksum") or ""
         p.member = m
@@ -906,7 +949,9 @@ class _Restore:
             except OSError as e:
                 self.warn(p.path, "cannot set the modification time: %s" % _why(e))
             try:
-                os.rename(p.tmp, p.final, src_dir_fd=p.dfd, dst_dir_fd=p.dfd)
+                if not self.put_in_place(p):
+                    self.discard(fd, p.dfd, p.tmp)
+                    return
             except OSError as e:
                 self.errors += 1
                 self.warn(p.path, "cannot put the file in place: %s" % _why(e))
@@ -917,6 +962,31 @@ class _Restore:
             self.discard(fd, p.dfd, p.tmp)
             raise
         self.restored_one(p.path, p.key[:-1] + (p.final,))
+
+    def put_in_place(self, p):
+        """Renames a finished file to its name. Only a name that was taken when the file
+        was begun is replaced (or any, when overwriting): a name found free then and taken
+        since is met as the overwrite mode says. Returns False when the file is skipped."""
+        if p.replace or self.overwrite == "overwrite":
+            os.rename(p.tmp, p.final, src_dir_fd=p.dfd, dst_dir_fd=p.dfd)
+            return True
+        while True:
+            try:
+                rename_noreplace(p.tmp, p.final, p.dfd)
+                return True
+            except FileExistsError:
+                taken = p.final
+            if self.overwrite == "skip":
+                self.skipped += 1
+                self.log("skipped %s: %s was made while it was restored"
+                         % (p.path, os.fsdecode(taken)))
+                return False
+            names = self.fresh.get(p.key[:-1])
+            p.final = self.free_name(p.dfd, p.key[-1], names)
+            if names is not None:
+                names.add(p.final)
+            self.log("restored %s as %s: %s was taken while it was restored"
+                     % (p.path, os.fsdecode(p.final), os.fsdecode(taken)))
 
     def set_owner(self, fd, dfd, name, m, path):
         if not self.can_chown:

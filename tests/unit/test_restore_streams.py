@@ -463,3 +463,57 @@ def test_the_half_written_files_of_a_killed_part_are_removed(tmp_path, parts):
                         r"that ended \(killed by signal %d\)" % signal.SIGKILL, x["message"])
                for x in rec.of("log")), rec.of("log")
     assert all(reaped(pid) for pid in parts)
+
+
+# -- names taken while a restore runs
+
+
+@pytest.mark.parametrize("way", ["one", "streams"])
+def test_a_name_taken_while_restoring_is_not_replaced_in_rename_mode(tmp_path, way):
+    """A directory that exists with F but not F.restored, and an image with both: F is
+    restored as F.restored (F is taken), and so is the image's own F.restored (free when it
+    was looked at). Whichever is put in place second must not replace the first."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(12):
+        (src / f"f{i:02d}").write_bytes(b"file %d\n" % i * 3000)
+        (src / f"f{i:02d}.restored").write_bytes(b"its own copy %d\n" % i * 3000)
+    image = tmp_path / "image.tar"
+    _, rec = backup(image, [src])
+    target = tmp_path / "t"
+    single(image, rec.rows, target)
+    root = Path(str(target) + str(src))
+    for i in range(12):
+        (root / f"f{i:02d}.restored").unlink()
+    if way == "one":
+        result, r = single(image, rec.rows, target, overwrite="rename")
+    else:
+        result, r = streamed(image, rec.rows, target, overwrite="rename")
+    have = sorted((root / n).read_bytes() for n in os.listdir(root))
+    want = sorted([(src / n).read_bytes() for n in os.listdir(src)]
+                  + [(src / f"f{i:02d}").read_bytes() for i in range(12)])
+    assert have == want  # 12 kept, 24 restored: none lost
+    assert result["errors"] == 0 and not leftovers(target)
+    logs = [x["message"] for x in r.of("log")]
+    assert any("was taken while it was restored" in m for m in logs), logs
+
+
+@pytest.mark.parametrize("way", ["renameat2", "link and unlink"])
+def test_rename_noreplace_refuses_a_taken_name(tmp_path, monkeypatch, way):
+    from app.agent import extract
+    from app.agent.extract import rename_noreplace
+    if way == "renameat2":
+        assert extract._RENAMEAT2 is not None, "this host's C library has renameat2"
+    else:  # a C library without renameat2
+        monkeypatch.setattr(extract, "_RENAMEAT2", None)
+    (tmp_path / "a").write_bytes(b"a")
+    (tmp_path / "b").write_bytes(b"b")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(FileExistsError):
+            rename_noreplace(b"a", b"b", fd)
+        assert (tmp_path / "a").read_bytes() == b"a" and (tmp_path / "b").read_bytes() == b"b"
+        rename_noreplace(b"a", b"c", fd)
+        assert not (tmp_path / "a").exists() and (tmp_path / "c").read_bytes() == b"a"
+    finally:
+        os.close(fd)

@@ -517,3 +517,54 @@ def test_rename_noreplace_refuses_a_taken_name(tmp_path, monkeypatch, way):
         assert not (tmp_path / "a").exists() and (tmp_path / "c").read_bytes() == b"a"
     finally:
         os.close(fd)
+
+
+class Meddling:
+    """An image stream that calls `meddle()` once `after` bytes were read: someone else
+    acting on the target while a file is being restored."""
+
+    def __init__(self, reader, after, meddle):
+        self.reader = reader
+        self.left = after
+        self.meddle = meddle
+
+    def readinto(self, b):
+        if self.left is not None and self.left <= 0:
+            self.meddle()
+            self.left = None
+        n = self.reader.readinto(memoryview(b)[:min(len(b), 64 * KiB)])
+        if self.left is not None:
+            self.left -= n
+        return n
+
+    def close(self):
+        self.reader.close()
+
+
+def test_a_file_made_by_someone_else_meanwhile_is_kept_in_skip_mode(tmp_path):
+    """skip: a name free when the file was begun and taken before it was put in place is
+    left to the file there now; the restore counts the file as skipped and says why."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big").write_bytes(os.urandom(6 << 20))
+    (src / "small").write_bytes(b"small\n")
+    image = tmp_path / "image.tar"
+    _, rec0 = backup(image, [src])
+    rows = rec0.rows
+    target = tmp_path / "t"
+    theirs = Path(str(target) + str(src)) / "big"
+
+    def someone_else():
+        theirs.write_bytes(b"made by someone else\n")
+
+    big = next(r for r in rows if r[entry.PATH].endswith("/big"))
+    rec = Recorder()
+    with ExtentReader(str(image), [[r[entry.OFFSET], r[entry.LENGTH]] for r in rows]) as rd:
+        result = restore_from(Meddling(rd, big[entry.OFFSET] + (5 << 20), someone_else),
+                              str(target), plan_of(rows), overwrite="skip", emit=rec,
+                              is_cancelled=never)
+    assert theirs.read_bytes() == b"made by someone else\n"
+    assert (theirs.parent / "small").read_bytes() == b"small\n"
+    assert result["skipped"] == 1 and result["errors"] == 0, result
+    assert not leftovers(target)
+    assert any("was made while it was restored" in x["message"] for x in rec.of("log"))

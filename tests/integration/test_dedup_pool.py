@@ -244,6 +244,30 @@ def backed_up_tree(m, tmp_path, seed, **tree):
     return src, pool, backup(m)
 
 
+def restarted_params(master, job_id):
+    """The parameters a restart gives a restore job that failed (the restart is canceled)."""
+    master.jobs.claim(job_id, "test")
+    master.jobs.finish(job_id, status.VOLUME_UNAVAILABLE, "the target was not there")
+    [again] = master.restart_job(job_id)
+    master.jobs.request_cancel(again["id"])
+    return again["params"]
+
+
+def restore_logs(master, img, src, tmp_path, options):
+    """Restores src from image img once per entry of options (name -> start_restore keyword
+    arguments), each to a directory of its own, checks each tree, and returns each job's log
+    as one text by name."""
+    logs = {}
+    for name, kw in options.items():
+        dst = str(tmp_path / f"dst-{name}")
+        jid = master.start_restore(img, [src], dst, **kw)
+        [job] = master.wait_for([jid])
+        assert job["status"] == status.OK, [x["message"] for x in master.jobs.logs(jid)]
+        assert_trees_equal(src, dst + src)
+        logs[name] = "\n".join(x["message"] for x in master.jobs.logs(jid))
+    return logs
+
+
 def test_a_restore_with_direct_io_off_goes_through_the_page_cache(tmp_path, master):
     """The restore's direct I/O choice: "off" writes every file through the page cache,
     "auto" the large ones past it where the target's file system suits it; both give the
@@ -254,19 +278,9 @@ def test_a_restore_with_direct_io_off_goes_through_the_page_cache(tmp_path, mast
     with pytest.raises(ValidationError, match="direct I/O choice"):
         master.start_restore(img, [src], str(tmp_path / "x"), direct_io="never")
     failed = master.start_restore(img, [src], str(tmp_path / "x"), direct_io="off")
-    master.jobs.claim(failed, "test")
-    master.jobs.finish(failed, status.VOLUME_UNAVAILABLE, "the target was not there")
-    [again] = master.restart_job(failed)
-    assert again["params"]["direct_io"] == "off"
-    master.jobs.request_cancel(again["id"])
-    logs = {}
-    for choice in ("off", "auto"):
-        dst = str(tmp_path / f"dst-{choice}")
-        jid = master.start_restore(img, [src], dst, direct_io=choice)
-        [job] = master.wait_for([jid])
-        assert job["status"] == status.OK, [x["message"] for x in master.jobs.logs(jid)]
-        assert_trees_equal(src, dst + src)
-        logs[choice] = "\n".join(x["message"] for x in master.jobs.logs(jid))
+    assert restarted_params(master, failed)["direct_io"] == "off"
+    logs = restore_logs(master, img, src, tmp_path,
+                        {choice: {"direct_io": choice} for choice in ("off", "auto")})
     assert "direct I/O off" in logs["off"] and "O_DIRECT" not in logs["off"], logs["off"]
     assert "direct I/O off" not in logs["auto"]
     assert ("O_DIRECT" in logs["auto"]) == directio.suits_target(str(tmp_path)), logs["auto"]
@@ -302,19 +316,8 @@ def test_the_number_of_restore_streams_chosen_per_restore(tmp_path, master, monk
         with pytest.raises(ValidationError, match="parallel restore streams"):
             master.start_restore(img, [src], str(tmp_path / "x"), streams=bad)
     failed = master.start_restore(img, [src], str(tmp_path / "x"), streams=3)
-    master.jobs.claim(failed, "test")
-    master.jobs.finish(failed, status.VOLUME_UNAVAILABLE, "the target was not there")
-    [again] = master.restart_job(failed)
-    assert again["params"]["parallel_streams"] == 3
-    master.jobs.request_cancel(again["id"])
-    logs = {}
-    for n in (2, 1):
-        dst = str(tmp_path / f"dst-{n}")
-        jid = master.start_restore(img, [src], dst, streams=n)
-        [job] = master.wait_for([jid])
-        assert job["status"] == status.OK, [x["message"] for x in master.jobs.logs(jid)]
-        assert_trees_equal(src, dst + src)
-        logs[n] = "\n".join(x["message"] for x in master.jobs.logs(jid))
+    assert restarted_params(master, failed)["parallel_streams"] == 3
+    logs = restore_logs(master, img, src, tmp_path, {n: {"streams": n} for n in (2, 1)})
     # a tree far below the 64 MiB the host asks for before it cuts a restore by itself
     assert "parallel streams asked for: 2" in logs[2]
     assert "restored in 2 parallel streams" in logs[2], logs[2]

@@ -21,12 +21,13 @@ offset in each eighth of the file), 5% of the data set's bytes in all, sizes unc
 (b) 5% of the files, chosen at random, are rewritten whole with new content of the same size.
 
 Steps, each tool in turn at each step (so that load from elsewhere falls on all alike), a
-`sync` (not timed) before each, the data read once before the first step so every tool starts
-from the same warm page cache and nothing is dropped from it afterwards:
+`sync` (not timed) before each, and the data read (not timed) before each tool's turn so that
+every tool starts from the same warm page cache: borg drops the files it has read from the
+cache (POSIX_FADV_DONTNEED), which left the tool after it reading from the disk:
   first full -> unchanged second full -> 5% changed -> the backup after it -> full restore of the
   latest backup to an empty directory.
 The first full runs --first-rounds times per tool (3), the tools taking turns, each round
-into a new repository; the earlier rounds' repositories are removed right after them, the
+into a new repository (all of them kept until the run ends, like everything else); the
 last round's is the one the later steps build on, and the median of the rounds is reported
 and compared (every round is in the output): on a shared 2-core machine one round of a
 CPU-bound step swings by a fifth or more with what else the host runs.
@@ -394,6 +395,11 @@ def sync():
     subprocess.run(["sync"], check=True)
 
 
+def warm(src):
+    """Reads the data set into the page cache (what a tool before dropped from it)."""
+    run(f"tar -cf - -C {shlex.quote(src)} . | cat > /dev/null")
+
+
 def set_sizes(scale):
     large_files = LARGE_FILES
     large_total = max(large_files * BLOCK, int(LARGE_TOTAL * scale))
@@ -402,18 +408,19 @@ def set_sizes(scale):
             "small": (small_count * SMALL_SIZE, small_count)}
 
 
-def check_space(work, sizes, sets, tools, cairn_type):
+def check_space(work, sizes, sets, tools, cairn_type, rounds):
     """Every set's data stays until the run ends (see bench_set): the sets add up."""
     factors = [REPO_FACTOR[cairn_type if t == "cairn" else t] for t in tools]
-    # a first full's extra rounds: one more repository at a time, removed after it
-    repos = sum(factors) + max(factors)
+    # each of a first full's extra rounds makes a repository per tool (of one backup)
+    repos = sum(factors) * (1 + (rounds - 1) / 2)
     need = sum(sizes[s][0] for s in sets) * (1 + len(tools) + repos) + (1 << 30)
     free = shutil.disk_usage(work).free
     mnt, fstype, dev = filesystem_of(work)
     if free < need:
         raise SystemExit(
             f"not enough free disk space: this run needs about {need / 1e9:.1f} GB in {work} "
-            f"(each data set, {len(tools)} restores of it and as many repositories, plus 1 GiB "
+            f"(each data set, {len(tools)} restores of it and as many repositories, the first "
+            f"full's extra rounds, plus 1 GiB "
             f"to spare) "
             f"but {mnt} ({fstype} on {dev}) has {free / 1e9:.1f} GB free; give --work DIR on "
             f"a larger file system or a smaller --scale")
@@ -422,8 +429,10 @@ def check_space(work, sizes, sets, tools, cairn_type):
 
 def first_full_trials(src, work, live, rounds, cairn_type, say):
     """rounds - 1 first fulls per tool before the one the later steps build on, the tools
-    taking turns, each into a new repository removed right after (a few large files: removing
-    them does not slow the file creation of later steps). Returns {tool: [seconds]}."""
+    taking turns, each into a new repository kept until the run ends: on this file system
+    (mounted with discard) the device trims what a deletion freed for a while after it, and
+    writes that wait for the device (Cairn's direct writes) are slower meanwhile.
+    Returns {tool: [seconds]}."""
     out = {t: [] for t in live}
     for i in range(rounds - 1):
         for t in live:
@@ -433,6 +442,7 @@ def first_full_trials(src, work, live, rounds, cairn_type, say):
                     "restic": lambda: Restic(src, where), "borg": lambda: Borg(src, where)}[t]()
             try:
                 tool.setup()
+                warm(src)
                 sync()
                 say(f"{os.path.basename(os.path.dirname(src))}: {t} first full, round {i + 1} "
                     f"of {rounds} ...")
@@ -441,7 +451,6 @@ def first_full_trials(src, work, live, rounds, cairn_type, say):
                 say(f"{t} first full, round {i + 1}: {e} (not counted)")
             finally:
                 tool.close()
-                shutil.rmtree(where, ignore_errors=True)
     return out
 
 
@@ -461,7 +470,7 @@ def bench_set(kind, src, work, tools, a, say):
                generated_s=round(time.perf_counter() - t0, 1))
     say(f"{kind}: {len(all_files):,} files, {nbytes / MB:.0f} MB generated in "
         f"{res['generated_s']} s")
-    run(f"tar -cf - -C {shlex.quote(src)} . | cat > /dev/null")  # warm the page cache
+    warm(src)
 
     made = {t: {"cairn": lambda: Cairn(src, work, a.cairn_type),
                 "restic": lambda: Restic(src, work), "borg": lambda: Borg(src, work)}[t]()
@@ -481,6 +490,7 @@ def bench_set(kind, src, work, tools, a, say):
 
     def step(name, fn):
         for t, tool in list(live.items()):
+            warm(src)
             sync()
             say(f"{kind}: {t} {name} ...")
             try:
@@ -669,7 +679,7 @@ def main():
     parent = os.path.abspath(a.work or "/var/tmp")
     os.makedirs(parent, exist_ok=True)
     sizes = set_sizes(a.scale)
-    need, free = check_space(parent, sizes, sets, tools, a.cairn_type)
+    need, free = check_space(parent, sizes, sets, tools, a.cairn_type, a.first_rounds)
     work = os.path.realpath(tempfile.mkdtemp(prefix="cairn-bench-dedup-", dir=parent))
     mnt, fstype, dev = filesystem_of(work)
     say(f"work directory {work} on {fstype} ({dev} at {mnt}): about {need / 1e9:.1f} GB "

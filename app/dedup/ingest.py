@@ -138,7 +138,7 @@ class Ingest:
         self._bases = []
         self.bases_problem = None
         try:
-            self._writer = self.store.writer()
+            self._writer = self.store.writer(background=True)
             self._recipe = RecipeWriter(recipe_path)
             if bases:
                 self._load_bases(bases)

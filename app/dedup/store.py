@@ -40,6 +40,7 @@ import hashlib
 import hmac
 import json
 import os
+import queue
 import struct
 import threading
 import time
@@ -83,6 +84,8 @@ MAX_CONTAINER_SIZE = 1 << 39
 HAS_REFRESH = 0.25
 # A writer gathers records into writes of about this size: one system call per few chunks.
 WRITE_BUFFER = 4 << 20
+# Writes (and seals) a writer with background=True may have queued for its writing thread.
+BACKGROUND_WRITES = 4
 ZSTD_LEVEL = 1
 MAX_CHUNK_SIZE = 0xFFFFFFFF
 CONTAINER_DIGITS = 8
@@ -1055,9 +1058,10 @@ class ChunkStore:
 
     # ------------------------------------------------------------------ writing
 
-    def writer(self):
+    def writer(self, background=False):
+        """A Writer; background=True: see Writer."""
         self._require_key()
-        return Writer(self)
+        return Writer(self, background=background)
 
     def encode(self, fp, data):
         """(codec byte, stored bytes) of one chunk: compressed when that helps, then
@@ -1496,9 +1500,15 @@ class Writer:
     """Adds chunks to new containers of one store. One writer per thread; use several writers
     for parallel writing. Index entries are published when a container is sealed: when it is
     full, and at commit(). With publish=False (space reclaim) nothing is indexed; the caller
-    takes the locations from the records it puts and the sealed containers."""
+    takes the locations from the records it puts and the sealed containers.
 
-    def __init__(self, store, publish=True):
+    background=True: the writes, and the sealing of full containers (fsync, rename, index),
+    run on a thread of the writer's own, in order, so that the caller goes on encoding while
+    the device works (direct writes wait for it, and a busy device would stall a backup's
+    whole pipeline). A failure there is raised by the next call that adds a chunk, or by
+    commit(); after it nothing more is written, and abort() removes what was not sealed."""
+
+    def __init__(self, store, publish=True, background=False):
         self.store = store
         self._publish = publish
         self._fd = None
@@ -1511,6 +1521,13 @@ class Writer:
         self._pending = []  # (fp, Location) in the open container
         self._added = set()
         self._closed = False
+        # containers opened and not sealed yet: number -> (fd, Appender)
+        self._unsealed = {}
+        self._background = background
+        self._io_queue = None
+        self._io_thread = None
+        self._io_error = None
+        self._dropping = False  # abort(): queued writes are skipped
         self.sealed = []  # (container number, size) of the containers this writer committed
         self.stored_chunks = 0
         self.stored_bytes = 0
@@ -1560,15 +1577,21 @@ class Writer:
         return self._put(fp, record, b"")
 
     def _put(self, fp, header, stored):
+        if self._io_error is not None:
+            raise self._io_error
         record_size = len(header) + len(stored)
         if self._fd is not None and self._size + record_size > self.store.container_size:
             self._seal()
         if self._fd is None:
             self._number, self._fd = self.store._new_container()
             self._size = self._written = CONTAINER_HEADER.size
-            # containers are written once and read rarely: past the page cache where possible
-            self._out = Appender(self.store.container_path(self._number, committed=False),
-                                 self._fd, _container_header(self._number))
+            try:
+                # containers are written once and read rarely: past the page cache where
+                # possible
+                self._out = Appender(self.store.container_path(self._number, committed=False),
+                                     self._fd, _container_header(self._number))
+            finally:
+                self._unsealed[self._number] = (self._fd, self._out)
         offset = self._size
         self._bufs.append(header)
         if stored:
@@ -1590,16 +1613,19 @@ class Writer:
             return
         bufs, n = self._bufs, self._buffered
         self._bufs, self._buffered = [], 0
-        self._writing(self._out.write, bufs)
-        if not self._out.direct:
-            start_writeback(self._fd, self._written, n)
+        self._io(self._write_out, self._number, self._fd, self._out, bufs, self._written, n)
         self._written += n
 
-    def _writing(self, write, *args):
+    def _write_out(self, number, fd, out, bufs, offset, n):
+        self._writing(number, out.write, bufs)
+        if not out.direct:
+            start_writeback(fd, offset, n)
+
+    def _writing(self, number, write, *args):
         try:
             write(*args)
         except OSError as e:
-            path = self.store.container_path(self._number, committed=False)
+            path = self.store.container_path(number, committed=False)
             if e.errno == errno.ENOSPC:
                 raise StoreWriteFailed(f"the file system holding the deduplication pool is "
                                        f"full (writing {path})",
@@ -1610,20 +1636,68 @@ class Writer:
     def _seal(self):
         """Makes the open container durable and committed, then indexes its chunks."""
         self._flush()
-        self._writing(self._out.finish)
-        self._out = None
-        fd, number = self._fd, self._number
+        args = (self._number, self._fd, self._out, self._size, self._pending)
+        self._out = self._fd = self._number = None
+        self._pending = []
+        self._io(self._seal_container, *args)
+
+    def _seal_container(self, number, fd, out, size, pending):
+        self._writing(number, out.finish)
         os.fsync(fd)
         os.rename(self.store.container_path(number, committed=False),
                   self.store.container_path(number))
         fsync_dir(self.store.containers_dir)
+        del self._unsealed[number]
         os.close(fd)
-        self.sealed.append((number, self._size))
-        self._fd = self._number = None
+        self.sealed.append((number, size))
         if self._publish:
             with self.store._locked():
-                self.store._append_index(self._pending)
-        self._pending = []
+                self.store._append_index(pending)
+
+    # ---- the writing thread (background=True) -----------------------------------------------
+    def _io(self, fn, *args):
+        if self._io_error is not None:
+            raise self._io_error
+        if not self._background:
+            fn(*args)
+            return
+        if self._io_thread is None:
+            self._io_queue = queue.Queue(BACKGROUND_WRITES)
+            self._io_thread = threading.Thread(target=self._io_loop, name="dedup-write",
+                                               daemon=True)
+            self._io_thread.start()
+        while True:
+            try:
+                self._io_queue.put((fn, args), timeout=0.5)
+                return
+            except queue.Full:
+                if self._io_error is not None:
+                    raise self._io_error
+                if not self._io_thread.is_alive():
+                    raise StoreWriteFailed("the pool's writing thread ended unexpectedly")
+
+    def _io_loop(self):
+        get = self._io_queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            if self._io_error is not None or self._dropping:
+                continue  # after a failure, or once aborted, nothing more is written
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001 - raised by the caller's next call
+                self._io_error = e
+
+    def _stop_io(self):
+        """Waits for everything queued; raises what failed there."""
+        thread, self._io_thread = self._io_thread, None
+        if thread is not None:
+            self._io_queue.put(None)
+            thread.join()
+        if self._io_error is not None:
+            raise self._io_error
 
     def commit(self):
         """Seals the open container and makes its chunks' index entries durable."""
@@ -1631,25 +1705,35 @@ class Writer:
             return
         if self._fd is not None:
             self._seal()
+        self._stop_io()
         self._closed = True
 
     def abort(self):
-        """Drops the open container. Containers already sealed because they were full stay
-        (their chunks are indexed and valid)."""
+        """Drops the containers not sealed yet. Containers already sealed because they were
+        full stay (their chunks are indexed and valid)."""
         if self._closed:
             return
         self._closed = True
         self._bufs, self._buffered = [], 0
-        if self._fd is not None:
-            path = self.store.container_path(self._number, committed=False)
+        self._dropping = True
+        try:
+            self._stop_io()
+        except BaseException:  # noqa: BLE001 - the failure being cleaned up after
+            pass
+        unsealed, self._unsealed = self._unsealed, {}
+        self._fd = self._number = self._out = None
+        self._pending = []
+        for number, (fd, out) in sorted(unsealed.items()):
+            path = self.store.container_path(number, committed=False)
             try:
-                self._out.close()
-                self._out = None
-                os.unlink(path)
+                if out is not None:
+                    out.close()
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             finally:
-                os.close(self._fd)
-                self._fd = self._number = None
-                self._pending = []
+                os.close(fd)
 
     def __enter__(self):
         return self

@@ -111,3 +111,39 @@ def finish_and_read(ing, tmp_path):
         s.close()
     assert stats["bytes"] == len(data)
     return data
+
+
+def test_a_stream_into_a_full_file_system_fails_clearly_and_leaves_no_partial(tmp_path):
+    """The pool on a tmpfs of 2 MiB and a stream of 6 MB that does not compress: the
+    container writes (on the writer's own thread) meet the full disk; the error reaches the
+    stream's caller as "full", with nothing of the image left behind and the pool usable."""
+    import os
+    import subprocess
+
+    import pytest
+
+    from app.dedup.store import StoreWriteFailed
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        stream = random.Random(5).randbytes(6_000_000)
+        ing = new_ingest(small)
+        with pytest.raises(StoreWriteFailed, match="is full"):
+            for at in range(0, len(stream), 100_000):
+                ing.write(stream[at:at + 100_000])
+            ing.finish({})
+        ing.abort()
+        root = small / "pool"
+        assert not [n for n in os.listdir(root / "containers") if n.endswith(".partial")]
+        assert not os.listdir(root / "images" / "c")
+        # what fits still goes in: the space the failed image took is free again
+        ing = new_ingest(small)
+        ing.write(stream[:200_000])
+        assert finish_and_read(ing, small) == stream[:200_000]
+    finally:
+        subprocess.run(["umount", str(small)], capture_output=True)

@@ -320,6 +320,78 @@ def test_abort_leaves_nothing(tmp_path):
     assert os.listdir(store.containers_dir) == []
 
 
+def writing_threads():
+    import threading
+    return [t for t in threading.enumerate() if t.name == "dedup-write"]
+
+
+def test_a_background_writer_stores_and_indexes_what_it_is_given(tmp_path):
+    # small containers: many seals queued behind the writes, and the chunks of sealed
+    # containers are found by lookups while later ones are still being written
+    store = st.ChunkStore(tmp_path, container_size=8192)
+    chunks = dict(chunk(s, size=1500, compressible=False) for s in range(60))
+    w = store.writer(background=True)
+    for fp, data in chunks.items():
+        assert w.add(fp, data)
+        assert not w.wanted(fp)  # known to the writer before its container is sealed
+    assert writing_threads()
+    w.commit()
+    assert not writing_threads()
+    assert files(store, ".partial") == []
+    assert len(w.sealed) == len(store.committed_containers()) >= 10
+    assert len(store) == len(chunks)
+    for fp, data in chunks.items():
+        assert store.get(fp) == data
+
+
+def test_an_aborted_background_writer_keeps_only_what_it_sealed(tmp_path):
+    store = st.ChunkStore(tmp_path, container_size=8192)
+    chunks = dict(chunk(s, size=1500, compressible=False) for s in range(40))
+    w = store.writer(background=True)
+    for fp, data in chunks.items():
+        w.add(fp, data)
+    w.abort()
+    assert not writing_threads()
+    assert files(store, ".partial") == []
+    kept = [fp for fp in chunks if store.has(fp)]
+    assert len(kept) < len(chunks)  # the open container (at least) is gone
+    for fp in kept:  # what was sealed before the abort is whole
+        assert store.get(fp) == chunks[fp]
+    assert store.rebuild_index()["chunks"] == len(kept)
+
+
+def test_a_full_file_system_fails_a_background_writer_clearly(tmp_path):
+    """The pool on a tmpfs of 1 MiB: the write that meets the full disk fails on the writing
+    thread; a later add or the commit says the file system is full, and abort leaves no
+    partial container and every sealed chunk readable."""
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    root = tmp_path / "small"
+    root.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        store = st.ChunkStore(root, container_size=256 * 1024)
+        chunks = dict(chunk(s, size=60_000, compressible=False) for s in range(40))
+        w = store.writer(background=True)
+        with pytest.raises(st.StoreWriteFailed, match="is full") as e:
+            for fp, data in chunks.items():
+                w.add(fp, data)
+            w.commit()
+        assert "reclaim" in e.value.hint
+        w.abort()
+        assert not writing_threads()
+        assert files(store, ".partial") == []
+        kept = [fp for fp in chunks if store.has(fp)]
+        assert 0 < len(kept) < len(chunks)
+        for fp in kept:
+            assert store.get(fp) == chunks[fp]
+    finally:
+        subprocess.run(["umount", str(root)], capture_output=True)
+
+
 def _killed_worker(root):
     store = st.ChunkStore(root)
     w = store.writer()

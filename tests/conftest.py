@@ -36,3 +36,29 @@ def sshd_as_localhost(sshd):
     return ServerView(sshd, "localhost")
 
 # ---- end of SSH server fixtures -----------------------------------------------------------
+
+
+# ---- a small file system to fill ----------------------------------------------------------
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """small_tmpfs(size) mounts a new tmpfs of `size` ("1m") under tmp_path and returns its
+    path; it is unmounted after the test. Skips where mounting needs root."""
+    import os
+    import subprocess
+    mounted = []
+
+    def mount(size="1m"):
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        path = tmp_path / f"tmpfs-{len(mounted)}"
+        path.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"cannot mount a tmpfs of {size}: {r.stderr}"
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", str(path)], capture_output=True)

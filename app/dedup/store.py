@@ -223,6 +223,16 @@ def _check_fingerprint(fp):
     return bytes(fp)
 
 
+def _write_failed(path, e):
+    """The StoreWriteFailed for an OSError met writing a container."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreWriteFailed(f"the file system holding the deduplication pool is full "
+                                f"(writing {path})",
+                                hint="free space there or run a space reclaim of the pool; "
+                                     "the backup stored nothing half")
+    return StoreWriteFailed(f"writing {path} failed: {e.strerror}")
+
+
 def fsync_dir(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -1112,6 +1122,8 @@ class ChunkStore:
                 except FileExistsError:
                     number += 1
                     continue
+                except OSError as e:
+                    raise _write_failed(path, e) from None
                 if os.path.exists(self.container_path(number)):
                     os.close(fd)
                     os.unlink(path)
@@ -1120,7 +1132,15 @@ class ChunkStore:
                 break
         # held until commit or abort, so remove_stale_partials can tell a live writer
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, _container_header(number))
+        try:
+            os.write(fd, _container_header(number))
+        except OSError as e:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise _write_failed(path, e) from None
         return number, fd
 
 
@@ -1625,13 +1645,8 @@ class Writer:
         try:
             write(*args)
         except OSError as e:
-            path = self.store.container_path(number, committed=False)
-            if e.errno == errno.ENOSPC:
-                raise StoreWriteFailed(f"the file system holding the deduplication pool is "
-                                       f"full (writing {path})",
-                                       hint="free space there or run a space reclaim of the "
-                                            "pool; the backup stored nothing half") from None
-            raise StoreWriteFailed(f"writing {path} failed: {e.strerror}") from None
+            raise _write_failed(self.store.container_path(number, committed=False),
+                                e) from None
 
     def _seal(self):
         """Makes the open container durable and committed, then indexes its chunks."""
@@ -1643,7 +1658,7 @@ class Writer:
 
     def _seal_container(self, number, fd, out, size, pending):
         self._writing(number, out.finish)
-        os.fsync(fd)
+        self._writing(number, os.fsync, fd)
         os.rename(self.store.container_path(number, committed=False),
                   self.store.container_path(number))
         fsync_dir(self.store.containers_dir)

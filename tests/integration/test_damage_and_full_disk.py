@@ -82,14 +82,8 @@ def test_damaged_index_gives_a_clear_error(backed_up):
 
 
 @pytest.fixture
-def tiny_volume(tmp_path):
-    vol = tmp_path / "tiny"
-    vol.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(vol)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, f"cannot mount a small tmpfs for the full-disk test: {r.stderr}"
-    yield vol
-    subprocess.run(["umount", str(vol)])
+def tiny_volume(small_tmpfs):
+    return small_tmpfs("2m")
 
 
 def test_full_volume_fails_cleanly(tmp_path, tiny_volume):

@@ -2,12 +2,16 @@
 are cut in place (pieces are views of them) and filled again only once no piece of them is
 in use, whatever the sizes of the writes."""
 
+import os
 import random
+
+import pytest
 
 import app.dedup.ingest as ingest_mod
 import app.dedup.segmenter as sg
 from app.dedup.ingest import Ingest, _Blocks, _unused, commit_recipe, open_store
 from app.dedup.recipe import RecipeStream, read_recipe
+from app.dedup.store import StoreWriteFailed
 
 PARAMS = {"min_size": 1024, "avg_size": 4096, "max_size": 16384}
 
@@ -113,37 +117,22 @@ def finish_and_read(ing, tmp_path):
     return data
 
 
-def test_a_stream_into_a_full_file_system_fails_clearly_and_leaves_no_partial(tmp_path):
+def test_a_stream_into_a_full_file_system_fails_clearly_and_leaves_no_partial(small_tmpfs):
     """The pool on a tmpfs of 2 MiB and a stream of 6 MB that does not compress: the
     container writes (on the writer's own thread) meet the full disk; the error reaches the
     stream's caller as "full", with nothing of the image left behind and the pool usable."""
-    import os
-    import subprocess
-
-    import pytest
-
-    from app.dedup.store import StoreWriteFailed
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    small = tmp_path / "small"
-    small.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    try:
-        stream = random.Random(5).randbytes(6_000_000)
-        ing = new_ingest(small)
-        with pytest.raises(StoreWriteFailed, match="is full"):
-            for at in range(0, len(stream), 100_000):
-                ing.write(stream[at:at + 100_000])
-            ing.finish({})
-        ing.abort()
-        root = small / "pool"
-        assert not [n for n in os.listdir(root / "containers") if n.endswith(".partial")]
-        assert not os.listdir(root / "images" / "c")
-        # what fits still goes in: the space the failed image took is free again
-        ing = new_ingest(small)
-        ing.write(stream[:200_000])
-        assert finish_and_read(ing, small) == stream[:200_000]
-    finally:
-        subprocess.run(["umount", str(small)], capture_output=True)
+    small = small_tmpfs("2m")
+    stream = random.Random(5).randbytes(6_000_000)
+    ing = new_ingest(small)
+    with pytest.raises(StoreWriteFailed, match="is full"):
+        for at in range(0, len(stream), 100_000):
+            ing.write(stream[at:at + 100_000])
+        ing.finish({})
+    ing.abort()
+    root = small / "pool"
+    assert not [n for n in os.listdir(root / "containers") if n.endswith(".partial")]
+    assert not os.listdir(root / "images" / "c")
+    # what fits still goes in: the space the failed image took is free again
+    ing = new_ingest(small)
+    ing.write(stream[:200_000])
+    assert finish_and_read(ing, small) == stream[:200_000]

@@ -360,36 +360,50 @@ def test_an_aborted_background_writer_keeps_only_what_it_sealed(tmp_path):
     assert store.rebuild_index()["chunks"] == len(kept)
 
 
-def test_a_full_file_system_fails_a_background_writer_clearly(tmp_path):
+def test_a_full_file_system_fails_a_background_writer_clearly(small_tmpfs):
     """The pool on a tmpfs of 1 MiB: the write that meets the full disk fails on the writing
     thread; a later add or the commit says the file system is full, and abort leaves no
     partial container and every sealed chunk readable."""
-    import subprocess
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    root = tmp_path / "small"
-    root.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    try:
-        store = st.ChunkStore(root, container_size=256 * 1024)
-        chunks = dict(chunk(s, size=60_000, compressible=False) for s in range(40))
-        w = store.writer(background=True)
-        with pytest.raises(st.StoreWriteFailed, match="is full") as e:
-            for fp, data in chunks.items():
-                w.add(fp, data)
-            w.commit()
-        assert "reclaim" in e.value.hint
+    store = st.ChunkStore(small_tmpfs("1m"), container_size=256 * 1024)
+    chunks = dict(chunk(s, size=60_000, compressible=False) for s in range(40))
+    w = store.writer(background=True)
+    with pytest.raises(st.StoreWriteFailed, match="is full") as e:
+        for fp, data in chunks.items():
+            w.add(fp, data)
+        w.commit()
+    assert "reclaim" in e.value.hint
+    w.abort()
+    assert not writing_threads()
+    assert files(store, ".partial") == []
+    kept = [fp for fp in chunks if store.has(fp)]
+    assert 0 < len(kept) < len(chunks)
+    for fp in kept:
+        assert store.get(fp) == chunks[fp]
+
+
+def test_a_container_that_cannot_be_begun_on_a_full_file_system_is_reported_and_left_out(
+        small_tmpfs):
+    """The file system is full before the writer begins: making the next container fails,
+    is reported as the full file system it is, and leaves neither a partial container nor
+    an open descriptor behind; once there is room, writing works again."""
+    root = small_tmpfs("1m")
+    store = st.ChunkStore(root)
+    filler = root / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+    fds = len(os.listdir("/proc/self/fd"))
+    for background in (False, True):
+        w = store.writer(background=background)
+        with pytest.raises(st.StoreWriteFailed, match="is full"):
+            w.add(*chunk(1))
         w.abort()
-        assert not writing_threads()
-        assert files(store, ".partial") == []
-        kept = [fp for fp in chunks if store.has(fp)]
-        assert 0 < len(kept) < len(chunks)
-        for fp in kept:
-            assert store.get(fp) == chunks[fp]
-    finally:
-        subprocess.run(["umount", str(root)], capture_output=True)
+    assert files(store, ".partial") == [] and files(store, ".ctr") == []
+    assert len(os.listdir("/proc/self/fd")) == fds
+    os.unlink(filler)
+    kept = fill(store, [1, 2])
+    assert all(store.get(fp) == data for fp, data in kept.items())
 
 
 def _killed_worker(root):

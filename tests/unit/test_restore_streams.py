@@ -300,24 +300,14 @@ def test_a_part_killed_ends_the_restore_with_a_clear_error(imaged, tmp_path, par
     assert all(reaped(pid) for pid in parts)
 
 
-def test_a_full_target_stops_the_restore(imaged, tmp_path):
+def test_a_full_target_stops_the_restore(imaged, small_tmpfs):
     """A tmpfs too small for the files: the part that meets the full disk ends the restore
     as an unusable target, the other part is stopped, nothing half written stays."""
-    import subprocess
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    target = tmp_path / "small"
-    target.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    try:
-        with pytest.raises(AgentFailure) as e:
-            streamed(imaged["image"], imaged["rows"], target)
-        assert e.value.code == status.RESTORE_TARGET_INVALID, e.value.message
-        assert not leftovers(target)
-    finally:
-        subprocess.run(["umount", str(target)], capture_output=True)
+    target = small_tmpfs("1m")
+    with pytest.raises(AgentFailure) as e:
+        streamed(imaged["image"], imaged["rows"], target)
+    assert e.value.code == status.RESTORE_TARGET_INVALID, e.value.message
+    assert not leftovers(target)
 
 
 # -- the fork

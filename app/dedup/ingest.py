@@ -42,11 +42,14 @@ BLOCK_BYTES = GATHER
 QUEUE_DEPTH = 3
 # One encoder more than cores: the stream's own thread (reading, cutting) runs part-time.
 ENCODERS = min(8, (os.cpu_count() or 2) + 1)
-# Pieces hashed and compressed at once: enough that every encoder stays busy, few enough that
-# their memory (about this many times the average chunk, twice) stays small.
-IN_FLIGHT = 4 * ENCODERS + 4
-# Consecutive pieces are encoded together, as one task, up to about this many bytes.
-TASK_BYTES = 1 << 20
+# Tasks hashed and compressed at once: one for each encoder and two more, so that every
+# encoder has its next task while the oldest is being stored; their memory (about this many
+# times TASK_BYTES, twice) stays small.
+IN_FLIGHT = ENCODERS + 2
+# Consecutive pieces are encoded together, as one task, up to about this many bytes: each
+# task costs a hand-over between threads and a compression context, which for the 100 KiB
+# chunks of small files in 1 MiB tasks made a first full about 4% slower (bench/README.md).
+TASK_BYTES = 4 << 20
 
 
 def _digest(data):

@@ -427,6 +427,13 @@ def check_space(work, sizes, sets, tools, cairn_type, rounds):
     return need, free
 
 
+def new_tool(name, src, work, cairn_type):
+    """The tool `name` backing up `src`, its repository in `work`."""
+    if name == "cairn":
+        return Cairn(src, work, cairn_type)
+    return {"restic": Restic, "borg": Borg}[name](src, work)
+
+
 def first_full_trials(src, work, live, rounds, cairn_type, say):
     """rounds - 1 first fulls per tool before the one the later steps build on, the tools
     taking turns, each into a new repository kept until the run ends: on this file system
@@ -438,8 +445,7 @@ def first_full_trials(src, work, live, rounds, cairn_type, say):
         for t in live:
             where = os.path.join(work, f"trial-{t}-{i + 1}")
             os.makedirs(where)
-            tool = {"cairn": lambda: Cairn(src, where, cairn_type),
-                    "restic": lambda: Restic(src, where), "borg": lambda: Borg(src, where)}[t]()
+            tool = new_tool(t, src, where, cairn_type)
             try:
                 tool.setup()
                 warm(src)
@@ -472,9 +478,7 @@ def bench_set(kind, src, work, tools, a, say):
         f"{res['generated_s']} s")
     warm(src)
 
-    made = {t: {"cairn": lambda: Cairn(src, work, a.cairn_type),
-                "restic": lambda: Restic(src, work), "borg": lambda: Borg(src, work)}[t]()
-            for t in tools}
+    made = {t: new_tool(t, src, work, a.cairn_type) for t in tools}
     live = {}
     for t, tool in made.items():
         r = res["tools"][t]

@@ -1681,15 +1681,9 @@ class Writer:
             self._io_thread = threading.Thread(target=self._io_loop, name="dedup-write",
                                                daemon=True)
             self._io_thread.start()
-        while True:
-            try:
-                self._io_queue.put((fn, args), timeout=0.5)
-                return
-            except queue.Full:
-                if self._io_error is not None:
-                    raise self._io_error
-                if not self._io_thread.is_alive():
-                    raise StoreWriteFailed("the pool's writing thread ended unexpectedly")
+        # the thread takes every item until the end (after a failure it skips them), so a
+        # full queue always drains
+        self._io_queue.put((fn, args))
 
     def _io_loop(self):
         get = self._io_queue.get

@@ -434,6 +434,7 @@ class _ImageReading:
         self.dedup = dedup
         self.session = None
         self.recipes = {}
+        self.streams = []  # the recipe streams opened: a part may turn their read-ahead off
         if dedup:
             from app.dedup.ingest import SESSION_TIMEOUT, open_store
             self.store = open_store(dedup["root"], dedup.get("key"))
@@ -452,14 +453,23 @@ class _ImageReading:
             recipe = self.recipes.get(path)
             if recipe is None:
                 recipe = self.recipes[path] = read_recipe(path)  # read once for all streams
-            return _RecipeSource(RecipeStream(self.session, recipe, check_fingerprints=False))
+            stream = RecipeStream(self.session, recipe, check_fingerprints=False)
+            self.streams.append(stream)
+            return _RecipeSource(stream)
         return open_recipe
 
-    def forked(self):
-        """In a forked process: locks of the store and the session that another thread may
-        have held at the fork are made anew (see restore_streams)."""
+    def forked(self, parts):
+        """In a forked process, one of `parts` that restore at once: locks of the store and
+        the session that another thread may have held at the fork are made anew (see
+        restore_streams). With at least as many parts as cores, each part decodes its
+        chunks in its own thread: the processes keep the cores busy, and handing every
+        chunk to read-ahead threads and back cost a sixth of the CPU time of a restore of
+        small files, and as much of its time."""
         if self.session is not None:
             self.session.forked()
+        if parts >= (os.cpu_count() or 1):
+            for stream in self.streams:
+                stream.stop_reading_ahead()
 
     def close(self):
         if self.session is not None:

@@ -32,7 +32,8 @@ import time
 from app import status
 from app.agent import entry, tarfmt
 from app.agent.errors import AgentFailure, Cancelled, error_message
-from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _Refused,
+from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _plan_name,
+                               _Refused,
                                _Restore, check_request, restore_from)
 
 # Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
@@ -66,9 +67,7 @@ def split_plan(plan, streams, min_bytes=0, sizes=None):
     sparse file is more than it reads)."""
     if streams < 2 or not hasattr(os, "fork"):
         return None
-    cost = [_cost(item, sizes[i] if sizes is not None else item.get("size"))
-            for i, item in enumerate(plan)]
-    dirs, links, rest = [], [], []
+    dirs, links, rest, cost = [], [], [], []
     places = set()
     total = 0
     for i, item in enumerate(plan):
@@ -76,9 +75,9 @@ def split_plan(plan, streams, min_bytes=0, sizes=None):
         if kind == entry.KIND_DIR:
             dirs.append(i)
             continue
+        to = item.get("to")
         try:
-            place = tuple(_plan_components(item["to"] if item.get("to") is not None
-                                           else item.get("path", "")))
+            place = _plan_name(to if to is not None else item.get("path", ""))
         except (_Refused, KeyError, TypeError, ValueError):
             place = None  # refused by whichever part gets it
         if place is not None:
@@ -88,15 +87,17 @@ def split_plan(plan, streams, min_bytes=0, sizes=None):
         if kind == entry.KIND_HARDLINK:
             links.append(i)
         else:
+            c = _cost(sizes[i] if sizes is not None else item.get("size"))
             rest.append(i)
-            total += cost[i]
+            cost.append(c)
+            total += c
     if total < min_bytes or len(rest) < 2 * streams:
         return None
     parts = []
     start = 0
     acc = 0
-    for k, i in enumerate(rest):
-        acc += cost[i]
+    for k, c in enumerate(cost):
+        acc += c
         if acc * streams >= total * (len(parts) + 1) and len(parts) < streams - 1:
             parts.append(rest[start:k + 1])
             start = k + 1
@@ -105,11 +106,12 @@ def split_plan(plan, streams, min_bytes=0, sizes=None):
     return (dirs, parts, links) if len(parts) > 1 else None
 
 
-def _cost(item, size):
-    try:
-        size = int(size or 0)
-    except (TypeError, ValueError):
-        size = 0
+def _cost(size):
+    if type(size) is not int:
+        try:
+            size = int(size or 0)
+        except (TypeError, ValueError):
+            size = 0
     return max(size, 0) + PER_FILE
 
 
@@ -122,9 +124,10 @@ def restore_in_streams(source_for, target_dir, plan, *, overwrite, emit, is_canc
 
     source_for(indexes): a stream of the members of those plan items, in that order, with
     close(); the streams of every part are opened before anything is written, so that a
-    missing image ends the restore before it began. sizes: see split_plan. after_fork():
-    run first in each forked process (locks that another thread of the agent may have held
-    at the fork are made anew there). The summary gains "streams", the number of processes
+    missing image ends the restore before it began. sizes: see split_plan.
+    after_fork(parts): run first in each forked process, given how many parts restore at
+    once (locks that another thread of the agent may have held at the fork are made anew
+    there; reading may be arranged for the number of processes). The summary gains "streams", the number of processes
     that restored files."""
     check_request(overwrite, checksum)
     chosen = True
@@ -176,6 +179,7 @@ class _Streams:
         self.is_cancelled = is_cancelled
         self.after_fork = after_fork
         self.parts = []
+        self.streams = 0  # how many parts restore at once
         # set by the parent to stop the parts: a shared page, read at every item
         self.stop = mmap.mmap(-1, mmap.PAGESIZE)
         self.last_progress = 0.0
@@ -189,6 +193,7 @@ class _Streams:
                 sources.append(self.source_for(indexes))
             r = self.new_restore(sources[0], self.emit, self.is_cancelled)
             r.run_items([self.plan[i] for i in dirs])
+            self.streams = streams
             try:
                 failure = self.start_parts(r, parts, sources[1:1 + len(parts)])
                 if failure is None:
@@ -286,7 +291,7 @@ class _Streams:
 
         try:
             if self.after_fork is not None:
-                self.after_fork()
+                self.after_fork(self.streams)
             try:
                 r = self.new_restore(src, lambda event, data: send(("event", event, data)),
                                      stopped)

@@ -389,6 +389,14 @@ class RecipeStream(io.RawIOBase):
             return fut.result()
         return self._get(fp)
 
+    def stop_reading_ahead(self):
+        """From here on each chunk is read when it is needed, in the reading thread: for a
+        reader whose process already has a core of its own to keep busy (see
+        app/agent/ops.py), where the hand-overs to and from the read-ahead threads cost
+        more than they win."""
+        self._read_ahead = False
+        self._drop_ahead()
+
     def _drop(self, j):
         self._ahead.pop(j).cancel()
         fp = self.recipe.entry(j).fp

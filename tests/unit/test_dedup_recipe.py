@@ -325,6 +325,28 @@ def test_read_ahead_reads_each_chunk_once_in_order_and_stops_on_close(tmp_path):
     assert s._pool is None and not s._ahead
 
 
+def test_read_ahead_stopped_midway_reads_the_rest_in_the_reading_thread(tmp_path):
+    stream, store, path, pieces = stored_image(tmp_path)
+    recipe = Recipe.load(path)
+    s = RecipeStream(store, recipe)
+    first = s.read(pieces[2].offset)
+    assert s._ahead  # chunks after the third are being read ahead
+    s.stop_reading_ahead()
+    assert not s._ahead
+    pool = s._pool
+    out = [first]
+    while True:
+        piece = s.read(100_000)
+        if not piece:
+            break
+        out.append(piece)
+        assert not s._ahead  # nothing planned any more
+    assert b"".join(out) == stream
+    assert store.gets <= len(recipe.fingerprints()) + RecipeStream.AHEAD  # dropped ones again
+    s.close()
+    assert pool._shutdown and s._pool is None
+
+
 def test_partial_chunk_entries(tmp_path):
     store = ChunkStore(tmp_path / "store")
     rnd = random.Random(5)

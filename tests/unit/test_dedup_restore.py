@@ -161,3 +161,25 @@ def test_a_store_lock_held_by_another_thread_at_the_fork_does_not_stop_a_stream(
         watchdog.cancel()
     assert len(children) == 2 and result["streams"] == 2 and result["errors"] == 0
     assert_trees_equal(str(src), str(tmp_path / "t") + str(src))
+
+
+def test_parts_as_many_as_the_cores_read_their_chunks_without_read_ahead(tmp_path,
+                                                                        monkeypatch):
+    """A part of a restore in streams reads ahead only while the parts leave cores free:
+    with a part per core, the read-ahead threads' hand-overs cost more than they win."""
+    _, rows, root, recipe = pooled_image(tmp_path)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    for parts, reads_ahead in ((2, True), (3, True), (4, False), (8, False)):
+        reading = ops._ImageReading({"root": root, "key": None})
+        try:
+            src = reading.opener()(recipe)
+            stream = src.stream
+            assert stream._read_ahead
+            reading.forked(parts)
+            assert stream._read_ahead is reads_ahead
+            data = bytearray(300_000)
+            assert stream.preadinto(data, 0) == len(data)
+            assert bool(stream._ahead) is reads_ahead
+            src.close()
+        finally:
+            reading.close()

@@ -353,7 +353,7 @@ def test_the_parts_hold_no_socket_or_pipe_of_the_agent(imaged, tmp_path):
     ready, go = tmp_path / "ready", tmp_path / "go"
     ready.mkdir()
 
-    def at_the_gate():  # in each part, after it took its place
+    def at_the_gate(parts):  # in each part, after it took its place
         (ready / str(os.getpid())).touch()
         end = time.monotonic() + 60
         while not go.exists() and time.monotonic() < end:

@@ -105,4 +105,22 @@ def main():
     server.send({"id": 0, "event": "hello", "data": {
         "protocol": protocol.PROTOCOL_VERSION, "python": platform.python_version(),
         "pid": os.getpid()}})
+    _preload()
     server.serve()
+
+
+# What backups and restores import when they begin, loaded once the master has the agent's
+# hello and before its first request is read: a host's first job does not wait for them.
+# A module this host cannot load (a missing optional library) is left to the job that
+# needs it, which then reports it.
+PRELOAD = ("app.agent.archiver", "app.agent.extract", "app.agent.extents",
+           "app.agent.restore_streams", "app.dedup.ingest", "app.dedup.recipe")
+
+
+def _preload():
+    import importlib
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - see PRELOAD
+            pass

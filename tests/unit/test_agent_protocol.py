@@ -30,6 +30,24 @@ def test_hello_ping_and_probe(agent):
     assert root["size"] > 0 and 0 <= root["free"] <= root["size"]
 
 
+def test_the_job_modules_are_loaded_before_the_first_request(agent):
+    """The agent loads what backups and restores import right after its hello: the pool's
+    compression library is mapped once a ping was answered, though a ping needs none."""
+    pytest.importorskip("zstandard")
+    assert agent.call("ping", timeout=30)["pong"]
+    with open("/proc/%d/maps" % agent.info["pid"]) as f:
+        maps = f.read()
+    assert "zstandard" in maps
+
+
+def test_a_module_that_cannot_load_is_left_to_its_job(monkeypatch):
+    from app.agent import server
+    monkeypatch.setattr(server, "PRELOAD", ("app.agent.no_such_module", "app.agent.extents"))
+    monkeypatch.delitem(sys.modules, "app.agent.extents", raising=False)
+    server._preload()
+    assert "app.agent.extents" in sys.modules
+
+
 def test_unknown_operation_and_bad_arguments_are_errors_not_crashes(agent):
     with pytest.raises(AgentCallError, match="unknown operation") as e:
         agent.call("format_disk", timeout=10)

@@ -16,7 +16,9 @@ from ui.views import CatalogCountsPage
 STEPS = (
     ("storage-server", "storage_servers", "Configure a disk storage server",
      "A host plus a storage type: AdvancedDisk writes plain backup images as files on a "
-     "mounted file system, such as a GPFS mount.",
+     "mounted file system, such as a GPFS mount; dedup keeps a deduplicating pool there, "
+     "which stores each piece of data once, compressed (and encrypted if you choose), so "
+     "that nightly fulls take little new space.",
      "Configure a storage server…", "storage server"),
     ("disk-pool", "disk_pools", "Configure a disk pool",
      "One or more volumes (directories on mounted file systems) of the storage server, with "

@@ -23,7 +23,11 @@ offset in each eighth of the file), 5% of the data set's bytes in all, sizes unc
 Steps, each tool in turn at each step (so that load from elsewhere falls on all alike), a
 `sync` (not timed) before each, and the data read (not timed) before each tool's turn so that
 every tool starts from the same warm page cache: borg drops the files it has read from the
-cache (POSIX_FADV_DONTNEED), which left the tool after it reading from the disk:
+cache (POSIX_FADV_DONTNEED), which left the tool after it reading from the disk. Before its
+restore, each tool's repository is read too (Cairn's: the pool and the catalog; restic's:
+the repository and its cache): Cairn writes the pool's containers with O_DIRECT, so they
+are on the disk only, while the peers' repositories are still in the page cache from their
+backups:
   first full -> unchanged second full -> 5% changed -> the backup after it -> full restore of the
   latest backup to an empty directory.
 The first full runs --first-rounds times per tool (3), the tools taking turns, each round
@@ -293,6 +297,11 @@ class Restic:
     def size(self):
         return du(self.repo)
 
+    def warm_repository(self):
+        warm(self.repo)
+        if os.path.isdir(self.env["RESTIC_CACHE_DIR"]):
+            warm(self.env["RESTIC_CACHE_DIR"])
+
     def close(self):
         pass
 
@@ -329,6 +338,9 @@ class Borg:
 
     def size(self):
         return du(self.repo)
+
+    def warm_repository(self):
+        warm(self.repo)
 
     def close(self):
         pass
@@ -382,6 +394,12 @@ class Cairn:
 
     def size(self):
         return du(self.vol)
+
+    def warm_repository(self):
+        # the pool's containers are written with O_DIRECT: after the backups they are on the
+        # disk only, where the peers' repositories, written through the page cache, are not
+        warm(self.vol)
+        warm(self.home)
 
     def close(self):
         if self.m is not None:
@@ -492,9 +510,11 @@ def bench_set(kind, src, work, tools, a, say):
             say(f"{t}: {e}")
             tool.close()
 
-    def step(name, fn):
+    def step(name, fn, warm_repositories=False):
         for t, tool in list(live.items()):
             warm(src)
+            if warm_repositories:
+                tool.warm_repository()
             sync()
             say(f"{kind}: {t} {name} ...")
             try:
@@ -540,7 +560,7 @@ def bench_set(kind, src, work, tools, a, say):
             sync()
             verify(t, expected, os.path.join(tgt, src.lstrip("/")))
             res["tools"][t]["restore"] = {"seconds": s}
-        step("full restore", restore)
+        step("full restore", restore, warm_repositories=True)
     finally:
         # Nothing of the set is deleted before the run ends: on a file system without a
         # journal (ext4 here) a file created within minutes of many being deleted near it is

@@ -23,6 +23,11 @@ from app.agent.errors import (AgentFailure, Cancelled, InvalidRequest,
 
 CHUNK = 1 << 20
 NBUF = 8
+# Threads that write the files and check them: a direct write waits for the device, so a
+# restore that writes with O_DIRECT keeps more of them in flight (a restore of 20,000 files
+# of 100 KiB in two streams: 4.16 s against 4.46 s, means of six alternating rounds).
+WRITE_THREADS = 2
+WRITE_THREADS_DIRECT = 4
 FILL = 256 << 10
 PROGRESS_EVERY = 0.25
 MAX_PENDING = 64
@@ -424,7 +429,8 @@ class _Restore:
         self.direct_for = direct_for if self.direct else None
         self.device_direct = {os.fstat(self.root).st_dev: True}
         self.here_direct = True  # for the directory of the chain
-        self.worker = tarfmt.HashWorker(NBUF, CHUNK)
+        self.worker = tarfmt.HashWorker(
+            NBUF, CHUNK, threads=WRITE_THREADS_DIRECT if self.direct else WRITE_THREADS)
         self.src = _Source(src, worker=self.worker)
         self.chain = _Chain(self.root)
         self.chain_key = None

@@ -33,8 +33,7 @@ from app import status
 from app.agent import entry, tarfmt
 from app.agent.errors import AgentFailure, Cancelled, error_message
 from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _plan_name,
-                               _Refused,
-                               _Restore, check_request, restore_from)
+                               _Refused, _Restore, check_request, restore_from)
 
 # Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
 # cores, is the limit beyond that), for restores of at least MIN_BYTES (below, a restore is
@@ -127,8 +126,8 @@ def restore_in_streams(source_for, target_dir, plan, *, overwrite, emit, is_canc
     missing image ends the restore before it began. sizes: see split_plan.
     after_fork(parts): run first in each forked process, given how many parts restore at
     once (locks that another thread of the agent may have held at the fork are made anew
-    there; reading may be arranged for the number of processes). The summary gains "streams", the number of processes
-    that restored files."""
+    there; reading may be arranged for the number of processes). The summary gains
+    "streams", the number of processes that restored files."""
     check_request(overwrite, checksum)
     chosen = True
     if streams is None:

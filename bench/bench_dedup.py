@@ -4,6 +4,7 @@ warm caches.
   .venv/bin/python bench/bench_dedup.py [--scale F] [--sets large,small] [--tools cairn,restic,borg]
                                          [--work DIR] [--seed N] [--cairn-type TYPE]
                                          [--cairn-direct-io on|off] [--first-rounds N] [--json]
+                                         [--no-settle]
 
 Data sets, generated in a new directory under the work directory (default /var/tmp) and
 deterministic from --seed: (a) 2 GiB in 8 files of 256 MiB, (b) 20,000 files of 100 KiB in
@@ -57,7 +58,14 @@ apart), measured after each backup. Targets, reported and not enforced: first fu
 >= 2.5x restic's rate, unchanged second full shorter than borg's, restore >= 1.2x the fastest
 peer's rate, pool size <= 1.05x restic's repository. Exit status 1 when a tool failed or a
 restore differs, else 0. If the Cairn master refuses the storage type or a Cairn job fails, the
-Cairn rows show the error and the peers run on."""
+Cairn rows show the error and the peers run on.
+
+A run deletes its work directory at the end. On ext4 without a journal, files made within
+some six minutes of many deletions nearby are several times slower to create (the inode
+allocator passes over recently freed inodes one by one), which would slow the next run's
+restores. So a run that deleted many files leaves a note of the time in the work directory's
+parent (.cairn-bench-deleted), and the next run there waits until SETTLE_S seconds have
+passed since (--no-settle: not at all; the wait is in the output either way)."""
 
 import argparse
 import hashlib
@@ -95,6 +103,10 @@ PEERS = ("restic", "borg")
 BACKUPS = ("first", "second", "change")
 # Repository bytes per data set byte, an upper bound for the free-space check: compressed
 # data plus the 5% change stored again, or for advanced-disk three uncompressed images.
+# See the module docstring: the wait after a run that deleted at least SETTLE_FILES files.
+SETTLE_S = 360
+SETTLE_FILES = 10_000
+SETTLE_NOTE = ".cairn-bench-deleted"
 REPO_FACTOR = {"restic": 1.2, "borg": 1.2, "dedup": 1.2, "advanced-disk": 3.1}
 
 TARGETS = {
@@ -445,6 +457,33 @@ def check_space(work, sizes, sets, tools, cairn_type, rounds):
     return need, free
 
 
+def settle_left(parent, now=None):
+    """Seconds still to wait, in `parent`, since the last run there deleted many files (0 when
+    none did, or long enough ago; an unreadable note counts as none)."""
+    try:
+        with open(os.path.join(parent, SETTLE_NOTE)) as f:
+            deleted_at = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    now = time.time() if now is None else now
+    return max(0.0, min(float(SETTLE_S), deleted_at + SETTLE_S - now))
+
+
+def note_deletion(parent, files, now=None):
+    """Leaves the time of a deletion of `files` files in `parent` for the next run (see
+    settle_left); fewer than SETTLE_FILES leave no note."""
+    if files < SETTLE_FILES:
+        return False
+    with open(os.path.join(parent, SETTLE_NOTE), "w") as f:
+        f.write(f"{time.time() if now is None else now:.0f} {files}\n")
+    return True
+
+
+def files_made(sizes, sets, tools):
+    """About how many files a run makes (data sets and one restore of each per tool)."""
+    return sum(sizes[s][1] * (1 + len(tools)) for s in sets)
+
+
 def new_tool(name, src, work, cairn_type):
     """The tool `name` backing up `src`, its repository in `work`."""
     if name == "cairn":
@@ -684,6 +723,8 @@ def main():
                     help="first fulls per tool, the tools taking turns; the median is "
                          "reported (3)")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    ap.add_argument("--no-settle", action="store_true",
+                    help="do not wait after the last run's deletion (see the module docstring)")
     a = ap.parse_args()
     if a.cairn_direct_io == "off":
         os.environ["CAIRN_DIRECT_IO"] = "0"  # the agent Cairn starts inherits it
@@ -704,6 +745,12 @@ def main():
     os.makedirs(parent, exist_ok=True)
     sizes = set_sizes(a.scale)
     need, free = check_space(parent, sizes, sets, tools, a.cairn_type, a.first_rounds)
+    left = settle_left(parent)
+    if left and not a.no_settle:
+        say(f"waiting {left:.0f} s: the last run in {parent} deleted its files "
+            f"{SETTLE_S - left:.0f} s ago, and creating files that soon after is slower on "
+            f"ext4 without a journal (--no-settle to skip the wait)")
+        time.sleep(left)
     work = os.path.realpath(tempfile.mkdtemp(prefix="cairn-bench-dedup-", dir=parent))
     mnt, fstype, dev = filesystem_of(work)
     say(f"work directory {work} on {fstype} ({dev} at {mnt}): about {need / 1e9:.1f} GB "
@@ -719,7 +766,8 @@ def main():
            "versions": versions, "scale": a.scale, "seed": a.seed, "work_dir": work,
            "filesystem": {"mount": mnt, "type": fstype, "device": dev},
            "data": {"block": BLOCK, "text_share": TEXT_SHARE, "change_share": CHANGE_SHARE},
-           "targets": {k: f"{op} {v}" for k, (op, v) in TARGETS.items()}, "sets": {}}
+           "targets": {k: f"{op} {v}" for k, (op, v) in TARGETS.items()}, "sets": {},
+           "settle_wait_s": round(left) if not a.no_settle else 0}
     failed = False
     try:
         for kind in sets:
@@ -731,6 +779,10 @@ def main():
             failed |= any("error" in r for r in res["sets"][kind]["tools"].values())
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        try:
+            note_deletion(parent, files_made(sizes, sets, tools))
+        except OSError as e:
+            say(f"could not leave the note of the deletion in {parent}: {e}")
     res["load_average"] = os.getloadavg()
     if a.json:
         print(json.dumps(res, indent=1))

@@ -103,11 +103,11 @@ PEERS = ("restic", "borg")
 BACKUPS = ("first", "second", "change")
 # Repository bytes per data set byte, an upper bound for the free-space check: compressed
 # data plus the 5% change stored again, or for advanced-disk three uncompressed images.
+REPO_FACTOR = {"restic": 1.2, "borg": 1.2, "dedup": 1.2, "advanced-disk": 3.1}
 # See the module docstring: the wait after a run that deleted at least SETTLE_FILES files.
 SETTLE_S = 360
 SETTLE_FILES = 10_000
 SETTLE_NOTE = ".cairn-bench-deleted"
-REPO_FACTOR = {"restic": 1.2, "borg": 1.2, "dedup": 1.2, "advanced-disk": 3.1}
 
 TARGETS = {
     "first_full_rate_cairn_over_restic": (">=", 2.5),

@@ -42,7 +42,9 @@ STATUS_TEXT = {
     POOL_BUSY: "the deduplication pool is busy: space reclaim runs, or jobs use it",
     DATA_PLANE_FAILED: "the data connection between client and storage server failed",
     RESTORE_TARGET_INVALID: "the restore target is not usable",
-    CHECKSUM_MISMATCH: "data did not match the checksum or fingerprint recorded at backup",
+    CHECKSUM_MISMATCH: "data did not match the checksum or fingerprint recorded at backup "
+                       "(a restore: the files whose data is damaged were not restored and are "
+                       "named in the job log; every other file was)",
     IMAGE_DAMAGED: "the backup image is missing or damaged",
     INTERNAL: "internal error (see the job log)",
     CANCELED: "canceled by the administrator",

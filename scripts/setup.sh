@@ -16,8 +16,9 @@ debs=(python3 python3-venv libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfo
       libxcb-render-util0 libxcb-image0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core)
 if [ $want_test = 1 ]; then
   # sshd for the integration tests; restic and tar are the peers the benchmarks compare with,
-  # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py).
-  debs+=(openssh-server openssh-client restic borgbackup tar xvfb)
+  # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py); acl (setfacl)
+  # for the tests of restores into directories with default ACLs.
+  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl)
 fi
 
 missing=()

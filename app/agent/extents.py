@@ -4,6 +4,7 @@ the list), become one stream (ExtentReader) or are copied raw to a sink (copy_ex
 Standard library only: this runs on storage servers.
 """
 
+import errno
 import os
 
 from app import status
@@ -42,9 +43,11 @@ def _merge(extents, nfiles=1):
 
 
 class FileSource:
-    """An image file read by position."""
+    """An image file read by position. A tolerant one (a restore's: see ExtentReader) reads
+    the bytes it cannot read, for an I/O error or past the file's end, as zeros and notes
+    them in `damage`: (position, length, what), so that only the files there are lost."""
 
-    def __init__(self, path):
+    def __init__(self, path, tolerant=False):
         try:
             self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except (OSError, TypeError, ValueError) as e:
@@ -52,6 +55,8 @@ class FileSource:
                            % (path, _why(e) if isinstance(e, OSError) else e))
         self.path = path
         self.size = os.fstat(self.fd).st_size
+        self.tolerant = tolerant
+        self.damage = []
 
     def sequential(self):
         try:
@@ -61,9 +66,21 @@ class FileSource:
 
     def preadinto(self, mv, pos):
         try:
-            return os.preadv(self.fd, [mv], pos)
+            n = os.preadv(self.fd, [mv], pos)
         except OSError as e:
-            raise _damaged("reading the backup image %s failed: %s" % (self.path, _why(e)))
+            if not self.tolerant or e.errno != errno.EIO:
+                raise _damaged("reading the backup image %s failed: %s" % (self.path, _why(e)))
+            return self.unreadable(mv, pos, "bytes %d..%d of %s cannot be read (%s)"
+                                   % (pos, pos + len(mv), self.path, _why(e)))
+        if not n and self.tolerant and len(mv):
+            return self.unreadable(mv, pos, "%s ends at byte %d (it is cut short)"
+                                   % (self.path, self.size))
+        return n
+
+    def unreadable(self, mv, pos, what):
+        mv[:] = bytes(len(mv))
+        self.damage.append((pos, len(mv), what))
+        return len(mv)
 
     def close(self):
         if self.fd is not None:
@@ -75,23 +92,31 @@ class ExtentReader:
     """A read-only stream over the concatenation of byte ranges of one image (`paths` a str)
     or of several (a list; each extent names its image). `opener(path)` gives the source of
     an image (default: the file itself; a deduplication pool gives its recipe's stream):
-    an object with `size`, `preadinto(memoryview, position)` and `close()`."""
+    an object with `size`, `preadinto(memoryview, position)` and `close()`, and `damage`
+    where it reads past damage. tolerant: image files read past damage (see FileSource)."""
 
-    def __init__(self, paths, extents, opener=None):
+    def __init__(self, paths, extents, opener=None, tolerant=False):
         self.paths = [paths] if isinstance(paths, str) else list(paths)
         self._extents = _merge(extents, len(self.paths))
+        self._starts = []  # where each extent begins in this stream
+        at = 0
+        for e in self._extents:
+            self._starts.append(at)
+            at += e[1]
         self._i = 0
         first = self._extents[0] if self._extents else [0, 0, 0]
         self._pos, self._left, self._k = first
         self._srcs = []
-        opener = opener or FileSource
+        if opener is None:
+            def opener(path):
+                return FileSource(path, tolerant)
         try:
             used = {e[2] for e in self._extents}
             for k, path in enumerate(self.paths):
                 # a file no extent reads (an image of a chain this restore does not need)
                 self._srcs.append(opener(path) if k in used else None)
             for off, ln, k in self._extents:
-                if off + ln > self._srcs[k].size:
+                if off + ln > self._srcs[k].size and not tolerant:
                     raise _damaged(
                         "the backup image %s is damaged: it is %d bytes long, but bytes up "
                         "to %d are needed" % (self.paths[k], self._srcs[k].size, off + ln))
@@ -132,6 +157,21 @@ class ExtentReader:
             self._left -= got
         return total
 
+    def damage_between(self, start, stop):
+        """What the image sources found damaged (see FileSource, and a deduplication pool's
+        recipe stream) in bytes start..stop of this stream: a list of texts."""
+        found = []
+        for (off, ln, k), at in zip(self._extents, self._starts):
+            lo, hi = max(start, at), min(stop, at + ln)
+            if lo >= hi:
+                continue
+            src = self._srcs[k] if k < len(self._srcs) else None
+            lo, hi = off + lo - at, off + hi - at
+            for pos, n, what in getattr(src, "damage", ()):
+                if pos < hi and lo < pos + n and what not in found:
+                    found.append(what)
+        return found
+
     def read(self, n=-1):
         if n is None or n < 0:
             n = self._left + sum(e[1] for e in self._extents[self._i + 1:])
@@ -153,15 +193,16 @@ class ExtentReader:
         self.close()
 
 
-def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None, opener=None):
+def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None, opener=None,
+                 tolerant=False, damage=None):
     """Copy the byte ranges of `path` to out.write in large chunks, as they are (complete tar
     members when the ranges come from rows). Returns the number of bytes copied. Errors of
     `out` propagate unchanged: only the caller knows whether that is a storage or a network
-    failure."""
+    failure. tolerant: see ExtentReader; what was read past is added to the list `damage`."""
     buf = bytearray(CHUNK)
     mv = memoryview(buf)
     total = 0
-    with ExtentReader(path, extents, opener) as r:
+    with ExtentReader(path, extents, opener, tolerant) as r:
         while True:
             if is_cancelled():
                 raise Cancelled()
@@ -172,4 +213,6 @@ def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None, opener=None
             total += n
             if on_bytes is not None:
                 on_bytes(n)
+        if damage is not None:
+            damage.extend(r.damage_between(0, total))
     return total

@@ -6,6 +6,17 @@ reached through directory descriptors opened with O_NOFOLLOW (a symlink on the w
 never followed) and nothing is written outside the target directory. A refused member's data
 is still read past, so the stream stays in step with the plan.
 
+The target is opened once (OpenTarget), walking from / without following links, and every
+process of the restore works from that descriptor, never from the path again: an ordinary
+user who owns the target's parent can swap the path for a link while the restore runs, and
+must not redirect it. A link on the way (in the target's path or below it) is followed only
+where only root could have made it: owned by root (or by this process's user), in a
+directory owned by them that no one else may write to, and older than the restore (so never
+one the restore made from the image); below the target it must also stay inside it. That
+lets a restore to / pass a merged /usr (/bin -> usr/bin). Directories are made private
+(0700) and get their final mode last, so that what ends up private is never readable
+while the restore writes it.
+
 Standard library only: this runs on client hosts.
 """
 
@@ -36,6 +47,11 @@ OVERWRITE_MODES = ("skip", "overwrite", "rename")
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+# Links followed on the way to one directory, at most (the kernel's own limit).
+MAX_LINKS = 40
+# A link whose change time is this close to the restore's start, or later, may have been
+# made by the restore itself: the file system's clock is coarse (a tick behind).
+LINK_AGE_NS = 50_000_000
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 
 _TYPES = {
@@ -50,6 +66,8 @@ _TYPES = {
 _NODE_TYPES = {entry.KIND_FIFO: stat.S_IFIFO, entry.KIND_CHAR: stat.S_IFCHR,
                entry.KIND_BLOCK: stat.S_IFBLK}
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+_ACCESS_ACL = (b"system.posix_acl_access",)
+_DEFAULT_ACL = (b"system.posix_acl_default",)
 
 # Direct writes (see _Writer): files of at least DIRECT_MIN bytes, in pieces whose file offset,
 # length and place in the buffer are multiples of DIRECT_ALIGN (the logical block size of
@@ -257,15 +275,75 @@ class _Source:
         self.jobs = []
 
 
+class _Links:
+    """Which symbolic links on the way to a directory are followed (see the module notes):
+    since_ns, the restore's start (None: the restore has not begun); from_root, whether the
+    walk starts at the file system's root, where an absolute link means what it says."""
+
+    __slots__ = ("since_ns", "from_root")
+
+    def __init__(self, since_ns, from_root):
+        self.since_ns = since_ns
+        self.from_root = from_root
+
+    def distrust(self, dfd, name):
+        """Why the link `name` in directory dfd is not followed, or None to follow it."""
+        try:
+            st = os.lstat(name, dir_fd=dfd)
+        except OSError as e:
+            return "gone (%s)" % _why(e)
+        if not stat.S_ISLNK(st.st_mode):
+            return "not a directory"
+        owners = (0, os.geteuid())
+        if st.st_uid not in owners:
+            return "a symbolic link owned by uid %d" % st.st_uid
+        d = os.fstat(dfd)
+        if d.st_uid not in owners or d.st_mode & 0o022:
+            return "a symbolic link in a directory that others may write to"
+        if self.since_ns is not None and st.st_ctime_ns >= self.since_ns - LINK_AGE_NS:
+            return "a symbolic link made by this restore"
+        return None
+
+    def resolve(self, prefix, text):
+        """The components (from the walk's start) that link text `text`, found in the
+        directory of components `prefix`, names."""
+        if text.startswith(b"/"):
+            if not self.from_root:
+                raise _Refused("points to an absolute path, outside the restore target")
+            comps = []
+        else:
+            comps = list(prefix)
+        for c in text.split(b"/"):
+            if c in (b"", b"."):
+                continue
+            if c == b"..":
+                if comps:
+                    comps.pop()
+                elif not self.from_root:
+                    raise _Refused("points outside the restore target")
+            else:
+                comps.append(c)
+        return tuple(comps)
+
+
+# No link is followed (a walk with nothing to trust).
+_NO_LINKS = None
+
+
 class _Chain:
     """Directory descriptors from the target down to the current directory. Entries come
     grouped by directory, so most lookups reuse the cached chain; every step is opened with
-    O_NOFOLLOW, so a symlink on the way is refused and never followed."""
+    O_NOFOLLOW, so a symlink on the way is refused and never followed, unless `links`
+    (a _Links) trusts it: it is then resolved from the target and walked the same way."""
 
-    def __init__(self, root_fd):
+    def __init__(self, root_fd, links=_NO_LINKS):
         self.root = root_fd
+        self.links = links
         self.names = []
         self.fds = []
+        # Where a level is not its parent's place plus its name (a link was followed):
+        # level -> its real components from the target. Most chains have none.
+        self.real = {}
         self.created = 0
         self.made = []  # component tuples of the directories get() made, for the caller
 
@@ -278,6 +356,7 @@ class _Chain:
             i += 1
         while len(names) > i:
             names.pop()
+            self.real.pop(len(names), None)
             fd = fds.pop()
             if fd is not None:
                 os.close(fd)
@@ -286,12 +365,13 @@ class _Chain:
             j -= 1
         fd = fds[j - 1] if j else self.root
         for k in range(j, len(names)):
-            fd = self._open(fd, names[k], False)
+            fd = self._open(fd, k, names[k], False)
             fds[k] = fd
             self._trim(k)
         for c in comps[i:]:
             made = self.created
-            fd = self._open(fd, c, create)
+            k = len(names)
+            fd = self._open(fd, k, c, create)
             names.append(c)
             fds.append(fd)
             self._trim(len(fds) - 1)
@@ -307,7 +387,17 @@ class _Chain:
             os.close(self.fds[k])
             self.fds[k] = None
 
-    def _open(self, parent, name, create):
+    def _place(self, k):
+        """The real components of level k - 1, the parent of level k."""
+        j = k - 1
+        while j >= 0 and j not in self.real:
+            j -= 1
+        base = self.real[j] if j >= 0 else ()
+        return base + tuple(self.names[j + 1:k])
+
+    def _open(self, parent, k, name, create):
+        """Opens directory `name` in `parent` as level k of the chain (making it, private,
+        if `create`)."""
         try:
             return os.open(name, _DIR_FLAGS, dir_fd=parent)
         except FileNotFoundError:
@@ -315,11 +405,10 @@ class _Chain:
                 raise _Refused("directory %s does not exist" % os.fsdecode(name))
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise _Refused("parent %s is a symbolic link or not a directory: not followed"
-                               % os.fsdecode(name))
+                return self._follow(parent, k, name)
             raise
         try:
-            os.mkdir(name, 0o755, dir_fd=parent)
+            os.mkdir(name, 0o700, dir_fd=parent)
             self.created += 1
         except FileExistsError:
             pass
@@ -327,9 +416,16 @@ class _Chain:
             return os.open(name, _DIR_FLAGS, dir_fd=parent)
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise _Refused("parent %s is a symbolic link or not a directory: not followed"
-                               % os.fsdecode(name))
+                return self._follow(parent, k, name)
             raise
+
+    def _follow(self, parent, k, name):
+        """`name` in `parent` is a link or not a directory: its target, if it is a link
+        that may be followed (see _Links), else refused."""
+        fd, real = _through_link(self.root, self.links, parent,
+                                 self._place(k) if self.links else (), name, 0)
+        self.real[k] = real
+        return fd
 
     def close(self):
         while self.fds:
@@ -337,6 +433,50 @@ class _Chain:
             if fd is not None:
                 os.close(fd)
         self.names = []
+        self.real = {}
+
+
+def _through_link(root, links, parent, prefix, name, hops):
+    """(descriptor, real components) of the directory that the link `name` in `parent`
+    (whose components from `root` are `prefix`) leads to, walked from `root` without
+    following any link that `links` does not trust; _Refused where it may not be."""
+    if links is None:
+        why = "a symbolic link or not a directory"
+    else:
+        why = links.distrust(parent, name)
+    if why is not None:
+        raise _Refused("parent %s is %s: not followed" % (os.fsdecode(name), why))
+    if hops >= MAX_LINKS:
+        raise _Refused("parent %s: too many symbolic links on the way" % os.fsdecode(name))
+    try:
+        text = os.readlink(name, dir_fd=parent)
+    except OSError as e:
+        raise _Refused("parent %s cannot be read: %s" % (os.fsdecode(name), _why(e)))
+    try:
+        real = links.resolve(prefix, text)
+    except _Refused as e:
+        raise _Refused("parent %s is a symbolic link that %s: not followed"
+                       % (os.fsdecode(name), e))
+    fd = os.dup(root)
+    place = ()
+    try:
+        for c in real:
+            try:
+                nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
+                place += (c,)
+            except FileNotFoundError:
+                raise _Refused("parent %s leads to %s, which does not exist"
+                               % (os.fsdecode(name), os.fsdecode(b"/".join(real))))
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                nfd, place = _through_link(root, links, fd, place, c, hops + 1)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, place
 
 
 class _Writer:
@@ -408,10 +548,102 @@ class _Pending:
     of the hash worker (see _Restore.checkpoint), not one by one."""
 
     __slots__ = ("fd", "tmp", "final", "replace", "dfd", "expected", "member", "path",
-                 "key", "digest", "writer")
+                 "key", "digest", "writer", "span", "reader")
 
     def done(self, digest):
         self.digest = digest
+
+
+class OpenTarget:
+    """The restore target directory, opened once, walking from / without following a link
+    that an ordinary user could have planted (see the module notes and _Links). Missing
+    directories of its path are made private and get their usual mode (0755 less the
+    umask) by publish(), once the restore is done. Every process of a restore works from
+    `fd`; nothing opens the path again."""
+
+    def __init__(self, path):
+        t = os.fsencode(path)
+        self.path = t
+        self.fd = None
+        self.made = []  # descriptors of the directories of the path made here
+        if not t.startswith(b"/"):
+            raise RestoreTargetInvalid("the restore target must be an absolute path: %s"
+                                       % os.fsdecode(t))
+        comps = [c for c in t.split(b"/") if c not in (b"", b".")]
+        if b".." in comps or b"\0" in t:
+            raise RestoreTargetInvalid("the restore target %r must be named without '..' "
+                                       "components and NUL bytes" % os.fsdecode(t))
+        try:
+            top = os.open(b"/", _DIR_FLAGS)
+        except OSError as e:
+            raise RestoreTargetInvalid("the file system root cannot be opened: %s" % _why(e))
+        links = _Links(None, True)
+        fd = os.dup(top)
+        place = ()
+        try:
+            for c in comps:
+                try:
+                    nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
+                    place += (c,)
+                except FileNotFoundError:
+                    os.mkdir(c, 0o700, dir_fd=fd)
+                    nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
+                    self.made.append(os.dup(nfd))
+                    place += (c,)
+                except OSError as e:
+                    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    nfd, place = _through_link(top, links, fd, place, c, 0)
+                os.close(fd)
+                fd = nfd
+            root = os.fstat(top)
+            here = os.fstat(fd)
+            self.from_root = (here.st_dev, here.st_ino) == (root.st_dev, root.st_ino)
+        except _Refused as e:
+            os.close(fd)
+            self.close()
+            raise RestoreTargetInvalid("the restore target %s cannot be used: %s (choose a "
+                                       "target whose path has no such link)"
+                                       % (os.fsdecode(t), e))
+        except OSError as e:
+            os.close(fd)
+            self.close()
+            raise RestoreTargetInvalid("the restore target %s cannot be used: %s"
+                                       % (os.fsdecode(t), _why(e)))
+        finally:
+            os.close(top)
+        self.fd = fd
+
+    def publish(self):
+        """The directories made for the target get their usual mode: the restore is done."""
+        mode = _made_mode(_umask())
+        for fd in self.made:
+            try:
+                os.fchmod(fd, mode)
+            except OSError:
+                pass  # still private: nothing is exposed
+
+    def close(self):
+        for fd in self.made:
+            os.close(fd)
+        self.made = []
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def opened(target):
+    """(an OpenTarget, whether the caller opened it and so closes it) for a path or an
+    OpenTarget."""
+    if isinstance(target, OpenTarget):
+        return target, False
+    return OpenTarget(target), True
 
 
 class _Restore:
@@ -422,8 +654,10 @@ class _Restore:
         self.emit = emit
         self.is_cancelled = is_cancelled
         self.overwrite = overwrite
-        self.target = os.fsencode(target)
-        self.root = self._open_target(target)
+        self.target = target.path
+        self.root = os.dup(target.fd)
+        self.now_ns = time.time_ns()
+        self.links = _Links(self.now_ns, target.from_root)
         # Whether files may be written with O_DIRECT, by the device of their directory: a
         # file system mounted below the target (NFS, tmpfs) is asked about on its own.
         self.direct_for = direct_for if self.direct else None
@@ -432,12 +666,15 @@ class _Restore:
         self.worker = tarfmt.HashWorker(
             NBUF, CHUNK, threads=WRITE_THREADS_DIRECT if self.direct else WRITE_THREADS)
         self.src = _Source(src, worker=self.worker)
-        self.chain = _Chain(self.root)
+        self.chain = _Chain(self.root, self.links)
         self.chain_key = None
         self.pending = []
         self.marks = deque()  # (files of pending it covers, hash worker mark)
         self.dir_refs = {}  # duplicated directory fd -> pending files written in it
         self.dirs = []
+        # Directories made on the way to items (not items themselves): private until the
+        # restore is done, then 0755 less the umask (see publish_implicit).
+        self.implicit = []
         # Directories this restore made -> the names it has put in them: in those, a name not
         # in the set needs no look-up (nothing else was there), one system call a file less.
         self.fresh = {}
@@ -467,22 +704,11 @@ class _Restore:
         self.warnings = 0
         self.skipped = 0
         self.errors = 0
+        self.damaged = 0  # of the errors, items whose data in the image is damaged
+        self.span = (0, 0)  # where the member of the item being restored is in the stream
         self.once = set()
-        self.now_ns = time.time_ns()
         self.last_progress = 0.0
         self.can_chown = True
-
-    def _open_target(self, target):
-        t = os.fsencode(target)
-        if not t.startswith(b"/"):
-            raise RestoreTargetInvalid("the restore target must be an absolute path: %s"
-                                       % os.fsdecode(t))
-        try:
-            os.makedirs(t, 0o755, exist_ok=True)
-            return os.open(t, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-        except OSError as e:
-            raise RestoreTargetInvalid("the restore target %s cannot be used: %s"
-                                       % (os.fsdecode(t), _why(e)))
 
     # -- events
 
@@ -504,28 +730,51 @@ class _Restore:
             self.last_progress = now
             self.emit("progress", {"files": self.files, "bytes": self.bytes})
 
+    def progress_at_end(self):
+        """The last progress of a restore that fails: what is in place is counted."""
+        try:
+            self.progress(force=True)
+        except Exception:  # noqa: BLE001 - the failure itself is what is reported
+            pass
+
     # -- the plan
 
-    def run(self, plan):
-        self.run_items(plan)
+    def run(self, plan, lengths=None):
+        self.run_items(plan, lengths)
         return self.complete()
 
-    def run_items(self, plan):
-        """Restores the plan's items from the stream; every file is in place at the end."""
+    def run_items(self, plan, lengths=None):
+        """Restores the plan's items from the stream; every file is in place at the end.
+        lengths: each item's length in the stream (its member's, from the catalog). With
+        them a damaged member costs that item alone: the stream is read on from where the
+        next one begins. Without them, damage that puts the stream out of step with the
+        plan ends the restore."""
         src = self.src
-        for item in plan:
+        for k, item in enumerate(plan):
             if self.is_cancelled():
                 raise Cancelled()
             self.progress()
             path = item.get("path", "")
+            start = src.offset
+            stop = None if lengths is None else start + lengths[k]
             try:
-                m = tarfmt.read_member_header(src.read_exact)
+                m = tarfmt.read_member_header(
+                    src.read_exact if stop is None else self.bounded(stop))
+                if m is None:
+                    raise tarfmt.FormatError("an end-of-archive block stands in its place")
+                end = src.offset + tarfmt.padded(m.size)
+                if stop is not None and end != stop:
+                    raise tarfmt.FormatError("its header gives %d bytes of data, the catalog "
+                                             "%d bytes in all" % (m.size, stop - start))
             except tarfmt.FormatError as e:
-                raise _damaged("the image stream is damaged at the member for %s: %s"
-                               % (path, e))
-            if m is None:
-                raise _damaged("the image stream ended before the member for %s" % path)
-            end = src.offset + tarfmt.padded(m.size)
+                if stop is None:
+                    raise _damaged("the image stream is damaged at the member for %s: %s"
+                                   % (path, e))
+                self.lost(path, "not restored: its header in the image is damaged (%s)%s"
+                          % (e, self.damage_note(src.src, start, stop)))
+                src.skip(stop - src.offset)
+                continue
+            self.span = (start, end)
             try:
                 self.item(item, m)
             except _Refused as e:
@@ -541,8 +790,34 @@ class _Restore:
             src.skip(remaining)
         self.drain()
 
+    def bounded(self, stop):
+        """read_exact for a member's headers that never reads past `stop`, where the next
+        member begins: a damaged header must not take the next one's bytes."""
+        src = self.src
+
+        def read_exact(n):
+            if src.offset + n > stop:
+                raise tarfmt.FormatError("its headers run past the member")
+            return src.read_exact(n)
+        return read_exact
+
+    def lost(self, path, message):
+        """An item not restored because the image's data for it is damaged."""
+        self.errors += 1
+        self.damaged += 1
+        self.warn(path, message)
+
+    @staticmethod
+    def damage_note(reader, start, stop):
+        """What the image's reader found damaged in stream bytes start..stop, as a clause
+        for a message ("" when it knows of nothing: the data itself is wrong)."""
+        between = getattr(reader, "damage_between", None)
+        found = between(start, stop) if between is not None else []
+        return ": " + "; ".join(found) if found else ""
+
     def complete(self):
         """Directory metadata, the last progress event, and the summary."""
+        self.publish_implicit()
         self.apply_dirs()
         self.progress(force=True)
         return self.counts()
@@ -550,7 +825,7 @@ class _Restore:
     def counts(self):
         return {"files": self.files, "dirs": self.ndirs, "bytes": self.bytes,
                 "direct_bytes": self.direct_bytes, "warnings": self.warnings,
-                "skipped": self.skipped, "errors": self.errors}
+                "skipped": self.skipped, "errors": self.errors, "damaged": self.damaged}
 
     def add_counts(self, counts):
         """Adds what another process restored for this restore (see restore_streams)."""
@@ -561,6 +836,7 @@ class _Restore:
         self.warnings += counts["warnings"]
         self.skipped += counts["skipped"]
         self.errors += counts["errors"]
+        self.damaged += counts["damaged"]
 
     def use_source(self, src):
         """Reads the next items from another stream (the first one is done with)."""
@@ -576,6 +852,7 @@ class _Restore:
         self.plain = other.plain
         self.device_direct = other.device_direct
         self.now_ns = other.now_ns
+        self.links.since_ns = other.now_ns
 
     def item(self, item, m):
         path = item.get("path", "")
@@ -635,6 +912,7 @@ class _Restore:
             if self.direct_for is not None:
                 self.here_direct = self.direct_at(key)
             for made in self.chain.made:
+                self.implicit.append(made)
                 self.fresh[made] = set()
                 if made[:-1] in self.plain:
                     self.plain.add(made)
@@ -756,6 +1034,8 @@ class _Restore:
         p.path = path
         p.key = tuple(comps)
         p.digest = None
+        p.span = self.span
+        p.reader = src.src
         p.writer = w = _Writer(fd, direct)
         h = tarfmt.TreeHash(self.checksum)
         try:
@@ -947,12 +1227,14 @@ class _Restore:
                 self.warn(p.path, "not restored: cannot write the file: %s" % _why(e))
                 return
             if p.expected and p.digest != p.expected:
-                self.errors += 1
-                self.warn(p.path, "checksum mismatch: the file was not restored")
                 self.discard(fd, p.dfd, p.tmp)
+                self.lost(p.path, "checksum mismatch: the file was not restored, its data in "
+                          "the image is damaged%s" % self.damage_note(p.reader, *p.span))
                 return
             m = p.member
             plain = p.key[:-1] in self.plain
+            if not plain:
+                self.drop_inherited_acls(fd, m, p.path, _ACCESS_ACL)
             if not plain or (m.uid, m.gid) != self.me:
                 self.set_owner(fd, None, None, m, p.path)
             if not plain or m.mode & 0o7000 or m.mode & self.umask:
@@ -1041,6 +1323,25 @@ class _Restore:
                     self.warn(path, "cannot set extended attribute %s: %s"
                               % (os.fsdecode(k), _why(e)))
 
+    def drop_inherited_acls(self, target, m, path, names, follow=True):
+        """Removes the ACLs that a new entry inherited from its directory's default ACL where
+        the image holds none: a restore gives back the access that was backed up, never
+        more (a 0640 file must not come back readable through an inherited ACL)."""
+        have = {k for k, _ in m.xattrs}
+        for name in names:
+            if name in have:
+                continue  # set from the image (set_xattrs)
+            try:
+                if isinstance(target, int) or follow:
+                    os.removexattr(target, name)
+                else:
+                    os.removexattr(target, name, follow_symlinks=False)
+            except OSError as e:
+                if e.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    self.errors += 1
+                    self.warn(path, "an ACL inherited from the target directory could not be "
+                                    "removed: %s" % _why(e))
+
     def directory(self, m, path, comps, parent, name):
         dfd = self.parent_fd(parent)
         st = self.existing(dfd, name)
@@ -1083,6 +1384,9 @@ class _Restore:
             self.fresh[key] = set()
             if tuple(parent) in self.plain:
                 self.plain.add(key)
+            else:
+                self.drop_inherited_acls(b"/proc/self/fd/%d/%s" % (dfd, real), m, path,
+                                         _ACCESS_ACL + _DEFAULT_ACL, follow=False)
         if apply_meta:
             if m.xattrs:
                 try:
@@ -1097,7 +1401,7 @@ class _Restore:
 
     def mkdir(self, dfd, name):
         try:
-            os.mkdir(name, 0o755, dir_fd=dfd)
+            os.mkdir(name, 0o700, dir_fd=dfd)  # its own mode comes last (apply_dirs)
         except OSError as e:
             self.full(e)
             raise _Refused("cannot create the directory: %s" % _why(e))
@@ -1117,7 +1421,7 @@ class _Restore:
         target = self.restored.get(link)
         if target is None:
             raise _Refused("its hard link target %s was not restored" % link)
-        tchain = _Chain(self.root)
+        tchain = _Chain(self.root, self.links)
         try:
             tfd = tchain.get(list(target[:-1]), create=False) if len(target) > 1 else self.root
             tmp = self.tmp_name() if replace else final
@@ -1157,6 +1461,9 @@ class _Restore:
         try:
             self.set_owner(None, dfd, tmp, m, path)
             if kind != entry.KIND_SYMLINK:
+                if tuple(parent) not in self.plain:
+                    self.drop_inherited_acls(b"/proc/self/fd/%d/%s" % (dfd, tmp), m, path,
+                                             _ACCESS_ACL, follow=False)
                 # created just now in a directory reached without following links
                 os.chmod(tmp, m.mode & 0o7777, dir_fd=dfd)
             if m.xattrs:
@@ -1172,11 +1479,27 @@ class _Restore:
         self.note_made(parent, final)
         self.restored_one(path, tuple(parent) + (final,))
 
+    def publish_implicit(self):
+        """The directories made on the way to items, private while the restore ran, get the
+        mode a directory is made with (0755 less the umask): the image has none for them."""
+        if not self.implicit:
+            return
+        mode = _made_mode(self.umask)
+        chain = _Chain(self.root, self.links)
+        try:
+            for key in sorted(set(self.implicit), key=len, reverse=True):
+                try:
+                    os.fchmod(chain.get(list(key), create=False), mode)
+                except (_Refused, OSError):
+                    continue  # gone or replaced: it stays as it is, private
+        finally:
+            chain.close()
+
     def apply_dirs(self):
         """Directory modes, owners and times last, deepest first: a read-only directory mode
         must not block writing its children, and writing children changes the mtime."""
         self.dirs.sort(key=lambda d: len(d[0]), reverse=True)
-        chain = _Chain(self.root)
+        chain = _Chain(self.root, self.links)
         try:
             for key, m, path in self.dirs:
                 if self.is_cancelled():
@@ -1225,6 +1548,11 @@ def _umask():
     return None
 
 
+def _made_mode(umask):
+    """The mode of a directory made without one from the image, as mkdir -p makes it."""
+    return 0o755 & ~(umask if umask is not None else 0o022)
+
+
 def _plain_dir(fd):
     """Whether files made in the directory get this process's owner and their mode less the
     umask, and directories made in it inherit nothing that changes that."""
@@ -1248,8 +1576,10 @@ def check_request(overwrite, checksum):
 
 
 def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
-                 checksum=tarfmt.DEFAULT_CHECKSUM, direct=False, direct_for=None):
-    """Restore the members of `src` (one per plan item, in plan order) under `target_dir`.
+                 checksum=tarfmt.DEFAULT_CHECKSUM, direct=False, direct_for=None,
+                 lengths=None):
+    """Restore the members of `src` (one per plan item, in plan order) under `target_dir`
+    (a path, or an OpenTarget that the caller publishes and closes).
 
     plan items: {"path", "kind", "checksum", "link", "member"} and, for a relocated item,
     "to": its absolute path under the target instead of "path" (see the module notes).
@@ -1258,13 +1588,27 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
     _Writer), for targets on the host's own devices (directio.suits_target). direct_for(path):
     the same question for a directory below the target on another file system (a mount
     point inside it), asked once per device; without it such directories follow the target.
-    Returns {"files", "dirs", "bytes", "direct_bytes", "warnings", "skipped", "errors"}
-    (direct_bytes: of bytes, those written with O_DIRECT).
+    lengths: each item's length in the stream, from the catalog: then a damaged member
+    costs only its own item (see _Restore.run_items).
+    Returns {"files", "dirs", "bytes", "direct_bytes", "warnings", "skipped", "errors",
+    "damaged"} (direct_bytes: of bytes, those written with O_DIRECT; damaged: of errors,
+    the items lost to damage in the image).
     """
     check_request(overwrite, checksum)
-    r = _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum, direct,
-                 direct_for)
+    target, own = opened(target_dir)
     try:
-        return r.run(plan)
+        r = _Restore(src, target, overwrite, emit, is_cancelled, plan, checksum, direct,
+                     direct_for)
+        try:
+            summary = r.run(plan, lengths)
+        except BaseException:
+            r.progress_at_end()
+            raise
+        finally:
+            r.close()
+        if own:
+            target.publish()
+        return summary
     finally:
-        r.close()
+        if own:
+            target.close()

@@ -412,20 +412,6 @@ def stat_path(req, path):
 
 # ---- restore --------------------------------------------------------------------------------
 
-def _check_target(target_dir):
-    if not target_dir.startswith("/"):
-        raise InvalidRequest(f"restore target {target_dir!r} is not an absolute path")
-    try:
-        os.makedirs(target_dir, exist_ok=True)
-    except OSError as e:
-        from app.agent.errors import RestoreTargetInvalid
-        raise RestoreTargetInvalid(f"cannot create the restore target {target_dir}: "
-                                   f"{e.strerror}") from None
-    if not os.path.isdir(target_dir):
-        from app.agent.errors import RestoreTargetInvalid
-        raise RestoreTargetInvalid(f"restore target {target_dir} is not a directory")
-
-
 class _ImageReading:
     """How a restore reads its images: files, or recipes of a deduplication pool (read under
     a session so that space reclaim does not move chunks meanwhile)."""
@@ -440,7 +426,9 @@ class _ImageReading:
             self.store = open_store(dedup["root"], dedup.get("key"))
             self.session = self.store.session(timeout=SESSION_TIMEOUT)
 
-    def opener(self):
+    def opener(self, tolerant=False):
+        """How to open an image's source; a tolerant one reads a damaged or missing chunk as
+        zeros and notes it (its `damage`), so that only the files that use it are lost."""
         if not self.dedup:
             return None
         from app.dedup.recipe import RecipeStream, read_recipe
@@ -453,9 +441,12 @@ class _ImageReading:
             recipe = self.recipes.get(path)
             if recipe is None:
                 recipe = self.recipes[path] = read_recipe(path)  # read once for all streams
-            stream = RecipeStream(self.session, recipe, check_fingerprints=False)
+            source = _RecipeSource()
+            stream = RecipeStream(self.session, recipe, check_fingerprints=False,
+                                  on_damage=source.damaged if tolerant else None)
             self.streams.append(stream)
-            return _RecipeSource(stream)
+            source.take(stream)
+            return source
         return open_recipe
 
     def forked(self, parts):
@@ -478,9 +469,17 @@ class _ImageReading:
 
 
 class _RecipeSource:
-    def __init__(self, stream):
+    def __init__(self):
+        self.stream = None
+        self.size = 0
+        self.damage = []  # (stream offset, length, what) read past
+
+    def take(self, stream):
         self.stream = stream
         self.size = stream.size
+
+    def damaged(self, offset, length, what):
+        self.damage.append((offset, length, what))
 
     def preadinto(self, mv, pos):
         return self.stream.preadinto(mv, pos)
@@ -508,26 +507,29 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
     dedup: {"root", "key"} when the images are recipes of a deduplication pool. streams:
     the number of processes that restore at once (None: see restore_streams)."""
     from app.agent.extents import ExtentReader
+    from app.agent.extract import OpenTarget
     from app.agent.restore_streams import restore_in_streams
-    _check_target(target_dir)
-    direct = _direct(target_dir, direct_io)
     if len(extents) != len(plan):
         raise InvalidRequest(f"the restore has {len(plan)} plan items but {len(extents)} "
                              f"extents")
     if streams is not None and (type(streams) is not int or streams < 1):
         raise InvalidRequest(f"streams must be a whole number of 1 or more, not {streams!r}")
-    reading = _ImageReading(dedup)
-    try:
-        def source_for(indexes):
-            return ExtentReader(image_paths or image_path, [extents[i] for i in indexes],
-                                reading.opener())
+    with OpenTarget(target_dir) as target:
+        direct = _direct(target_dir, direct_io)
+        reading = _ImageReading(dedup)
+        try:
+            def source_for(indexes):
+                return ExtentReader(image_paths or image_path, [extents[i] for i in indexes],
+                                    reading.opener(tolerant=True), tolerant=True)
 
-        return restore_in_streams(source_for, target_dir, plan, overwrite=overwrite,
-                                  emit=req.emit, is_cancelled=req.is_cancelled,
-                                  checksum=checksum, sizes=[e[1] for e in extents],
-                                  after_fork=reading.forked, streams=streams, **direct)
-    finally:
-        reading.close()
+            summary = restore_in_streams(source_for, target, plan, overwrite=overwrite,
+                                         emit=req.emit, is_cancelled=req.is_cancelled,
+                                         checksum=checksum, sizes=[e[1] for e in extents],
+                                         after_fork=reading.forked, streams=streams, **direct)
+        finally:
+            reading.close()
+        target.publish()
+        return summary
 
 
 @handler
@@ -546,32 +548,44 @@ def send_extents(req, image_path, extents, cert, key, token, image_paths=None, d
             chan = listener.accept(req.is_cancelled)
         finally:
             listener.close()
+        damage = []
         try:
+            # Past damage: the target's agent loses only the files there (their checksums
+            # do not match) and names them; what was damaged is told here.
             n = copy_extents(image_paths or image_path, extents, chan,
-                             is_cancelled=req.is_cancelled, opener=reading.opener())
+                             is_cancelled=req.is_cancelled,
+                             opener=reading.opener(tolerant=True), tolerant=True,
+                             damage=damage)
             chan.finish()
         finally:
             chan.close()
+            for what in damage:
+                req.emit("warning", {"path": image_path or "", "message": "damaged image "
+                                     "data read as zeros (the files there are not "
+                                     "restored): " + what})
     finally:
         reading.close()
-    return {"bytes": n}
+    return {"bytes": n, "damaged_ranges": len(damage)}
 
 
 @handler
 def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="skip",
-                    checksum="sha256", direct_io="auto"):
-    """Target side of a restore from another host's storage."""
-    from app.agent.extract import restore_from
-    _check_target(target_dir)
-    direct = _direct(target_dir, direct_io)
-    chan = dataplane.connect(host, port, cert, token)
-    try:
-        summary = restore_from(chan, target_dir, plan, overwrite=overwrite, emit=req.emit,
-                               is_cancelled=req.is_cancelled, checksum=checksum, **direct)
-        chan.drain()
-        chan.ack(True)
-    finally:
-        chan.close()
+                    checksum="sha256", direct_io="auto", lengths=None):
+    """Target side of a restore from another host's storage. lengths: each plan item's
+    member length in the stream (see restore_from)."""
+    from app.agent.extract import OpenTarget, restore_from
+    with OpenTarget(target_dir) as target:
+        direct = _direct(target_dir, direct_io)
+        chan = dataplane.connect(host, port, cert, token)
+        try:
+            summary = restore_from(chan, target, plan, overwrite=overwrite, emit=req.emit,
+                                   is_cancelled=req.is_cancelled, checksum=checksum,
+                                   lengths=lengths, **direct)
+            chan.drain()
+            chan.ack(True)
+        finally:
+            chan.close()
+        target.publish()
     return summary
 
 

@@ -33,7 +33,7 @@ from app import status
 from app.agent import entry, tarfmt
 from app.agent.errors import AgentFailure, Cancelled, error_message
 from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _plan_name,
-                               _Refused, _Restore, check_request, restore_from)
+                               _Refused, _Restore, check_request, opened, restore_from)
 
 # Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
 # cores, is the limit beyond that), for restores of at least MIN_BYTES (below, a restore is
@@ -123,7 +123,9 @@ def restore_in_streams(source_for, target_dir, plan, *, overwrite, emit, is_canc
 
     source_for(indexes): a stream of the members of those plan items, in that order, with
     close(); the streams of every part are opened before anything is written, so that a
-    missing image ends the restore before it began. sizes: see split_plan.
+    missing image ends the restore before it began. sizes: each item's length in the
+    image (its member's): they cut the plan into parts of equal cost (see split_plan), and
+    let a restore read on past a damaged member (see restore_from's lengths).
     after_fork(parts): run first in each forked process, given how many parts restore at
     once (locks that another thread of the agent may have held at the fork are made anew
     there; reading may be arranged for the number of processes). The summary gains
@@ -135,24 +137,41 @@ def restore_in_streams(source_for, target_dir, plan, *, overwrite, emit, is_canc
     if min_bytes is None:
         min_bytes = 0 if chosen else MIN_BYTES
     cut = split_plan(plan, streams, min_bytes, sizes)
-    if cut is None:
-        src = source_for(range(len(plan)))
-        try:
-            summary = restore_from(src, target_dir, plan, overwrite=overwrite, emit=emit,
-                                   is_cancelled=is_cancelled, checksum=checksum,
-                                   direct=direct, direct_for=direct_for)
-        finally:
-            src.close()
-        summary["streams"] = 1
+    # The target is opened after the image's streams, so that a missing image ends the
+    # restore before anything was made; the parts inherit its descriptor and never open
+    # the path.
+    opening = []
+
+    def target():
+        if not opening:
+            opening.append(opened(target_dir))
+        return opening[0][0]
+
+    try:
+        if cut is None:
+            src = source_for(range(len(plan)))
+            try:
+                summary = restore_from(src, target(), plan, overwrite=overwrite, emit=emit,
+                                       is_cancelled=is_cancelled, checksum=checksum,
+                                       direct=direct, direct_for=direct_for, lengths=sizes)
+            finally:
+                src.close()
+            summary["streams"] = 1
+        else:
+            dirs, parts, links = cut
+
+            def new_restore(src, emit, is_cancelled):
+                return _Restore(src, target(), overwrite, emit, is_cancelled, plan, checksum,
+                                direct, direct_for)
+
+            summary = _Streams(source_for, plan, new_restore, emit, is_cancelled,
+                               after_fork, sizes).run(dirs, parts, links)
+        if opening and opening[0][1]:
+            opening[0][0].publish()
         return summary
-    dirs, parts, links = cut
-
-    def new_restore(src, emit, is_cancelled):
-        return _Restore(src, target_dir, overwrite, emit, is_cancelled, plan, checksum,
-                        direct, direct_for)
-
-    return _Streams(source_for, plan, new_restore, emit, is_cancelled,
-                    after_fork).run(dirs, parts, links)
+    finally:
+        if opening and opening[0][1]:
+            opening[0][0].close()
 
 
 class _Part:
@@ -164,15 +183,17 @@ class _Part:
         self.indexes = indexes
         self.data = b""
         self.progress = (0, 0)
-        self.result = None  # (counts, restored link targets)
+        self.result = None  # (counts, restored link targets, directories made on the way)
         self.error = None
         self.ended = False
 
 
 class _Streams:
-    def __init__(self, source_for, plan, new_restore, emit, is_cancelled, after_fork):
+    def __init__(self, source_for, plan, new_restore, emit, is_cancelled, after_fork,
+                 lengths=None):
         self.source_for = source_for
         self.plan = plan
+        self.lengths = lengths
         self.new_restore = new_restore  # (stream, emit, is_cancelled) -> a _Restore
         self.emit = emit
         self.is_cancelled = is_cancelled
@@ -191,7 +212,7 @@ class _Streams:
             for indexes in [dirs] + parts + [links]:
                 sources.append(self.source_for(indexes))
             r = self.new_restore(sources[0], self.emit, self.is_cancelled)
-            r.run_items([self.plan[i] for i in dirs])
+            self.run_items(r, dirs)
             self.streams = streams
             try:
                 failure = self.start_parts(r, parts, sources[1:1 + len(parts)])
@@ -213,12 +234,19 @@ class _Streams:
                       "parallel streams could not be started (%s)" % (len(parts), failure))
                 for k, indexes in enumerate(parts):
                     r.use_source(sources[1 + k])
-                    r.run_items([self.plan[i] for i in indexes])
+                    self.run_items(r, indexes)
                 streams = 1
             if links:
                 r.use_source(sources[-1])
-                r.run_items([self.plan[i] for i in links])
+                self.run_items(r, links)
             summary = r.complete()
+        except BaseException:
+            if r is not None:
+                try:
+                    self.progress(r, force=True)  # what is in place is counted
+                except Exception:  # noqa: BLE001 - the failure itself is reported
+                    pass
+            raise
         finally:
             if r is not None:
                 r.close()
@@ -227,6 +255,11 @@ class _Streams:
             self.stop.close()
         summary["streams"] = streams
         return summary
+
+    def run_items(self, r, indexes):
+        lengths = self.lengths
+        r.run_items([self.plan[i] for i in indexes],
+                    None if lengths is None else [lengths[i] for i in indexes])
 
     # -- the parts' processes
 
@@ -296,9 +329,9 @@ class _Streams:
                                      stopped)
                 try:
                     r.take_directories(parent)
-                    r.run_items([self.plan[i] for i in indexes])
+                    self.run_items(r, indexes)
                     r.progress(force=True)
-                    result = (r.counts(), r.restored)
+                    result = (r.counts(), r.restored, r.implicit)
                 finally:
                     r.close()
             finally:
@@ -347,7 +380,7 @@ class _Streams:
                 else:
                     self.emit(event, data)
             elif msg[0] == "done":
-                p.result = (msg[1], msg[2])
+                p.result = msg[1:]
             else:
                 p.error = msg[1]
 
@@ -424,9 +457,10 @@ class _Streams:
                 raise Cancelled()
             raise AgentFailure(own[0]["message"], code=own[0]["code"])
         for p in self.parts:
-            counts, restored = p.result
+            counts, restored, implicit = p.result
             r.add_counts(counts)
             r.restored.update(restored)
+            r.implicit.extend(implicit)
 
 
 def _close_foreign_channels(keep):

@@ -333,8 +333,13 @@ class RecipeStream(io.RawIOBase):
     AHEAD_BYTES = 8 << 20   # and about this many bytes of them
     READERS = 2
 
-    def __init__(self, store, recipe, read_ahead=True, check_fingerprints=True):
+    def __init__(self, store, recipe, read_ahead=True, check_fingerprints=True,
+                 on_damage=None):
+        """on_damage(stream offset, length, what): for a reader that goes on past damage (a
+        restore, which loses only the files there): a damaged or missing chunk is told to
+        it and reads as zeros. Without it, such a chunk raises RecipeDamaged."""
         super().__init__()
+        self.on_damage = on_damage
         self.store = store
         # the store's get; without the SHA-256 of each chunk for a reader that checks what
         # it makes of the data itself (see ChunkStore.get)
@@ -420,33 +425,44 @@ class RecipeStream(io.RawIOBase):
         data = self._cache.get(fp)
         if data is None:
             try:
-                data = self._fetch(i, fp, offset + length)
-            except ChunkSetAside as e:
-                raise RecipeDamaged(
-                    f"at stream offset {offset} of {self.recipe.path}: {e.message}",
-                    path=self.recipe.path, fingerprint=fp, stream_offset=offset,
-                    hint=e.hint) from None
-            except ChunkNotFound:
-                raise RecipeDamaged(
-                    f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
-                    f"missing from the chunk store", path=self.recipe.path, fingerprint=fp,
-                    stream_offset=offset,
-                    hint="The pool lost data this image needs: verify the pool; the files "
-                         "in this part of the image cannot be restored.") from None
-            except ChunkDamaged as e:
-                raise RecipeDamaged(
-                    f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
-                    f"damaged: {e.reason or e.message}", path=self.recipe.path,
-                    fingerprint=fp, stream_offset=offset, hint=e.hint) from e
-            if len(data) < start + length:
-                raise RecipeDamaged(
-                    f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} holds "
-                    f"{len(data)} bytes, but the recipe needs bytes {start}..{start + length}",
-                    path=self.recipe.path, fingerprint=fp, stream_offset=offset)
+                data = self._decoded(i, fp, start, length, offset)
+            except RecipeDamaged as e:
+                if self.on_damage is None:
+                    raise
+                self.on_damage(offset, length, e.message)
+                return bytes(start + length), start, length, offset  # not kept
             if len(self._cache) >= self.CACHE:
                 del self._cache[next(iter(self._cache))]
             self._cache[fp] = data
         return data, start, length, offset
+
+    def _decoded(self, i, fp, start, length, offset):
+        """The data of entry i's chunk, checked; RecipeDamaged where it cannot be had."""
+        try:
+            data = self._fetch(i, fp, offset + length)
+        except ChunkSetAside as e:
+            raise RecipeDamaged(
+                f"at stream offset {offset} of {self.recipe.path}: {e.message}",
+                path=self.recipe.path, fingerprint=fp, stream_offset=offset,
+                hint=e.hint) from None
+        except ChunkNotFound:
+            raise RecipeDamaged(
+                f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
+                f"missing from the chunk store", path=self.recipe.path, fingerprint=fp,
+                stream_offset=offset,
+                hint="The pool lost data this image needs: verify the pool; the files "
+                     "in this part of the image cannot be restored.") from None
+        except ChunkDamaged as e:
+            raise RecipeDamaged(
+                f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} is "
+                f"damaged: {e.reason or e.message}", path=self.recipe.path,
+                fingerprint=fp, stream_offset=offset, hint=e.hint) from e
+        if len(data) < start + length:
+            raise RecipeDamaged(
+                f"chunk {fp.hex()} at stream offset {offset} of {self.recipe.path} holds "
+                f"{len(data)} bytes, but the recipe needs bytes {start}..{start + length}",
+                path=self.recipe.path, fingerprint=fp, stream_offset=offset)
+        return data
 
     def preadinto(self, buf, pos):
         """Fills buf with the stream's bytes from pos, across chunk borders, as far as the

@@ -183,7 +183,8 @@ def run(master, job):
             recv = target.start("restore_receive", {
                 "host": addr, "port": port, "cert": cert, "token": token,
                 "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
-                "checksum": image["checksum"], "direct_io": direct_io},
+                "checksum": image["checksum"], "direct_io": direct_io,
+                "lengths": [e[1] for e in extents]},
                 on_event=ctx.on_event)
             calls.insert(0, recv)
         ctx.supervise(calls)
@@ -193,6 +194,9 @@ def run(master, job):
     except BaseException:
         for c in calls:
             c.cancel()
+        if ctx.files:
+            ctx.log(f"{ctx.files} files, {ctx.bytes} bytes were put in place before the "
+                    f"restore ended")
         ctx.flush()
         raise
     ctx.bytes, ctx.files = summary["bytes"], summary["files"]
@@ -211,6 +215,14 @@ def run(master, job):
         ctx.log(f"{summary['direct_bytes']} of the bytes went past the page cache, straight "
                 f"to the device (O_DIRECT)")
     ctx.flush(sample=True)
+    damaged = summary.get("damaged", 0)
+    if damaged:
+        # Its own status, so that scripts tell damage in the image from files refused or
+        # skipped at the target; every file the damage did not touch was restored.
+        return (st.CHECKSUM_MISMATCH, f"{damaged} item(s) not restored because their data "
+                f"in the image is damaged (each is named in the log); every other item was "
+                f"restored ({problems - damaged} other item(s) not restored, {warnings} "
+                f"warning(s))", None, summary["bytes"], summary["files"])
     if problems or warnings:
         return (st.PARTIAL, f"{problems} item(s) not restored, {warnings} warning(s): "
                 "see the log", None, summary["bytes"], summary["files"])

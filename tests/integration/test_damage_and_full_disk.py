@@ -52,7 +52,7 @@ def test_corrupted_image_data_is_detected_and_not_put_in_place(backed_up):
     jid = m.start_restore(img["id"], [str(src)], str(tmp / "out"))
     [job] = m.wait_for([jid])
     log = "\n".join(x["message"] for x in m.jobs.logs(jid))
-    assert job["status"] == status.PARTIAL, log
+    assert job["status"] == status.CHECKSUM_MISMATCH, log
     assert "a.txt: checksum mismatch" in log
     restored = tmp / "out" / str(src).lstrip("/")
     assert not (restored / "a.txt").exists()
@@ -180,4 +180,8 @@ def test_restore_to_a_full_target_stops_and_leaves_no_partial_file(tmp_path, tin
     assert len(left) < len(data)
     for name, content in left.items():
         assert content == data[name], name
+    # what was put in place is counted, in the job and its log
+    assert job["files"] == len(left), (job, sorted(left))
+    if left:
+        assert f"{len(left)} files" in log and "were put in place" in log, log
     m.close()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from app import __version__, status as st, timeutil
-from app.errors import CairnError
+from app.errors import CairnError, ValidationError
 from app.jobs.store import printable
 
 
@@ -166,10 +166,14 @@ def build_parser():
                    help="on a deduplicating pool: server (the client sends a plain stream) or "
                         "client (the client chunks and sends only chunks the pool lacks); a "
                         "host's own setting (host set HOST dedup ...) wins",)
+    p.add_argument("--skip-nodump", action="store_true",
+                   help="leave out files and directories marked nodump (chattr +d), as dump "
+                        "does")
     p = cmd(po, "set", "change a policy's attribute",
             description="Change one attribute of a policy: storage_unit, priority, "
                         "multiple_streams, checksum, snapshot (none, filesystem, fileset), "
-                        "file_list (auto, walk), active or comment.")
+                        "file_list (auto, walk), dedup, skip_nodump (yes, no), active or "
+                        "comment.")
     p.add_argument("name")
     p.add_argument("key")
     p.add_argument("value")
@@ -496,7 +500,8 @@ def _dispatch(m, args, c, s):
                                compression=args.compression, encryption=args.encryption,
                                multiple_streams=args.multiple_streams,
                                checksum=args.checksum, snapshot=args.snapshot,
-                               file_list=args.file_list, dedup=args.dedup)
+                               file_list=args.file_list, dedup=args.dedup,
+                               skip_nodump=args.skip_nodump)
         elif s == "set":
             r = m.update_object("policy", args.name,
                                 **{args.key: _setting_value(args.key, args.value)})
@@ -793,14 +798,15 @@ def _print_listing(d):
 
 def _setting_value(key, text):
     """A value given on the command line: yes/no and true/false for switches."""
-    if key not in ("multiple_streams", "active"):
+    if key not in ("multiple_streams", "skip_nodump", "active"):
         return text
     low = text.strip().lower()
     if low in ("yes", "true", "on"):
         return True
     if low in ("no", "false", "off"):
         return False
-    return text
+    raise ValidationError(f"{key} takes yes or no, not {text!r}",
+                          hint=f"e.g. `set ... {key} yes`")
 
 
 def _delete(m, args, kind):

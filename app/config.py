@@ -659,7 +659,7 @@ class Config:
     # ---- policies ------------------------------------------------------------------------
     def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
                    multiple_streams=False, checksum="crc32", snapshot="none",
-                   file_list="auto", dedup="server", comment=""):
+                   file_list="auto", dedup="server", skip_nodump=False, comment=""):
         from plugins.storage import dedup as dedup_type
         _unique(self.db, "policies", "policy", name)
         check_snapshot_mode(snapshot)
@@ -683,10 +683,10 @@ class Config:
         with self.db.tx() as c:
             c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
                       "encryption, multiple_streams, checksum, snapshot, file_list, dedup, "
-                      "comment, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                      "skip_nodump, comment, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                       (name, sid, prio, int(bool(compression)), int(bool(encryption)),
                        int(bool(multiple_streams)), checksum, snapshot, file_list, dedup,
-                       comment, timeutil.iso(timeutil.now())))
+                       int(bool(skip_nodump)), comment, timeutil.iso(timeutil.now())))
         return self.policy(name)
 
     def add_policy_client(self, policy, host):
@@ -779,7 +779,7 @@ class Config:
 
     def _policy_dict(self, row):
         d = dict(row)
-        for k in ("compression", "encryption", "multiple_streams", "active"):
+        for k in ("compression", "encryption", "multiple_streams", "skip_nodump", "active"):
             d[k] = bool(d[k])
         d["clients"] = [r[0] for r in self.db.all(
             "SELECT h.name FROM policy_clients c JOIN hosts h ON h.id=c.host_id "

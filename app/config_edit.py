@@ -31,7 +31,7 @@ EDITABLE = {
     "disk-pool": ("high_water", "low_water", "max_io_streams", "compact_below", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
     "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "snapshot",
-               "file_list", "dedup", "active", "comment"),
+               "file_list", "dedup", "skip_nodump", "active", "comment"),
 }
 
 
@@ -187,7 +187,7 @@ def update(db, config, kind, name, **changes):
                                                changes["storage_unit"], "storage-unit create")
         if "priority" in changes:
             values["priority"] = check_int("priority", changes["priority"], 0, 99999)
-        for k in ("multiple_streams", "active"):
+        for k in ("multiple_streams", "skip_nodump", "active"):
             if k in changes:
                 values[k] = int(bool(changes[k]))
         if "checksum" in changes:

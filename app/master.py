@@ -170,14 +170,14 @@ class Master:
 
     def create_policy(self, name, *, storage_unit, priority=0, multiple_streams=False,
                       checksum="crc32", snapshot="none", file_list="auto", dedup="server",
-                      clients=(), selections=(), schedules=(), comment=""):
+                      skip_nodump=False, clients=(), selections=(), schedules=(), comment=""):
         """A policy with its clients, backup selections and schedules (dicts of
         add_schedule's arguments plus `name`), all or nothing: when a later part is
         refused, the policy is removed again and the error raised."""
         self.config.add_policy(name, storage_unit=storage_unit, priority=priority,
                                multiple_streams=multiple_streams, checksum=checksum,
                                snapshot=snapshot, file_list=file_list, dedup=dedup,
-                               comment=comment)
+                               skip_nodump=skip_nodump, comment=comment)
         try:
             for host in clients:
                 self.config.add_policy_client(name, host)

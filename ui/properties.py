@@ -42,6 +42,7 @@ LABELS = {
     "file_list": "File list", "agent_env": "Agent environment",
     "max_jobs": "Maximum jobs", "options": "Deduplication", "dedup": "Deduplication",
     "compact_below": "Compact containers below",
+    "skip_nodump": "Leave out what is marked nodump",
 }
 
 #: where a policy's (or a host's) backups to deduplicating pools are cut into chunks
@@ -247,7 +248,7 @@ class PropertiesDialog(QDialog):
                 w.setRange(1 if key != "priority" else 0, hi)
             w.setValue(int(value or 0))
             w.valueChanged.connect(self._changed)
-        elif key in ("multiple_streams", "active"):
+        elif key in ("multiple_streams", "skip_nodump", "active"):
             w = QCheckBox()
             w.setChecked(bool(value))
             w.toggled.connect(self._changed)

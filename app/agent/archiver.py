@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 
-from app.agent import entry, tarfmt
+from app.agent import entry, fflags, tarfmt
 from app.agent.changes import PreviousState, state_digest
 from app.agent.errors import Cancelled, InvalidRequest, NothingToBackup, StorageFailure
 
@@ -251,8 +251,12 @@ class _Totals(threading.Thread):
 
 class _Backup:
     def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None,
-                 read_from=None, listing=None, unchanged_before_ns=None, references=None):
+                 read_from=None, listing=None, unchanged_before_ns=None, references=None,
+                 skip_nodump=False):
         self.checksum = checksum
+        # Leave out what is marked nodump (chattr +d), as dump does.
+        self.skip_nodump = skip_nodump
+        self.nodump = 0
         # Selections read from elsewhere (a snapshot) but recorded under their own paths:
         # [(selection bytes, directory read instead)], longest first.
         self.read_from = sorted(((os.fsencode(k), os.fsencode(v))
@@ -294,6 +298,7 @@ class _Backup:
         self.users = {}
         self.groups = {}
         self.no_xattr_devs = set()
+        self.no_flags_devs = set()
         self.files = 0
         self.dirs = 0
         self.bytes = 0
@@ -410,6 +415,37 @@ class _Backup:
                 continue  # removed meanwhile, or a namespace this process may not read
             out.append((os.fsencode(n), v))
         return out
+
+    def inode_flags(self, fd, dev):
+        """The inode flags (app/agent/fflags.py) of an open file or directory; 0 where its
+        file system has none."""
+        if dev in self.no_flags_devs:
+            return 0
+        try:
+            return fflags.get(fd)
+        except OSError as e:
+            if e.errno in fflags.UNSUPPORTED:
+                self.no_flags_devs.add(dev)
+            return 0
+
+    def directory_flags(self, dfd, name, dev):
+        if dev in self.no_flags_devs:
+            return 0
+        try:
+            fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
+        except OSError:
+            return 0  # the walk into it reports what is wrong
+        try:
+            return self.inode_flags(fd, dev)
+        finally:
+            os.close(fd)
+
+    def left_out(self, flags):
+        """Whether an entry with these inode flags is left out (marked nodump)."""
+        if self.skip_nodump and flags & fflags.NODUMP:
+            self.nodump += 1
+            return True
+        return False
 
     # -- the walk
 
@@ -612,7 +648,11 @@ class _Backup:
                 if first is not None and first[0] is not None:
                     return self.hardlink(path, spath, st, first)
             return self.regular(dfd, name, path, spath, st)
+        flags = 0
         if stat.S_ISDIR(mode):
+            flags = self.directory_flags(dfd, name, st.st_dev)
+            if self.left_out(flags):
+                return False  # nor anything below it
             kind = entry.KIND_DIR
             typeflag = tarfmt.DIRTYPE
             member += b"/"
@@ -660,7 +700,7 @@ class _Backup:
         self.out.put(tarfmt.member_header(
             member, typeflag, stat.S_IMODE(mode), uid, gid, 0, st.st_mtime_ns, link,
             self.uname(uid), self.gname(gid), os.major(dev) if dev else 0,
-            os.minor(dev) if dev else 0, xattrs))
+            os.minor(dev) if dev else 0, xattrs, fflags=fflags.to_text(flags) if flags else None))
         if kind != entry.KIND_DIR and st.st_nlink > 1:
             self.links[(st.st_dev, st.st_ino)] = (member, spath)
         self.add_row([spath, kind, stat.S_IMODE(mode), uid, gid, 0, st.st_mtime_ns, offset,
@@ -824,6 +864,10 @@ class _Backup:
             if not stat.S_ISREG(st.st_mode):
                 self.warn(path, "changed during backup: no longer a regular file")
                 return False
+            flags = self.inode_flags(fd, st.st_dev)
+            if flags and self.left_out(flags):
+                return False
+            ftext = fflags.to_text(flags) if flags else None
             size = st.st_size
             segs = None
             if size and st.st_blocks * 512 < size:
@@ -836,13 +880,14 @@ class _Backup:
                 area = size
                 header = tarfmt.member_header(
                     path[1:], tarfmt.REGTYPE, mode, uid, gid, size, st.st_mtime_ns, b"",
-                    self.uname(uid), self.gname(gid), 0, 0, xattrs)
+                    self.uname(uid), self.gname(gid), 0, 0, xattrs, fflags=ftext)
             else:
                 smap = tarfmt.sparse_map_bytes(segs, size)
                 area = len(smap) + sum(ln for _, ln in segs)
                 header = tarfmt.member_header(
                     path[1:], tarfmt.REGTYPE, mode, uid, gid, area, st.st_mtime_ns, b"",
-                    self.uname(uid), self.gname(gid), 0, 0, xattrs, sparse_realsize=size)
+                    self.uname(uid), self.gname(gid), 0, 0, xattrs, sparse_realsize=size,
+                    fflags=ftext)
             if size >= FADVISE_MIN:
                 try:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
@@ -942,6 +987,10 @@ class _Backup:
         out.zeros(tarfmt.padding(length))
         out.put(tarfmt.EOF_MARKER)
         out.flush()
+        if self.nodump:
+            self.log("%d file(s) and director(ies) marked nodump were left out, with "
+                     "everything below them (the policy skips what is marked nodump)"
+                     % self.nodump)
         if not self.totals_sent:
             self.totals_sent = True
             result = self.totals.result if self.totals is not None else None
@@ -965,7 +1014,8 @@ class _Backup:
 
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
               checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None,
-              read_from=None, listing=None, unchanged_before_ns=None, references=None):
+              read_from=None, listing=None, unchanged_before_ns=None, references=None,
+              skip_nodump=False):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -985,6 +1035,10 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     regular file is passed to out.reference(source, offset, length) instead of being read,
     and gets a row of this image as usual.
 
+    skip_nodump: leave out files and directories marked nodump (chattr +d), as dump does.
+    Every file's and directory's inode flags (append-only, immutable, ...) are kept in its
+    member (app/agent/fflags.py).
+
     read_from: {selection: directory}: read that selection from the directory (a snapshot)
     while recording its own paths.
     listing: a file list made beforehand (app/agent/filelist.py) that replaces reading the
@@ -1000,7 +1054,7 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     except ValueError as e:
         raise InvalidRequest(str(e))
     b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
-                unchanged_before_ns, references)
+                unchanged_before_ns, references, skip_nodump)
     try:
         return b.run(selections, image_meta)
     finally:

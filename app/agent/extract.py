@@ -28,7 +28,7 @@ import time
 from collections import deque
 
 from app import status
-from app.agent import entry, tarfmt
+from app.agent import entry, fflags, tarfmt
 from app.agent.errors import (AgentFailure, Cancelled, InvalidRequest,
                               RestoreTargetInvalid)
 
@@ -675,6 +675,9 @@ class _Restore:
         # Directories made on the way to items (not items themselves): private until the
         # restore is done, then 0755 less the umask (see publish_implicit).
         self.implicit = []
+        # Files with inode flags (append-only, immutable, ...): set last, once no more hard
+        # links are made to them (see apply_file_flags). (components, flags, path)
+        self.flagged = []
         # Directories this restore made -> the names it has put in them: in those, a name not
         # in the set needs no look-up (nothing else was there), one system call a file less.
         self.fresh = {}
@@ -695,7 +698,9 @@ class _Restore:
         self.link_targets = set()
         for item in plan:
             if item.get("kind") == entry.KIND_HARDLINK and item.get("link"):
-                self.link_targets.add(item["link"])
+                to = item.get("link_to") or item["link"]
+                if isinstance(to, str):
+                    self.link_targets.add(to)
         self.counter = 0
         self.files = 0
         self.ndirs = 0
@@ -818,6 +823,7 @@ class _Restore:
     def complete(self):
         """Directory metadata, the last progress event, and the summary."""
         self.publish_implicit()
+        self.apply_file_flags()
         self.apply_dirs()
         self.progress(force=True)
         return self.counts()
@@ -1260,6 +1266,9 @@ class _Restore:
         except BaseException:
             self.discard(fd, p.dfd, p.tmp)
             raise
+        flags = member_flags(m)
+        if flags:
+            self.flagged.append((p.key[:-1] + (p.final,), flags, p.path))
         self.restored_one(p.path, p.key[:-1] + (p.final,))
 
     def put_in_place(self, p):
@@ -1418,9 +1427,14 @@ class _Restore:
         final, replace = self.destination(dfd, name, path, self.fresh.get(tuple(parent)))
         if final is None:
             return
-        target = self.restored.get(link)
+        # link_to: the plan item that holds the group's file where its first link (which
+        # the member names) is not restored (see app/jobs/restore.py)
+        link_to = item.get("link_to") or link
+        if not isinstance(link_to, str):
+            raise _Refused("the hard link's plan target is not a path")
+        target = self.restored.get(link_to)
         if target is None:
-            raise _Refused("its hard link target %s was not restored" % link)
+            raise _Refused("its hard link target %s was not restored" % link_to)
         tchain = _Chain(self.root, self.links)
         try:
             tfd = tchain.get(list(target[:-1]), create=False) if len(target) > 1 else self.root
@@ -1495,6 +1509,45 @@ class _Restore:
         finally:
             chain.close()
 
+    def apply_file_flags(self):
+        """The inode flags of restored files, last: an immutable or append-only file takes
+        no more hard links, times or renames."""
+        if not self.flagged:
+            return
+        chain = _Chain(self.root, self.links)
+        try:
+            for key, flags, path in self.flagged:
+                if self.is_cancelled():
+                    raise Cancelled()
+                fd = None
+                try:
+                    dfd = chain.get(list(key[:-1]), create=False) if len(key) > 1 else self.root
+                    fd = os.open(key[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                                 | _CLOEXEC, dir_fd=dfd)
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        self.set_flags(fd, flags, path)
+                except (_Refused, OSError) as e:
+                    self.warn(path, "cannot set its inode flags: %s" % (
+                        _why(e) if isinstance(e, OSError) else e))
+                finally:
+                    if fd is not None:
+                        os.close(fd)
+        finally:
+            chain.close()
+
+    def set_flags(self, fd, flags, path):
+        try:
+            fflags.set_kept(fd, flags)
+        except OSError as e:
+            if e.errno in fflags.UNSUPPORTED:
+                self.warn_once("fflags-unsupported", path, "inode flags (chattr) are not "
+                               "restored: the target file system does not have them")
+            elif e.errno == errno.EPERM:
+                self.warn_once("fflags-perm", path, "inode flags such as immutable and "
+                               "append-only are not restored: only root may set them")
+            else:
+                self.warn(path, "cannot set its inode flags: %s" % _why(e))
+
     def apply_dirs(self):
         """Directory modes, owners and times last, deepest first: a read-only directory mode
         must not block writing its children, and writing children changes the mtime."""
@@ -1518,6 +1571,9 @@ class _Restore:
                     os.utime(fd, ns=(self.now_ns, m.mtime_ns))
                 except OSError as e:
                     self.warn(path, "cannot set the directory's metadata: %s" % _why(e))
+                flags = member_flags(m)
+                if flags:
+                    self.set_flags(fd, flags, path)
         finally:
             chain.close()
 
@@ -1546,6 +1602,12 @@ def _umask():
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def member_flags(m):
+    """The inode flags a member carries (SCHILY.fflags), 0 for none."""
+    text = m.pax.get(b"SCHILY.fflags") if m.pax else None
+    return fflags.from_text(text) if text else 0
 
 
 def _made_mode(umask):
@@ -1582,7 +1644,9 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
     (a path, or an OpenTarget that the caller publishes and closes).
 
     plan items: {"path", "kind", "checksum", "link", "member"} and, for a relocated item,
-    "to": its absolute path under the target instead of "path" (see the module notes).
+    "to": its absolute path under the target instead of "path" (see the module notes); a
+    hard link may name in "link_to" the plan item to link to, where that is not its member's
+    target (the group's first link, not restored).
     overwrite: "skip", "overwrite" or "rename". Events: "progress", "warning", "log".
     direct: write the data of large files with O_DIRECT where the file system takes it (see
     _Writer), for targets on the host's own devices (directio.suits_target). direct_for(path):

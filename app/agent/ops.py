@@ -205,7 +205,8 @@ def _remove(path):
 
 @handler
 def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
-           previous=None, snapshot="none", file_list="walk", since=None, references=None):
+           previous=None, snapshot="none", file_list="walk", since=None, references=None,
+           skip_nodump=False):
     """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
     is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
     storage server's agent. snapshot, file_list and since: see app/agent/scale_backup.py.
@@ -224,7 +225,8 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
         kw = dict(emit=req.emit, is_cancelled=req.is_cancelled, image_meta=image_meta,
                   checksum=checksum, excludes=dict(excludes or {}, **prep.excludes),
                   previous=previous, read_from=prep.read_from, listing=prep.listing,
-                  unchanged_before_ns=prep.unchanged_before_ns, references=references)
+                  unchanged_before_ns=prep.unchanged_before_ns, references=references,
+                  skip_nodump=skip_nodump)
         dedup = dest.get("dedup")
         if dest["mode"] == "file" and dedup:
             from app.dedup.ingest import Ingest

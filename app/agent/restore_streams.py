@@ -183,7 +183,8 @@ class _Part:
         self.indexes = indexes
         self.data = b""
         self.progress = (0, 0)
-        self.result = None  # (counts, restored link targets, directories made on the way)
+        # (counts, restored link targets, directories made on the way, files with flags)
+        self.result = None
         self.error = None
         self.ended = False
 
@@ -331,7 +332,7 @@ class _Streams:
                     r.take_directories(parent)
                     self.run_items(r, indexes)
                     r.progress(force=True)
-                    result = (r.counts(), r.restored, r.implicit)
+                    result = (r.counts(), r.restored, r.implicit, r.flagged)
                 finally:
                     r.close()
             finally:
@@ -457,10 +458,11 @@ class _Streams:
                 raise Cancelled()
             raise AgentFailure(own[0]["message"], code=own[0]["code"])
         for p in self.parts:
-            counts, restored, implicit = p.result
+            counts, restored, implicit, flagged = p.result
             r.add_counts(counts)
             r.restored.update(restored)
             r.implicit.extend(implicit)
+            r.flagged.extend(flagged)
 
 
 def _close_foreign_channels(keep):

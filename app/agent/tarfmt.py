@@ -153,10 +153,12 @@ _ZERO_PAD = bytes(BLOCK)
 
 
 def member_header(name, typeflag, mode, uid, gid, size, mtime_ns, linkname=b"", uname=b"",
-                  gname=b"", devmajor=0, devminor=0, xattrs=None, sparse_realsize=None):
+                  gname=b"", devmajor=0, devminor=0, xattrs=None, sparse_realsize=None,
+                  fflags=None):
     """The header blocks of one member: a pax 'x' header when anything needs one, then the
     ustar header. `name`, `linkname`, `uname`, `gname` are bytes; `xattrs` is a list of
-    (name bytes, value bytes); `size` is the size of the data area that follows.
+    (name bytes, value bytes); `size` is the size of the data area that follows; `fflags`,
+    the inode flags as SCHILY.fflags names (app/agent/fflags.py).
 
     With `sparse_realsize` set, the member is written in GNU sparse format 1.0: the data area
     starts with the map (see sparse_map_bytes) and the ustar name is a GNUSparseFile stand-in
@@ -206,6 +208,8 @@ def member_header(name, typeflag, mode, uid, gid, size, mtime_ns, linkname=b"", 
     if xattrs:
         for k, v in xattrs:
             recs.append(pax_record(b"SCHILY.xattr." + k, v))
+    if fflags:
+        recs.append(pax_record(b"SCHILY.fflags", fflags))
     main = ustar_header(ustar_name, mode, uid, gid, size, min(mtime, _MAX_OCTAL_11), typeflag,
                         ustar_link, uname, gname, devmajor, devminor)
     if not recs:

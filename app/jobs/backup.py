@@ -243,7 +243,8 @@ def run(master, job):
                                        "excludes": excludes, "previous": previous,
                                        "snapshot": policy.get("snapshot") or "none",
                                        "file_list": policy.get("file_list") or "auto",
-                                       "since": since, "references": references},
+                                       "since": since, "references": references,
+                                       "skip_nodump": bool(policy.get("skip_nodump"))},
                             on_event=on_event)
         calls.insert(0, send)
         ctx.supervise(calls)

@@ -44,6 +44,9 @@ def build_plan(index, paths, relocation=None):
                # a directory mapped onto the target itself is merged into it
                and not (targets and targets[e.path] == "/")]
     items = []
+    # A hard link group whose first link is not restored: its first chosen link becomes the
+    # file (below), the others link to that one, so that the group stays one file.
+    holders = {}
     for e in entries:
         # "member" (the tar member to read) is left out where it is the path's own
         # (E.member_name), and "link" where there is none: the agent takes them as such, and
@@ -57,18 +60,26 @@ def build_plan(index, paths, relocation=None):
         # k-th source (an incremental lists unchanged entries held by earlier images).
         extent = [e.offset, e.length, e.src]
         if e.kind == E.KIND_HARDLINK and e.link not in chosen:
-            # The link's target is not restored: restore the link as a file of its own, from
-            # the target's member.
-            target = index.lookup(e.link) if _plain(e.link) else None
-            if target is not None and target.kind == E.KIND_FILE:
-                item.update(kind=E.KIND_FILE, checksum=target.checksum,
-                            member=E.member_name(target.path), size=target.size)
-                extent = [target.offset, target.length, target.src]
-            # else: a link to nothing the image holds; the agent refuses and logs it.
+            holder = holders.get(e.link)
+            if holder is not None:
+                # the member still names the group's first link; "link_to" is where the
+                # restore finds the group's file
+                item["link_to"] = holder
+            else:
+                # The link's target is not restored: restore the link as a file of its own,
+                # from the target's member.
+                target = index.lookup(e.link) if _plain(e.link) else None
+                if target is not None and target.kind == E.KIND_FILE:
+                    item.update(kind=E.KIND_FILE, checksum=target.checksum,
+                                member=E.member_name(target.path), size=target.size)
+                    extent = [target.offset, target.length, target.src]
+                    holders[e.link] = e.path
+                # else: a link to nothing the image holds; the agent refuses and logs it.
         items.append((item, extent))
     # Image by image in image order: each file is read front to back. Directory metadata is
-    # applied at the end by the agent, so the order of images does not matter for it.
-    items.sort(key=lambda ie: (ie[1][2], ie[1][0]))
+    # applied at the end by the agent, so the order of images does not matter for it. Links
+    # to a group's file made above come after every file.
+    items.sort(key=lambda ie: ("link_to" in ie[0], ie[1][2], ie[1][0]))
     plan, extents = [], []
     nbytes = nfiles = 0
     for item, extent in items:

@@ -253,6 +253,10 @@ MIGRATIONS = [
     ALTER TABLE disk_pools ADD COLUMN compact_below INTEGER NOT NULL DEFAULT 50;
     ALTER TABLE schedules ADD COLUMN read_all INTEGER NOT NULL DEFAULT 0
     """,
+    # 8: policies that leave out what is marked nodump (chattr +d), as dump does.
+    """
+    ALTER TABLE policies ADD COLUMN skip_nodump INTEGER NOT NULL DEFAULT 0
+    """,
 ]
 
 

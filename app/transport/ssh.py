@@ -588,7 +588,10 @@ class SSHTransport(Transport):
                          and e.filename.endswith(".pyz")
                          and posixpath.join(directory, e.filename) != current),
                         key=lambda e: e.st_mtime or 0, reverse=True)
-        doomed = agents[KEEP_OLD_AGENTS:]
+        # An agent uploaded within the hour may be about to start for another master (of
+        # another version) that manages this host too.
+        doomed = [e for e in agents[KEEP_OLD_AGENTS:]
+                  if now - (e.st_mtime or 0) > STALE_UPLOAD]
         doomed += [e for e in entries if e.filename.startswith(".agent-")
                    and e.filename.endswith(".tmp") and now - (e.st_mtime or 0) > STALE_UPLOAD]
         for e in doomed:

@@ -286,6 +286,18 @@ def test_old_agent_versions_are_pruned(sshd, known_hosts, agent_dir):
     assert sorted(os.listdir(agent_dir)) == sorted(f"agent-{v}.pyz" for v in versions[-3:])
 
 
+def test_an_agent_uploaded_within_the_hour_is_not_pruned(sshd, known_hosts, agent_dir):
+    """Another master, of another version, may be about to start the agent it just put
+    there: only agents older than an hour are pruned."""
+    versions = []
+    for i in range(5):
+        data, version = echo_bundle(b"w%d" % i)
+        versions.append(version)
+        with transport(sshd, known_hosts, agent_dir, bundle=(data, version)) as t:
+            t.install_agent()
+    assert sorted(os.listdir(agent_dir)) == sorted(f"agent-{v}.pyz" for v in versions)
+
+
 def test_one_connection_serves_every_agent(sshd, known_hosts, agent_dir):
     logins = sshd.accepted_logins()
     with transport(sshd, known_hosts, agent_dir) as t:

@@ -71,6 +71,9 @@ class AttributesPage(Page):
         self.multiple_streams = QCheckBox("Allow multiple data streams")
         self.multiple_streams.setToolTip("Back up the selections of a client in parallel "
                                          "streams, one per selection.")
+        self.skip_nodump = QCheckBox("Leave out what is marked nodump")
+        self.skip_nodump.setToolTip("Files and directories marked nodump (chattr +d) are not "
+                                    "backed up, as dump leaves them out.")
         form = QFormLayout()
         form.addRow("&Name:", self.name)
         form.addRow("&Storage unit:", self.unit)
@@ -85,6 +88,7 @@ class AttributesPage(Page):
         form.addRow("", self.compression)
         form.addRow("", self.encryption)
         form.addRow("", self.multiple_streams)
+        form.addRow("", self.skip_nodump)
         self.body.addLayout(form)
         self.body.addStretch(1)
         self.units = {}
@@ -421,6 +425,7 @@ class PolicyWizard(WizardBase):
         return {"name": a.name.text().strip(), "storage_unit": a.unit.currentText(),
                 "priority": a.priority.value(), "checksum": a.checksum.currentData(),
                 "multiple_streams": a.multiple_streams.isChecked(),
+                "skip_nodump": a.skip_nodump.isChecked(),
                 "snapshot": a.snapshot.currentData(), "file_list": a.file_list.currentData(),
                 "dedup": a.dedup.currentData(),
                 "clients": self.clients_page.clients(),
@@ -432,6 +437,7 @@ class PolicyWizard(WizardBase):
         return [("Name", s["name"]), ("Storage unit", s["storage_unit"]),
                 ("Priority", str(s["priority"])), ("Checksum", s["checksum"]),
                 ("Multiple data streams", "yes" if s["multiple_streams"] else "no"),
+                ("Files marked nodump", "left out" if s["skip_nodump"] else "backed up"),
                 ("Snapshot", SNAPSHOT_TEXT[s["snapshot"]]),
                 ("File list", FILE_LIST_TEXT[s["file_list"]]),
                 ("Deduplication", DEDUP_TEXT[s["dedup"]]),

@@ -623,7 +623,7 @@ def _dispatch(m, args, c, s):
         return _out(args, doc, _print_backups_report)
     if c == "schedule" and s == "runs":
         from app.scheduler import Scheduler
-        horizon = timeutil.parse_duration(args.horizon)
+        horizon = timeutil.parse_duration(args.horizon, what="horizon")
         if horizon is None:
             raise CairnError(f"horizon {args.horizon!r} must be a length of time, e.g. 7d",
                              status_code=st.INVALID_REQUEST)

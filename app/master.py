@@ -485,7 +485,7 @@ class Master:
             if value < 1:
                 raise ValidationError(f"{key} must be at least 1")
         else:
-            timeutil.parse_duration(value)
+            timeutil.parse_duration(value, what=key)
         with self.db.tx() as c:
             c.execute("INSERT INTO settings(key, value) VALUES (?,?) ON CONFLICT(key) DO UPDATE "
                       "SET value=excluded.value", (key, str(value)))

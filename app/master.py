@@ -427,10 +427,9 @@ class Master:
                 f"{', '.join(preview['with'])}",
                 hint="expire them together with --with-dependents")
         ids = [preview["image"]] + preview["with"]
-        busy = expire.busy_with(self.db, ids)
-        if busy:
-            raise ValidationError(f"image {image_id} is being read by restore job {busy}",
-                                  hint="wait for that job or cancel it")
+        # A backup that reads one of them (its incremental base, its files cache) or a
+        # restore: refused now, naming the job; the job checks again as it starts.
+        expire.refuse_if_held(self.db, ids, image_id)
         return expire.make_job(self, ids, "expired by the administrator")
 
     def expire_image(self, image_id, with_dependents=False):
@@ -700,9 +699,18 @@ class Master:
             params["direct_io"] = direct_io
         if streams is not None:
             params["parallel_streams"] = streams
-        return self.jobs.create("restore", client=img["client"], policy=img["policy"],
-                                schedule=img["schedule"], storage_unit=img["storage_unit"],
-                                params=params)
+        # One transaction with the check, so that an expire job either sees this restore's
+        # reads or has marked its images before (app/jobs/holds.py).
+        with self.db.tx() as c:
+            for iid in params["reads"]:
+                row = c.execute("SELECT expiring FROM images WHERE id=?", (iid,)).fetchone()
+                if row is not None and row[0] is not None:
+                    raise ValidationError(f"image {iid}, which this restore reads, is being "
+                                          f"removed by expire job {row[0]}",
+                                          hint="restore from another image")
+            return self.jobs.create("restore", client=img["client"], policy=img["policy"],
+                                    schedule=img["schedule"], storage_unit=img["storage_unit"],
+                                    params=params, c=c)
 
     # ---- running jobs ---------------------------------------------------------------------
     def wait_for(self, job_ids, timeout=None, poll=0.3):

@@ -385,6 +385,13 @@ class Master:
         from app.jobs import pool_jobs
         return pool_jobs.make_verify_job(self, image=image, pool=pool)
 
+    def start_cleanup(self, pool, dry_run=False):
+        """Queues a cleanup job of a disk pool (any type): removes the pool files that no
+        catalog image owns and that are older than every running backup (app/jobs/cleanup.py);
+        dry_run only lists them."""
+        from app.jobs import cleanup
+        return cleanup.make_job(self, pool, dry_run=dry_run)
+
     def start_reclaim(self, pool):
         """Queues a space reclaim job of a deduplication pool."""
         from app.jobs import pool_jobs

@@ -592,22 +592,27 @@ def dedup_verify(req, root, key=None, recipes=None):
 
 
 @handler
-def dedup_reclaim(req, root, key=None, compact_below=0.5):
+def dedup_reclaim(req, root, key=None, compact_below=0.5, known=None, min_age_s=None):
     """Removes chunks no image references any more and compacts containers. Refused (PoolBusy)
-    while a backup, restore or verify uses the pool."""
+    while a backup, restore or verify uses the pool. known, min_age_s: the image ids the
+    catalog knows and the age beyond which a recipe no catalog image owns is an orphan, whose
+    chunks are not kept (see pool.live_fingerprints)."""
     from app.dedup import pool
     from app.dedup.ingest import open_store
     store = open_store(root, key, keyless=True)
     removed = []
+    orphans = []
 
     def live():
-        fps, gone = pool.live_fingerprints(root)
+        fps, gone = pool.live_fingerprints(root, known=known, min_age_s=min_age_s,
+                                           orphans=orphans)
         removed.extend(gone)
         return fps
     stats = store.reclaim(live, compact_below=compact_below, is_cancelled=req.is_cancelled)
     if stats.get("cancelled"):
         raise Cancelled()
     stats["stale_recipes_removed"] = removed
+    stats["orphan_recipes_removed"] = orphans
     stats["pool"] = store.stats()
     return stats
 
@@ -625,3 +630,19 @@ def dedup_rebuild_index(req, root, key=None):
     store = open_store(root, key, keyless=True)
     with store.session(timeout=SESSION_TIMEOUT):
         return store.rebuild_index()
+
+
+# ---- pool files no catalog image owns ----------------------------------------------------------
+
+@handler
+def pool_files(req, volumes, image_dir):
+    """The image files of a disk pool's volumes with their ages (app/agent/poolfiles.py)."""
+    from app.agent import poolfiles
+    return poolfiles.list_files(volumes, image_dir)
+
+
+@handler
+def remove_pool_files(req, paths, volumes, image_dir, min_age_s):
+    """Removes orphan files of a disk pool, each only if it is still an old pool file."""
+    from app.agent import poolfiles
+    return poolfiles.remove_files(paths, volumes, image_dir, min_age_s)

@@ -22,7 +22,7 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import backup, backup_set, commit, expire, pool_jobs, restore
+from app.jobs import backup, backup_set, cleanup, commit, expire, pool_jobs, restore
 from app.jobs.store import ACTIVE, QUEUED
 
 LEASE = "dispatcher"
@@ -33,7 +33,7 @@ EXPIRE_EVERY = 60.0
 RECOVER_RETRY = 60.0
 RUNNERS = {"backup": backup.run, "restore": restore.run, "expire": expire.run,
            "backup-set": backup_set.run, "verify": pool_jobs.run_verify,
-           "reclaim": pool_jobs.run_reclaim}
+           "reclaim": pool_jobs.run_reclaim, "cleanup": cleanup.run}
 # Failures another attempt cannot mend: wrong input, missing trust or software, or a decision.
 NO_RETRY = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED, st.INVALID_REQUEST,
             st.NOTHING_TO_BACKUP, st.AUTH_FAILED, st.HOST_KEY_UNKNOWN, st.HOST_KEY_CHANGED,

@@ -119,6 +119,14 @@ def _undo(master, conn, image_id, partial, final):
     return removed
 
 
+def note(master, job_id, text, level="warning"):
+    """Adds a line to a job's log once (a recovery may be tried many times), and not at all
+    when the job has been removed."""
+    if master.db.one("SELECT 1 FROM jobs WHERE id=?", (job_id,)) and not master.db.one(
+            "SELECT 1 FROM job_log WHERE job_id=? AND message=?", (job_id, text)):
+        master.jobs.log(job_id, text, level)
+
+
 def pending(db):
     """Commit records whose job has ended: left by a process that stopped mid-commit."""
     return [dict(r) for r in db.all(
@@ -136,8 +144,8 @@ def recover(master):
             conn = master.hosts.connect(master.config.host(k["storage_host"]))
             out.append(_resolve(master, conn, k))
         except CairnError as e:
-            master.jobs.log(k["job_id"], f"the unfinished commit of image {k['image_id']} "
-                            f"could not be resolved yet: {e.message}", "warning")
+            note(master, k["job_id"], f"the unfinished commit of image {k['image_id']} "
+                 f"could not be resolved yet: {e.message}")
     return out
 
 
@@ -163,15 +171,15 @@ def _resolve(master, conn, k):
                 c.execute(f"UPDATE jobs SET image_id=?, changed={NEXT_CHANGE} WHERE id=?",
                           (image_id, job_id))
                 c.execute("DELETE FROM image_holds WHERE job_id=?", (job_id,))
-            master.jobs.log(job_id, f"image {image_id} was committed to {k['final']} before "
-                            "the process running this job stopped; it is recorded in the "
-                            "catalog now and can be restored", "warning")
+            note(master, job_id, f"image {image_id} was committed to {k['final']} before the "
+                 "process running this job stopped; it is recorded in the catalog now and can "
+                 "be restored")
             return {"image": image_id, "job": job_id, "outcome": "recorded", "why": None}
     else:
         why = "the process running the job stopped before the image was renamed into place"
     removed = _undo(master, conn, image_id, k["partial"], k["final"])
     with master.db.tx() as c:
         c.execute("DELETE FROM image_holds WHERE job_id=?", (job_id,))
-    master.jobs.log(job_id, f"the unfinished commit of image {image_id} was undone ({why})"
-                    + (f": {removed} removed" if removed else ""), "warning")
+    note(master, job_id, f"the unfinished commit of image {image_id} was undone ({why})"
+         + (f": {removed} removed" if removed else ""))
     return {"image": image_id, "job": job_id, "outcome": "removed", "why": why}

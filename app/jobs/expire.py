@@ -20,6 +20,7 @@ from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import holds
+from app.jobs.commit import note
 from app.jobs.context import JobContext
 
 RETENTION = "retention ended"
@@ -228,9 +229,7 @@ def _note_held(master, now):
     for h in holds.holders(master.db, ended):
         text = (f"the retention of image {h['image']} has ended; it is expired after this job "
                 "has ended, since this job reads it")
-        if not master.db.one("SELECT 1 FROM job_log WHERE job_id=? AND message=?",
-                             (h["job"], text)):
-            master.jobs.log(h["job"], text)
+        note(master, h["job"], text, "info")
 
 
 def recover(master):
@@ -257,11 +256,10 @@ def recover(master):
         if not present and r["path"] and not needed:
             master.remove_index(r["id"])
             out["removed"].append(r["id"])
-            master.jobs.log(r["expiring"], f"image {r['id']}: its file was removed before the "
-                            "process running this job stopped; its catalog entry is removed "
-                            "now", "warning")
+            note(master, r["expiring"], f"image {r['id']}: its file was removed before the "
+                 "process running this job stopped; its catalog entry is removed now")
         else:
             out["kept"].append(r["id"])
-            master.jobs.log(r["expiring"], f"image {r['id']} was not expired: the process "
-                            "running this job stopped first", "warning")
+            note(master, r["expiring"], f"image {r['id']} was not expired: the process "
+                 "running this job stopped first")
     return out

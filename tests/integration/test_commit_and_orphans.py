@@ -8,7 +8,7 @@ The kill is real: `cairn backup --wait` runs in a process of its own whose agent
 that process (SIGKILL) right before or right after the storage server's agent renames the
 image into place, so nothing of it runs past that point. A minute of waiting for the
 dispatcher to notice is played by ageing the dead process's lease and heartbeat in the
-catalog."""
+catalog. An expire job killed the same way between the images it removes is resolved too."""
 
 import json
 import os
@@ -23,22 +23,22 @@ from app.master import Master
 from clihelp import ROOT, cairn, cairn_json
 from treegen import assert_trees_equal
 
-KILL_AT_COMMIT = """
+KILL_AT = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
 from app.transport import agent_client
-when = sys.argv[1]
+at, when = sys.argv[1], sys.argv[2]
 call = agent_client.AgentConnection.call
 def killing_call(self, op, args=None, **kw):
-    if op == "commit_image" and when == "before":
+    if op == at and when == "before":
         os.kill(os.getpid(), signal.SIGKILL)
     result = call(self, op, args, **kw)
-    if op == "commit_image":
+    if op == at:
         os.kill(os.getpid(), signal.SIGKILL)
     return result
 agent_client.AgentConnection.call = killing_call
 from app.cli import main
-sys.exit(main(sys.argv[2:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
@@ -78,11 +78,16 @@ def setup(tmp_path):
 
 def killed_backup(home, when):
     """`cairn backup p --wait`, killed by SIGKILL before or after the commit's rename."""
+    return killed(home, "commit_image", when, "backup", "p", "--wait")
+
+
+def killed(home, op, when, *args):
+    """A `cairn` command killed by SIGKILL right before or right after its first call of
+    agent operation `op`; returns the newest job's id."""
     import subprocess
     env = dict(os.environ, CAIRN_HOME=home, PYTHONPATH=ROOT)
-    p = subprocess.run([sys.executable, "-c", KILL_AT_COMMIT.format(root=ROOT), when,
-                        "backup", "p", "--wait"], env=env, capture_output=True, text=True,
-                       timeout=300, cwd=ROOT)
+    p = subprocess.run([sys.executable, "-c", KILL_AT.format(root=ROOT), op, when, *args],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert p.returncode == -9, (p.returncode, p.stdout, p.stderr)
     # a minute later, as far as the catalog can tell: the lease has run out, the job's
     # heartbeat has stopped
@@ -153,6 +158,37 @@ def test_a_kill_before_the_rename_leaves_nothing(setup, pool_type):
     assert os.listdir(m.home.indexes) == []
     assert m.db.all("SELECT * FROM image_commits") == []
     assert "the unfinished commit of image" in log_of(m, jid)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_expire_killed_midway_is_resolved_by_the_next_run(setup, tmp_path, when):
+    m, home, src = setup("advanced-disk")
+    m.config.add_schedule("p", "diff", type="differential", retention="1w")
+    full = m.image(cairn_json(home, "backup", "p", "--wait")[0]["jobs"][0]["image_id"])
+    write_file(f"{src}/d0/f0.bin", b"changed")
+    diff = m.image(cairn_json(home, "backup", "p", "--schedule", "diff", "--wait")[0]
+                   ["jobs"][0]["image_id"])
+    # the newest goes first: killed before or after the differential's file is removed
+    jid = killed(home, "remove_image", when, "images", "expire", full["id"],
+                 "--with-dependents")
+    assert {i["id"]: i["expiring"] for i in m.images()} == {full["id"]: jid, diff["id"]: jid}
+    assert os.path.exists(diff["path"]) == (when == "before")
+    next_master_run(home)
+    assert m.jobs.get(jid)["status"] == st.INTERNAL
+    if when == "after":
+        assert [i["id"] for i in m.images()] == [full["id"]]
+        assert not os.path.exists(m.home.index_path(diff["id"]))
+        assert "its catalog entry is removed now" in log_of(m, jid)
+    else:
+        assert {i["id"] for i in m.images()} == {full["id"], diff["id"]}
+        assert "was not expired" in log_of(m, jid)
+    assert all(i["expiring"] is None for i in m.images())
+    to = str(tmp_path / "restored")
+    [r] = m.wait_for([m.start_restore(full["id"], [src], to)])
+    assert r["status"] == st.OK, log_of(m, r["id"])
+    # and the expire by hand goes through now
+    cairn(home, "images", "expire", full["id"], "--with-dependents")
+    assert m.images() == []
 
 
 def test_advanced_disk_orphans_are_listed_and_removed_by_cleanup(setup):

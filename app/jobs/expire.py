@@ -77,9 +77,10 @@ def removable(db, image_ids):
                 if row and row[0] and row[0] not in out:
                     why = f"it belongs to image {row[0]}"
             if why is None:
-                part = db.one("SELECT id FROM images WHERE part_of=?", (iid,))
-                if part and part[0] not in out:
-                    why = f"its stream image {part[0]} stays"
+                for (part,) in db.all("SELECT id FROM images WHERE part_of=?", (iid,)):
+                    if part not in out:
+                        why = f"its stream image {part} stays"
+                        break
             if why is not None:
                 out.discard(iid)
                 kept[iid] = why

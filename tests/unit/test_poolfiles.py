@@ -60,3 +60,26 @@ def test_list_and_remove(tmp_path):
     assert why[through] == "its folder is a link"
     assert os.path.exists(outside) and os.path.exists(young) and os.path.exists(foreign)
     assert len(why) == 6
+
+
+def test_the_agent_refuses_malformed_requests(tmp_path):
+    import pytest
+    from app.agent import ops
+    from app.agent.errors import InvalidRequest
+    vol = str(tmp_path / "vol")
+    for args in ({"volumes": "x", "image_dir": "images"},
+                 {"volumes": ["relative"], "image_dir": "images"},
+                 {"volumes": [vol], "image_dir": "../etc"},
+                 {"volumes": [vol], "image_dir": ".."}):
+        with pytest.raises(InvalidRequest):
+            ops.pool_files(None, **args)
+    for bad in (-1, "1", True):
+        with pytest.raises(InvalidRequest):
+            ops.remove_pool_files(None, [], [vol], "images", bad)
+    with pytest.raises(InvalidRequest):
+        ops.remove_pool_files(None, "x", [vol], "images", 1)
+    with pytest.raises(InvalidRequest):
+        ops.dedup_reclaim(None, str(tmp_path / "pool"), known=["a"])
+    with pytest.raises(InvalidRequest):
+        ops.dedup_reclaim(None, str(tmp_path / "pool"), known="a", min_age_s=1)
+    assert ops.pool_files(None, [vol], "images") == {"files": [], "errors": []}

@@ -128,6 +128,11 @@ def build_parser():
     p = cmd(dp, "verify", "deduplication pool: read every chunk back and check it")
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(dp, "cleanup", "remove pool files that no catalog image owns (left by backups "
+                           "that stopped before their image was recorded)")
+    p.add_argument("name")
+    p.add_argument("--dry-run", action="store_true", help="only list them")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
     p = cmd(dp, "usage", "deduplication pool: chunks and bytes it holds")
     p.add_argument("name")
     p = cmd(dp, "rebuild-index", "deduplication pool: rebuild the chunk index from the "
@@ -456,6 +461,8 @@ def _dispatch(m, args, c, s):
             return _jobs_result(m, args, [m.start_reclaim(args.name)])
         if s == "verify":
             return _jobs_result(m, args, [m.start_verify(pool=args.name)])
+        if s == "cleanup":
+            return _jobs_result(m, args, [m.start_cleanup(args.name, dry_run=args.dry_run)])
         if s == "usage":
             r = m.pool_usage(args.name)
             return _out(args, r, lambda d: print(
@@ -628,7 +635,7 @@ def _dispatch(m, args, c, s):
         return _out(args, doc, _print_backups_report)
     if c == "schedule" and s == "runs":
         from app.scheduler import Scheduler
-        horizon = timeutil.parse_duration(args.horizon)
+        horizon = timeutil.parse_duration(args.horizon, what="horizon")
         if horizon is None:
             raise CairnError(f"horizon {args.horizon!r} must be a length of time, e.g. 7d",
                              status_code=st.INVALID_REQUEST)

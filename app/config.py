@@ -320,12 +320,14 @@ def check_frequency(frequency):
         raise ValidationError(f"frequency {frequency!r} is not a duration", hint=hint)
     if isinstance(frequency, int):
         seconds = frequency
+        timeutil.check_limit(seconds, "frequency")
     else:
         try:
-            seconds = timeutil.parse_duration(frequency)
+            seconds = timeutil.parse_duration(frequency, limit=False)
         except ValidationError:
             raise ValidationError(f"frequency {frequency!r} is not a duration",
                                   hint=hint) from None
+        timeutil.check_limit(seconds, "frequency", frequency)
         if seconds is None:
             raise ValidationError(f"frequency {frequency!r} is not a length of time",
                                   hint=hint + "; a schedule without start windows only runs "

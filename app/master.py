@@ -385,6 +385,13 @@ class Master:
         from app.jobs import pool_jobs
         return pool_jobs.make_verify_job(self, image=image, pool=pool)
 
+    def start_cleanup(self, pool, dry_run=False):
+        """Queues a cleanup job of a disk pool (any type): removes the pool files that no
+        catalog image owns and that are older than every running backup (app/jobs/cleanup.py);
+        dry_run only lists them."""
+        from app.jobs import cleanup
+        return cleanup.make_job(self, pool, dry_run=dry_run)
+
     def start_reclaim(self, pool):
         """Queues a space reclaim job of a deduplication pool."""
         from app.jobs import pool_jobs
@@ -427,10 +434,9 @@ class Master:
                 f"{', '.join(preview['with'])}",
                 hint="expire them together with --with-dependents")
         ids = [preview["image"]] + preview["with"]
-        busy = expire.busy_with(self.db, ids)
-        if busy:
-            raise ValidationError(f"image {image_id} is being read by restore job {busy}",
-                                  hint="wait for that job or cancel it")
+        # A backup that reads one of them (its incremental base, its files cache) or a
+        # restore: refused now, naming the job; the job checks again as it starts.
+        expire.refuse_if_held(self.db, ids, image_id)
         return expire.make_job(self, ids, "expired by the administrator")
 
     def expire_image(self, image_id, with_dependents=False):
@@ -485,7 +491,7 @@ class Master:
             if value < 1:
                 raise ValidationError(f"{key} must be at least 1")
         else:
-            timeutil.parse_duration(value)
+            timeutil.parse_duration(value, what=key)
         with self.db.tx() as c:
             c.execute("INSERT INTO settings(key, value) VALUES (?,?) ON CONFLICT(key) DO UPDATE "
                       "SET value=excluded.value", (key, str(value)))
@@ -700,9 +706,18 @@ class Master:
             params["direct_io"] = direct_io
         if streams is not None:
             params["parallel_streams"] = streams
-        return self.jobs.create("restore", client=img["client"], policy=img["policy"],
-                                schedule=img["schedule"], storage_unit=img["storage_unit"],
-                                params=params)
+        # One transaction with the check, so that an expire job either sees this restore's
+        # reads or has marked its images before (app/jobs/holds.py).
+        with self.db.tx() as c:
+            for iid in params["reads"]:
+                row = c.execute("SELECT expiring FROM images WHERE id=?", (iid,)).fetchone()
+                if row is not None and row[0] is not None:
+                    raise ValidationError(f"image {iid}, which this restore reads, is being "
+                                          f"removed by expire job {row[0]}",
+                                          hint="restore from another image")
+            return self.jobs.create("restore", client=img["client"], policy=img["policy"],
+                                    schedule=img["schedule"], storage_unit=img["storage_unit"],
+                                    params=params, c=c)
 
     # ---- running jobs ---------------------------------------------------------------------
     def wait_for(self, job_ids, timeout=None, poll=0.3):

@@ -608,22 +608,33 @@ def dedup_verify(req, root, key=None, recipes=None):
 
 
 @handler
-def dedup_reclaim(req, root, key=None, compact_below=0.5):
+def dedup_reclaim(req, root, key=None, compact_below=0.5, known=None, min_age_s=None):
     """Removes chunks no image references any more and compacts containers. Refused (PoolBusy)
-    while a backup, restore or verify uses the pool."""
+    while a backup, restore or verify uses the pool. known, min_age_s: the image ids the
+    catalog knows and the age beyond which a recipe no catalog image owns is an orphan, whose
+    chunks are not kept (see pool.live_fingerprints)."""
     from app.dedup import pool
     from app.dedup.ingest import open_store
+    if (known is None) != (min_age_s is None):
+        raise InvalidRequest("known and min_age_s go together")
+    if known is not None:
+        if not isinstance(known, list) or not all(isinstance(i, str) for i in known):
+            raise InvalidRequest("known must be a list of image ids")
+        _age(min_age_s, "min_age_s")
     store = open_store(root, key, keyless=True)
     removed = []
+    orphans = []
 
     def live():
-        fps, gone = pool.live_fingerprints(root)
+        fps, gone = pool.live_fingerprints(root, known=known, min_age_s=min_age_s,
+                                           orphans=orphans)
         removed.extend(gone)
         return fps
     stats = store.reclaim(live, compact_below=compact_below, is_cancelled=req.is_cancelled)
     if stats.get("cancelled"):
         raise Cancelled()
     stats["stale_recipes_removed"] = removed
+    stats["orphan_recipes_removed"] = orphans
     stats["pool"] = store.stats()
     return stats
 
@@ -641,3 +652,38 @@ def dedup_rebuild_index(req, root, key=None):
     store = open_store(root, key, keyless=True)
     with store.session(timeout=SESSION_TIMEOUT):
         return store.rebuild_index()
+
+
+# ---- pool files no catalog image owns ----------------------------------------------------------
+
+def _pool_place(volumes, image_dir):
+    if not isinstance(volumes, list) or not all(isinstance(v, str) and v.startswith("/")
+                                                for v in volumes):
+        raise InvalidRequest("volumes must be a list of absolute paths")
+    if not isinstance(image_dir, str) or not image_dir or "/" in image_dir \
+            or image_dir in (".", ".."):
+        raise InvalidRequest(f"image_dir must be a folder name, not {image_dir!r}")
+
+
+def _age(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InvalidRequest(f"{what} must be a number of seconds, not {value!r}")
+
+
+@handler
+def pool_files(req, volumes, image_dir):
+    """The image files of a disk pool's volumes with their ages (app/agent/poolfiles.py)."""
+    from app.agent import poolfiles
+    _pool_place(volumes, image_dir)
+    return poolfiles.list_files(volumes, image_dir)
+
+
+@handler
+def remove_pool_files(req, paths, volumes, image_dir, min_age_s):
+    """Removes orphan files of a disk pool, each only if it is still an old pool file."""
+    from app.agent import poolfiles
+    _pool_place(volumes, image_dir)
+    _age(min_age_s, "min_age_s")
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise InvalidRequest("paths must be a list of paths")
+    return poolfiles.remove_files(paths, volumes, image_dir, min_age_s)

@@ -44,14 +44,33 @@ def recipes(root, partial=False):
     return out
 
 
-def live_fingerprints(root, now=None):
+def live_fingerprints(root, now=None, known=None, min_age_s=None, orphans=None):
     """Every fingerprint a committed recipe or a complete partial recipe references. Called
     by reclaim with the pool locked, so no backup adds references meanwhile. A committed
-    recipe that cannot be read stops the reclaim: its chunks would otherwise be removed."""
+    recipe that cannot be read stops the reclaim: its chunks would otherwise be removed.
+
+    known (image ids the catalog holds or is committing) and min_age_s (the age of the oldest
+    running backup, and some): a recipe, committed or partial, of an image the catalog does
+    not know and older than that is an orphan (a backup killed before the catalog recorded
+    it): it is removed and its path added to `orphans`, and its chunks are not kept."""
+    from app.agent.poolfiles import parse_name
     now = time.time() if now is None else now
+    known = None if known is None else set(known)
     live = set()
     removed = []
     for path in recipes(root, partial=True):
+        if known is not None and min_age_s is not None:
+            parsed = parse_name(os.path.basename(path))
+            if parsed and parsed[0] not in known:
+                try:
+                    age = now - os.stat(path).st_mtime
+                except FileNotFoundError:
+                    continue
+                if age > min_age_s:
+                    os.unlink(path)
+                    if orphans is not None:
+                        orphans.append(path)
+                    continue
         if path.endswith(PARTIAL_SUFFIX):
             try:
                 age = now - os.stat(path).st_mtime
@@ -162,8 +181,12 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
             emit("log", {"level": "warning", "message": f"damaged: {d.container} at byte "
                                                         f"{d.offset}: {d.reason}"})
     usage = store.stats()
+    from app.agent.poolfiles import list_files
+    # every image file, with its age: the master names those no catalog image owns
+    listing = list_files([root], IMAGE_DIR)
     out = {"containers": usage["containers"], "bytes": usage["container_bytes"],
-           "damage": findings, "images": [], "damaged_chunks": 0, "set_aside": 0}
+           "damage": findings, "images": [], "damaged_chunks": 0, "set_aside": 0,
+           "files": listing["files"], "file_errors": listing["errors"]}
     notes = store.damage_notes()
     present = set(store.committed_containers())  # once, not a stat per chunk reference
     paths = recipes(root)

@@ -11,8 +11,9 @@ import plugins.storage
 from app import status as st
 from app import timeutil
 from app.catalog_index import IndexWriter
-from app.errors import CairnError, Canceled
-from app.jobs import incremental
+from app.errors import CairnError, Canceled, ValidationError
+from app.jobs import holds, incremental
+from app.jobs.commit import commit, record_image  # noqa: F401 - record_image: backup_set
 from app.jobs.context import JobContext, results, start_listening_side
 
 
@@ -27,15 +28,56 @@ def new_image_id(db, client, job_id):
     return iid
 
 
-def record_image(c, *, sources, selections, **fields):
-    """The catalog row of a committed image and its dependencies on the images it reads
-    from, in the caller's transaction."""
-    fields.update(sources=json.dumps(sources), selections=json.dumps(selections))
-    names = ", ".join(fields)
-    c.execute(f"INSERT INTO images({names}) VALUES ({', '.join('?' * len(fields))})",
-              tuple(fields.values()))
-    c.executemany("INSERT OR IGNORE INTO image_deps(image_id, depends_on) VALUES (?,?)",
-                  [(fields["id"], s) for s in sources])
+def expiry_of(job, schedule, created):
+    """When an image made at `created` expires (None: never). A retention whose end cannot be
+    written as a date (a schedule saved before retentions were limited) fails the backup
+    before anything is written."""
+    retention = schedule["retention_s"] if schedule else None
+    if not retention:
+        return None
+    try:
+        return timeutil.iso(created + retention)
+    except (OverflowError, ValueError, OSError):
+        raise ValidationError(
+            f"schedule {job['schedule']} of policy {job['policy']} keeps images for "
+            f"{timeutil.format_duration(retention)}: their expiry date cannot be written; "
+            "nothing was backed up",
+            hint=f"give the schedule a retention of at most "
+                 f"{timeutil.format_duration(timeutil.MAX_DURATION_S)}, or 'infinite'") \
+            from None
+
+
+def hold_base(master, job, *, client, pool, level, stream, use):
+    """Chooses the image an incremental compares with (or a full's files cache: level
+    "differential" picks the newest image) and holds it and its sources for the job, in one
+    catalog transaction (app/jobs/holds.py). `use` says what for, e.g. "as its files cache".
+    Returns (base or None, why not)."""
+    with master.db.tx():
+        base, why = incremental.choose_base(master.db, client=client, policy=job["policy"],
+                                            pool=pool, level=level, stream=stream)
+        if base is not None:
+            reads = incremental.reads_of(base)
+            holds.hold(master.db, job["id"], {
+                i: (f"reads it {use}" if i == base["id"] else
+                    f"reads it through image {base['id']}, which it uses {use}")
+                for i in reads})
+    return base, why
+
+
+def missing_images(master, storage, image_ids):
+    """Of image_ids, those not in the catalog, being expired, or whose file the storage
+    server no longer has: [(image id, why)]."""
+    out = []
+    for iid in dict.fromkeys(image_ids):
+        row = master.db.one("SELECT path, expiring FROM images WHERE id=?", (iid,))
+        if row is None:
+            out.append((iid, "it is no longer in the catalog"))
+        elif row["expiring"] is not None:
+            out.append((iid, f"expire job {row['expiring']} is removing it"))
+        elif row["path"] and not storage.call("stat_path", {"path": row["path"]},
+                                              timeout=60)["exists"]:
+            out.append((iid, f"its file {row['path']} is missing"))
+    return out
 
 
 def _delete_left_snapshots(master, ctx, client_host, snapshots):
@@ -86,6 +128,14 @@ def dedup_summary(s):
 
 
 def run(master, job):
+    try:
+        return _backup(master, job)
+    finally:
+        # The images it read from may go once it has ended (or been recorded).
+        holds.release(master.db, job["id"])
+
+
+def _backup(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
     cfg = master.config
@@ -131,9 +181,14 @@ def run(master, job):
     policy = cfg.policy(job["policy"])
     base = base_index = completer = previous = since = None
     if level != "full":
-        base, why = incremental.choose_base(master.db, client=client_host["name"],
-                                            policy=job["policy"], pool=pool["name"],
-                                            level=level, stream=stream)
+        base, why = hold_base(master, job, client=client_host["name"], pool=pool["name"],
+                              level=level, stream=stream,
+                              use=f"as the base of its {level} incremental")
+        gone = missing_images(master, storage, incremental.reads_of(base)) if base else []
+        if gone:
+            why = (f"image {base['id']} cannot be used: "
+                   + "; ".join(f"image {i}: {w}" for i, w in gone))
+            base = None
         if base is not None:
             try:
                 base_index = incremental.open_base_index(master, base)
@@ -145,6 +200,7 @@ def run(master, job):
                     base_index = None
                 base = None
         if base is None:
+            holds.release(master.db, job["id"])
             ctx.log(f"{level} incremental taken as a full backup: {why}", "warning")
             level = "full"
         else:
@@ -160,10 +216,14 @@ def run(master, job):
         if p.get("no_files_cache"):
             cache, why = None, "the backup was asked to read every file"
         else:
-            cache, why = incremental.files_cache(master, client=client_host["name"],
-                                                 policy=job["policy"], pool=pool["name"],
-                                                 stream=stream, checksum=checksum)
+            cache_base, why = hold_base(master, job, client=client_host["name"],
+                                        pool=pool["name"], level="differential",
+                                        stream=stream, use="as its files cache")
+            cache = None
+            if cache_base is not None:
+                cache, why = incremental.files_cache(master, cache_base, checksum=checksum)
         if cache is None:
+            holds.release(master.db, job["id"])
             ctx.log(f"files cache: none, every file is read ({why})")
         else:
             previous, references = cache["state"], cache["references"]
@@ -172,6 +232,7 @@ def run(master, job):
                     f"{cache['entries']} files); unchanged files are taken from the pool, not "
                     "read again")
     created = time.time()
+    expires = expiry_of(job, schedule, created)
     meta = {"format": "cairn-image", "format_version": 1, "image_id": image_id,
             "client": client_host["name"], "policy": job["policy"],
             "schedule": job["schedule"], "schedule_type": level,
@@ -263,8 +324,37 @@ def run(master, job):
                                    if len(outcome) > 1 else "local")
         info = index.close()
         index = None
-        committed = storage.call("commit_image", {"partial": partial, "final": final,
-                                                  "dedup": _commit_args(dedup)}, timeout=300)
+        sources = completer.sources if completer else []
+        # A base removed behind Cairn's back (its file deleted, say) while this backup ran:
+        # committing would make an image whose unchanged files cannot be restored.
+        gone = missing_images(master, storage, sources)
+        if gone:
+            raise CairnError(
+                f"this {level} incremental takes its unchanged files from image(s) that are "
+                "gone: " + "; ".join(f"image {i}: {w}" for i, w in gone)
+                + "; the image was not committed",
+                status_code=st.IMAGE_DAMAGED,
+                hint="check the storage server; expire the damaged image(s) with "
+                     "`cairn images expire IMAGE --with-dependents`, then back up again (a "
+                     "full is taken when no usable image is left)")
+        # The agent counts its warnings in the summary and also sends each as an event.
+        warnings = max(summary.get("warnings", 0), ctx.warnings)
+        committed = commit(
+            master, storage, job_id=job["id"], partial=partial, final=final,
+            dedup=_commit_args(dedup),
+            extra_bytes=dedup_stats["stored_bytes"] if dedup_stats else 0,
+            record=dict(
+                id=image_id, client=client_host["name"], policy=job["policy"],
+                schedule=job["schedule"], schedule_type=meta["schedule_type"],
+                created=meta["created"], expires=expires, bytes=summary["bytes"],
+                files=summary["files"], storage_unit=stu["name"], pool=pool["name"],
+                storage_host=storage_host["name"], job_id=job["id"], selections=selections,
+                warnings=warnings, checksum=meta["checksum"], base_image=meta["base_image"],
+                sources=sources, stream=stream,
+                snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots")
+                else None,
+                scan=json.dumps(summary["scan"]) if summary.get("scan") else None,
+                dedup=json.dumps(dedup_stats) if dedup_stats else None))
     except BaseException:
         for c in calls:
             c.cancel()
@@ -272,6 +362,9 @@ def run(master, job):
             c.wait_done(30)
         if index is not None:
             index.abort()
+        else:
+            # closed, and the image not recorded: the index has no image to describe
+            master.remove_index(image_id)
         try:
             # A fresh connection: the agent that was writing may be the one that died.
             master.hosts.connect(storage_host).call("abort_image", {"partial": partial},
@@ -286,26 +379,6 @@ def run(master, job):
         if base_index is not None:
             base_index.close()
 
-    retention = schedule["retention_s"] if schedule else None
-    expires = timeutil.iso(created + retention) if retention else None
-    # The agent counts its warnings in the summary and also sends each as an event.
-    warnings = max(summary.get("warnings", 0), ctx.warnings)
-    sources = completer.sources if completer else []
-    with master.db.tx() as c:
-        record_image(c, id=image_id, client=client_host["name"], policy=job["policy"],
-                     schedule=job["schedule"], schedule_type=meta["schedule_type"],
-                     created=meta["created"], expires=expires, bytes=summary["bytes"],
-                     files=summary["files"], storage_unit=stu["name"], pool=pool["name"],
-                     storage_host=storage_host["name"], path=committed["path"],
-                     image_bytes=committed["bytes"] + (dedup_stats["stored_bytes"]
-                                                       if dedup_stats else 0),
-                     job_id=job["id"],
-                     selections=selections, warnings=warnings, checksum=meta["checksum"],
-                     base_image=meta["base_image"], sources=sources, stream=stream,
-                     snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots")
-                     else None,
-                     scan=json.dumps(summary["scan"]) if summary.get("scan") else None,
-                     dedup=json.dumps(dedup_stats) if dedup_stats else None)
     if dedup_stats is not None:
         master.jobs.set_dedup_ratio(job["id"], dedup_stats.get("dedup_ratio"))
     if completer is not None:

@@ -22,7 +22,7 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import backup, backup_set, expire, pool_jobs, restore
+from app.jobs import backup, backup_set, cleanup, commit, expire, pool_jobs, restore
 from app.jobs.store import ACTIVE, QUEUED
 
 LEASE = "dispatcher"
@@ -30,9 +30,10 @@ LEASE_SECONDS = 15.0
 STALE_SECONDS = 60.0
 SCHEDULE_EVERY = 15.0
 EXPIRE_EVERY = 60.0
+RECOVER_RETRY = 60.0
 RUNNERS = {"backup": backup.run, "restore": restore.run, "expire": expire.run,
            "backup-set": backup_set.run, "verify": pool_jobs.run_verify,
-           "reclaim": pool_jobs.run_reclaim}
+           "reclaim": pool_jobs.run_reclaim, "cleanup": cleanup.run}
 # Failures another attempt cannot mend: wrong input, missing trust or software, or a decision.
 NO_RETRY = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED, st.INVALID_REQUEST,
             st.NOTHING_TO_BACKUP, st.AUTH_FAILED, st.HOST_KEY_UNKNOWN, st.HOST_KEY_CHANGED,
@@ -47,6 +48,7 @@ class Dispatcher:
         self.scheduler = None
         self._next_schedule = 0.0
         self._next_expire = 0.0
+        self._next_recover = 0.0
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._threads = {}
         self._stop = threading.Event()
@@ -87,6 +89,32 @@ class Dispatcher:
         for r in rows:
             self.master.jobs.finish(r["id"], st.INTERNAL,
                                     "the process running this job stopped before it ended")
+            # Its holds end with it, unless it stopped mid-commit: recover() resolves that.
+            with self.db.tx() as c:
+                c.execute("DELETE FROM image_holds WHERE job_id=? AND NOT EXISTS (SELECT 1 "
+                          "FROM image_commits WHERE job_id=?)", (r["id"], r["id"]))
+        self.recover()
+
+    def recover(self):
+        """What jobs whose process stopped left half done: a commit between the rename of an
+        image and its catalog row (app/jobs/commit.py), images an expire job had marked.
+        Cheap when there is nothing; a storage server that cannot be asked is asked again
+        after RECOVER_RETRY seconds."""
+        now = time.time()
+        if now < self._next_recover:
+            return
+        try:
+            left = commit.pending(self.db) or self.db.one(
+                "SELECT 1 FROM images WHERE expiring IS NOT NULL AND NOT EXISTS (SELECT 1 "
+                "FROM jobs j WHERE j.id=images.expiring AND j.state!='done')")
+            if left:
+                self._next_recover = now + RECOVER_RETRY
+                commit.recover(self.master)
+                expire.recover(self.master)
+                if not commit.pending(self.db):
+                    self._next_recover = 0.0
+        except Exception:  # noqa: BLE001 - the dispatcher must go on; logged for admins
+            traceback.print_exc()
 
     def tick(self):
         """One round: renew the lease, start what may start. Returns the number of jobs

@@ -3,8 +3,15 @@ reads data from it (the incrementals after a full, the stream images of a set): 
 by hand takes its dependents along, after a confirmation that names them; when retention ends,
 an image whose dependents are still retained is kept until they expire too.
 
-An expire job removes its images newest first, each from the pool, the catalog file index
-and the catalog, so that an interruption never leaves an image whose sources are gone."""
+Nor may an image leave while a job still reads it (app/jobs/holds.py): a restore, or a backup
+that uses it as its incremental base or files cache. Expiring such an image by hand is
+refused, naming the job; when its retention has ended it is kept, and expired by a later run
+once the job has ended.
+
+An expire job first checks the holds and marks its images as being expired, in one catalog
+transaction, so that no backup chooses them from then on; then it removes them newest first,
+each from the pool, the catalog file index and the catalog, so that an interruption never
+leaves an image whose sources are gone."""
 
 import json
 import time
@@ -12,7 +19,11 @@ import time
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled, ValidationError
+from app.jobs import holds
+from app.jobs.commit import note
 from app.jobs.context import JobContext
+
+RETENTION = "retention ended"
 
 
 def dependents(db, image_ids):
@@ -34,38 +45,60 @@ def dependents(db, image_ids):
 
 
 def due(db, now):
-    """Images whose retention has ended and that nothing still retained reads from: the ones
-    an automatic expiry removes at `now`. Returns (removable ids, kept: {id: why})."""
+    """Images whose retention has ended, that nothing still retained reads from and that no
+    job holds: the ones an automatic expiry removes at `now`. Returns (removable ids, kept:
+    {id: why})."""
     ended = {r[0] for r in db.all("SELECT id FROM images WHERE expires IS NOT NULL AND "
                                   "expires<=?", (timeutil.iso(now),))}
-    removable = set(ended)
+    return removable(db, ended)
+
+
+def removable(db, image_ids):
+    """Of image_ids, those that may go now: no job holds them, and everything that goes with
+    them (the images that read from them, the stream images of a set and the set of a stream
+    image) goes too. Returns (removable ids, kept: {id: why})."""
+    out = set(image_ids)
     kept = {}
+    for h in holds.holders(db, out):
+        if h["image"] in out:
+            out.discard(h["image"])
+            kept[h["image"]] = f"{h['type']} job {h['job']} still reads it"
     changed = True
     while changed:
         changed = False
-        for iid in sorted(removable):
+        for iid in sorted(out):
+            why = None
             for (d,) in db.all("SELECT image_id FROM image_deps WHERE depends_on=?", (iid,)):
-                if d not in removable:
-                    removable.discard(iid)
-                    kept[iid] = f"image {d} still needs its data"
-                    changed = True
+                if d not in out:
+                    why = f"image {d} still needs its data"
                     break
-    # A stream image goes with its set, not on its own.
-    for iid in sorted(removable):
-        row = db.one("SELECT part_of FROM images WHERE id=?", (iid,))
-        if row and row[0] and row[0] not in removable:
-            removable.discard(iid)
-            kept[iid] = f"it belongs to image {row[0]}"
-    return sorted(removable), kept
+            if why is None:
+                row = db.one("SELECT part_of FROM images WHERE id=?", (iid,))
+                if row and row[0] and row[0] not in out:
+                    why = f"it belongs to image {row[0]}"
+            if why is None:
+                for (part,) in db.all("SELECT id FROM images WHERE part_of=?", (iid,)):
+                    if part not in out:
+                        why = f"its stream image {part} stays"
+                        break
+            if why is not None:
+                out.discard(iid)
+                kept[iid] = why
+                changed = True
+    return sorted(out), kept
 
 
-def busy_with(db, image_ids):
-    """A restore job that is queued or running and reads one of the images, or None."""
-    for r in db.all("SELECT id, params FROM jobs WHERE state!='done' AND type='restore'"):
-        params = json.loads(r["params"] or "{}")
-        if {params.get("image"), *(params.get("reads") or [])} & set(image_ids):
-            return r["id"]
-    return None
+def refuse_if_held(db, image_ids, image_id=None):
+    """Expiring by hand: refused while a job reads one of the images, naming the job."""
+    held = holds.holders(db, image_ids)
+    if held:
+        jobs = sorted({h["job"] for h in held})
+        what = f"image {image_id}" if image_id else "the images"
+        raise ValidationError(
+            f"{what} cannot be expired now: " + "; ".join(holds.describe(h) for h in held),
+            hint=f"wait for job{'s' if len(jobs) > 1 else ''} "
+                 f"{', '.join(map(str, jobs))} to end (or cancel it: `cairn jobs cancel "
+                 f"{jobs[0]}`), then expire again")
 
 
 def order_newest_first(db, image_ids):
@@ -74,24 +107,54 @@ def order_newest_first(db, image_ids):
     return [r[0] for r in rows]
 
 
+def _claim(master, job, ctx):
+    """Checks the holds and marks the images this job removes, in one transaction. By hand,
+    any hold refuses the whole job; after retention, held images (and what goes with them)
+    are left for a later run. Returns the ids to remove."""
+    ids = [i for i in job["params"]["images"]
+           if master.db.one("SELECT 1 FROM images WHERE id=?", (i,))]
+    by_retention = job["params"].get("reason") == RETENTION
+    with master.db.tx() as c:
+        if by_retention:
+            todo, kept = removable(master.db, ids)
+        else:
+            refuse_if_held(master.db, ids)
+            missing_deps = [d for d in dependents(master.db, ids) if d not in ids]
+            if missing_deps:
+                raise ValidationError(
+                    f"image(s) {', '.join(missing_deps)} read data from the images to expire "
+                    "and are not part of this job",
+                    hint="expire them together (the confirmation lists them)")
+            todo, kept = ids, {}
+        c.executemany("UPDATE images SET expiring=? WHERE id=?",
+                      [(job["id"], i) for i in todo])
+    for iid, why in sorted(kept.items()):
+        ctx.log(f"image {iid} is kept for now, a later expiry run removes it: {why}",
+                "warning")
+    ctx.flush()
+    return todo
+
+
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     ids = job["params"]["images"]
     ctx.log(f"expiring {len(ids)} image(s): {', '.join(ids)} "
             f"({job['params'].get('reason', 'by the administrator')})")
     ctx.flush()
-    busy = busy_with(master.db, ids)
-    if busy:
-        raise ValidationError(f"image(s) {', '.join(ids)} are being read by restore job {busy}",
-                              hint="wait for that job or cancel it")
-    missing_deps = [d for d in dependents(master.db, ids) if d not in ids]
-    if missing_deps:
-        raise ValidationError(f"image(s) {', '.join(missing_deps)} read data from the images "
-                              f"to expire and are not part of this job",
-                              hint="expire them together (the confirmation lists them)")
+    todo = _claim(master, job, ctx)
+    try:
+        return _remove(master, ctx, todo)
+    except BaseException:
+        # The images not removed may be chosen by backups again.
+        with master.db.tx() as c:
+            c.execute("UPDATE images SET expiring=NULL WHERE expiring=?", (job["id"],))
+        raise
+
+
+def _remove(master, ctx, ids):
     removed = nbytes = 0
     dedup_pools = set()
-    for iid in order_newest_first(master.db, ids):
+    for iid in order_newest_first(master.db, ids) if ids else []:
         if ctx.cancelled:
             raise Canceled()
         img = master.image(iid)
@@ -126,6 +189,7 @@ def run(master, job):
 
 
 def make_job(master, image_ids, reason, c=None):
+    """An expire job; reason RETENTION makes it leave held images for a later run."""
     first = master.image(image_ids[0])
     return master.jobs.create(
         "expire", client=first["client"], policy=first["policy"], schedule=first["schedule"],
@@ -137,13 +201,14 @@ def expire_due(master, now=None):
     """Queues expire jobs for the images whose retention has ended (one job per client),
     unless an expire job for them is already waiting. Returns the job ids."""
     now = time.time() if now is None else now
-    removable, _kept = due(master.db, now)
-    if not removable:
+    ready, _kept = due(master.db, now)
+    _note_held(master, now)
+    if not ready:
         return []
     pending = set()
     for r in master.db.all("SELECT params FROM jobs WHERE type='expire' AND state!='done'"):
         pending.update(json.loads(r[0] or "{}").get("images", []))
-    todo = [i for i in removable if i not in pending]
+    todo = [i for i in ready if i not in pending]
     by_client = {}
     for iid in todo:
         img = master.image(iid)
@@ -151,7 +216,51 @@ def expire_due(master, now=None):
     jobs = []
     for client, ids in sorted(by_client.items()):
         try:
-            jobs.append(make_job(master, ids, "retention ended"))
+            jobs.append(make_job(master, ids, RETENTION))
         except CairnError:
             continue
     return jobs
+
+
+def _note_held(master, now):
+    """Says once in the log of each job that holds an image whose retention has ended that
+    the image's expiry waits for it."""
+    ended = {r[0] for r in master.db.all("SELECT id FROM images WHERE expires IS NOT NULL "
+                                         "AND expires<=?", (timeutil.iso(now),))}
+    for h in holds.holders(master.db, ended):
+        text = (f"the retention of image {h['image']} has ended; it is expired after this job "
+                "has ended, since this job reads it")
+        note(master, h["job"], text, "info")
+
+
+def recover(master):
+    """Images left marked by an expire job whose process stopped: one whose file is gone (and
+    that no image reads from) was removed, so its catalog row and index go too; any other is
+    unmarked, so backups may use it again. Returns {"removed": [...], "kept": [...]}."""
+    out = {"removed": [], "kept": []}
+    for r in master.db.all("SELECT id, path, storage_host, expiring FROM images WHERE "
+                           "expiring IS NOT NULL AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
+                           "j.id=images.expiring AND j.state!='done') ORDER BY created DESC"):
+        try:
+            conn = master.hosts.connect(master.config.host(r["storage_host"]))
+            present = bool(r["path"]) and conn.call("stat_path", {"path": r["path"]},
+                                                    timeout=60)["exists"]
+        except CairnError:
+            continue  # asked again on a later call
+        needed = master.db.one("SELECT 1 FROM image_deps WHERE depends_on=?", (r["id"],))
+        with master.db.tx() as c:
+            if not present and r["path"] and not needed:
+                c.execute("DELETE FROM image_deps WHERE image_id=?", (r["id"],))
+                c.execute("DELETE FROM images WHERE id=?", (r["id"],))
+            else:
+                c.execute("UPDATE images SET expiring=NULL WHERE id=?", (r["id"],))
+        if not present and r["path"] and not needed:
+            master.remove_index(r["id"])
+            out["removed"].append(r["id"])
+            note(master, r["expiring"], f"image {r['id']}: its file was removed before the "
+                 "process running this job stopped; its catalog entry is removed now")
+        else:
+            out["kept"].append(r["id"])
+            note(master, r["expiring"], f"image {r['id']} was not expired: the process "
+                 "running this job stopped first")
+    return out

@@ -26,9 +26,11 @@ CTIME_NS = 11  # the agent's row: the 11 fields of app/agent/entry.py, then ctim
 def choose_base(db, *, client, policy, pool, level, stream=None):
     """The image an incremental compares with, or (None, why a full is taken instead).
     Differential: the newest image of any level; cumulative: the newest full. Only images in
-    the same disk pool (a restore reads one storage server) and of the same stream."""
+    the same disk pool (a restore reads one storage server) and of the same stream, and none
+    an expire job is removing. Call it in the transaction that holds the image chosen
+    (app/jobs/holds.py)."""
     sql = ("SELECT * FROM images WHERE client=? AND policy=? AND pool=? "
-           "AND coalesce(stream, '')=?")
+           "AND coalesce(stream, '')=? AND expiring IS NULL")
     args = [client, policy, pool, stream or ""]
     if level == "cumulative":
         sql += " AND schedule_type='full'"
@@ -94,13 +96,17 @@ def _state(index, usable_sources):
     return state.text(), (refs.text() if refs is not None else None), count
 
 
-def files_cache(master, *, client, policy, pool, stream, checksum):
+def reads_of(base):
+    """The images a backup reads from when it uses `base`: the image and its sources."""
+    sources = base.get("sources") or []
+    sources = json.loads(sources) if isinstance(sources, str) else sources
+    return [base["id"], *sources]
+
+
+def files_cache(master, base, *, checksum):
     """For a full backup into a deduplication pool: {"base", "state", "references", "paths",
-    "entries"} of the newest image to take unchanged files from, or (None, why not)."""
-    base, why = choose_base(master.db, client=client, policy=policy, pool=pool,
-                            level="differential", stream=stream)
-    if base is None:
-        return None, why
+    "entries"} of the image to take unchanged files from (the newest, chosen and held by the
+    caller with choose_base), or (None, why not)."""
     if base["checksum"] != checksum:
         return None, (f"image {base['id']} has {base['checksum']} file checksums, this backup "
                       f"makes {checksum}")

@@ -118,11 +118,15 @@ def run_verify(master, job):
     checked = len(result["images"])
     ctx.bytes = result.get("bytes", 0)
     ctx.files = checked
+    # A whole-pool verify also names the pool's files that no catalog image owns.
+    from app.jobs import cleanup
+    unknown = cleanup.unknown_files(master.db, result.get("files") or [])
+    cleanup.log_unknown(ctx, unknown, pool["name"])
     master.jobs.set_result(job["id"], {"images": damaged_images,
                                        "containers": result.get("containers"),
                                        "container_damage": result.get("damage", []),
                                        "damaged_chunks": result.get("damaged_chunks", 0),
-                                       "set_aside": aside})
+                                       "set_aside": aside, "unknown_files": unknown})
     ctx.flush(sample=True)
     if damaged_images:
         n_files = sum(len(d["files"]) for d in damaged_images)
@@ -150,13 +154,19 @@ def run_reclaim(master, job):
             f"({server['path']}): containers whose live data is below {below}% of their "
             "size are compacted")
     ctx.flush()
-    # A recipe the catalog no longer knows is an image being committed right now or one left
-    # by a crash; the agent keeps the chunks of both, so nothing the catalog lists is at risk.
+    # A recipe the catalog does not know is an image being committed right now (its commit
+    # record names it, or it is younger than every running backup) and keeps its chunks, or
+    # an orphan left by a crash, whose chunks go.
     waited = 0.0
+    from app.jobs import cleanup
     while True:
         conn = master.hosts.connect(host)
+        # Recipes of images the catalog does not know, older than every running backup, are
+        # orphans: their chunks are not kept (app/jobs/cleanup.py).
         call = conn.start("dedup_reclaim", {"root": access["root"], "key": access["key"],
-                                            "compact_below": below / 100.0},
+                                            "compact_below": below / 100.0,
+                                            "known": sorted(cleanup.known_images(master.db)),
+                                            "min_age_s": cleanup.min_age_s(master.db)},
                           on_event=ctx.on_event)
         ctx.supervise([call])
         try:
@@ -179,6 +189,9 @@ def run_reclaim(master, job):
             f"{r.get('live_chunks', 0)} chunk(s) in use")
     for path in r.get("stale_recipes_removed") or []:
         ctx.log(f"removed the unfinished recipe {path} of a backup that never completed")
+    for path in r.get("orphan_recipes_removed") or []:
+        ctx.log(f"removed the recipe {path}, which no catalog image owns (a backup stopped "
+                "before recording it); its chunks are not kept", "warning")
     master.jobs.set_result(job["id"], r)
     ctx.flush(sample=True)
     return st.OK, None, None, ctx.bytes, ctx.files

@@ -257,6 +257,33 @@ MIGRATIONS = [
     """
     ALTER TABLE policies ADD COLUMN skip_nodump INTEGER NOT NULL DEFAULT 0
     """,
+    # 9: images in use and images on their way in or out. A backup holds the images it reads
+    # from (its incremental base and that base's sources, or its files cache) from the moment
+    # it chooses them until it ends, so no expiry removes them under it; an expire job marks
+    # the images it removes (images.expiring: its job id), so no backup chooses them any more.
+    # A commit in progress: written before an image's file is renamed into place and removed
+    # with the catalog row's insert, so a process killed in between is resolved on the next
+    # start (app/jobs/commit.py).
+    """
+    CREATE TABLE image_holds (
+        job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        image_id TEXT NOT NULL,
+        why TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (job_id, image_id)
+    );
+    CREATE INDEX image_holds_image ON image_holds(image_id);
+    ALTER TABLE images ADD COLUMN expiring INTEGER;
+    CREATE TABLE image_commits (
+        image_id TEXT PRIMARY KEY,
+        job_id INTEGER NOT NULL,
+        storage_host TEXT NOT NULL,
+        pool TEXT NOT NULL,
+        partial TEXT NOT NULL,
+        final TEXT NOT NULL,
+        record TEXT NOT NULL,
+        started TEXT NOT NULL
+    )
+    """,
 ]
 
 

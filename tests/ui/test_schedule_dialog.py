@@ -37,6 +37,22 @@ def dialog(qtbot):
     return make
 
 
+def test_a_retention_of_more_than_100_years_is_refused_and_an_old_one_shown(dialog):
+    dlg = dialog()
+    dlg.retention_unit.setCurrentIndex(dlg.retention_unit.findData("y"))
+    dlg.retention.setValue(100)
+    assert ok_button(dlg).isEnabled(), dlg.status.plain_text()
+    dlg.retention.setValue(101)
+    assert not ok_button(dlg).isEnabled()
+    assert "retention '101y' is longer than 100y" in dlg.status.plain_text()
+    dlg.keep_forever.setChecked(True)
+    assert ok_button(dlg).isEnabled(), dlg.status.plain_text()
+    # a schedule saved before the limit opens as it is, and asks for a shorter retention
+    old = dialog({"name": "old", "type": "full", "retention": "5000y", "frequency": "1d",
+                  "windows": []})
+    assert old.retention.value() == 5000 and not ok_button(old).isEnabled()
+
+
 def test_invalid_input_keeps_ok_disabled_and_says_why(dialog, qtbot):
     dlg = dialog(taken=["nightly"])
     assert ok_button(dlg).isEnabled(), dlg.status.plain_text()

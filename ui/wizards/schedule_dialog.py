@@ -306,7 +306,9 @@ class ScheduleDialog(QDialog):
         self.name.setText(s["name"])
         self.type_buttons.get(s["type"], self.type_buttons["full"]).setChecked(True)
         self.read_all.setChecked(bool(s.get("read_all")))
-        ret = timeutil.parse_duration(s.get("retention") or "infinite")
+        # limit=False: a schedule saved before retentions were limited is shown as it is, and
+        # problem() asks for a shorter one
+        ret = timeutil.parse_duration(s.get("retention") or "infinite", limit=False)
         self.keep_forever.setChecked(ret is None)
         if ret is not None:
             n, u = split_duration(ret, RETENTION_UNITS)
@@ -316,7 +318,7 @@ class ScheduleDialog(QDialog):
             self.retention.setValue(2)
             self.retention_unit.setCurrentIndex(self.retention_unit.findData("w"))
         self._retention_toggled(ret is None)
-        freq = timeutil.parse_duration(s["frequency"]) if s.get("frequency") \
+        freq = timeutil.parse_duration(s["frequency"], limit=False) if s.get("frequency") \
             else s.get("frequency_s")
         n, u = split_duration(freq or 86400, FREQUENCY_UNITS)
         self.frequency.setValue(n)
@@ -385,6 +387,11 @@ class ScheduleDialog(QDialog):
             return f"{e.message[0].upper()}{e.message[1:]}: {e.hint}."
         if s["name"] in self.taken:
             return f"The policy already has a schedule named '{s['name']}'."
+        for what, value in (("retention", s["retention"]), ("frequency", s["frequency"])):
+            try:
+                timeutil.parse_duration(value, what=what)
+            except ValidationError as e:
+                return f"The {e.message}: {e.hint}."
         cal = s.get("calendar")
         if cal is not None:
             if not cal["weekdays"] and not cal["monthdays"]:

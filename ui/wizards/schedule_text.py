@@ -33,13 +33,13 @@ def spoken_seconds(seconds):
 
 def spoken(duration):
     """`2w` as `2 weeks`; None or `infinite` as `forever`."""
-    seconds = timeutil.parse_duration(duration)
+    seconds = timeutil.parse_duration(duration, limit=False)
     return "forever" if seconds is None else spoken_seconds(seconds)
 
 
 def frequency_seconds(schedule):
     if schedule.get("frequency"):
-        return timeutil.parse_duration(schedule["frequency"])
+        return timeutil.parse_duration(schedule["frequency"], limit=False)
     return schedule.get("frequency_s")
 
 
@@ -96,7 +96,8 @@ def summary(schedule, windows_apart="; "):
     within: Mon 22:00 for 6 hours.` (with "\n" for `windows_apart`, the windows on a line
     of their own)."""
     ret = schedule.get("retention") or "infinite"
-    kept = "kept forever" if timeutil.parse_duration(ret) is None else f"kept {spoken(ret)}"
+    kept = ("kept forever" if timeutil.parse_duration(ret, limit=False) is None
+            else f"kept {spoken(ret)}")
     level = TYPE_LABELS.get(schedule["type"], schedule["type"]).lower()
     windows = describe_windows(schedule.get("windows") or [])
     often = how_often(schedule)

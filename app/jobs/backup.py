@@ -10,7 +10,7 @@ import time
 import plugins.storage
 from app import status as st
 from app import timeutil
-from app.catalog_index import IndexWriter
+from app.catalog_index import IndexWriter, rebuild_hint
 from app.errors import CairnError, Canceled
 from app.jobs import incremental
 from app.jobs.context import JobContext, results, start_listening_side
@@ -139,7 +139,8 @@ def run(master, job):
                 base_index = incremental.open_base_index(master, base)
                 previous, base_entries = incremental.previous_state(base_index)
             except (CairnError, ValueError) as e:
-                why = f"the index of image {base['id']} cannot be read ({e})"
+                why = (f"the index of image {base['id']} cannot be read ({e}); "
+                       + rebuild_hint(base["id"]))
                 if base_index is not None:
                     base_index.close()
                     base_index = None

@@ -530,46 +530,66 @@ class ImageIndexer:
         except (tarfmt.FormatError, Unreadable, ValueError) as e:
             self.meta_problem = f".cairn/image.json cannot be read: {_reason(e, 'damaged')}"
 
+    def _readable(self, lo, hi):
+        """[(offset, bytes)] of what can be read of [lo, hi), unreadable stretches left out
+        (and noted as damage)."""
+        out = []
+        pos = lo
+        while pos < hi:
+            try:
+                data = self.image.read(pos, hi - pos)
+            except Unreadable as e:
+                self._damaged(e.start, e.end, e.reason)
+                pos = max(e.end, pos + 1)
+                continue
+            if not data:
+                break
+            out.append((pos, data))
+            pos += len(data)
+        return out
+
+    def _last_header(self, hi):
+        """(offset, 512-byte block) of the last block before `hi` whose ustar magic sits
+        where a header's does, or None; from the end, BUFSIZE at a time."""
+        while hi > 0:
+            self._tick()
+            lo = max(0, hi - BUFSIZE)
+            for at, data in reversed(self._readable(lo, hi)):
+                i = data.rfind(USTAR_MAGIC)
+                while i >= 0:
+                    h = i - MAGIC_AT
+                    if h >= 0 and (at + h) % tarfmt.BLOCK == 0 \
+                            and h + tarfmt.BLOCK <= len(data):
+                        return at + h, data[h:h + tarfmt.BLOCK]
+                    i = data.rfind(USTAR_MAGIC, 0, i)
+            hi = lo
+        return None
+
     def _find_trailing_index(self):
-        """Locate the trailing index: its header is the last valid tar header, searched from
+        """Locate the trailing index: its header is the last header of the image, found from
         the end (its data is JSON text, in which the ustar magic, holding a NUL, cannot
         occur), and it ends where the end-of-archive marker begins."""
         end_at = self.size - EOF_BYTES
         if end_at < tarfmt.BLOCK:
             self.index_problem = "the image is too short to hold its own index"
             return
-        hi = end_at - end_at % tarfmt.BLOCK
-        while hi > 0:
-            self._tick()
-            lo = max(0, hi - BUFSIZE)
-            try:
-                data = self.image.read(lo, hi - lo)
-            except Unreadable as e:
-                self._damaged(e.start, e.end, e.reason)
-                hi = max(0, min(hi - tarfmt.BLOCK, e.start - e.start % tarfmt.BLOCK))
-                continue
-            i = data.rfind(USTAR_MAGIC)
-            while i >= 0 and (i - MAGIC_AT) % tarfmt.BLOCK:
-                i = data.rfind(USTAR_MAGIC, 0, i)
-            if i < 0:
-                hi = lo
-                continue
-            at = lo + i - MAGIC_AT
-            try:
-                h = tarfmt.parse_ustar(data[i - MAGIC_AT:i - MAGIC_AT + tarfmt.BLOCK])
-            except tarfmt.FormatError as e:
-                self.index_problem = f"the header of the image's own index is damaged ({e})"
-                return
-            if (h.get("name") != INDEX_NAME or h["type"] not in (tarfmt.REGTYPE,
-                                                                 tarfmt.AREGTYPE)
-                    or at + tarfmt.BLOCK + tarfmt.padded(h["size"]) != end_at):
-                self.index_problem = ("the image's last member is not its own index "
-                                      "(.cairn/index.jsonl): the end of the image is damaged")
-                return
-            self.index_at = at
-            self.index_data = (at + tarfmt.BLOCK, h["size"])
+        found = self._last_header(end_at - end_at % tarfmt.BLOCK)
+        if found is None:
+            self.index_problem = "the image's own index (.cairn/index.jsonl) was not found"
             return
-        self.index_problem = "the image's own index (.cairn/index.jsonl) was not found"
+        at, block = found
+        try:
+            h = tarfmt.parse_ustar(block)
+        except tarfmt.FormatError as e:
+            self.index_problem = f"the header of the image's own index is damaged ({e})"
+            return
+        if (h.get("name") != INDEX_NAME or h["type"] not in (tarfmt.REGTYPE, tarfmt.AREGTYPE)
+                or at + tarfmt.BLOCK + tarfmt.padded(h["size"]) != end_at):
+            self.index_problem = ("the image's last member is not its own index "
+                                  "(.cairn/index.jsonl): the end of the image is damaged")
+            return
+        self.index_at = at
+        self.index_data = (at + tarfmt.BLOCK, h["size"])
 
     def _trailing_lines(self):
         """The rows of the trailing index in order; None for each line (or unreadable

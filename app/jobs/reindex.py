@@ -60,6 +60,10 @@ def _names(items, key=None):
     return text + (f" and {len(items) - LOG_PATHS} more" if len(items) > LOG_PATHS else "")
 
 
+def _count(n, one, many):
+    return f"{n} {one if n == 1 else many}"
+
+
 def aside_path(index_path, why):
     """A free name beside the index for the one it replaces."""
     path = f"{index_path}.{why}"
@@ -148,7 +152,7 @@ def run(master, job):
     index_path = master.home.index_path(img["id"])
     old_problems = check_index(index_path)
     if old_problems:
-        ctx.log(f"the index of image {img['id']} now: " + "; ".join(old_problems))
+        ctx.log(f"the current index of image {img['id']}: " + "; ".join(old_problems))
     else:
         ctx.log(f"the index of image {img['id']} reads back without error; it is rebuilt "
                 "all the same")
@@ -302,8 +306,8 @@ def _report(ctx, img, found, rows, info, aside):
             ctx.log(f"damaged: bytes {d['offset']}..{d['offset'] + d['length']} of the image: "
                     f"{d['reason']}", "error")
         if found["lost_count"]:
-            ctx.log(f"{found['lost_count']} entries whose members cannot be read stay listed "
-                    "(a restore names each as lost): "
+            ctx.log(f"{_count(found['lost_count'], 'entry', 'entries')} whose members cannot "
+                    "be read stay listed (a restore names each as lost): "
                     + _names(found["lost"], lambda d: f"{d['path']} ({d['reason']})"), "error")
         if not trailing["found"]:
             ctx.log("without the image's own index, entries whose headers lie in the damaged "

@@ -420,8 +420,7 @@ class ImageIndexer:
 
     def _members_until(self, pos, limit):
         """Read the members in [pos, limit) that the trailing index does not list: each
-        becomes a row of its own. Returns where reading stopped (limit, or past it when a
-        member runs over it)."""
+        becomes a row of its own. Returns where reading stopped: `limit`."""
         while pos < limit:
             self._tick()
             try:

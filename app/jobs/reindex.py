@@ -251,10 +251,11 @@ def _refusal(img, found, rows):
                     f"changed since image {img['base_image']}, and only its own index "
                     f"(.cairn/index.jsonl) lists the unchanged ones, which cannot be read "
                     f"({trailing['problem']})")
-        if trailing["bad_lines"]:
-            return (f"image {img['id']} is an incremental: {trailing['bad_lines']} line(s) of "
-                    f"its own index (.cairn/index.jsonl) cannot be read, and any of them may "
-                    f"list an unchanged entry that no member of the image holds")
+        if trailing["bad_lines"] or found["dropped_count"]:
+            n = trailing["bad_lines"] + found["dropped_count"]
+            return (f"image {img['id']} is an incremental: {n} line(s) of its own index "
+                    f"(.cairn/index.jsonl) cannot be read or match no member, and any of "
+                    f"them may list an unchanged entry that no member of the image holds")
     if not rows.count:
         return f"no entry of image {img['id']} could be read"
     return None

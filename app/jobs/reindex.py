@@ -2,8 +2,9 @@
 IMAGE`, a job like verify. The storage host's agent reads the image member by member
 (app/agent/reindex.py) and sends the rows as the backup did; the master writes them into a new
 index exactly as a backup does (an incremental's unchanged entries completed from its base
-image's index), checks it, and only then puts it in place of the old one, which is kept beside
-it (IMAGE.cidx.damaged, or .replaced when it was readable).
+image's index) beside the old one, fsyncs it and renames it over the old one only when the
+rows make a faithful index. The old one is kept (IMAGE.cidx.damaged, or .replaced when it
+was readable) until the image expires.
 
 A set image of a multi-stream backup has no file of its own: its index is joined again from
 its stream images' indexes, as the backup did.
@@ -23,15 +24,17 @@ import os
 import time
 
 from app import status as st
+from app.agent import entry as E
 from app.catalog_index import (IndexCorrupt, IndexReader, IndexWriter, check_index,
                                 rebuild_command)
-from app.errors import CairnError, NotFound, ValidationError
+from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.jobs.context import JobContext, results
 from app.jobs.incremental import Completer
 from app.jobs.restore import image_pool_access
 
 # Paths of one kind of problem the job log names; the job's result keeps what the agent sent.
 LOG_PATHS = 20
+SOURCE = 13  # a completed row's source column: 0 the image itself, k its k-th source
 JOB_TYPE = "rebuild-index"
 ASIDE_DAMAGED = "damaged"
 ASIDE_REPLACED = "replaced"
@@ -126,20 +129,20 @@ class _Rows:
             return
         try:
             if self.full:
-                keep = [r for r in rows if r[7] != -1]
+                keep = [r for r in rows if r[E.OFFSET] != -1]
                 if len(keep) != len(rows):
-                    self.orphans.extend(r[0] for r in rows if r[7] == -1)
+                    self.orphans.extend(r[E.PATH] for r in rows if r[E.OFFSET] == -1)
                 rows = keep
             else:
                 self.completer.complete(rows)
                 for r in rows:
-                    if r[13]:
-                        holder = self.completer.sources[r[13] - 1]
+                    if r[SOURCE]:
+                        holder = self.completer.sources[r[SOURCE] - 1]
                         k = self.sources.get(holder)
                         if k is None:
-                            raise ValueError(f"{r[0]} is held by image {holder}, which is not "
-                                             f"among the images this one reads from")
-                        r[13] = k
+                            raise ValueError(f"{r[E.PATH]} is held by image {holder}, which "
+                                             f"is not among the images this one reads from")
+                        r[SOURCE] = k
             self.writer.add_rows(rows)
             self.count += len(rows)
         except (IndexCorrupt, ValueError) as e:
@@ -170,8 +173,8 @@ def _open_base(master, img):
     except NotFound:
         raise CairnError(f"image {img['id']} is an incremental based on image "
                          f"{img['base_image']}, which is no longer in the catalog: its "
-                         f"unchanged entries cannot be located", status_code=st.IMAGE_DAMAGED,
-                         hint="the old index is left as it was") from None
+                         f"unchanged entries cannot be located; the old index is left as it "
+                         f"was", status_code=st.IMAGE_DAMAGED) from None
     path = master.home.index_path(base["id"])
     problems = check_index(path)
     if problems:
@@ -216,7 +219,6 @@ def _run_image(master, ctx, img, index_path, old_problems):
         ctx.supervise([call])
         found = results([call])[0]
         if ctx.cancelled:
-            from app.errors import Canceled
             raise Canceled()
         refusal = _refusal(img, found, rows)
         if refusal:

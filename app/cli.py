@@ -275,6 +275,10 @@ def build_parser():
     p = cmd(im, "verify", "read an image of a deduplication pool back and check every chunk")
     p.add_argument("image")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(im, "rebuild-index", "rebuild an image's catalog index (for browse and restore) "
+                                 "from the image itself; the old index is kept aside")
+    p.add_argument("image")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
 
     p = cmd(sub, "browse", "list a directory of an image")
     p.add_argument("args", nargs="*", metavar="IMAGE [PATH]")
@@ -600,6 +604,8 @@ def _dispatch(m, args, c, s):
             return _out(args, m.image(args.image), _print_image)
         if s == "verify":
             return _jobs_result(m, args, [m.start_verify(image=args.image)])
+        if s == "rebuild-index":
+            return _jobs_result(m, args, [m.start_rebuild_index(args.image)])
         if s == "dependents":
             r = m.expire_preview(args.image)
             return _out(args, r, lambda d: print(

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from app import timeutil
 from app import status
-from app.catalog_index import IndexCorrupt, IndexReader
+from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
 from app.config import Config, check_abs_path
 from app.errors import CairnError, NotFound, ValidationError
 from app.hosts import HostPool
@@ -392,6 +392,12 @@ class Master:
         from app.jobs import cleanup
         return cleanup.make_job(self, pool, dry_run=dry_run)
 
+    def start_rebuild_index(self, image):
+        """Queues a job that rebuilds an image's catalog index from the image itself (see
+        app/jobs/reindex.py)."""
+        from app.jobs import reindex
+        return reindex.make_job(self, image)
+
     def start_reclaim(self, pool):
         """Queues a space reclaim job of a deduplication pool."""
         from app.jobs import pool_jobs
@@ -456,10 +462,14 @@ class Master:
         return expire.expire_due(self, now)
 
     def remove_index(self, image_id):
-        try:
-            os.unlink(self.home.index_path(image_id))
-        except FileNotFoundError:
-            pass
+        from app.jobs.reindex import aside_files
+        path = self.home.index_path(image_id)
+        # with the indexes that rebuilds of it kept aside
+        for p in [path] + aside_files(path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
 
     # ---- settings -------------------------------------------------------------------------
     SETTINGS = {"max_jobs_per_client": (4, "jobs of one client that may run at once"),
@@ -506,16 +516,19 @@ class Master:
             reader = IndexReader(path)
         except FileNotFoundError:
             raise CairnError(f"the file index of image {img['id']} is missing ({path})",
-                             status_code=status.IMAGE_DAMAGED) from None
+                             status_code=status.IMAGE_DAMAGED,
+                             hint=rebuild_hint(img["id"])) from None
         except IndexCorrupt as e:
             raise CairnError(f"the file index of image {img['id']} is damaged: {e}",
-                             status_code=status.IMAGE_DAMAGED) from None
+                             status_code=status.IMAGE_DAMAGED,
+                             hint=rebuild_hint(img["id"])) from None
         try:
             with reader:
                 yield reader
         except IndexCorrupt as e:
             raise CairnError(f"the file index of image {img['id']} is damaged: {e}",
-                             status_code=status.IMAGE_DAMAGED) from None
+                             status_code=status.IMAGE_DAMAGED,
+                             hint=rebuild_hint(img["id"])) from None
 
     def browse(self, image_id, path="/"):
         img = self.image(image_id)

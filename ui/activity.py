@@ -82,6 +82,8 @@ def type_text(job):
             return f"{t} image {p['image']}"
         if p.get("pool"):
             return f"{t} pool {p['pool']}"
+    if t == "rebuild-index" and p.get("image"):
+        return f"{t} image {p['image']}"
     return t
 
 
@@ -91,6 +93,9 @@ TYPE_TIPS = {
               "damaged files.",
     "reclaim": "Space reclaim: removes the chunks of a deduplicating pool that no image uses "
                "any more and compacts its container files.",
+    "rebuild-index": "Rebuilds the image's catalog index (what browsing and restoring read) "
+                     "from the image itself; the job's log names any damage found in the "
+                     "image.",
 }
 
 

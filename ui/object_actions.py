@@ -278,6 +278,12 @@ class ImageActions(_JobActions):
         self.verify.setToolTip("Read the selected image back from its deduplicating pool and "
                                "check each chunk against its fingerprint")
         self.verify.triggered.connect(self._verify)
+        # Any image, on any pool: its catalog index is rebuilt from the image itself.
+        self.rebuild_index = QAction(icon("action-restart"), "Rebuild index", view)
+        self.rebuild_index.setToolTip("Rebuild the selected image's catalog index (what "
+                                      "browsing and restoring read) from the image itself; "
+                                      "the old index is kept aside")
+        self.rebuild_index.triggered.connect(self._rebuild_index)
         view.table.selectionModel().selectionChanged.connect(self.update_enabled)
         self.reload()
 
@@ -303,3 +309,11 @@ class ImageActions(_JobActions):
         iid = image["id"]
         self._queue_job(lambda m: m.start_verify(image=iid),
                         lambda job_id: f"Verify job {job_id} queued for image {iid}")
+
+    def _rebuild_index(self):
+        image = self.view.image
+        if not image:
+            return
+        iid = image["id"]
+        self._queue_job(lambda m: m.start_rebuild_index(iid),
+                        lambda job_id: f"Rebuild-index job {job_id} queued for image {iid}")

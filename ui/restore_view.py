@@ -964,6 +964,7 @@ class RestoreView(QWidget):
         menu = QMenu(self)
         menu.addAction(self.expire_action)
         menu.addAction(self.image_actions.verify)
+        menu.addAction(self.image_actions.rebuild_index)
         menu.popup(self.table.viewport().mapToGlobal(pos))
         self.context_menu = menu
 

@@ -571,6 +571,34 @@ def send_extents(req, image_path, extents, cert, key, token, image_paths=None, d
 
 
 @handler
+def index_image(req, image_path, checksum, dedup=None):
+    """Reads an image back, member by member, and sends the rows of its catalog index as
+    "rows" events in batches (see app/agent/reindex.py): for `cairn images rebuild-index`.
+    dedup: {"root", "key"} when the image is a recipe of a deduplication pool."""
+    from app.agent import reindex
+    from app.agent.tarfmt import PIECE_HASHES
+    if checksum not in PIECE_HASHES:
+        raise InvalidRequest(f"unknown checksum algorithm {checksum!r}")
+    reading = _ImageReading(dedup)
+    images = []
+    try:
+        if dedup:
+            open_recipe = reading.opener()
+            # two readers of one stream: the members, and the trailing index beside them
+            images = [reindex.StreamImage(open_recipe(image_path).stream) for _ in range(2)]
+        else:
+            images = [reindex.FileImage(image_path)]
+        return reindex.index_image(images[0], checksum=checksum, emit=req.emit,
+                                   is_cancelled=req.is_cancelled, trailing=images[-1])
+    finally:
+        for image in images:
+            image.close()
+        for stream in reading.streams:
+            stream.close()
+        reading.close()
+
+
+@handler
 def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="skip",
                     checksum="sha256", direct_io="auto", lengths=None):
     """Target side of a restore from another host's storage. lengths: each plan item's

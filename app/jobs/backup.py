@@ -10,7 +10,7 @@ import time
 import plugins.storage
 from app import status as st
 from app import timeutil
-from app.catalog_index import IndexWriter
+from app.catalog_index import IndexWriter, rebuild_hint
 from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import holds, incremental
 from app.jobs.commit import commit, record_image  # noqa: F401 - record_image: backup_set
@@ -194,7 +194,8 @@ def _backup(master, job):
                 base_index = incremental.open_base_index(master, base)
                 previous, base_entries = incremental.previous_state(base_index)
             except (CairnError, ValueError) as e:
-                why = f"the index of image {base['id']} cannot be read ({e})"
+                why = (f"the index of image {base['id']} cannot be read ({e}); "
+                       + rebuild_hint(base["id"]))
                 if base_index is not None:
                     base_index.close()
                     base_index = None

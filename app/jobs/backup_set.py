@@ -113,30 +113,43 @@ def run(master, job):
 def _write_set_index(master, job, images):
     """One index over the stream images: every entry points at the image file holding it."""
     set_id = new_image_id(master.db, job["client"], job["id"])
-    sources, src_of = [], {}
-
-    def source(image_id):
-        k = src_of.get(image_id)
-        if k is None:
-            sources.append(image_id)
-            k = src_of[image_id] = len(sources)
-        return k
-
     writer = IndexWriter(master.home.index_path(set_id))
     try:
-        for img in images:
-            with IndexReader(master.home.index_path(img["id"])) as r:
-                for _key, entries in r.directories():
-                    rows = []
-                    for e in entries:
-                        row = e.to_full_row()
-                        holder = img["id"] if e.src == 0 else img["sources"][e.src - 1]
-                        row[13] = source(holder)
-                        rows.append(row)
-                    writer.add_rows(rows)
+        sources = join_stream_indexes(master, writer, images)
         info = writer.close()
     except BaseException:
         writer.abort()
         raise
     return set_id, info, sources
 
+
+def join_stream_indexes(master, writer, images, sources=None):
+    """Adds the entries of the stream images' indexes to `writer`, each with the source that
+    holds its member; returns the sources (image ids) in the order they are numbered. With
+    `sources` given (a set's recorded list, when its index is rebuilt) entries are numbered
+    by it, and an entry held by an image not in it is refused."""
+    fixed = sources is not None
+    sources = list(sources or [])
+    src_of = {iid: k for k, iid in enumerate(sources, 1)}
+
+    def source(image_id):
+        k = src_of.get(image_id)
+        if k is None:
+            if fixed:
+                raise ValueError(f"an entry is held by image {image_id}, which the set does "
+                                 f"not list among its sources")
+            sources.append(image_id)
+            k = src_of[image_id] = len(sources)
+        return k
+
+    for img in images:
+        with IndexReader(master.home.index_path(img["id"])) as r:
+            for _key, entries in r.directories():
+                rows = []
+                for e in entries:
+                    row = e.to_full_row()
+                    holder = img["id"] if e.src == 0 else img["sources"][e.src - 1]
+                    row[13] = source(holder)
+                    rows.append(row)
+                writer.add_rows(rows)
+    return sources

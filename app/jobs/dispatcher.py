@@ -22,7 +22,7 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import backup, backup_set, cleanup, commit, expire, pool_jobs, restore
+from app.jobs import backup, backup_set, cleanup, commit, expire, pool_jobs, reindex, restore
 from app.jobs.store import ACTIVE, QUEUED
 
 LEASE = "dispatcher"
@@ -33,7 +33,8 @@ EXPIRE_EVERY = 60.0
 RECOVER_RETRY = 60.0
 RUNNERS = {"backup": backup.run, "restore": restore.run, "expire": expire.run,
            "backup-set": backup_set.run, "verify": pool_jobs.run_verify,
-           "reclaim": pool_jobs.run_reclaim, "cleanup": cleanup.run}
+           "reclaim": pool_jobs.run_reclaim, "cleanup": cleanup.run,
+           reindex.JOB_TYPE: reindex.run}
 # Failures another attempt cannot mend: wrong input, missing trust or software, or a decision.
 NO_RETRY = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED, st.INVALID_REQUEST,
             st.NOTHING_TO_BACKUP, st.AUTH_FAILED, st.HOST_KEY_UNKNOWN, st.HOST_KEY_CHANGED,
@@ -288,6 +289,8 @@ class Dispatcher:
             jobs.finish(job_id, st.CANCELED, "canceled by the administrator; nothing was "
                         "committed" if job["type"] == "backup" else "canceled by the administrator")
         except CairnError as e:
+            if e.hint:
+                jobs.log(job_id, f"to fix: {e.hint}", "error")
             jobs.finish(job_id, e.status, e.message)
         except Exception as e:  # noqa: BLE001 - a job must always end with a status
             jobs.log(job_id, traceback.format_exc(), "debug")

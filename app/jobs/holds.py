@@ -9,7 +9,8 @@ chose first and the expire refuses, or the expire marked first and the backup ch
 another image (or takes a full). A hold lasts until the job ends, and after a kill until the
 job's unfinished commit is resolved (app/jobs/commit.py).
 
-A restore's images are its params["reads"], written when it is queued."""
+A restore's images are its params["reads"], written when it is queued; a rebuild of an
+image's catalog index holds its image."""
 
 import json
 
@@ -41,12 +42,13 @@ def holders(db, image_ids):
         if r["image_id"] in wanted:
             out.append({"job": r["job_id"], "type": r["type"], "state": r["state"],
                         "image": r["image_id"], "why": r["why"]})
-    for r in db.all("SELECT id, state, params FROM jobs WHERE state!=? AND type='restore' "
-                    "ORDER BY id", (DONE,)):
+    for r in db.all("SELECT id, type, state, params FROM jobs WHERE state!=? AND type IN "
+                    "('restore', 'rebuild-index') ORDER BY id", (DONE,)):
         params = json.loads(r["params"] or "{}")
         for i in sorted({params.get("image"), *(params.get("reads") or [])} & wanted):
-            out.append({"job": r["id"], "type": "restore", "state": r["state"], "image": i,
-                        "why": "it restores from it"})
+            out.append({"job": r["id"], "type": r["type"], "state": r["state"], "image": i,
+                        "why": "it restores from it" if r["type"] == "restore" else
+                        "it rebuilds the image's catalog index"})
     return sorted(out, key=lambda h: (h["job"], h["image"]))
 
 

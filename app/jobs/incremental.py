@@ -16,7 +16,7 @@ import json
 
 from app.agent import entry as E
 from app.agent.changes import ReferenceEncoder, StateEncoder, state_digest
-from app.catalog_index import IndexCorrupt, IndexReader
+from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
 
 LEVELS = ("full", "differential", "cumulative")
 MAX_SOURCES = 0xFFFF  # the index's source column is u16
@@ -122,11 +122,13 @@ def files_cache(master, base, *, checksum):
     try:
         index = open_base_index(master, base)
     except ValueError as e:
-        return None, f"the index of image {base['id']} cannot be read ({e})"
+        return None, (f"the index of image {base['id']} cannot be read ({e}); "
+                      + rebuild_hint(base["id"]))
     try:
         state, refs, count = _state(index, usable)
     except (IndexCorrupt, ValueError) as e:
-        return None, f"the index of image {base['id']} cannot be read ({e})"
+        return None, (f"the index of image {base['id']} cannot be read ({e}); "
+                      + rebuild_hint(base["id"]))
     finally:
         index.close()
     # A missing source image cannot be read: its files are read again instead.

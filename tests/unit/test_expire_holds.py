@@ -99,3 +99,15 @@ def test_a_backup_does_not_choose_an_image_being_expired_and_no_image_records_ov
         image(m, "D", "2026-01-03T00:00:00Z", sources=["F2"])
     assert "F2" in str(e.value) and "it was not recorded" in str(e.value)
     assert m.db.one("SELECT 1 FROM images WHERE id='D'") is None
+
+
+def test_an_image_whose_index_is_being_rebuilt_is_held(m):
+    image(m, "F", "2026-01-01T00:00:00Z")
+    jid = m.jobs.create("rebuild-index", params={"image": "F"})
+    ready, kept = expire.due(m.db, 2e9)
+    assert ready == [] and "F" in kept
+    with pytest.raises(ValidationError, match="rebuilds the image's catalog index"):
+        expire.refuse_if_held(m.db, ["F"], "F")
+    m.jobs.claim(jid, "test")
+    m.jobs.finish(jid, 0)
+    assert expire.due(m.db, 2e9)[0] == ["F"]

@@ -8,9 +8,9 @@ import sys
 import threading
 
 from app import status
-from app.agent import ops, protocol, requests
+from app.agent import ops, protocol, request_check
 from app.agent.errors import AgentFailure, error_message
-from app.agent.requests import BadRequest
+from app.agent.request_check import BadRequest
 
 # Requests running at once: far more than any master asks for, and few enough threads.
 MAX_RUNNING = 1024
@@ -95,11 +95,11 @@ class Server:
             msg = protocol.decode(line)
         except (ValueError, RecursionError, MemoryError) as e:
             raise BadRequest(f"not a JSON document ({type(e).__name__}: "
-                             f"{requests.short(str(e), 100)})") from None
-        rid, op, args = requests.parse(msg)
+                             f"{request_check.short(str(e), 100)})") from None
+        rid, op, args = request_check.parse(msg)
         if op == "cancel":
             target_id = args.get("id")
-            if not requests.valid_id(target_id) or len(args) != 1:
+            if not request_check.valid_id(target_id) or len(args) != 1:
                 raise BadRequest("cancel takes one argument, the id of a request", rid)
             with self._rlock:
                 target = self._running.get(target_id)
@@ -112,8 +112,8 @@ class Server:
             return "shutdown"
         handler = ops.HANDLERS.get(op)
         if handler is None:
-            raise BadRequest(f"unknown operation {requests.short(op)}", rid)
-        requests.check_args(rid, op, handler, args)
+            raise BadRequest(f"unknown operation {request_check.short(op)}", rid)
+        request_check.check_args(rid, op, handler, args)
         req = Request(self, rid, op, args)
         with self._rlock:
             if rid in self._running:

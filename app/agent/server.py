@@ -127,10 +127,11 @@ class Server:
                              name=f"req-{rid}-{op}")
         try:
             t.start()
-        except RuntimeError:
+        except RuntimeError as e:  # no thread to be had: the host is out of resources
             with self._rlock:
                 self._running.pop(rid, None)
-            raise
+            self._refuse(rid, f"{op}: the agent cannot start it: {e}", code=status.AGENT_FAILED)
+            return None
         return t
 
     def _refuse(self, rid, message, code=status.INVALID_REQUEST):

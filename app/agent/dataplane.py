@@ -122,12 +122,14 @@ class Listener:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM) \
-                        and pending:
-                    # Out of descriptors: the oldest waiting connection makes room.
-                    self._drop(sel, pending, next(iter(pending.values())))
-                    continue
-                return  # a connection reset before it was taken, or no room at all
+                if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    return  # a connection reset before it was taken
+                if not pending:
+                    time.sleep(0.05)  # no room at all: wait rather than spin on the queue
+                    return
+                # Out of descriptors: the oldest waiting connection makes room.
+                self._drop(sel, pending, next(iter(pending.values())))
+                continue
             if len(pending) >= MAX_PENDING:
                 self._drop(sel, pending, next(iter(pending.values())))
             try:

@@ -9,20 +9,30 @@ bytes; a zero length ends the stream cleanly, and the receiver answers one byte 
 received and stored) so the sender knows the other side holds everything. A connection that
 ends without the zero frame is a failure, never a short success."""
 
+import collections
+import errno
 import hmac
 import os
+import selectors
 import shutil
 import socket
 import ssl
 import struct
 import tempfile
+import time
 
-from app.agent.errors import DataPlaneFailure
+from app.agent.errors import Cancelled, DataPlaneFailure
 
 FRAME = 1 << 20
 _LEN = struct.Struct(">I")
 ACCEPT_TIMEOUT = 120.0
 IO_TIMEOUT = 300.0
+# An unauthenticated connection's time for TLS and the token: the real peer needs a few
+# round trips.
+HANDSHAKE_TIMEOUT = 10.0
+MAX_PENDING = 256
+BACKLOG = 128
+POLL = 0.25  # how often accept() looks at is_cancelled
 
 
 def _server_context(cert_pem, key_pem):
@@ -54,47 +64,118 @@ def _client_context(cert_pem):
 
 
 class Listener:
-    """The listening side (the storage server's agent)."""
+    """The listening side (the storage server's agent).
 
-    def __init__(self, cert_pem, key_pem, token, bind="0.0.0.0", port=0):
+    Anyone who reaches the port can connect, so connections are taken as they come and
+    authenticated side by side, without blocking: each has HANDSHAKE_TIMEOUT for TLS and the
+    token, one that stays silent, sends garbage or a wrong token is dropped, and none holds up
+    the others. At most MAX_PENDING wait at once; beyond that the oldest goes, since the real
+    peer finishes within a few round trips of arriving.
+
+    bind: the address the peer was told, when it is an IP address of this host (the port is
+    then not offered on the others); anything else listens on every IPv4 address, and
+    `note` says why."""
+
+    def __init__(self, cert_pem, key_pem, token, bind=None, port=0):
         self._ctx = _server_context(cert_pem, key_pem)
         self._token = token.encode()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((bind, port))
-        self.sock.listen(4)
+        self.sock, self.address, self.note = _listening_socket(bind, port)
         self.port = self.sock.getsockname()[1]
 
     def accept(self, is_cancelled, timeout=ACCEPT_TIMEOUT):
         """Wait for the peer that knows the token; others are dropped. Returns a Channel."""
-        waited = 0.0
-        self.sock.settimeout(1.0)
-        while True:
-            if is_cancelled():
-                from app.agent.errors import Cancelled
-                raise Cancelled()
-            try:
-                raw, addr = self.sock.accept()
-            except socket.timeout:
-                waited += 1.0
-                if waited >= timeout:
+        deadline = time.monotonic() + timeout
+        pending = collections.OrderedDict()  # fd -> _Handshake, oldest first
+        sel = selectors.DefaultSelector()
+        self.sock.setblocking(False)
+        sel.register(self.sock, selectors.EVENT_READ)
+        try:
+            while True:
+                if is_cancelled():
+                    raise Cancelled()
+                now = time.monotonic()
+                if now >= deadline:
                     raise DataPlaneFailure(
-                        f"no data connection arrived within {int(timeout)} s on port {self.port}"
-                        " (a firewall between client and storage server?)")
-                continue
+                        f"no data connection arrived within {int(timeout)} s on port "
+                        f"{self.port} (a firewall between client and storage server?)")
+                wake = min([deadline, now + POLL] + [h.deadline for h in pending.values()])
+                for key, _ in sel.select(max(0.0, wake - now)):
+                    if key.fileobj is self.sock:
+                        self._take(sel, pending)
+                        continue
+                    chan = self._advance(sel, pending, key.data)
+                    if chan is not None:
+                        return chan
+                now = time.monotonic()
+                for h in [h for h in pending.values() if h.deadline <= now]:
+                    self._drop(sel, pending, h)
+        finally:
+            for h in list(pending.values()):
+                self._drop(sel, pending, h)
+            sel.close()
+
+    def _take(self, sel, pending):
+        """Every connection waiting in the kernel's queue, each started on its handshake."""
+        while True:
             try:
-                raw.settimeout(30)
-                tls = self._ctx.wrap_socket(raw, server_side=True)
-                line = _read_exact(tls, len(self._token) + 1)
-                if not hmac.compare_digest(line[:-1], self._token):
-                    tls.close()
-                    continue
-                tls.sendall(b"OK")
-                tls.settimeout(IO_TIMEOUT)
-                return Channel(tls)
-            except (OSError, ssl.SSLError, DataPlaneFailure):
+                raw, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    return  # a connection reset before it was taken
+                if not pending:
+                    time.sleep(0.05)  # no room at all: wait rather than spin on the queue
+                    return
+                # Out of descriptors: the oldest waiting connection makes room.
+                self._drop(sel, pending, next(iter(pending.values())))
+                continue
+            if len(pending) >= MAX_PENDING:
+                self._drop(sel, pending, next(iter(pending.values())))
+            try:
+                h = _Handshake(raw, self._ctx, len(self._token) + 1)
+            except (OSError, ValueError):
                 raw.close()
                 continue
+            pending[h.fd] = h
+            sel.register(h.tls, selectors.EVENT_READ, h)
+
+    def _advance(self, sel, pending, h):
+        """Drives one handshake as far as its bytes allow; the Channel once it is authentic."""
+        if pending.get(h.fd) is not h:
+            return None  # dropped earlier in the same round of events
+        try:
+            events = h.step()
+        except (OSError, ValueError, DataPlaneFailure):
+            self._drop(sel, pending, h)
+            return None
+        if events:
+            sel.modify(h.tls, events, h)
+            return None
+        sel.unregister(h.tls)
+        pending.pop(h.fd, None)
+        if not hmac.compare_digest(h.line[:-1], self._token):
+            h.close()
+            return None
+        try:
+            h.tls.setblocking(True)
+            h.tls.settimeout(HANDSHAKE_TIMEOUT)
+            h.tls.sendall(b"OK")
+            h.tls.settimeout(IO_TIMEOUT)
+        except OSError:
+            h.close()
+            return None
+        return Channel(h.tls)
+
+    @staticmethod
+    def _drop(sel, pending, h):
+        if pending.get(h.fd) is h:
+            del pending[h.fd]
+        try:
+            sel.unregister(h.tls)
+        except (KeyError, ValueError):
+            pass
+        h.close()
 
     def close(self):
         try:
@@ -103,7 +184,73 @@ class Listener:
             pass
 
 
+class _Handshake:
+    """One connection on its way to authentication, driven without blocking: TLS, then the
+    token line. step() returns the selector events it waits for, or 0 once the line is in."""
+
+    def __init__(self, raw, ctx, line_length):
+        self.fd = raw.fileno()
+        self.deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        raw.setblocking(False)
+        self.tls = ctx.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        self._shaken = False
+        self._want = line_length
+        self.line = b""
+
+    def step(self):
+        try:
+            if not self._shaken:
+                self.tls.do_handshake()
+                self._shaken = True
+            while len(self.line) < self._want:
+                chunk = self.tls.recv(self._want - len(self.line))
+                if not chunk:
+                    raise DataPlaneFailure("the data connection closed early")
+                self.line += chunk
+        except ssl.SSLWantReadError:
+            return selectors.EVENT_READ
+        except ssl.SSLWantWriteError:
+            return selectors.EVENT_WRITE
+        return 0
+
+    def close(self):
+        try:
+            self.tls.close()
+        except OSError:
+            pass
+
+
+def _listening_socket(address, port):
+    """(socket, address bound, why not `address` or None) for Listener."""
+    why = None
+    if address and address != "0.0.0.0":
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        try:
+            socket.inet_pton(family, address)
+        except OSError:
+            # A name may stand for other addresses here than where the peer looks it up.
+            why = f"{address} is a name, not an IP address"
+        else:
+            s = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((address, port))
+                s.listen(BACKLOG)
+                return s, address, None
+            except OSError as e:
+                s.close()
+                why = f"{address} is not an address of this host ({e.strerror or e})"
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(BACKLOG)
+    return s, "0.0.0.0", why
+
+
 def connect(host, port, cert_pem, token, timeout=30.0):
+    """The connecting side. `timeout` bounds the TCP connect, the whole TLS handshake (one
+    deadline in the ssl module) and each read of the listener's OK, so a peer that never
+    answers, or trickles its handshake, fails the job instead of holding it."""
     ctx = _client_context(cert_pem)
     try:
         raw = socket.create_connection((host, port), timeout=timeout)

@@ -285,6 +285,11 @@ def delete_snapshots(req, snapshots):
     return {"snapshots": delete([tuple(s) for s in snapshots])}
 
 
+def _listening(listener):
+    """The listening event: the port, and why it is open on every address when it is."""
+    return {"port": listener.port, "address": listener.address, "note": listener.note}
+
+
 def _pump(chan, write, is_cancelled):
     """Everything the peer sends on the data connection, to write(), until its clean end."""
     mv = memoryview(bytearray(dataplane.FRAME))
@@ -297,18 +302,18 @@ def _pump(chan, write, is_cancelled):
         write(mv[:n])
 
 
-def _receive_dedup(req, path, cert, key, token, dedup):
+def _receive_dedup(req, path, cert, key, token, dedup, bind):
     """receive_image into a deduplication pool: the stream (server-side deduplication) or
     queries and new chunks only (client-side), and a files cache's references. The listening
     event says whether the files cache's base images can be used (bases_problem)."""
     from app.dedup import wire
     from app.dedup.ingest import Ingest
-    listener = dataplane.Listener(cert, key, token)
+    listener = dataplane.Listener(cert, key, token, bind=bind)
     ingest = None
     try:
         ingest = Ingest(dedup["root"], path, params=dedup.get("params"), key=dedup.get("key"),
                         image_id=dedup.get("image_id"), bases=dedup.get("bases"))
-        req.emit("listening", {"port": listener.port, "bases_problem": ingest.bases_problem})
+        req.emit("listening", dict(_listening(listener), bases_problem=ingest.bases_problem))
         chan = listener.accept(req.is_cancelled)
         listener.close()
         try:
@@ -332,16 +337,17 @@ def _receive_dedup(req, path, cert, key, token, dedup):
 
 
 @handler
-def receive_image(req, path, cert, key, token, dedup=None):
+def receive_image(req, path, cert, key, token, dedup=None, bind=None):
     """Storage side of a backup from another host: listen, take the stream, write the
-    partial image, confirm. The image is committed later by commit_image."""
+    partial image, confirm. The image is committed later by commit_image. bind: the address
+    the client is told (see dataplane.Listener)."""
     if dedup:
-        return _receive_dedup(req, path, cert, key, token, dedup)
-    listener = dataplane.Listener(cert, key, token)
+        return _receive_dedup(req, path, cert, key, token, dedup, bind)
+    listener = dataplane.Listener(cert, key, token, bind=bind)
     sink = None
     try:
         sink = _FileSink(path)
-        req.emit("listening", {"port": listener.port})
+        req.emit("listening", _listening(listener))
         chan = listener.accept(req.is_cancelled)
         listener.close()
         try:
@@ -535,7 +541,8 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
 
 
 @handler
-def send_extents(req, image_path, extents, cert, key, token, image_paths=None, dedup=None):
+def send_extents(req, image_path, extents, cert, key, token, image_paths=None, dedup=None,
+                 bind=None):
     """Storage side of a restore to another host: serve the image's members to the peer."""
     from app.agent.extents import copy_extents
     used = {e[2] for e in extents if len(e) > 2} or {0}
@@ -544,9 +551,9 @@ def send_extents(req, image_path, extents, cert, key, token, image_paths=None, d
             raise AgentFailure(f"image file {p} is missing", code=status.IMAGE_DAMAGED)
     reading = _ImageReading(dedup)
     try:
-        listener = dataplane.Listener(cert, key, token)
+        listener = dataplane.Listener(cert, key, token, bind=bind)
         try:
-            req.emit("listening", {"port": listener.port})
+            req.emit("listening", _listening(listener))
             chan = listener.accept(req.is_cancelled)
         finally:
             listener.close()

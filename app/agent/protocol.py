@@ -8,11 +8,23 @@ stdin (requests) and stdout (everything the agent says).
 
 Requests run concurrently; {"op": "cancel", "args": {"id": 7}} asks request 7 to stop.
 Strings carry file names that are not UTF-8 as surrogate escapes (\\udcXX in JSON), which
-both ends turn back into the exact bytes with os.fsencode."""
+both ends turn back into the exact bytes with os.fsencode.
+
+A line is at most MAX_LINE bytes (the agent's limit can be changed with CAIRN_MAX_REQUEST_MB
+in its environment, and its hello says what it is): a longer one is read past, never held,
+and answered with an error. A restore plan of a few million files is a line of hundreds of
+MB, hence the size of the default."""
 
 import json
+import os
 
 PROTOCOL_VERSION = 1
+MAX_LINE = 1 << 30
+_SKIP = 1 << 20
+
+
+class LineTooLong(ValueError):
+    pass
 
 
 def encode(msg):
@@ -22,3 +34,28 @@ def encode(msg):
 
 def decode(line):
     return json.loads(line.decode("utf-8", "surrogateescape"))
+
+
+def max_request():
+    """The agent's limit on a request line, in bytes."""
+    v = os.environ.get("CAIRN_MAX_REQUEST_MB", "").strip()
+    try:
+        mb = float(v) if v else 0
+    except ValueError:
+        mb = 0
+    return int(mb * (1 << 20)) if mb > 0 else MAX_LINE
+
+
+def read_line(rfile, limit=MAX_LINE):
+    """The next line of rfile (b"" at its end). A line of more than `limit` bytes is read to
+    its end in pieces and dropped, then LineTooLong says how long it was."""
+    line = rfile.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line
+    skipped = len(line)
+    while True:
+        piece = rfile.readline(_SKIP)
+        skipped += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            break
+    raise LineTooLong(f"a line of {skipped} bytes, more than the limit of {limit} bytes")

@@ -7,8 +7,13 @@ import platform
 import sys
 import threading
 
-from app.agent import ops, protocol
+from app import status
+from app.agent import ops, protocol, request_check
 from app.agent.errors import AgentFailure, error_message
+from app.agent.request_check import BadRequest
+
+# Requests running at once: far more than any master asks for, and few enough threads.
+MAX_RUNNING = 1024
 
 
 class Request:
@@ -50,35 +55,87 @@ class Server:
 
     def serve(self):
         threads = []
-        for line in iter(self.rfile.readline, b""):
+        limit = protocol.max_request()
+        while True:
+            try:
+                line = protocol.read_line(self.rfile, limit)
+            except protocol.LineTooLong as e:
+                self._refuse(None, f"bad request: {e} (CAIRN_MAX_REQUEST_MB in the agent's "
+                                   "environment sets the limit)")
+                continue
+            except (OSError, ValueError):
+                break  # stdin is gone: as at its end
+            if not line:
+                break
             if not line.strip():
                 continue
             try:
-                msg = protocol.decode(line)
-                rid, op, args = msg.get("id"), msg["op"], msg.get("args") or {}
-            except (ValueError, KeyError, AttributeError) as e:
-                self.send({"id": None, "error": {"code": 10, "message": f"bad request: {e}"}})
+                outcome = self._take(line)
+            except BadRequest as e:
+                self._refuse(e.id, e.message)
                 continue
-            if op == "cancel":
-                with self._rlock:
-                    target = self._running.get(args.get("id"))
-                if target:
-                    target.cancel()
-                self.send({"id": rid, "result": {"cancelled": bool(target)}})
+            except Exception as e:  # noqa: BLE001 - no line may end the agent
+                self._refuse(None, f"the request could not be taken: {type(e).__name__}: {e}",
+                             code=status.INTERNAL)
                 continue
-            if op == "shutdown":
-                self.send({"id": rid, "result": {}})
+            if outcome == "shutdown":
                 break
-            req = Request(self, rid, op, args)
-            with self._rlock:
-                self._running[rid] = req
-            t = threading.Thread(target=self._run, args=(req,), daemon=True,
-                                 name=f"req-{rid}-{op}")
-            t.start()
-            threads.append(t)
+            if outcome is not None:
+                if len(threads) >= 64:
+                    threads = [t for t in threads if t.is_alive()]
+                threads.append(outcome)
         self.stopping.set()
         for t in threads:
             t.join(timeout=30)
+
+    def _take(self, line):
+        """Acts on one request line: a cancel is answered here, another request is started
+        in a thread (returned). Raises BadRequest for anything malformed."""
+        try:
+            msg = protocol.decode(line)
+        except (ValueError, RecursionError, MemoryError) as e:
+            raise BadRequest(f"not a JSON document ({type(e).__name__}: "
+                             f"{request_check.short(str(e), 100)})") from None
+        rid, op, args = request_check.parse(msg)
+        if op == "cancel":
+            target_id = args.get("id")
+            if not request_check.valid_id(target_id) or len(args) != 1:
+                raise BadRequest("cancel takes one argument, the id of a request", rid)
+            with self._rlock:
+                target = self._running.get(target_id)
+            if target:
+                target.cancel()
+            self.send({"id": rid, "result": {"cancelled": bool(target)}})
+            return None
+        if op == "shutdown":
+            self.send({"id": rid, "result": {}})
+            return "shutdown"
+        handler = ops.HANDLERS.get(op)
+        if handler is None:
+            raise BadRequest(f"unknown operation {request_check.short(op)}", rid)
+        request_check.check_args(rid, op, handler, args)
+        req = Request(self, rid, op, args)
+        with self._rlock:
+            if rid in self._running:
+                raise BadRequest(f"request {rid} is still running; each request needs an id "
+                                 "of its own", rid)
+            if len(self._running) >= MAX_RUNNING:
+                raise BadRequest(f"{len(self._running)} requests run already, the most this "
+                                 "agent takes at once", rid)
+            self._running[rid] = req
+        t = threading.Thread(target=self._run, args=(req,), daemon=True,
+                             name=f"req-{rid}-{op}")
+        try:
+            t.start()
+        except RuntimeError as e:  # no thread to be had: the host is out of resources
+            with self._rlock:
+                self._running.pop(rid, None)
+            self._refuse(rid, f"{op}: the agent cannot start it: {e}", code=status.AGENT_FAILED)
+            return None
+        return t
+
+    def _refuse(self, rid, message, code=status.INVALID_REQUEST):
+        self.send({"id": rid, "error": {"code": code, "message": message}})
 
     def _run(self, req):
         try:
@@ -104,7 +161,7 @@ def main():
     server = Server(sys.stdin.buffer, out)
     server.send({"id": 0, "event": "hello", "data": {
         "protocol": protocol.PROTOCOL_VERSION, "python": platform.python_version(),
-        "pid": os.getpid()}})
+        "pid": os.getpid(), "max_request": protocol.max_request()}})
     _preload()
     server.serve()
 

@@ -273,15 +273,15 @@ def _backup(master, job):
             dest = {"mode": "file", "path": partial, "dedup": dedup}
         else:
             listening = {}
+            addr = master.hosts.data_address(storage_host, client_host)
             recv, port, cert, token = start_listening_side(
                 ctx, storage, "receive_image", {"path": partial, "dedup": dedup}, job["id"],
-                listening=listening)
+                listening=listening, address=addr)
             calls.append(recv)
             if references and listening.get("bases_problem"):
                 ctx.log("files cache not used, every file is read: "
                         + listening["bases_problem"], "warning")
                 previous = references = None
-            addr = master.hosts.data_address(storage_host, client_host)
             ctx.log(f"data plane: {client_host['name']} -> {storage_host['name']} "
                     f"({addr}:{port}, TLS, per-job key)")
             dest = {"mode": "net", "host": addr, "port": port, "cert": cert, "token": token}

@@ -103,11 +103,14 @@ class JobContext:
             raise Canceled()
 
 
-def start_listening_side(ctx, conn, op, args, job_id, listening=None):
+def start_listening_side(ctx, conn, op, args, job_id, listening=None, address=None):
     """Starts the data plane's listening side (the storage server's agent) for a job and
     waits until it has a port. Returns (call, port, cert, token) for the connecting side;
-    the listening event's other news go into the dict `listening` when given."""
+    the listening event's other news go into the dict `listening` when given. address: the
+    one the connecting side is told, which the listener binds to where it can."""
     cert, key, token = job_identity(job_id)
+    if address:
+        args = dict(args, bind=address)
     port_box = {}
 
     def on_event(event, data):
@@ -115,6 +118,10 @@ def start_listening_side(ctx, conn, op, args, job_id, listening=None):
             if listening is not None:
                 listening.update(data)
             port_box["port"] = data["port"]
+            if data.get("note"):
+                ctx.log(f"data plane: the storage server listens on all its addresses: "
+                        f"{data['note']} (a host's data_address set to an IP address of it "
+                        f"limits the port to that address)")
         else:
             ctx.on_event(event, data)
 

@@ -182,13 +182,13 @@ def run(master, job):
             calls.append(call)
         else:
             target = master.hosts.connect(target_host)
+            addr = master.hosts.data_address(storage_host, target_host)
             send, port, cert, token = start_listening_side(
                 ctx, storage, "send_extents", {"image_path": image["path"],
                                                "image_paths": image_paths, "extents": extents,
                                                "dedup": dedup},
-                job["id"])
+                job["id"], address=addr)
             calls.append(send)
-            addr = master.hosts.data_address(storage_host, target_host)
             ctx.log(f"data plane: {storage_host['name']} -> {target_host['name']} "
                     f"({addr}:{port}, TLS, per-job key)")
             recv = target.start("restore_receive", {

@@ -88,6 +88,14 @@ class AgentConnection:
 
     def send(self, msg):
         data = protocol.encode(msg)
+        limit = self.info.get("max_request")
+        if type(limit) is int and len(data) > limit:
+            raise AgentError(
+                f"the request for {msg.get('op')} on {self.host} is {len(data) >> 20} MiB, "
+                f"more than the agent there takes ({limit >> 20} MiB)",
+                hint=f"raise the limit with `cairn host set {self.host} agent_env "
+                     "CAIRN_MAX_REQUEST_MB=N`, or, for a restore, restore fewer paths at once",
+                status_code=status.INVALID_REQUEST)
         with self._wlock:
             try:
                 self.process.stdin.write(data)
@@ -103,7 +111,12 @@ class AgentConnection:
         call = Call(self, rid, op, on_event)
         with self._lock:
             self._calls[rid] = call
-        self.send({"id": rid, "op": op, "args": args or {}})
+        try:
+            self.send({"id": rid, "op": op, "args": args or {}})
+        except BaseException:
+            with self._lock:
+                self._calls.pop(rid, None)
+            raise
         return call
 
     def call(self, op, args=None, on_event=None, timeout=None):
@@ -115,46 +128,89 @@ class AgentConnection:
         return result
 
     def _read_loop(self):
+        why = None
         try:
-            for line in iter(self.process.stdout.readline, b""):
+            while True:
+                try:
+                    line = protocol.read_line(self.process.stdout, protocol.MAX_LINE)
+                except protocol.LineTooLong as e:
+                    why = f"it sent {e}"
+                    break
+                if not line:
+                    break
                 try:
                     msg = protocol.decode(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue  # noise on the channel is not worth a broken connection
-                rid = msg.get("id")
-                if rid == 0 and msg.get("event") == "hello":
-                    self.info = msg.get("data") or {}
-                    self._hello.set()
+                try:
+                    self._dispatch(msg)
+                except Exception:  # noqa: BLE001 - what an agent says must not end the reader
                     continue
-                with self._lock:
-                    call = self._calls.get(rid)
-                if call is None:
-                    continue
-                if "event" in msg:
-                    if call.on_event:
-                        try:
-                            call.on_event(msg["event"], msg.get("data") or {})
-                        except Exception:  # noqa: BLE001 - a bad listener must not kill the reader
-                            pass
-                    continue
-                with self._lock:
-                    self._calls.pop(rid, None)
-                if "error" in msg:
-                    err = msg["error"]
-                    code = err.get("code", status.AGENT_FAILED)
-                    if code == status.CANCELED:
-                        call._finish(error=Canceled())
-                    else:
-                        call._finish(error=AgentCallError(err.get("message", "agent error"), code))
-                else:
-                    call._finish(result=msg.get("result") or {})
-        except (OSError, ValueError):
+        except (OSError, ValueError, EOFError):
             pass
+        if why:
+            # Its calls fail; the agent, stopped with the connection, leaves with them.
+            self._fail(AgentError(f"the connection to the agent on {self.host} was closed: "
+                                  f"{why}"))
+            self.close()
+            return
         detail = self.process.stderr_text().strip()
         self._fail(AgentError(
             f"the agent on {self.host} stopped"
             + (f": {detail.splitlines()[-1]}" if detail else ""),
             hint="the host may have rebooted, or the agent was killed"))
+
+    def _dispatch(self, msg):
+        """One message of the agent. One of a shape the protocol does not know is dropped,
+        or ends its call with an error: a broken or hostile agent fails its own calls, no
+        more."""
+        if not isinstance(msg, dict):
+            return
+        rid = msg.get("id")
+        if type(rid) is not int:
+            return
+        if rid == 0 and msg.get("event") == "hello":
+            data = msg.get("data")
+            self.info = data if isinstance(data, dict) else {}
+            self._hello.set()
+            return
+        with self._lock:
+            call = self._calls.get(rid)
+        if call is None:
+            return
+        if "event" in msg:
+            data = msg.get("data")
+            if call.on_event and isinstance(msg["event"], str) and isinstance(data, (dict,
+                                                                                     type(None))):
+                try:
+                    call.on_event(msg["event"], data or {})
+                except Exception:  # noqa: BLE001 - a bad listener must not kill the reader
+                    pass
+            return
+        with self._lock:
+            self._calls.pop(rid, None)
+        if "error" in msg:
+            err = msg["error"]
+            code = err.get("code") if isinstance(err, dict) else None
+            message = err.get("message") if isinstance(err, dict) else None
+            if type(code) is not int or not 0 < code < 256:
+                code = status.AGENT_FAILED
+            if not isinstance(message, str):
+                message = f"the agent on {self.host} sent an error without a message"
+            if code == status.CANCELED:
+                call._finish(error=Canceled())
+            else:
+                call._finish(error=AgentCallError(message, code))
+            return
+        result = msg.get("result")
+        if result is None:
+            result = {}
+        if not isinstance(result, dict):
+            call._finish(error=AgentCallError(
+                f"the agent on {self.host} answered {call.op} with a malformed result",
+                status.AGENT_FAILED))
+            return
+        call._finish(result=result)
 
     def _fail(self, err):
         if self._broken is None:

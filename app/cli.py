@@ -11,7 +11,7 @@ import sys
 
 from app import __version__, status as st, timeutil
 from app.errors import CairnError
-from app.jobs.store import printable
+from app.terminal_text import escape, escape_all
 
 
 def _common():
@@ -344,9 +344,11 @@ def _out(args, doc, human=None):
         json.dump(doc, sys.stdout, indent=2, ensure_ascii=True, default=str)
         sys.stdout.write("\n")
     elif human is not None:
-        human(doc)
+        # Names, log lines and whatever a host reported reach the terminal escaped, never as
+        # control characters (see app/terminal_text.py).
+        human(escape_all(doc))
     else:
-        print(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        print(json.dumps(doc, indent=2, ensure_ascii=True, default=str))
 
 
 def _table(rows, cols):
@@ -787,8 +789,7 @@ def _print_listing(d):
     for e in d["entries"]:
         mt = timeutil.iso(e["mtime_ns"] / 1e9)
         print(f"  {e['kind']} {e['mode']:04o} {e['uid']:>6} {e['gid']:>6} {e['size']:>12} "
-              f"{mt} {printable(e['name'])}" + (f" -> {printable(e['link'])}" if e["link"]
-                                                 else ""))
+              f"{mt} {e['name']}" + (f" -> {e['link']}" if e["link"] else ""))
 
 
 def _setting_value(key, text):
@@ -827,9 +828,9 @@ def main(argv=None):
         if getattr(args, "json", False):
             json.dump(e.to_dict(), sys.stdout, indent=2)
             sys.stdout.write("\n")
-        print(f"cairn: {e.message}", file=sys.stderr)
+        print(f"cairn: {escape(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"  {e.hint}", file=sys.stderr)
+            print(f"  {escape(e.hint)}", file=sys.stderr)
         return e.status or 1
     except KeyboardInterrupt:
         return 130

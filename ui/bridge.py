@@ -22,6 +22,7 @@ import shiboken6
 from PySide6.QtCore import QObject, QThread, Signal
 
 from app.errors import CairnError
+from app.terminal_text import escape
 from ui.qtcompat import emit
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ class Bridge(QObject):
         try:
             return True, fn(self.master, *args)
         except CairnError as e:
-            return False, CallError(e.message, e.hint, e.status)
+            # Messages quote paths and host output: shown with control characters escaped.
+            return False, CallError(escape(e.message), e.hint and escape(e.hint), e.status)
         except Exception as e:  # noqa: BLE001 - nothing may kill a worker or reach the user raw
             log.exception("master call failed")
             return False, CallError(f"internal error: {type(e).__name__}: {e}",

@@ -331,6 +331,13 @@ def build_parser():
                    help="how far ahead to look (default 7d)")
     p.add_argument("--limit", type=int, default=200, help="recorded runs to show (default 200)")
     cmd(sub, "status-codes", "the table of job status codes")
+    ca = cmd(sub, "catalog", "the catalog itself").add_subparsers(dest="sub", metavar="ACTION")
+    cmd(ca, "check", "check the catalog: sqlite's integrity check, every image's file index",
+        description="Check the catalog without changing it: sqlite's integrity and foreign "
+                    "key checks, the file index of every image (present, readable, every "
+                    "block intact), the images each image reads data from, and the image "
+                    "files of pools on this machine. No host is contacted. Exits 0 when "
+                    "nothing is wrong, else 70 with each problem and its fix.")
     sub.add_parser("agent", help=argparse.SUPPRESS)
     return ap
 
@@ -391,6 +398,8 @@ def run(args):
         rows = [{"status": k, "meaning": v} for k, v in sorted(st.STATUS_TEXT.items())]
         return _out(args, {"status_codes": rows}, lambda d: _table(d["status_codes"],
                                                                   ["status", "meaning"]))
+    if c == "catalog":
+        return _catalog(args, s)
     if c == "console":
         from ui.app import main as console_main
         return console_main(home=getattr(args, "home", None), screenshot=args.screenshot,
@@ -649,6 +658,40 @@ def _dispatch(m, args, c, s):
     raise CairnError(f"unknown command: {c} {s or ''}".strip(), status_code=st.INVALID_REQUEST)
 
 
+def _catalog(args, s):
+    """`cairn catalog check` opens the catalog on its own, without the master: it must also
+    report on a catalog the master refuses."""
+    if s != "check":
+        raise CairnError("name what to do with the catalog: cairn catalog check",
+                         status_code=st.INVALID_REQUEST)
+    from app.catalog_check import check_catalog
+    from app.paths import Home
+    doc = check_catalog(Home(getattr(args, "home", None)))
+    doc["status"] = st.OK if doc["ok"] else st.CATALOG_FAILED
+    _out(args, doc, _print_catalog_check)
+    return doc["status"]
+
+
+def _print_catalog_check(d):
+    for p in d["problems"]:
+        print(f"problem: {p['problem']}")
+        print(f"  fix: {p['fix']}")
+    for n in d["notes"]:
+        print(f"note: {n['note']}" + (f"\n  fix: {n['fix']}" if n["fix"] else ""))
+    def n(count, one, many):
+        return f"{count} {one if count == 1 else many}"
+
+    c = d["checked"]
+    done = (["sqlite integrity"] if c["sqlite_integrity"] else []) \
+        + (["foreign keys"] if c["foreign_keys"] else []) \
+        + [n(c["images"], "image", "images"),
+           n(c["indexes"], "file index", "file indexes")
+           + f" ({n(c['index_entries'], 'entry', 'entries')})",
+           n(c["image_files"], "image file", "image files") + " on this machine"]
+    verdict = "no problems" if d["ok"] else n(len(d["problems"]), "problem", "problems")
+    print(f"catalog {d['catalog']}: {verdict}; checked {', '.join(done)}")
+
+
 def _streams_arg(value):
     """--streams: None for auto, else the number (the master checks its range)."""
     value = value.strip().lower()
@@ -814,6 +857,8 @@ def main(argv=None):
     if argv[:1] == ["agent"]:
         from app.agent.server import main as agent_main
         return agent_main()
+    import sqlite3
+    from app.store.db import catalog_error
     # Whatever a name holds, printing it must never crash the command.
     sys.stdout.reconfigure(errors="backslashreplace")
     ap = build_parser()
@@ -822,7 +867,13 @@ def main(argv=None):
         ap.print_help()
         return 0
     try:
-        rc = run(args)
+        try:
+            rc = run(args)
+        except sqlite3.Error as e:
+            # What the catalog layer did not turn into a message already: still one.
+            from app.paths import Home
+            raise catalog_error(Home(getattr(args, "home", None)).catalog, e,
+                                any_error=True) from None
         return rc if isinstance(rc, int) else 0
     except CairnError as e:
         if getattr(args, "json", False):

@@ -16,12 +16,14 @@ a message and a hint fit to show to the user; stack traces go to the log only.
 import itertools
 import logging
 import queue
+import sqlite3
 import threading
 
 import shiboken6
 from PySide6.QtCore import QObject, QThread, Signal
 
 from app.errors import CairnError
+from app.store.db import catalog_error
 from app.terminal_text import escape
 from ui.qtcompat import emit
 
@@ -115,7 +117,11 @@ class Bridge(QObject):
     # ---- worker side ----------------------------------------------------------------------
     def _run(self, fn, args):
         try:
-            return True, fn(self.master, *args)
+            try:
+                return True, fn(self.master, *args)
+            except sqlite3.Error as e:
+                # what the catalog layer did not name yet: a damaged or locked catalog file
+                raise catalog_error(self.master.db.path, e, any_error=True) from None
         except CairnError as e:
             # Messages quote paths and host output: shown with control characters escaped.
             return False, CallError(escape(e.message), e.hint and escape(e.hint), e.status)

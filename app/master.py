@@ -8,7 +8,6 @@ from contextlib import contextmanager
 
 from app import timeutil
 from app import status
-from app.catalog_check import check_not_truncated
 from app.catalog_index import IndexCorrupt, IndexReader
 from app.config import Config, check_abs_path
 from app.errors import CairnError, NotFound, ValidationError
@@ -29,6 +28,7 @@ MAX_RESTORE_STREAMS = 16
 
 class Master:
     def __init__(self, home=None, password_provider=None):
+        from app.catalog_check import check_not_truncated
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
         self.db = Database(self.home.catalog)

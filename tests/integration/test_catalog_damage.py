@@ -187,7 +187,7 @@ def test_image_index(home, damage):
         if p.returncode:
             assert p.returncode == st.IMAGE_DAMAGED, p.stderr
             assert image in p.stderr and str(index) in p.stderr, p.stderr
-            assert "catalog check" in p.stderr and "rebuild-index" in p.stderr, p.stderr
+            assert f"cairn images rebuild-index {image}" in p.stderr, p.stderr
             failed.append(path)
     assert failed
     doc, r = cairn_json(h, "restore", image, "--path", src, "--to", dst, "--wait", check=False)

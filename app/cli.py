@@ -11,7 +11,7 @@ import sys
 
 from app import __version__, status as st, timeutil
 from app.errors import CairnError, ValidationError
-from app.jobs.store import printable
+from app.terminal_text import escape, escape_all
 
 
 def _common():
@@ -344,6 +344,13 @@ def build_parser():
                    help="how far ahead to look (default 7d)")
     p.add_argument("--limit", type=int, default=200, help="recorded runs to show (default 200)")
     cmd(sub, "status-codes", "the table of job status codes")
+    ca = cmd(sub, "catalog", "the catalog itself").add_subparsers(dest="sub", metavar="ACTION")
+    cmd(ca, "check", "check the catalog: sqlite's integrity check, every image's file index",
+        description="Check the catalog without changing it: sqlite's integrity and foreign "
+                    "key checks, the file index of every image (present, readable, every "
+                    "block intact), the images each image reads data from, and the image "
+                    "files of pools on this machine. No host is contacted. Exits 0 when "
+                    "nothing is wrong, else 70 with each problem and its fix.")
     sub.add_parser("agent", help=argparse.SUPPRESS)
     return ap
 
@@ -357,9 +364,11 @@ def _out(args, doc, human=None):
         json.dump(doc, sys.stdout, indent=2, ensure_ascii=True, default=str)
         sys.stdout.write("\n")
     elif human is not None:
-        human(doc)
+        # Names, log lines and whatever a host reported reach the terminal escaped, never as
+        # control characters (see app/terminal_text.py).
+        human(escape_all(doc))
     else:
-        print(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        print(json.dumps(doc, indent=2, ensure_ascii=True, default=str))
 
 
 def _table(rows, cols):
@@ -402,6 +411,8 @@ def run(args):
         rows = [{"status": k, "meaning": v} for k, v in sorted(st.STATUS_TEXT.items())]
         return _out(args, {"status_codes": rows}, lambda d: _table(d["status_codes"],
                                                                   ["status", "meaning"]))
+    if c == "catalog":
+        return _catalog(args, s)
     if c == "console":
         from ui.app import main as console_main
         return console_main(home=getattr(args, "home", None), screenshot=args.screenshot,
@@ -665,6 +676,40 @@ def _dispatch(m, args, c, s):
     raise CairnError(f"unknown command: {c} {s or ''}".strip(), status_code=st.INVALID_REQUEST)
 
 
+def _catalog(args, s):
+    """`cairn catalog check` opens the catalog on its own, without the master: it must also
+    report on a catalog the master refuses."""
+    if s != "check":
+        raise CairnError("name what to do with the catalog: cairn catalog check",
+                         status_code=st.INVALID_REQUEST)
+    from app.catalog_check import check_catalog
+    from app.paths import Home
+    doc = check_catalog(Home(getattr(args, "home", None)))
+    doc["status"] = st.OK if doc["ok"] else st.CATALOG_FAILED
+    _out(args, doc, _print_catalog_check)
+    return doc["status"]
+
+
+def _print_catalog_check(d):
+    for p in d["problems"]:
+        print(f"problem: {p['problem']}")
+        print(f"  fix: {p['fix']}")
+    for n in d["notes"]:
+        print(f"note: {n['note']}" + (f"\n  fix: {n['fix']}" if n["fix"] else ""))
+    def n(count, one, many):
+        return f"{count} {one if count == 1 else many}"
+
+    c = d["checked"]
+    done = (["sqlite integrity"] if c["sqlite_integrity"] else []) \
+        + (["foreign keys"] if c["foreign_keys"] else []) \
+        + [n(c["images"], "image", "images"),
+           n(c["indexes"], "file index", "file indexes")
+           + f" ({n(c['index_entries'], 'entry', 'entries')})",
+           n(c["image_files"], "image file", "image files") + " on this machine"]
+    verdict = "no problems" if d["ok"] else n(len(d["problems"]), "problem", "problems")
+    print(f"catalog {d['catalog']}: {verdict}; checked {', '.join(done)}")
+
+
 def _streams_arg(value):
     """--streams: None for auto, else the number (the master checks its range)."""
     value = value.strip().lower()
@@ -805,8 +850,7 @@ def _print_listing(d):
     for e in d["entries"]:
         mt = timeutil.iso(e["mtime_ns"] / 1e9)
         print(f"  {e['kind']} {e['mode']:04o} {e['uid']:>6} {e['gid']:>6} {e['size']:>12} "
-              f"{mt} {printable(e['name'])}" + (f" -> {printable(e['link'])}" if e["link"]
-                                                 else ""))
+              f"{mt} {e['name']}" + (f" -> {e['link']}" if e["link"] else ""))
 
 
 def _setting_value(key, text):
@@ -832,6 +876,8 @@ def main(argv=None):
     if argv[:1] == ["agent"]:
         from app.agent.server import main as agent_main
         return agent_main()
+    import sqlite3
+    from app.store.db import catalog_error
     # Whatever a name holds, printing it must never crash the command.
     sys.stdout.reconfigure(errors="backslashreplace")
     ap = build_parser()
@@ -840,15 +886,21 @@ def main(argv=None):
         ap.print_help()
         return 0
     try:
-        rc = run(args)
+        try:
+            rc = run(args)
+        except sqlite3.Error as e:
+            # What the catalog layer did not turn into a message already: still one.
+            from app.paths import Home
+            raise catalog_error(Home(getattr(args, "home", None)).catalog, e,
+                                any_error=True) from None
         return rc if isinstance(rc, int) else 0
     except CairnError as e:
         if getattr(args, "json", False):
             json.dump(e.to_dict(), sys.stdout, indent=2)
             sys.stdout.write("\n")
-        print(f"cairn: {e.message}", file=sys.stderr)
+        print(f"cairn: {escape(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"  {e.hint}", file=sys.stderr)
+            print(f"  {escape(e.hint)}", file=sys.stderr)
         return e.status or 1
     except KeyboardInterrupt:
         return 130

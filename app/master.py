@@ -28,7 +28,9 @@ MAX_RESTORE_STREAMS = 16
 
 class Master:
     def __init__(self, home=None, password_provider=None):
+        from app.catalog_check import check_not_truncated
         self.home = Home(home).ensure()
+        check_not_truncated(self.home)
         self.db = Database(self.home.catalog)
         self.config = Config(self.db)
         self.jobs = JobStore(self.db)
@@ -512,23 +514,31 @@ class Master:
         """The catalog file index of an image; a missing or damaged one (found on opening or
         on any read inside the block) becomes a clear error."""
         path = self.home.index_path(img["id"])
+        hint = (rebuild_hint(img["id"])
+                + "; `cairn catalog check` lists every index that needs it")
         try:
             reader = IndexReader(path)
         except FileNotFoundError:
             raise CairnError(f"the file index of image {img['id']} is missing ({path})",
-                             status_code=status.IMAGE_DAMAGED,
-                             hint=rebuild_hint(img["id"])) from None
+                             hint=hint, status_code=status.IMAGE_DAMAGED) from None
         except IndexCorrupt as e:
             raise CairnError(f"the file index of image {img['id']} is damaged: {e}",
-                             status_code=status.IMAGE_DAMAGED,
-                             hint=rebuild_hint(img["id"])) from None
+                             hint=hint, status_code=status.IMAGE_DAMAGED) from None
+        except OSError as e:
+            raise CairnError(f"cannot read the file index of image {img['id']} ({path}): "
+                             f"{e.strerror or e}", hint="check the file's permissions and the "
+                             "disk that holds it (dmesg); " + hint,
+                             status_code=status.IMAGE_DAMAGED) from None
         try:
             with reader:
                 yield reader
         except IndexCorrupt as e:
             raise CairnError(f"the file index of image {img['id']} is damaged: {e}",
-                             status_code=status.IMAGE_DAMAGED,
-                             hint=rebuild_hint(img["id"])) from None
+                             hint=hint, status_code=status.IMAGE_DAMAGED) from None
+        except OSError as e:
+            raise CairnError(f"cannot read the file index of image {img['id']} ({path}): "
+                             f"{e.strerror or e}", hint="check the disk that holds it "
+                             "(dmesg); " + hint, status_code=status.IMAGE_DAMAGED) from None
 
     def browse(self, image_id, path="/"):
         img = self.image(image_id)

@@ -20,6 +20,7 @@ DATA_PLANE_FAILED = 50
 RESTORE_TARGET_INVALID = 60
 CHECKSUM_MISMATCH = 61
 IMAGE_DAMAGED = 62
+CATALOG_FAILED = 70       # the catalog file is damaged, unreadable or locked: see catalog check
 CANCELED = 150
 WINDOW_CLOSED = 196     # a scheduled job could not start before its start window closed
 INTERNAL = 99
@@ -46,6 +47,7 @@ STATUS_TEXT = {
                        "(a restore: the files whose data is damaged were not restored and are "
                        "named in the job log; every other file was)",
     IMAGE_DAMAGED: "the backup image is missing or damaged",
+    CATALOG_FAILED: "the catalog is damaged or cannot be used (see `cairn catalog check`)",
     INTERNAL: "internal error (see the job log)",
     CANCELED: "canceled by the administrator",
     WINDOW_CLOSED: "not started: the schedule's start window closed before the job could start (missed)",

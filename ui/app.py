@@ -12,6 +12,7 @@ window layout."""
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -20,6 +21,9 @@ from PySide6.QtCore import QEventLoop, QObject, QTimer, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.errors import CairnError
+from app.paths import Home
+from app.store.db import catalog_error
+from app.terminal_text import escape
 from ui import theme
 from ui.bridge import Bridge
 from ui.main_window import VIEW_NAMES, MainWindow
@@ -121,13 +125,26 @@ def _application():
     return app
 
 
-def _report(error, gui):
-    print(f"cairn console: {error.message}", file=sys.stderr)
+def _report(error, gui, screenshot=None):
+    """An error that keeps the console from starting: on stderr and in a message box (with
+    --screenshot, the box is what the screenshot shows)."""
+    print(f"cairn console: {escape(error.message)}", file=sys.stderr)
     if error.hint:
-        print(f"  {error.hint}", file=sys.stderr)
-    if gui:
-        QMessageBox.critical(None, "Cairn console",
-                             error.message + (f"\n\n{error.hint}" if error.hint else ""))
+        print(f"  {escape(error.hint)}", file=sys.stderr)
+    if not gui:
+        return
+    text = escape(error.message)
+    box = QMessageBox(QMessageBox.Icon.Critical, "Cairn console",
+                      text[:1].upper() + text[1:]
+                      + (f"\n\n{escape(error.hint)}" if error.hint else ""))
+    if not screenshot:
+        box.exec()
+        return
+    box.show()
+    wait_until(lambda: False, 0.3)  # let the layout settle
+    if not box.grab().save(screenshot, "PNG"):
+        print(f"cairn console: cannot write the screenshot to {screenshot}", file=sys.stderr)
+    box.close()
 
 
 def wait_until(condition, timeout_s):
@@ -160,7 +177,9 @@ def settle(console, timeout_s=SCREENSHOT_TIMEOUT_S):
 
     def ready():
         view = w.current_view
-        if not view.loaded or w.summary is None:
+        # a view that could not read the catalog shows why: that is its settled state
+        failed = bool(getattr(view, "error", None))
+        if not (view.loaded or failed) or (w.summary is None and not failed):
             state["stable"] = 0
             return False
         if view.name == "restore" and view.model.rowCount() and not view.selected_rows():
@@ -241,16 +260,22 @@ def main(home=None, screenshot=None, view=None):
     app = _application()
 
     from app.master import Master
+    master = None
     try:
-        master = Master(home)
-        master.ensure_local_host()
+        try:
+            master = Master(home)
+            master.ensure_local_host()
+            if view is None:
+                view = first_view(master)
+        except sqlite3.Error as e:
+            raise catalog_error(Home(home).catalog, e, any_error=True) from None
     except CairnError as e:
-        _report(e, gui=not screenshot)
+        if master is not None:
+            master.close()
+        _report(e, gui=True, screenshot=screenshot)
         return e.status or 1
 
     console = Console(master, run_dispatcher=not screenshot, remember_layout=not screenshot)
-    if view is None:
-        view = first_view(master)
     if view in WIZARD_VIEWS:
         console.window.select_view("getting-started")
     else:

@@ -16,12 +16,15 @@ a message and a hint fit to show to the user; stack traces go to the log only.
 import itertools
 import logging
 import queue
+import sqlite3
 import threading
 
 import shiboken6
 from PySide6.QtCore import QObject, QThread, Signal
 
 from app.errors import CairnError
+from app.store.db import catalog_error
+from app.terminal_text import escape
 from ui.qtcompat import emit
 
 log = logging.getLogger(__name__)
@@ -114,9 +117,14 @@ class Bridge(QObject):
     # ---- worker side ----------------------------------------------------------------------
     def _run(self, fn, args):
         try:
-            return True, fn(self.master, *args)
+            try:
+                return True, fn(self.master, *args)
+            except sqlite3.Error as e:
+                # what the catalog layer did not name yet: a damaged or locked catalog file
+                raise catalog_error(self.master.db.path, e, any_error=True) from None
         except CairnError as e:
-            return False, CallError(e.message, e.hint, e.status)
+            # Messages quote paths and host output: shown with control characters escaped.
+            return False, CallError(escape(e.message), e.hint and escape(e.hint), e.status)
         except Exception as e:  # noqa: BLE001 - nothing may kill a worker or reach the user raw
             log.exception("master call failed")
             return False, CallError(f"internal error: {type(e).__name__}: {e}",

@@ -335,7 +335,7 @@ class ImageFilesModel(QAbstractItemModel):
         c = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             if c == 0:
-                return e.name or "/"
+                return fmt.shown(e.name) or "/"
             if c == 1:
                 return fmt.size(e.size) if e.kind in ("f", "h") else ""
             if c == 2:
@@ -345,11 +345,11 @@ class ImageFilesModel(QAbstractItemModel):
             if c == 4:
                 return f"{e.uid}:{e.gid}"
             if c == 5:
-                return e.link
+                return fmt.shown(e.link)
         if role == Qt.ItemDataRole.CheckStateRole and c == 0:
             return _QT_STATE[node.check]
         if role == Qt.ItemDataRole.ToolTipRole and c == 0:
-            return e.path
+            return fmt.shown(e.path)
         if role == Qt.ItemDataRole.DecorationRole and c == 0:
             return self._folder if e.kind == "d" else self._file
         if role == Qt.ItemDataRole.TextAlignmentRole:

@@ -6,6 +6,9 @@ import time
 from datetime import datetime, timezone
 
 from app import timeutil
+# Names and log lines from clients: a newline or another control character is shown as an
+# escape (\n, \033, bytes that are not UTF-8 as \351), never let loose in a list row.
+from app.terminal_text import escape as shown  # noqa: F401 - part of this module's API
 
 
 def size(n):

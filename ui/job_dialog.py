@@ -185,7 +185,8 @@ class JobDetailsDialog(QDialog):
             at_end = self.log_view.verticalScrollBar().value() == \
                 self.log_view.verticalScrollBar().maximum()
             self.log_view.appendPlainText("\n".join(
-                f"{fmt.local_time(x['ts'])}  {x['level']:<7}  {x['message']}" for x in lines))
+                f"{fmt.local_time(x['ts'])}  {x['level']:<7}  {fmt.shown(x['message'])}"
+                for x in lines))
             if at_end:
                 self.log_view.moveCursor(QTextCursor.MoveOperation.End)
         if job["state"] == "done":

@@ -38,7 +38,7 @@ def text_column(key, title, *, field=None, help="", icon=None, tooltip=None):
 
     def text(row):
         v = row.get(f)
-        return "" if v is None else str(v)
+        return "" if v is None else fmt.shown(v)
 
     return Column(key, title, text, sort=lambda r: text(r).lower(), help=help,
                   icon=icon, tooltip=tooltip or (lambda r: text(r) or None))
@@ -65,10 +65,10 @@ def list_column(key, title, *, field=None, help=""):
     f = field or key
 
     def text(row):
-        return fmt.joined(row.get(f))
+        return fmt.joined(map(fmt.shown, row.get(f) or []))
 
     return Column(key, title, text, sort=lambda r: text(r).lower(), help=help,
-                  tooltip=lambda r: "\n".join(str(v) for v in (r.get(f) or [])) or None)
+                  tooltip=lambda r: "\n".join(fmt.shown(v) for v in (r.get(f) or [])) or None)
 
 
 def time_column(key, title, *, field=None, help="", short=False):

@@ -78,7 +78,7 @@ class RestoreDialog(QDialog):
 
         e = html.escape
         n = len(self.paths)
-        shown = "<br>".join(e(p) for p in self.paths[:4])
+        shown = "<br>".join(e(fmt.shown(p)) for p in self.paths[:4])
         if n > 4:
             shown += f"<br>… and {n - 4} more"
         self.summary = QLabel(
@@ -323,10 +323,10 @@ class RestoreDialog(QDialog):
         host = r["to_host"]
         items = []
         for i in r["items"]:
-            it = QTreeWidgetItem([i["path"] + ("/" if i["kind"] == "d" else ""),
-                                  f"{host}:{i['target']}"])
-            it.setToolTip(0, i["path"])
-            it.setToolTip(1, f"{host}:{i['target']}")
+            path, target = fmt.shown(i["path"]), f"{host}:{fmt.shown(i['target'])}"
+            it = QTreeWidgetItem([path + ("/" if i["kind"] == "d" else ""), target])
+            it.setToolTip(0, path)
+            it.setToolTip(1, target)
             items.append(it)
         self.preview_tree.addTopLevelItems(items)
         more = "" if r["complete"] else \

@@ -792,7 +792,7 @@ class RestoreView(QWidget):
             self.tree.expand(child)
 
     def _load_failed(self, path, message):
-        self.files_error.setText(f"Could not list {path}: {message}")
+        self.files_error.setText(f"Could not list {fmt.shown(path)}: {message}")
         self.files_error.show()
 
     def reveal(self, path, check=False):

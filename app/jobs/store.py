@@ -21,14 +21,28 @@ NEXT_CHANGE = ("(SELECT max((SELECT coalesce(max(changed), 0) FROM jobs), "
                "(SELECT coalesce(max(changed), 0) FROM job_removals)) + 1)")
 
 
-def printable(message):
-    """Log text for the catalog: bytes of file names that are not UTF-8 (carried as surrogate
-    escapes) are shown as \\xNN, the way admins know them from ls -b."""
+def log_text(message):
+    """A log message as the catalog keeps it. Messages name files, and a name that is not
+    UTF-8 arrives with surrogate escapes (as os.fsdecode makes it), which a sqlite TEXT value
+    cannot hold: such a message is kept as its bytes (UTF-8, with the name's own bytes in
+    place), a BLOB, and logs() gives the exact text back. Human output escapes it like any
+    name (app/terminal_text.py); --json carries it exactly."""
     try:
         message.encode("utf-8")
         return message
     except UnicodeEncodeError:
-        return message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        pass
+    try:
+        return message.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:   # a lone surrogate that stands for no byte
+        return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _log_row(row):
+    d = dict(row)
+    if isinstance(d["message"], bytes):
+        d["message"] = d["message"].decode("utf-8", "surrogateescape")
+    return d
 
 
 def job_dict(row):
@@ -85,7 +99,8 @@ class JobStore:
              not_before, not_after))
         jid = cur.lastrowid
         c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
-                  (jid, timeutil.iso(time.time()), "info", note or f"{type} job queued"))
+                  (jid, timeutil.iso(time.time()), "info",
+                   log_text(note or f"{type} job queued")))
         return jid
 
     def get(self, job_id):
@@ -140,7 +155,7 @@ class JobStore:
     def log(self, job_id, message, level="info"):
         with self.db.tx() as c:
             c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
-                      (job_id, timeutil.iso(time.time()), level, printable(message)))
+                      (job_id, timeutil.iso(time.time()), level, log_text(message)))
 
     def log_many(self, job_id, entries):
         if not entries:
@@ -148,10 +163,10 @@ class JobStore:
         ts = timeutil.iso(time.time())
         with self.db.tx() as c:
             c.executemany("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
-                          [(job_id, ts, lvl, printable(msg)) for lvl, msg in entries])
+                          [(job_id, ts, lvl, log_text(msg)) for lvl, msg in entries])
 
     def logs(self, job_id, after=0, limit=10000):
-        return [dict(r) for r in self.db.all(
+        return [_log_row(r) for r in self.db.all(
             "SELECT id, ts, level, message FROM job_log WHERE job_id=? AND id>? "
             "ORDER BY id LIMIT ?", (job_id, after, limit))]
 
@@ -220,7 +235,7 @@ class JobStore:
                       f"changed={NEXT_CHANGE} WHERE id=?",
                       (DONE, code, timeutil.iso(now), image_id, b, files, rate, job_id))
             level = "info" if code == st.OK else "warning" if code == st.PARTIAL else "error"
-            text = printable(f"ended with status {code}: {message or st.text(code)}")
+            text = log_text(f"ended with status {code}: {message or st.text(code)}")
             c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
                       (job_id, timeutil.iso(now), level, text))
 

@@ -70,6 +70,40 @@ def _keyring_password(user, address, port):
         return None
 
 
+class _ChannelStdin:
+    """The agent's stdin: every write goes out at once, and nothing is left to do when it is
+    garbage-collected. paramiko's channel file flushes its write buffer from __del__; after
+    the agent died, or when the buffer was collected first (a reference cycle, the end of
+    the process), that fails and prints "Exception ignored in BufferedFile.__del__" with a
+    traceback on the terminal, long after the error was reported."""
+
+    def __init__(self, channel: paramiko.Channel):
+        self._channel = channel
+        self.closed = False
+
+    def write(self, data) -> int:
+        if self.closed:
+            raise ValueError("the agent's input is closed")
+        self._channel.sendall(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._channel.shutdown_write()
+
+
+class _ChannelReader(paramiko.ChannelFile):
+    """The agent's stdout: paramiko's line reading, without the flush of a write buffer on
+    close and in __del__ (see _ChannelStdin): a reader never writes."""
+
+    def flush(self) -> None:
+        pass
+
+
 class SSHAgentProcess(AgentProcess):
     """An agent started by exec on an SSH channel.
 
@@ -81,8 +115,8 @@ class SSHAgentProcess(AgentProcess):
         self._channel = channel
         self._kill = kill
         self.pid = None
-        self.stdin = channel.makefile_stdin("wb")
-        self.stdout = channel.makefile("rb")
+        self.stdin = _ChannelStdin(channel)
+        self.stdout = _ChannelReader(channel, "rb")
         self._stderr = StderrBuffer()
         self._stderr.drain(channel.recv_stderr, name=f"agent-{channel.get_id()}-stderr")
         self._read_pid(start_timeout)

@@ -654,7 +654,32 @@ def dedup_rebuild_index(req, root, key=None):
         return store.rebuild_index()
 
 
-# ---- modes of pools -------------------------------------------------------------------------
+# ---- verify of AdvancedDisk images and modes of pools ---------------------------------------
+
+@handler
+def image_verify(req, files):
+    """Reads image files back and checks every member the catalog lists in them (headers,
+    lengths, checksums; see app/agent/image_check.py). files: [{"path", "checksum",
+    "whole", "members": [[offset, length, kind, checksum, path], ...]}]. A file that cannot
+    be read is reported in its result, never a failure of the request."""
+    from app.agent import image_check
+    if not isinstance(files, list) or not all(isinstance(f, dict) and f.get("path")
+                                              for f in files):
+        raise InvalidRequest("image_verify needs a list of files, each with its path")
+    done = {"bytes": 0, "members": 0}
+
+    def progress(nbytes, members):
+        req.emit("progress", {"bytes": done["bytes"] + nbytes,
+                              "files": done["members"] + members})
+
+    out = []
+    for spec in files:
+        r = image_check.check_file(spec, progress=progress, is_cancelled=req.is_cancelled)
+        done["bytes"] += r["bytes"]
+        done["members"] += r["members"]
+        out.append(r)
+    return {"files": out, "bytes": done["bytes"], "members": done["members"]}
+
 
 @handler
 def make_private(req, paths):

@@ -39,7 +39,7 @@ class Home:
 
     def _make_private(self):
         changed = []
-        fd = private.makedirs(self.root, own=1, changed=changed)
+        fd = private.makedirs(self.root, changed=changed, top=True)
         try:
             for d in (self.indexes, self.work):
                 os.close(private.private_dir(os.path.basename(d), dir_fd=fd, changed=changed,

@@ -136,17 +136,21 @@ def _open_above(path):
         os.close(pfd)
 
 
-def makedirs(path, own=0, changed=None):
+def makedirs(path, own=0, changed=None, top=False):
     """The descriptor of folder `path`; missing folders are made private. The last `own`
     folders of the path are Cairn's own: opened without following links, made private when
     they are not. The folders above them belong to the administrator (a volume and what
-    holds it) and are used as they are."""
+    holds it) and are used as they are, except that with `top` the folder just above them
+    (a pool's root, CAIRN_HOME: named by the administrator, possibly through a link, but
+    Cairn's alone) is made private too."""
     path = os.path.abspath(path)
     parts = [p for p in path.split("/") if p]
     own = min(own, len(parts))
     above = "/" + "/".join(parts[:len(parts) - own])
     fd = _open_above(above)
     try:
+        if top:
+            tighten(fd, above, changed)
         for name in parts[len(parts) - own:]:
             above = os.path.join(above, name)
             nfd = private_dir(name, dir_fd=fd, changed=changed, path=above)
@@ -192,13 +196,18 @@ def private_file(name, dir_fd=None, changed=None, path=None):
 
 def walk(top, changed, is_cancelled=None):
     """Makes every folder and regular file below (and including) folder `top` private,
-    reporting each change in `changed`. Symbolic links are not followed (Cairn makes none
-    in its trees). One stat per entry, from the folder listing: cheap enough for verify, too
+    reporting each change in `changed`. Symbolic links below `top` are not followed (Cairn
+    makes none in its trees). One stat per entry, from the folder listing: cheap enough for verify, too
     much for every open of a pool with millions of files. A missing top is no error."""
     try:
-        fd = private_dir(top, changed=changed, create=False)
+        fd = os.open(top, _DIR_FLAGS)  # named by the caller: a link to it is followed
     except FileNotFoundError:
         return
+    try:
+        tighten(fd, top, changed)
+    except BaseException:
+        os.close(fd)
+        raise
     _walk(fd, top, changed, is_cancelled)
 
 

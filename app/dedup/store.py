@@ -498,7 +498,7 @@ class ChunkStore:
         made private by verify (pool.check_modes); they cannot be reached while their
         folder is private anyway. Returns what was open to other users (private.tighten)."""
         changed = []
-        fd = private.makedirs(self.root, own=1, changed=changed)
+        fd = private.makedirs(self.root, changed=changed, top=True)
         try:
             for d in (self.containers_dir, self.index_dir):
                 os.close(private.private_dir(os.path.basename(d), dir_fd=fd, changed=changed,

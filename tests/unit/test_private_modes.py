@@ -178,3 +178,19 @@ def test_a_new_cairn_home_is_private_under_umask_0(tmp_path):
         assert mode(d) == 0o700, d
         for f in files:
             assert mode(os.path.join(d, f)) == 0o600, (f, oct(mode(os.path.join(d, f))))
+
+
+def test_a_pool_root_and_a_home_named_through_a_link_are_used_and_made_private(tmp_path):
+    """The administrator names them, maybe through a link (/backup -> /gpfs/...): followed
+    at the top, and what it leads to is Cairn's and private; links below are not."""
+    real_pool, real_home = tmp_path / "gpfs-pool", tmp_path / "gpfs-home"
+    for d in (real_pool, real_home):
+        d.mkdir()
+        os.chmod(d, 0o755)
+    os.symlink(real_pool, tmp_path / "pool")
+    os.symlink(real_home, tmp_path / "home")
+    store = open_store(str(tmp_path / "pool"))
+    Home(str(tmp_path / "home")).ensure()
+    assert mode(real_pool) == mode(real_pool / "containers") == mode(real_home) == 0o700
+    assert dedup_pool.check_modes(store, str(tmp_path / "pool")) == [
+        {"path": str(tmp_path / "pool"), "mode": "0755", "error": None}]

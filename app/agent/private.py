@@ -89,12 +89,12 @@ def private_dir(name, dir_fd=None, changed=None, path=None, create=True):
             made = False  # made meanwhile by another process: looked at like any other
         try:
             fd = os.open(name, _OWN_DIR_FLAGS, dir_fd=dir_fd)
-        except (NotADirectoryError, OSError) as e:
+        except OSError as e:
             raise _not_a_folder(name, dir_fd, path) or e from None
         if made:
             _exactly(fd, DIR_MODE)
             return fd
-    except (NotADirectoryError, OSError) as e:
+    except OSError as e:
         if e.errno in (errno.ENOTDIR, errno.ELOOP):
             raise _not_a_folder(name, dir_fd, path) or e from None
         raise
@@ -197,8 +197,9 @@ def private_file(name, dir_fd=None, changed=None, path=None):
 def walk(top, changed, is_cancelled=None):
     """Makes every folder and regular file below (and including) folder `top` private,
     reporting each change in `changed`. Symbolic links below `top` are not followed (Cairn
-    makes none in its trees). One stat per entry, from the folder listing: cheap enough for verify, too
-    much for every open of a pool with millions of files. A missing top is no error."""
+    makes none in its trees). One stat per entry, from the folder listing: cheap enough for
+    verify, too much for every open of a pool with millions of files. A missing top is no
+    error."""
     try:
         fd = os.open(top, _DIR_FLAGS)  # named by the caller: a link to it is followed
     except FileNotFoundError:

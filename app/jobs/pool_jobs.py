@@ -123,13 +123,12 @@ def run_verify(master, job):
     if plugin is not plugins.storage.dedup:
         from app.jobs import disk_verify
         return disk_verify.run(master, job, ctx, pool, host, plugin.IMAGE_DIR)
+    access = pool_access(master, server)
     if p.get("image"):
         img = master.image(p["image"])
-        pool, server, host, access = dedup_pool(master, img["pool"])
         recipes = [img["path"]]
         what = f"image {img['id']}"
     else:
-        pool, server, host, access = dedup_pool(master, p["pool"])
         recipes = None
         what = f"the whole pool {pool['name']}"
     ctx.log(f"verify of {what} on {host['name']} ({server['path']}): every chunk is read back "

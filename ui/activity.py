@@ -179,12 +179,14 @@ def result_text(job):
     return ""
 
 
-def _damaged_files(name, damage):
-    """The files of an AdvancedDisk image that verify found damaged, each with why."""
-    lines = [f"{name}: {len(damage)} damaged file{'s' if len(damage) != 1 else ''}:"]
+def _damaged_files(name, damage, count=None):
+    """The files of an AdvancedDisk image that verify found damaged, each with why; `count`
+    of them in all (the result lists the first ones of a very large image)."""
+    n = count or len(damage)
+    lines = [f"{name}: {n:,} damaged file{'s' if n != 1 else ''}:"]
     lines += [f"    {d['path']}: {d['reason']}" for d in damage[:RESULT_FILES]]
-    if len(damage) > RESULT_FILES:
-        lines.append(f"    … and {len(damage) - RESULT_FILES} more")
+    if n > RESULT_FILES:
+        lines.append(f"    … and {n - RESULT_FILES:,} more")
     return lines
 
 
@@ -222,7 +224,7 @@ def verify_result_text(result):
                 continue
         if "damage" in d:  # an AdvancedDisk image: its damaged files, each with why
             if d["damage"]:
-                lines += _damaged_files(name, d["damage"])
+                lines += _damaged_files(name, d["damage"], d.get("damaged_files"))
             lines += [f"{name}: {x['image_file']} at byte {x['offset']}: {x['reason']}"
                       for x in d.get("structure") or []]
             continue

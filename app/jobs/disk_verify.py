@@ -17,6 +17,9 @@ from app.errors import CairnError, NotFound
 from app.jobs.context import results
 
 LOG_FILES = 20
+# The damaged files of one image the job's result lists (a lost image file of millions of
+# files would make a result of hundreds of MB); "damaged_files" counts them all.
+RESULT_FILES = 100_000
 
 
 def _holder(master, img, k):
@@ -132,16 +135,18 @@ def run(master, job, ctx, pool, host, image_dir):
             if not _found(master, ctx, img, files, missing, r, entry, modes):
                 continue
         if entry["damage"] or entry["structure"] or entry["errors"]:
-            entry["files"] = [d["path"] for d in entry["damage"]]
             entry["error"] = "; ".join(entry.pop("errors")) or None
-            damaged.append(entry)
             _log_image(ctx, entry)
+            entry["damaged_files"] = len(entry["damage"])
+            del entry["damage"][RESULT_FILES:]
+            entry["files"] = [d["path"] for d in entry["damage"]]
+            damaged.append(entry)
     exposed = report_modes(ctx, modes)
     master.jobs.set_result(job["id"], {"images": damaged, "checked": checked,
                                        "modes": exposed})
     ctx.flush(sample=True)
     if damaged:
-        n_files = sum(len(d["files"]) for d in damaged)
+        n_files = sum(d["damaged_files"] for d in damaged)
         only_data = all(not d["error"] and not d["structure"]
                         and all(x["reason"] == image_check.DATA_MISMATCH for x in d["damage"])
                         for d in damaged)

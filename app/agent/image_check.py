@@ -130,6 +130,12 @@ class _TreeDigest:
         return hashlib.sha256(b"".join(self.digests)).hexdigest()
 
 
+def _member_shape(m):
+    return (isinstance(m, list) and len(m) == 5 and type(m[0]) is int and type(m[1]) is int
+            and m[0] >= 0 and m[1] > 0 and isinstance(m[2], str) and isinstance(m[3], str)
+            and isinstance(m[4], str) and m[4].startswith("/"))
+
+
 def _why(e):
     return (e.strerror or str(e)).lower()
 
@@ -226,7 +232,11 @@ def check_file(spec, *, progress=None, is_cancelled=None):
         tarfmt.piece_hash(algorithm)
     except ValueError as e:
         raise InvalidRequest(str(e)) from None
-    members = sorted(spec.get("members") or [], key=lambda m: m[0])
+    members = spec.get("members") or []
+    if not isinstance(members, list) or not all(_member_shape(m) for m in members):
+        raise InvalidRequest(f"the members to check in {path} must each be [offset, length, "
+                             "kind, checksum, path]")
+    members = sorted(members, key=lambda m: m[0])
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
                      | getattr(os, "O_CLOEXEC", 0))

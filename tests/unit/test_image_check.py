@@ -141,3 +141,11 @@ def test_an_image_open_to_others_is_made_private(imaged, tmp_path):
     r = image_check.check_file(spec(imaged, copy))
     assert r["modes"] == [{"path": str(copy), "mode": "0644", "error": None}]
     assert os.stat(copy).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("members", [[[0, 512, "f", ""]], [["0", 512, "f", "", "/x"]],
+                                     [[0, 0, "f", "", "/x"]], [[0, 512, "f", "", "x"]], "x"])
+def test_a_malformed_request_is_refused_clearly(imaged, members):
+    from app.agent.errors import InvalidRequest
+    with pytest.raises(InvalidRequest, match=r"\[offset, length, kind, checksum, path\]"):
+        image_check.check_file(dict(spec(imaged), members=members))

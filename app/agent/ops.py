@@ -686,6 +686,9 @@ def make_private(req, paths):
     """Makes every folder and file below each of `paths` (the image folders of a pool)
     private to the agent's user, and says what was open to other users: [{"path", "mode",
     "error"}] (app/agent/private.py). A path that does not exist is skipped."""
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("/")
+                                              for p in paths):
+        raise InvalidRequest("make_private needs a list of absolute paths")
     changed = []
     for path in paths:
         try:

@@ -71,6 +71,7 @@ from itertools import islice, repeat
 from operator import eq, itemgetter
 from typing import Iterable, Iterator, NamedTuple, Optional
 
+from app.agent import private
 from app.agent.entry import FIELDS, KINDS
 
 FORMAT_VERSION = 2
@@ -412,8 +413,10 @@ class IndexWriter:
         self.path = os.fspath(path)
         self.tmp_path = self.path + ".tmp"
         parent = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(parent, exist_ok=True)
-        self._f = open(self.tmp_path, "w+b", buffering=1 << 20)
+        os.close(private.makedirs(parent))
+        # private, like the state directory it lives in: it lists every file of a client
+        self._f = os.fdopen(private.create(self.tmp_path, os.O_RDWR | os.O_TRUNC), "w+b",
+                            buffering=1 << 20)
         self._f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, 0, 0))
         self._pos = _HEADER.size
         # key -> [[offset, length, entries, crc, directory entries, synthesized], ...], one

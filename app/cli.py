@@ -125,7 +125,9 @@ def build_parser():
     p = cmd(dp, "reclaim", "deduplication pool: remove chunks no image uses, compact containers")
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
-    p = cmd(dp, "verify", "deduplication pool: read every chunk back and check it")
+    p = cmd(dp, "verify", "read every image of the pool back and check it (headers and "
+                          "checksums, or every chunk of a deduplicating pool); also make the "
+                          "pool's files private again and report any that were not")
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
     p = cmd(dp, "cleanup", "remove pool files that no catalog image owns (left by backups "
@@ -272,7 +274,8 @@ def build_parser():
     p.add_argument("image")
     p = cmd(im, "show", "one image: where it is, what it holds, the snapshot it was read from")
     p.add_argument("image")
-    p = cmd(im, "verify", "read an image of a deduplication pool back and check every chunk")
+    p = cmd(im, "verify", "read an image back and check every tar header and file checksum "
+                          "(every chunk on a deduplicating pool)")
     p.add_argument("image")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
     p = cmd(im, "rebuild-index", "rebuild an image's catalog index (for browse and restore) "
@@ -755,7 +758,9 @@ def _ensure_dispatcher(m, args):
     cmd = [sys.executable, "-m", "app", "--home", m.home.root, "master", "run", "--until-idle"]
     if getattr(sys, "frozen", False):
         cmd = [sys.executable, "--home", m.home.root, "master", "run", "--until-idle"]
-    log = open(os.path.join(m.home.root, "master.log"), "ab")
+    from app.agent import private
+    log = os.fdopen(private.create(os.path.join(m.home.root, "master.log"),
+                                   os.O_WRONLY | os.O_APPEND), "ab")
     subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                      start_new_session=True, env=os.environ.copy())
     log.close()

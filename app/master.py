@@ -383,7 +383,7 @@ class Master:
 
     # ---- deduplication pools -------------------------------------------------------------
     def start_verify(self, image=None, pool=None):
-        """Queues a verify job of an image or a whole deduplication pool."""
+        """Queues a verify job of an image or a whole disk pool (every pool type)."""
         from app.jobs import pool_jobs
         return pool_jobs.make_verify_job(self, image=image, pool=pool)
 

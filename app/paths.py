@@ -4,6 +4,9 @@ import os
 
 import platformdirs
 
+from app.agent import private
+from app.errors import CairnError
+
 
 def default_home():
     env = os.environ.get("CAIRN_HOME")
@@ -19,9 +22,40 @@ class Home:
         self.root = os.path.abspath(root or default_home())
 
     def ensure(self):
-        for d in (self.root, self.indexes, self.work):
-            os.makedirs(d, mode=0o700, exist_ok=True)
+        """Makes the state directory and its folders (missing ones too) private to the user
+        the master runs as, and its files with them: the catalog names every client, file
+        and host, the keys open encrypted pools. The catalog file is made before sqlite
+        opens it, so that its journal files, which sqlite gives the catalog's mode, are
+        private too. What was open to other users is kept in .loosened (see
+        app/agent/private.py)."""
+        try:
+            self.loosened = self._make_private()
+        except OSError as e:
+            raise CairnError(f"the state directory {self.root} cannot be used: "
+                             f"{e.strerror or e}",
+                             hint="CAIRN_HOME (or --home) must be a directory of the user "
+                                  "the master runs as, or a path where it can make one") from None
         return self
+
+    def _make_private(self):
+        changed = []
+        fd = private.makedirs(self.root, changed=changed, top=True)
+        try:
+            for d in (self.indexes, self.work):
+                os.close(private.private_dir(os.path.basename(d), dir_fd=fd, changed=changed,
+                                             path=d))
+            os.close(private.create(self.catalog, os.O_RDWR, changed=changed))
+            for name in os.listdir(fd):
+                private.private_file(name, dir_fd=fd, changed=changed,
+                                     path=os.path.join(self.root, name))
+        finally:
+            os.close(fd)
+        if any(c["path"] == self.indexes for c in changed):
+            # An index folder open to others (an older Cairn made it so): its files once. In
+            # a private folder, each index is written private (app/catalog_index.py).
+            private.walk(self.indexes, changed)
+        private.walk(self.keys, changed)  # a key or two; made with the first (app/dedup/keys)
+        return changed
 
     @property
     def catalog(self):

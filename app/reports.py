@@ -246,8 +246,8 @@ def write_csv(rows, path):
             w.writerow(CSV_COLUMNS)
             for r in rows:
                 w.writerow([_plain(r.get(c)) for c in CSV_COLUMNS])
-        # mkstemp makes it private; a report is an ordinary file
-        os.chmod(tmp, 0o644)
+        # private as mkstemp makes it (0600), like the catalog it comes from: it names the
+        # clients and what their backups held; whoever may see it is the admin's choice
         os.replace(tmp, path)
     except OSError as e:
         try:

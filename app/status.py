@@ -16,6 +16,7 @@ STORAGE_WRITE_FAILED = 40
 POOL_FULL = 41
 VOLUME_UNAVAILABLE = 42
 POOL_BUSY = 43            # space reclaim runs on the deduplication pool, or jobs use it
+POOL_EXPOSED = 44         # a verify found a pool's files open to other users (now private)
 DATA_PLANE_FAILED = 50
 RESTORE_TARGET_INVALID = 60
 CHECKSUM_MISMATCH = 61
@@ -41,6 +42,7 @@ STATUS_TEXT = {
     POOL_FULL: "the disk pool is above its high-water mark",
     VOLUME_UNAVAILABLE: "a disk pool volume is missing, not a directory or not writable",
     POOL_BUSY: "the deduplication pool is busy: space reclaim runs, or jobs use it",
+    POOL_EXPOSED: "the pool's files or folders were open to other users (made private again; see the job log)",
     DATA_PLANE_FAILED: "the data connection between client and storage server failed",
     RESTORE_TARGET_INVALID: "the restore target is not usable",
     CHECKSUM_MISMATCH: "data did not match the checksum or fingerprint recorded at backup "

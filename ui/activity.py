@@ -88,9 +88,10 @@ def type_text(job):
 
 
 TYPE_TIPS = {
-    "verify": "Reads the image (or every image of the pool) back from the deduplicating pool "
-              "and checks each chunk against its fingerprint; the job's details name the "
-              "damaged files.",
+    "verify": "Reads the image (or every image of the pool) back: on a deduplicating pool "
+              "it checks each chunk against its fingerprint, on an AdvancedDisk pool every "
+              "tar header and file checksum; the job's details name the damaged files, and "
+              "any of the pool's files that were open to other users.",
     "reclaim": "Space reclaim: removes the chunks of a deduplicating pool that no image uses "
                "any more and compacts its container files.",
     "rebuild-index": "Rebuilds the image's catalog index (what browsing and restoring read) "
@@ -183,17 +184,54 @@ def result_text(job):
     return ""
 
 
+def _damaged_files(name, damage, count=None):
+    """The files of an AdvancedDisk image that verify found damaged, each with why; `count`
+    of them in all (the result lists the first ones of a very large image)."""
+    n = count or len(damage)
+    lines = [f"{name}: {n:,} damaged file{'s' if n != 1 else ''}:"]
+    lines += [f"    {d['path']}: {d['reason']}" for d in damage[:RESULT_FILES]]
+    if n > RESULT_FILES:
+        lines.append(f"    … and {n - RESULT_FILES:,} more")
+    return lines
+
+
+def _modes_text(modes):
+    n = len(modes)
+    lines = [f"{n} file{'s' if n != 1 else ''} or folder{'s' if n != 1 else ''} of the pool "
+             f"{'were' if n != 1 else 'was'} open to other users (Cairn keeps them private; "
+             "find out who changed them):"]
+    for m in modes[:RESULT_FILES]:
+        lines.append(f"    {m['path']} (mode {m['mode']}): "
+                     + (f"could not be made private: {m['error']}" if m.get("error")
+                        else "private again"))
+    if n > RESULT_FILES:
+        lines.append(f"    … and {n - RESULT_FILES} more")
+    return lines
+
+
 def verify_result_text(result):
-    """A verify job's result: each damaged image with the files the damage hits."""
+    """A verify job's result: each damaged image with the files the damage hits, and what
+    was open to other users."""
     images = result.get("images") or []
     containers = result.get("container_damage") or []
+    modes = result.get("modes") or []
     if not images and not containers:
-        return "No damage found: every chunk matched its fingerprint."
+        clean = ("No damage found: every chunk matched its fingerprint."
+                 if "container_damage" in result else
+                 "No damage found: every tar header and file checksum matched.")
+        return "\n".join([clean] + (_modes_text(modes) if modes else []))
     lines = []
     for d in images:
         name = f"Image {d['image']}" if d.get("image") else f"Recipe {d.get('path')}"
         if d.get("error"):
             lines.append(f"{name}: {d['error']}")
+            if "damage" not in d:
+                continue
+        if "damage" in d:  # an AdvancedDisk image: its damaged files, each with why
+            if d["damage"]:
+                lines += _damaged_files(name, d["damage"], d.get("damaged_files"))
+            lines += [f"{name}: {x['image_file']} at byte {x['offset']}: {x['reason']}"
+                      for x in d.get("structure") or []]
             continue
         files = d.get("files") or []
         ranges = len(d.get("ranges") or [])
@@ -215,6 +253,8 @@ def verify_result_text(result):
                      "backup of the same data stores "
                      f"{'them' if aside != 1 else 'it'} again, and the images above become "
                      "restorable in full once it has.")
+    if modes:
+        lines += _modes_text(modes)
     return "\n".join(lines)
 
 

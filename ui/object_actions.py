@@ -1,6 +1,6 @@
-"""New, properties, delete (and, for policies, back up now; for deduplicating disk pools,
-verify and space reclaim) on a list of configuration objects: as a toolbar above the list and
-as the list's context menu. ImageActions offers verify on a list of backup images.
+"""New, properties, delete (and, for policies, back up now; for disk pools, verify, and for
+deduplicating ones space reclaim) on a list of configuration objects: as a toolbar above the
+list and as the list's context menu. ImageActions offers verify on a list of backup images.
 
 Deleting first asks the master what still depends on the object. If anything does, the
 confirmation names it and offers no delete button, since the catalog would refuse anyway;
@@ -98,8 +98,10 @@ class ObjectActions(_JobActions):
         self.verify = self.reclaim = None
         if self.kind == "disk-pool":
             self.verify = action("Verify pool", "state-ok", self._verify_pool, None,
-                                 "Read every image of the selected deduplicating pool back "
-                                 "and check each chunk against its fingerprint")
+                                 "Read every image of the selected disk pool back and check "
+                                 "it (every tar header and file checksum, or every chunk of "
+                                 "a deduplicating pool), and make the pool's files private "
+                                 "again where they are not")
             self.reclaim = action("Reclaim space", "storage", self._reclaim, None,
                                   "Remove the chunks no image uses any more from the selected "
                                   "deduplicating pool and compact its container files")
@@ -133,12 +135,12 @@ class ObjectActions(_JobActions):
 
     def update_enabled(self, *_):
         row = self.selected()
-        for a in (self.properties, self.delete, self.backup, self.backup_reading_all):
+        for a in (self.properties, self.delete, self.backup, self.backup_reading_all,
+                  self.verify):
             if a is not None:
                 a.setEnabled(row is not None)
-        for a in (self.verify, self.reclaim):
-            if a is not None:
-                a.setEnabled(is_dedup_pool(row))
+        if self.reclaim is not None:
+            self.reclaim.setEnabled(is_dedup_pool(row))
 
     def _menu(self, pos):
         menu = QMenu(self.view)
@@ -225,7 +227,7 @@ class ObjectActions(_JobActions):
 
     def _verify_pool(self):
         row = self.selected()
-        if not is_dedup_pool(row):
+        if row is None:
             return
         name = row["name"]
         self._queue_job(lambda m: m.start_verify(pool=name),
@@ -257,26 +259,21 @@ def show_error(parent, err):
     return box
 
 
-def _dedup_pools(m):
-    return {p["name"] for p in m.config.disk_pools() if is_dedup_pool(p)}
-
-
 class ImageActions(_JobActions):
     """Verify image, for a page that lists backup images (`view` has .bridge, .table and
-    .image, the selected image's dict or None): offered for images on a deduplicating pool,
-    whose chunks can be read back and checked. `verify` is the action to put in the page's
-    context menu or toolbar."""
+    .image, the selected image's dict or None): reads the image back from its pool and checks
+    it. `verify` is the action to put in the page's context menu or toolbar."""
 
     def __init__(self, view):
         super().__init__(view)
         self.view = view
         self.bridge = view.bridge
-        self.dedup_pools = set()
         self.last_box = None
         self.last_queued = None
         self.verify = QAction(icon("state-ok"), "Verify image", view)
-        self.verify.setToolTip("Read the selected image back from its deduplicating pool and "
-                               "check each chunk against its fingerprint")
+        self.verify.setToolTip("Read the selected image back from its pool and check it: "
+                               "every tar header and file checksum, or every chunk on a "
+                               "deduplicating pool")
         self.verify.triggered.connect(self._verify)
         # Any image, on any pool: its catalog index is rebuilt from the image itself.
         self.rebuild_index = QAction(icon("action-restart"), "Rebuild index", view)
@@ -285,26 +282,14 @@ class ImageActions(_JobActions):
                                       "the old index is kept aside")
         self.rebuild_index.triggered.connect(self._rebuild_index)
         view.table.selectionModel().selectionChanged.connect(self.update_enabled)
-        self.reload()
-
-    def reload(self):
-        """Reads which pools deduplicate (images carry their pool's name only)."""
-        self.bridge.call(_dedup_pools, done=self._pools, context=self)
-
-    def _pools(self, names):
-        self.dedup_pools = set(names)
         self.update_enabled()
 
-    def on_dedup_pool(self, image):
-        return bool(image) and (image.get("dedup") is not None
-                                or image.get("pool") in self.dedup_pools)
-
     def update_enabled(self, *_):
-        self.verify.setEnabled(self.on_dedup_pool(self.view.image))
+        self.verify.setEnabled(bool(self.view.image))
 
     def _verify(self):
         image = self.view.image
-        if not self.on_dedup_pool(image):
+        if not image:
             return
         iid = image["id"]
         self._queue_job(lambda m: m.start_verify(image=iid),

@@ -9,7 +9,7 @@ import stat
 import sys
 
 from app import status
-from app.agent import dataplane, directio
+from app.agent import dataplane, directio, private
 from app.agent.errors import AgentFailure, Cancelled, InvalidRequest, StorageFailure
 from app.agent.writeback import start_writeback
 
@@ -97,7 +97,8 @@ def check_volumes(req, paths, create=False):
         v = {"path": p, "ok": False, "size": None, "free": None, "error": None}
         try:
             if create:
-                os.makedirs(p, exist_ok=True)
+                # a new deduplicating pool's storage path: its own, private from the start
+                os.close(private.makedirs(p))
             st = os.stat(p)
             if not stat.S_ISDIR(st.st_mode):
                 v["error"] = "not a directory"
@@ -157,14 +158,27 @@ class _FileSink:
     The commit must fsync the image; to keep that final wait short, writeback of what was
     written is started every few dozen MiB while the backup goes on."""
 
-    def __init__(self, path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+    # The image's folder (the client's) and the pool's image folder above it are Cairn's
+    # own, private like the image: their names tell which clients are backed up and when.
+    OWN_FOLDERS = 2
+
+    def __init__(self, path, emit=None):
+        changed = []
         try:
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            dfd = private.makedirs(os.path.dirname(path), own=self.OWN_FOLDERS,
+                                   changed=changed)
+            try:
+                self.fd = private.create(os.path.basename(path), os.O_WRONLY | os.O_EXCL,
+                                         dir_fd=dfd)
+            finally:
+                os.close(dfd)
         except FileExistsError:
             raise StorageFailure(f"{path} exists already: another backup writes it") from None
         except OSError as e:
             raise StorageFailure(f"cannot create {path}: {e.strerror}") from None
+        for c in changed:
+            if emit is not None:
+                emit("log", {"level": "warning", "message": _loosened_text(c)})
         self.path = path
         self.bytes = 0
         self._flushed = 0
@@ -194,6 +208,13 @@ class _FileSink:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _loosened_text(c):
+    if c["error"]:
+        return (f"{c['path']} is open to other users (mode {c['mode']}) and cannot be made "
+                f"private: {c['error']}")
+    return (f"{c['path']} was open to other users (mode {c['mode']}); it is private again")
 
 
 def _remove(path):
@@ -245,7 +266,7 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
                 _remove(dest["path"])
                 raise
         elif dest["mode"] == "file":
-            sink = _FileSink(dest["path"])
+            sink = _FileSink(dest["path"], req.emit)
             try:
                 summary = backup_to(sink, selections, **kw)
                 sink.finish()
@@ -346,7 +367,7 @@ def receive_image(req, path, cert, key, token, dedup=None, bind=None):
     listener = dataplane.Listener(cert, key, token, bind=bind)
     sink = None
     try:
-        sink = _FileSink(path)
+        sink = _FileSink(path, req.emit)
         req.emit("listening", _listening(listener))
         chan = listener.accept(req.is_cancelled)
         listener.close()
@@ -635,11 +656,17 @@ def dedup_verify(req, root, key=None, recipes=None):
     from app.dedup import pool
     from app.dedup.ingest import SESSION_TIMEOUT, open_store
     store = open_store(root, key)
+    # "modes": what was open to other users (and is private now)
+    modes = (pool.check_recipe_modes(recipes) if recipes
+             else pool.check_modes(store, root, req.is_cancelled))
     with store.session(timeout=SESSION_TIMEOUT) as session:
         if recipes:
-            return pool.verify_images(store, recipes, emit=req.emit,
-                                      is_cancelled=req.is_cancelled, session=session)
-        return pool.verify_pool(store, root, emit=req.emit, is_cancelled=req.is_cancelled)
+            out = pool.verify_images(store, recipes, emit=req.emit,
+                                     is_cancelled=req.is_cancelled, session=session)
+        else:
+            out = pool.verify_pool(store, root, emit=req.emit, is_cancelled=req.is_cancelled)
+    out["modes"] = modes
+    return out
 
 
 @handler
@@ -722,3 +749,49 @@ def remove_pool_files(req, paths, volumes, image_dir, min_age_s):
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise InvalidRequest("paths must be a list of paths")
     return poolfiles.remove_files(paths, volumes, image_dir, min_age_s)
+
+
+# ---- verify of AdvancedDisk images and modes of pools ---------------------------------------
+
+@handler
+def image_verify(req, files):
+    """Reads image files back and checks every member the catalog lists in them (headers,
+    lengths, checksums; see app/agent/image_check.py). files: [{"path", "checksum",
+    "whole", "members": [[offset, length, kind, checksum, path], ...]}]. A file that cannot
+    be read is reported in its result, never a failure of the request."""
+    from app.agent import image_check
+    if not isinstance(files, list) or not all(isinstance(f, dict) and f.get("path")
+                                              for f in files):
+        raise InvalidRequest("image_verify needs a list of files, each with its path")
+    done = {"bytes": 0, "members": 0}
+
+    def progress(nbytes, members):
+        req.emit("progress", {"bytes": done["bytes"] + nbytes,
+                              "files": done["members"] + members})
+
+    out = []
+    for spec in files:
+        r = image_check.check_file(spec, progress=progress, is_cancelled=req.is_cancelled)
+        done["bytes"] += r["bytes"]
+        done["members"] += r["members"]
+        out.append(r)
+    return {"files": out, "bytes": done["bytes"], "members": done["members"]}
+
+
+@handler
+def make_private(req, paths):
+    """Makes every folder and file below each of `paths` (the image folders of a pool)
+    private to the agent's user, and says what was open to other users: [{"path", "mode",
+    "error"}] (app/agent/private.py). A path that does not exist is skipped."""
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("/")
+                                              for p in paths):
+        raise InvalidRequest("make_private needs a list of absolute paths")
+    changed = []
+    for path in paths:
+        try:
+            private.walk(path, changed, req.is_cancelled)
+        except OSError as e:
+            changed.append({"path": path, "mode": None, "error": e.strerror or str(e)})
+        if req.is_cancelled():
+            raise Cancelled()
+    return {"modes": changed}

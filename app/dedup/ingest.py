@@ -28,7 +28,9 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+from app.agent import private
 from app.dedup.chunker import Params
+from app.dedup.pool import IMAGE_DIR
 from app.dedup.recipe import RecipeWriter
 from app.dedup.segmenter import GATHER, Segmenter
 from app.dedup.store import POOL_FILE, ChunkStore, fsync_dir
@@ -92,14 +94,39 @@ def open_store(root, key=None, keyless=False):
             kept = _stores.pop(ident, None)
             if kept is not None and before is not None and kept[0] == before:
                 _stores[ident] = kept  # the newest at the end
-                return kept[1]
+                store = kept[1]
+                store.note_loosened(store.make_private() + _private_images(root))
+                return store
     store = ChunkStore(root, key=key, keyless=keyless)
+    store.note_loosened(_private_images(root))
     ident = (root, None, PLAIN) if not store.encrypted else idents[0]
     with _stores_lock:
         _stores[ident] = (_pool_identity(root), store)
         while len(_stores) > STORES_KEPT:
             del _stores[next(iter(_stores))]
     return store
+
+
+def _private_images(root):
+    """Makes the pool's recipe folders private (every open does: one descriptor per client);
+    returns what was open to other users. The recipes themselves are checked by verify."""
+    changed = []
+    try:
+        fd = private.private_dir(os.path.join(root, IMAGE_DIR), changed=changed, create=False)
+    except FileNotFoundError:
+        return changed  # no image yet: the first recipe makes the folder, private
+    try:
+        with os.scandir(fd) as it:
+            clients = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        for name in clients:
+            try:
+                os.close(private.private_dir(name, dir_fd=fd, changed=changed, create=False,
+                                             path=os.path.join(root, IMAGE_DIR, name)))
+            except FileNotFoundError:
+                continue
+    finally:
+        os.close(fd)
+    return changed
 
 
 class Stats:

@@ -8,6 +8,7 @@ the master must restore this file too: without it the pool's data cannot be read
 
 import os
 
+from app.agent import private
 from app.errors import CairnError, ValidationError
 
 KEY_BYTES = 32
@@ -19,11 +20,11 @@ class KeyMissing(CairnError):
 
 def create(home, storage_server):
     """Makes and stores a new random key for a storage server; refuses to replace one."""
-    os.makedirs(home.keys, mode=0o700, exist_ok=True)
+    os.close(private.makedirs(home.keys))
     path = home.key_path(storage_server)
     key = os.urandom(KEY_BYTES)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = private.create(path, os.O_WRONLY | os.O_EXCL)
     except FileExistsError:
         raise ValidationError(f"an encryption key for storage server {storage_server!r} "
                               f"exists already ({path})",

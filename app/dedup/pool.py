@@ -9,6 +9,7 @@ images/CLIENT/IMAGE.recipe, with .IMAGE.recipe.partial while a backup is being c
 import os
 import time
 
+from app.agent import private
 from app.dedup.recipe import RecipeDamaged, read_recipe
 from app.dedup.store import ChunkDamaged, ChunkNotFound, Damage
 
@@ -223,3 +224,25 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
                               "error": None})
     out["set_aside"] = len(store.set_aside(found))
     return out
+
+
+def check_modes(store, root, is_cancelled=None):
+    """What in the pool is or was open to other users: what opens of the pool found (and made
+    private) since the last verify, this one's included, then every folder and file now,
+    each made private here. [{"path", "mode" found, "error" when it could not be changed}]."""
+    found = store.take_loosened()
+    private.walk(root, found, is_cancelled)
+    seen, out = set(), []
+    for f in found:
+        if f["path"] not in seen:
+            seen.add(f["path"])
+            out.append({k: f.get(k) for k in ("path", "mode", "error")})
+    return out
+
+
+def check_recipe_modes(paths):
+    """The recipes among `paths` that were open to other users, made private."""
+    found = []
+    for path in paths:
+        private.private_file(path, changed=found)
+    return found

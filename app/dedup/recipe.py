@@ -34,6 +34,7 @@ from collections import namedtuple
 from itertools import accumulate
 
 from app import status
+from app.agent import private
 from app.dedup.store import ChunkDamaged, ChunkNotFound, ChunkSetAside, fsync_dir
 from app.errors import CairnError, StorageError, ValidationError
 
@@ -80,10 +81,14 @@ class RecipeWriter:
     def __init__(self, path):
         self.path = os.fspath(path)
         try:
-            # like an image file: the pool's per-client folder appears with its first image
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                               | getattr(os, "O_CLOEXEC", 0), 0o644)
+            # like an image file: the pool's per-client folder appears with its first image,
+            # private (0700) like the recipe (0600): either tells whose data the pool holds
+            dfd = private.makedirs(os.path.dirname(os.path.abspath(self.path)))
+            try:
+                self._fd = private.create(os.path.basename(self.path),
+                                          os.O_WRONLY | os.O_EXCL, dir_fd=dfd)
+            finally:
+                os.close(dfd)
         except FileExistsError:
             raise RecipeExists(f"the recipe {self.path} exists already",
                                hint="An image is written once: use a new image id, or remove "

@@ -13,6 +13,12 @@ Layout under the store root:
     index/lock                    fcntl lock serializing index appends and number allocation
     index/pool.lock               fcntl lock: shared by every session (backup, restore, verify),
                                   exclusive for space reclaim
+    index/damaged.log             chunks set aside as damaged (see set_aside)
+    index/loosened.log            what was found open to other users and made private again
+                                  when the pool was opened, until a verify reports it
+
+Everything is private to the user the agent runs as (folders 0700, files 0600, whatever the
+umask; app/agent/private.py): a pool without encryption holds the backed-up data as it is.
 
 Container file: header CONTAINER_HEADER (magic, format version, container number), then
 records of RECORD_HEADER (magic, fingerprint, codec byte, raw length, stored length, crc32 of
@@ -48,6 +54,7 @@ import zlib
 from collections import namedtuple
 
 from app import status
+from app.agent import private
 from app.agent.tarfmt import crc32 as _crc32  # zlib's CRC-32, from isal where present
 from app.agent.directio import Appender
 from app.agent.writeback import start_writeback
@@ -100,6 +107,9 @@ KEY_HINT = "The master passes the pool's key; see docs/dedup-pool.md."
 DEFAULT_SESSION_TIMEOUT = 60.0
 # Chunks set aside as damaged (index/damaged.log): one JSON object per line.
 DAMAGED_LOG = "damaged.log"
+# Folders and files found open to other users when the pool was opened, made private again
+# then: one JSON object per line, reported (and then forgotten) by the next verify.
+LOOSENED_LOG = "loosened.log"
 # reclaim makes its work durable (index rewrite, old containers deleted) after this many new
 # containers, so a nearly full pool gets space back before the compaction needs much more
 RECLAIM_BATCH_CONTAINERS = 16
@@ -437,11 +447,12 @@ class ChunkStore:
         self.config_path = os.path.join(self.root, POOL_FILE)
         self._lock_path = os.path.join(self.index_dir, "lock")
         self._pool_lock_path = os.path.join(self.index_dir, "pool.lock")
+        self.loosened_path = os.path.join(self.index_dir, LOOSENED_LOG)
         existed = os.path.isdir(self.containers_dir) or os.path.isdir(self.index_dir)
-        for d in (self.root, self.containers_dir, self.index_dir):
-            os.makedirs(d, exist_ok=True)
+        # what an earlier Cairn (or a hand) left open to other users: noted for verify
+        self.note_loosened(self.make_private())
         try:  # known before any lock is taken: see _close_inherited_locks
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = private.create(self._lock_path, os.O_RDWR)
         except OSError:
             pass  # a pool this host may not lock: whatever locks it fails on its own
         else:
@@ -479,6 +490,64 @@ class ChunkStore:
         with self._mutex:
             self._refresh()
 
+    # ------------------------------------------------------------------ modes
+
+    def make_private(self):
+        """Makes the store's folders (made when missing) and its few fixed files private,
+        as every open does: cheap, a handful of descriptors. Containers are many and are
+        made private by verify (pool.check_modes); they cannot be reached while their
+        folder is private anyway. Returns what was open to other users (private.tighten)."""
+        changed = []
+        fd = private.makedirs(self.root, changed=changed, top=True)
+        try:
+            for d in (self.containers_dir, self.index_dir):
+                os.close(private.private_dir(os.path.basename(d), dir_fd=fd, changed=changed,
+                                             path=d))
+            private.private_file(POOL_FILE, dir_fd=fd, changed=changed, path=self.config_path)
+        finally:
+            os.close(fd)
+        for path in (self.index_path, self._lock_path, self._pool_lock_path,
+                     self.damaged_path, self.loosened_path):
+            private.private_file(path, changed=changed)
+        return changed
+
+    def note_loosened(self, changed):
+        """Keeps what was found open to other users for the next verify to report."""
+        if not changed:
+            return
+        now = int(time.time())
+        data = b"".join(json.dumps(dict(c, time=now), sort_keys=True).encode() + b"\n"
+                        for c in changed)
+        try:
+            fd = private.create(self.loosened_path, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # a pool this host may only read (a copy, mounted read-only) is still read
+
+    def take_loosened(self):
+        """What opens of the pool found open to other users since the last call (see
+        note_loosened), forgotten once taken: [{"path", "mode", "error", "time"}]."""
+        taken = f"{self.loosened_path}.{os.getpid()}.{threading.get_ident()}"
+        try:
+            os.rename(self.loosened_path, taken)  # what later opens note goes to a new file
+            with open(taken, "rb") as f:
+                lines = f.read().splitlines()
+            os.unlink(taken)
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                n = json.loads(line)
+                if isinstance(n, dict) and isinstance(n.get("path"), str):
+                    out.append(n)
+            except ValueError:
+                continue  # a torn last line
+        return out
+
     # ------------------------------------------------------------------ pool.json
 
     def _load_config(self, key, existed):
@@ -495,7 +564,7 @@ class ChunkStore:
             config["cipher"] = "AES-256-GCM"
             config["key_check"] = key_check_value(bytes(key))
         tmp = f"{self.config_path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as f:
+        with os.fdopen(private.create(tmp, os.O_WRONLY | os.O_TRUNC), "w") as f:
             json.dump(config, f, indent=1, sort_keys=True)
             f.write("\n")
             f.flush()
@@ -599,7 +668,7 @@ class ChunkStore:
         fresh = [(fp, loc) for fp, loc in entries if fp not in self._index]
         if not fresh:
             return 0
-        fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = private.create(self.index_path, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
             created = size < INDEX_HEADER.size
@@ -629,7 +698,7 @@ class ChunkStore:
         fsync of the directory. Call with the lock held."""
         tmp = self.index_path + ".rewrite"
         generation = self._next_generation(self._index_generation())
-        with open(tmp, "wb") as f:
+        with os.fdopen(private.create(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
             f.write(INDEX_HEADER.pack(INDEX_MAGIC, generation) + _pack_entries(entries))
             f.flush()
             os.fsync(f.fileno())
@@ -653,7 +722,7 @@ class ChunkStore:
         return PoolSession(self, timeout, poll, clock, sleep)
 
     def _open_pool_lock(self):
-        return os.open(self._pool_lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return private.create(self._pool_lock_path, os.O_RDWR)
 
     def _reclaim_running(self, waited):
         holders = _flock_holders(self._pool_lock_path) or []
@@ -976,7 +1045,7 @@ class ChunkStore:
 
     def _append_notes(self, notes):
         data = self._note_lines(notes)
-        fd = os.open(self.damaged_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = private.create(self.damaged_path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, data)
             os.fsync(fd)
@@ -994,7 +1063,7 @@ class ChunkStore:
             os.unlink(self.damaged_path)
         else:
             tmp = self.damaged_path + ".rewrite"
-            with open(tmp, "wb") as f:
+            with os.fdopen(private.create(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
                 f.write(self._note_lines(dict(n, fingerprint=fp.hex()) for fp, n in kept.items()))
                 f.flush()
                 os.fsync(f.fileno())
@@ -1118,7 +1187,7 @@ class ChunkStore:
             while True:
                 path = self.container_path(number, committed=False)
                 try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    fd = private.create(path, os.O_WRONLY | os.O_EXCL)
                 except FileExistsError:
                     number += 1
                     continue
@@ -1493,7 +1562,7 @@ class _FileLock:
         self.mutex.acquire()
         try:
             _held_locks.add(self)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self.fd = private.create(self.path, os.O_RDWR)
             _register_lock_file(self.fd)  # the lock file may have been made anew
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except BaseException:

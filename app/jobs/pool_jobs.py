@@ -1,6 +1,8 @@
-"""Jobs on deduplication pools: verify (read images or the whole pool back and check every
-chunk against its fingerprint, naming the damaged files of each image) and space reclaim
-(remove chunks no image references any more, compact containers)."""
+"""Jobs on pools: verify (read images or the whole pool back and check every chunk against its
+fingerprint, naming the damaged files of each image; AdvancedDisk pools in
+app/jobs/disk_verify.py) and, on deduplication pools, space reclaim (remove chunks no image
+references any more, compact containers). A verify also makes the pool's folders and files
+private again and reports what was open to other users."""
 
 import json
 import posixpath
@@ -14,6 +16,9 @@ from app.jobs.context import JobContext, results
 
 # How many damaged files of one image the job log names; the job's result keeps them all.
 LOG_FILES = 20
+# How many paths found open to other users the job log names, and its result keeps.
+LOG_MODES = 20
+RESULT_MODES = 1000
 # Reclaim needs the pool to itself; it waits for the jobs using it this long.
 BUSY_WAIT_S = 3600.0
 BUSY_RETRY_S = 10.0
@@ -39,6 +44,48 @@ def dedup_pool(master, pool_name):
                                    "servers; AdvancedDisk images are plain files checked on "
                                    "restore")
     return pool, server, master.config.host(server["host"]), pool_access(master, server)
+
+
+def verify_target(master, pool_name):
+    """(pool, server, host, plugin) of a pool to verify: every pool type."""
+    pool = master.config.disk_pool(pool_name)
+    server = master.config.storage_server(pool["server"])
+    return pool, server, master.config.host(server["host"]), plugins.storage.get(server["type"])
+
+
+def _mode_line(m):
+    if m.get("error"):
+        return (f"{m['path']} is open to other users (mode {m['mode']}) and could not be made "
+                f"private: {m['error']}; run `chmod go-rwx` on it as its owner or as root")
+    return f"{m['path']} was open to other users (mode {m['mode']}); it is private again"
+
+
+def _paths(n):
+    return (f"{n} file or folder of the pool was" if n == 1
+            else f"{n} files or folders of the pool were")
+
+
+def exposed_text(modes):
+    """The job's message when a verify found nothing worse than modes open to others."""
+    return (f"{_paths(len(modes))} open to other users; "
+            f"{'it is' if len(modes) == 1 else 'they are'} private again: see the log")
+
+
+def report_modes(ctx, modes):
+    """Logs what a verify found open to other users (made private, or why it could not be);
+    returns the findings for the job's result (at most RESULT_MODES)."""
+    if not modes:
+        return []
+    ctx.log(f"{_paths(len(modes))} open to other users: anyone on the storage "
+            "host (or on any node mounting its file system) could read backed-up data or see "
+            "which clients are backed up. Cairn keeps them private (folders 0700, files "
+            "0600); find out who changed them.", "error")
+    for m in modes[:LOG_MODES]:
+        ctx.log(_mode_line(m), "error")
+    if len(modes) > LOG_MODES:
+        ctx.log(f"... and {len(modes) - LOG_MODES} more (the job's result lists up to "
+                f"{RESULT_MODES})", "error")
+    return modes[:RESULT_MODES]
 
 
 def _recipe_images(master, pool_name):
@@ -71,13 +118,17 @@ def damaged_files(master, image_id, ranges):
 def run_verify(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
+    pool_name = master.image(p["image"])["pool"] if p.get("image") else p["pool"]
+    pool, server, host, plugin = verify_target(master, pool_name)
+    if plugin is not plugins.storage.dedup:
+        from app.jobs import disk_verify
+        return disk_verify.run(master, job, ctx, pool, host, plugin.IMAGE_DIR)
+    access = pool_access(master, server)
     if p.get("image"):
         img = master.image(p["image"])
-        pool, server, host, access = dedup_pool(master, img["pool"])
         recipes = [img["path"]]
         what = f"image {img['id']}"
     else:
-        pool, server, host, access = dedup_pool(master, p["pool"])
         recipes = None
         what = f"the whole pool {pool['name']}"
     ctx.log(f"verify of {what} on {host['name']} ({server['path']}): every chunk is read back "
@@ -122,11 +173,13 @@ def run_verify(master, job):
     from app.jobs import cleanup
     unknown = cleanup.unknown_files(master.db, result.get("files") or [])
     cleanup.log_unknown(ctx, unknown, pool["name"])
+    exposed = report_modes(ctx, result.get("modes") or [])
     master.jobs.set_result(job["id"], {"images": damaged_images,
                                        "containers": result.get("containers"),
                                        "container_damage": result.get("damage", []),
                                        "damaged_chunks": result.get("damaged_chunks", 0),
-                                       "set_aside": aside, "unknown_files": unknown})
+                                       "set_aside": aside, "unknown_files": unknown,
+                                       "modes": exposed})
     ctx.flush(sample=True)
     if damaged_images:
         n_files = sum(len(d["files"]) for d in damaged_images)
@@ -141,6 +194,9 @@ def run_verify(master, job):
                 "compacts their containers", "warning")
         return (st.CHECKSUM_MISMATCH,
                 f"damage found in the containers ({n} record(s)), used by no image; see the log",
+                None, ctx.bytes, checked)
+    if exposed:
+        return (st.POOL_EXPOSED, exposed_text(exposed),
                 None, ctx.bytes, checked)
     ctx.log(f"verified {checked} image(s): no damage")
     return st.OK, None, None, ctx.bytes, checked
@@ -202,11 +258,11 @@ def make_verify_job(master, *, image=None, pool=None):
         raise ValidationError("verify needs an image or a disk pool (not both)")
     if image:
         img = master.image(image)
-        dedup_pool(master, img["pool"])
+        verify_target(master, img["pool"])
         return master.jobs.create("verify", client=img["client"], policy=img["policy"],
                                   params={"image": img["id"]},
                                   note=f"verify job queued for image {img['id']}")
-    dedup_pool(master, pool)
+    verify_target(master, pool)
     return master.jobs.create("verify", params={"pool": pool},
                               note=f"verify job queued for pool {pool}")
 

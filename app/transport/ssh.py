@@ -558,9 +558,12 @@ class SSHTransport(Transport):
                 directory = self._make_dirs(sftp, self.agent_dir)
                 path = posixpath.join(directory, f"agent-{version}.pyz")
                 try:
-                    current = sftp.stat(path).st_size
+                    st = sftp.lstat(path)
+                    current = st.st_size
                 except FileNotFoundError:
-                    current = None
+                    st = current = None
+                if st is not None and stat.S_ISREG(st.st_mode) and st.st_mode & 0o077:
+                    sftp.chmod(path, 0o600)  # in the private folder: no link can be swapped in
                 if current != len(data):
                     self._upload(sftp, directory, path, data)
                     self._remove_old(sftp, directory, path)
@@ -582,6 +585,14 @@ class SSHTransport(Transport):
                     raise NotADirectoryError(20, "not a directory", current)
             except FileNotFoundError:
                 sftp.mkdir(current, 0o700)
+                # the server applies its umask (sshd's may be 0): exactly 0700
+                sftp.chmod(current, 0o700)
+        # The agent's own folder is private (an older Cairn made it 0755): what runs as the
+        # remote user must not be readable or replaceable by others. Changed only when it is a
+        # real folder, never through a link the user made in its place.
+        own = sftp.lstat(current)
+        if stat.S_ISDIR(own.st_mode) and own.st_mode & 0o077:
+            sftp.chmod(current, stat.S_IMODE(own.st_mode) & ~0o077)
         # An absolute path, so that the exec does not depend on the login shell's directory.
         return sftp.normalize(current)
 

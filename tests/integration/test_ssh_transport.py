@@ -273,6 +273,32 @@ def test_bundle_is_uploaded_once_and_again_when_it_changes(sshd, known_hosts, ag
                                                     f"agent-{version2}.pyz"])
 
 
+def test_an_agent_copy_left_open_to_others_is_made_private(sshd, known_hosts, agent_dir):
+    """An older Cairn (or a hand) left the host's agent folder 0755 and the agent 0644:
+    others could read it, and the folder lists which versions ran. The next start makes
+    both private; a folder that is a link the user made is never changed through it."""
+    data, version = echo_bundle(b"open")
+    remote = os.path.join(agent_dir, f"agent-{version}.pyz")
+    os.makedirs(agent_dir)
+    with open(remote, "wb") as f:
+        f.write(data)
+    os.chmod(agent_dir, 0o755)
+    os.chmod(remote, 0o644)
+    with transport(sshd, known_hosts, agent_dir, bundle=(data, version)) as t:
+        t.install_agent()
+    assert os.stat(agent_dir).st_mode & 0o777 == 0o700
+    assert os.stat(remote).st_mode & 0o777 == 0o600
+
+    elsewhere = os.path.join(os.path.dirname(agent_dir), "elsewhere")
+    os.makedirs(elsewhere, mode=0o755)
+    os.chmod(elsewhere, 0o755)
+    linked = os.path.join(os.path.dirname(agent_dir), "linked-cache")
+    os.symlink(elsewhere, linked)
+    with transport(sshd, known_hosts, linked, bundle=(data, version)) as t:
+        t.install_agent()
+    assert os.stat(elsewhere).st_mode & 0o777 == 0o755
+
+
 def test_old_agent_versions_are_pruned(sshd, known_hosts, agent_dir):
     versions = []
     for i in range(5):

@@ -318,6 +318,36 @@ def test_a_verify_result_names_the_damaged_files():
         "containers."]
 
 
+def test_an_advanced_disk_verify_result_names_each_file_and_why():
+    from ui.activity import RESULT_FILES, verify_result_text
+    assert verify_result_text({"images": [], "checked": 3, "modes": []}) == \
+        "No damage found: every tar header and file checksum matched."
+    damaged = {"checked": 2, "images": [
+        {"image": "c1_1_2", "path": "/v/cairn-images/c1/c1_1_2.tar", "error": None,
+         "files": ["/data/a", "/data/b"],
+         "damage": [{"path": "/data/a", "offset": 1536, "reason": "its data does not match"},
+                    {"path": "/data/b", "offset": 9216, "reason": "its tar header is damaged"}],
+         "structure": [{"offset": 0, "reason": "the end-of-archive marker is damaged",
+                        "image_file": "/v/cairn-images/c1/c1_1_2.tar"}]}],
+        "modes": [{"path": "/v/cairn-images", "mode": "0755", "error": None}]}
+    assert verify_result_text(damaged).splitlines() == [
+        "Image c1_1_2: 2 damaged files:",
+        "    /data/a: its data does not match",
+        "    /data/b: its tar header is damaged",
+        "Image c1_1_2: /v/cairn-images/c1/c1_1_2.tar at byte 0: the end-of-archive marker "
+        "is damaged",
+        "1 file or folder of the pool was open to other users (Cairn keeps them private; find "
+        "out who changed them):",
+        "    /v/cairn-images (mode 0755): private again"]
+    # a lost image of very many files: the result lists the first ones and counts them all
+    lost = {"images": [dict(damaged["images"][0], structure=[], damaged_files=120_000,
+                            damage=[{"path": f"/data/f{i}", "reason": "its image file cannot "
+                                     "be read"} for i in range(RESULT_FILES + 1)])]}
+    lines = verify_result_text(lost).splitlines()
+    assert lines[0] == "Image c1_1_2: 120,000 damaged files:"
+    assert lines[-1] == f"    … and {120_000 - RESULT_FILES:,} more"
+
+
 # ---- the page in the console -------------------------------------------------------------------
 
 def show(console, qtbot):

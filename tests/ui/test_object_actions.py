@@ -222,8 +222,8 @@ def new_jobs(master, before):
     return [j for j in master.jobs.list() if j["id"] not in before]
 
 
-def test_verify_and_reclaim_are_offered_for_deduplicating_pools(make_console, dedup_master,
-                                                                qtbot):
+def test_verify_is_offered_for_every_pool_and_reclaim_for_deduplicating_ones(
+        make_console, dedup_master, qtbot):
     m = dedup_master
     c = make_console(m)
     view = show(c, qtbot, "disk-pools")
@@ -232,8 +232,15 @@ def test_verify_and_reclaim_are_offered_for_deduplicating_pools(make_console, de
     assert texts.index("Verify pool") < texts.index("Reclaim space") < texts.index("Properties…")
     select(view, "dp1", qtbot)
     assert actions.properties.isEnabled()
-    assert not actions.verify.isEnabled() and not actions.reclaim.isEnabled(), \
-        "an AdvancedDisk pool has no chunks to verify or reclaim"
+    assert actions.verify.isEnabled(), "an AdvancedDisk pool's images are read back too"
+    assert not actions.reclaim.isEnabled(), "an AdvancedDisk pool has no chunks to reclaim"
+    before = {j["id"] for j in m.jobs.list()}
+    actions.verify.trigger()
+    qtbot.waitUntil(lambda: actions.last_queued is not None, timeout=5000)
+    [job] = new_jobs(m, before)
+    assert (job["type"], job["params"]) == ("verify", {"pool": "dp1"})
+    actions.last_queued = None
+    view = show(c, qtbot, "disk-pools")
 
     select(view, "ddp", qtbot)
     assert actions.verify.isEnabled() and actions.reclaim.isEnabled()
@@ -284,7 +291,7 @@ def test_a_refused_verify_shows_the_error_with_its_hint(make_console, dedup_mast
     box.button(QMessageBox.StandardButton.Ok).click()
 
 
-def test_verify_image_on_a_deduplicating_pool(make_console, dedup_master, qtbot):
+def test_verify_image_on_either_kind_of_pool(make_console, dedup_master, qtbot):
     from ui.object_actions import ImageActions
     m = dedup_master
     c = make_console(m)
@@ -293,9 +300,8 @@ def test_verify_image_on_a_deduplicating_pool(make_console, dedup_master, qtbot)
     qtbot.waitUntil(lambda: page.loaded and page.model.row_of("dd_image") is not None,
                     timeout=5000)
     actions = ImageActions(page)
-    qtbot.waitUntil(lambda: actions.dedup_pools == {"ddp"}, timeout=5000)
     assert page.select_key(f"{m.test_host}_1790000000")
-    assert not actions.verify.isEnabled(), "an image on an AdvancedDisk pool"
+    assert actions.verify.isEnabled(), "an image on an AdvancedDisk pool is read back too"
     assert page.select_key("dd_image")
     assert actions.verify.isEnabled()
     queued = []

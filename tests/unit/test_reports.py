@@ -199,7 +199,8 @@ def test_csv_export(m, history, tmp_path):
     assert first["group"] == "1" and first["group_rate_bytes_per_s"] == str(round(12 * GiB / 1800))
     assert first["status"] == "0" and first["image_id"] == ""
     assert back[5]["status"] == str(st.VOLUME_UNAVAILABLE)
-    assert oct(out.stat().st_mode & 0o777) == oct(0o644)
+    # private, like the catalog it comes from: it names the clients and their backups
+    assert oct(out.stat().st_mode & 0o777) == oct(0o600)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 

@@ -1468,7 +1468,9 @@ class _Restore:
                 os.symlink(m.linkname, tmp, dir_fd=dfd)
             else:
                 dev = os.makedev(m.devmajor, m.devminor) if kind != entry.KIND_FIFO else 0
-                os.mknod(tmp, (m.mode & 0o777) | _NODE_TYPES[kind], dev, dir_fd=dfd)
+                # owner-only until its owner and mode are set (below): a device node must
+                # not be open to others for a moment, whatever the image says
+                os.mknod(tmp, 0o600 | _NODE_TYPES[kind], dev, dir_fd=dfd)
         except OSError as e:
             self.full(e)
             raise _Refused("cannot create it: %s" % _why(e))

@@ -42,7 +42,7 @@ LABELS = {
     "file_list": "File list", "agent_env": "Agent environment",
     "max_jobs": "Maximum jobs", "options": "Deduplication", "dedup": "Deduplication",
     "compact_below": "Compact containers below",
-    "skip_nodump": "Leave out what is marked nodump",
+    "skip_nodump": "Leave out files marked nodump",
 }
 
 #: where a policy's (or a host's) backups to deduplicating pools are cut into chunks

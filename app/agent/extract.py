@@ -457,20 +457,31 @@ def _through_link(root, links, parent, prefix, name, hops):
     except _Refused as e:
         raise _Refused("parent %s is a symbolic link that %s: not followed"
                        % (os.fsdecode(name), e))
-    fd = os.dup(root)
+
+    def missing(fd, c):
+        raise _Refused("parent %s leads to %s, which does not exist"
+                       % (os.fsdecode(name), os.fsdecode(b"/".join(real))))
+    return _walk(root, links, os.dup(root), real, missing, hops + 1)
+
+
+def _walk(root, links, fd, comps, missing, hops=0):
+    """(descriptor, real components from `root`) of the directory `comps` names below fd
+    (a descriptor this takes over), each step opened without following links but those
+    `links` trusts (see _through_link). missing(fd, name): the descriptor of a directory
+    that is not there (made), or _Refused."""
     place = ()
     try:
-        for c in real:
+        for c in comps:
             try:
                 nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
                 place += (c,)
             except FileNotFoundError:
-                raise _Refused("parent %s leads to %s, which does not exist"
-                               % (os.fsdecode(name), os.fsdecode(b"/".join(real))))
+                nfd = missing(fd, c)
+                place += (c,)
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                nfd, place = _through_link(root, links, fd, place, c, hops + 1)
+                nfd, place = _through_link(root, links, fd, place, c, hops)
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -577,36 +588,26 @@ class OpenTarget:
             top = os.open(b"/", _DIR_FLAGS)
         except OSError as e:
             raise RestoreTargetInvalid("the file system root cannot be opened: %s" % _why(e))
-        links = _Links(None, True)
-        fd = os.dup(top)
-        place = ()
+        def make(fd, c):  # private until the restore is done (publish)
+            os.mkdir(c, 0o700, dir_fd=fd)
+            nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
+            self.made.append(os.dup(nfd))
+            return nfd
+
         try:
-            for c in comps:
-                try:
-                    nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
-                    place += (c,)
-                except FileNotFoundError:
-                    os.mkdir(c, 0o700, dir_fd=fd)
-                    nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
-                    self.made.append(os.dup(nfd))
-                    place += (c,)
-                except OSError as e:
-                    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                        raise
-                    nfd, place = _through_link(top, links, fd, place, c, 0)
+            fd, _ = _walk(top, _Links(None, True), os.dup(top), comps, make)
+            try:
+                root, here = os.fstat(top), os.fstat(fd)
+            except OSError:
                 os.close(fd)
-                fd = nfd
-            root = os.fstat(top)
-            here = os.fstat(fd)
+                raise
             self.from_root = (here.st_dev, here.st_ino) == (root.st_dev, root.st_ino)
         except _Refused as e:
-            os.close(fd)
             self.close()
             raise RestoreTargetInvalid("the restore target %s cannot be used: %s (choose a "
                                        "target whose path has no such link)"
                                        % (os.fsdecode(t), e))
         except OSError as e:
-            os.close(fd)
             self.close()
             raise RestoreTargetInvalid("the restore target %s cannot be used: %s"
                                        % (os.fsdecode(t), _why(e)))
@@ -1046,16 +1047,7 @@ class _Restore:
         h = tarfmt.TreeHash(self.checksum)
         try:
             if m.sparse:
-                budget = [m.size]
-
-                def block():
-                    # the map must not run past the member, or the stream loses step
-                    if budget[0] < tarfmt.BLOCK:
-                        raise tarfmt.FormatError("the sparse map runs past the member")
-                    budget[0] -= tarfmt.BLOCK
-                    return src.read_exact(tarfmt.BLOCK)
-
-                segs, used = tarfmt.parse_sparse_map(block(), block)
+                segs, used = tarfmt.read_sparse_map(src.read_exact, m.size)
                 data = m.size - used
                 if sum(ln for _, ln in segs) != data or any(
                         off + ln > m.realsize for off, ln in segs):

@@ -164,15 +164,8 @@ def _member(r, offset, length, kind, checksum, path, algorithm):
     h = _TreeDigest(algorithm)
     data = m.size
     if m.sparse:
-        budget = [m.size]
-
-        def block():
-            if budget[0] < tarfmt.BLOCK:
-                raise tarfmt.FormatError("the sparse map runs past the member")
-            budget[0] -= tarfmt.BLOCK
-            return r.read_exact(tarfmt.BLOCK)
         try:
-            segments, used = tarfmt.parse_sparse_map(block(), block)
+            segments, used = tarfmt.read_sparse_map(r.read_exact, m.size)
         except tarfmt.FormatError as e:
             return f"its sparse map is damaged ({e})"
         data = m.size - used

@@ -356,9 +356,7 @@ class ImageIndexer:
         end = data + m.size
         try:
             if m.sparse and m.size:
-                first = cur.read_exact(tarfmt.BLOCK)
-                _segments, used = tarfmt.parse_sparse_map(
-                    first, lambda: cur.read_exact(tarfmt.BLOCK))
+                _segments, used = tarfmt.read_sparse_map(cur.read_exact, m.size)
                 cur.pos = data + used
             left = end - cur.pos
             views = cur.views(end)

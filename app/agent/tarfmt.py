@@ -354,6 +354,20 @@ def parse_pax_time(value):
     return -ns if neg else ns
 
 
+def read_sparse_map(read_exact, size):
+    """parse_sparse_map over the data area of a member of `size` bytes, read with
+    read_exact(n): never past the member, so that a damaged map cannot take the next
+    member's bytes. Returns (segments, bytes used)."""
+    budget = [size]
+
+    def block():
+        if budget[0] < BLOCK:
+            raise FormatError("the sparse map runs past the member")
+        budget[0] -= BLOCK
+        return read_exact(BLOCK)
+    return parse_sparse_map(block(), block)
+
+
 def parse_sparse_map(first_block, read_block):
     """The GNU sparse 1.0 map at the start of a member's data area. `first_block` is the
     first 512 bytes, `read_block()` returns the next ones. Returns (segments, bytes used)."""

@@ -552,6 +552,8 @@ def test_policy_wizard_stores_the_deduplication_mode(open_wizard, empty_master, 
     assert "dd-stu is on a deduplicating pool" in ap.dedup_note.text()
     assert "dedup storage server" in ap.encryption.text()
     ap.dedup.setCurrentIndex(ap.dedup.findData("client"))
+    assert not ap.skip_nodump.isChecked()
+    ap.skip_nodump.setChecked(True)
     qtbot.keyClicks(ap.name, "pol-dd")
     go_next(qtbot, w)
     go_next(qtbot, w)
@@ -562,12 +564,14 @@ def test_policy_wizard_stores_the_deduplication_mode(open_wizard, empty_master, 
     go_next(qtbot, w)
     assert ("Deduplication:", "On the client (only new chunks cross the network)") in \
         w.summary_page.rows()
+    assert ("Files marked nodump:", "left out") in w.summary_page.rows()
     go_next(qtbot, w)
     assert w.result_page.result is not None, w.result_page.status.plain_text()
     assert w.result_page.result["dedup"] == "client"
     finish(qtbot, w)
     pol = empty_master.config.policy("pol-dd")
     assert pol["dedup"] == "client" and pol["storage_unit"] == "dd-stu"
+    assert pol["skip_nodump"] is True
     assert pol["clients"] == [host] and pol["selections"] == ["/data/projects"]
 
 

@@ -71,7 +71,7 @@ class AttributesPage(Page):
         self.multiple_streams = QCheckBox("Allow multiple data streams")
         self.multiple_streams.setToolTip("Back up the selections of a client in parallel "
                                          "streams, one per selection.")
-        self.skip_nodump = QCheckBox("Leave out what is marked nodump")
+        self.skip_nodump = QCheckBox("Leave out files marked nodump (chattr +d)")
         self.skip_nodump.setToolTip("Files and directories marked nodump (chattr +d) are not "
                                     "backed up, as dump leaves them out.")
         form = QFormLayout()

@@ -22,7 +22,7 @@ SCAN_MARGIN_S = 1.0
 
 
 class SnapshotFailed(CairnError):
-    code = status.SNAPSHOT_FAILED
+    status = status.SNAPSHOT_FAILED
 
 
 def snapshot_name(job_id, when=None):

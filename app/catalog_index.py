@@ -2,7 +2,7 @@
 directory of the image can be listed, any entry looked up and any subtree walked for a restore,
 without reading the image itself.
 
-Input is the stream of file rows of app.agent.entry, in image order. The walker emits the
+Input is the stream of file rows of app.formats.entry, in image order. The walker emits the
 direct children of a directory as one contiguous run, so the writer encodes each run as one
 block as soon as the run ends and keeps only the directory table in memory. A directory whose
 children arrive in several runs (overlapping selections, parents repeated for each selection)
@@ -71,8 +71,8 @@ from itertools import islice, repeat
 from operator import eq, itemgetter
 from typing import Iterable, Iterator, NamedTuple, Optional
 
-from app.agent import private
-from app.agent.entry import FIELDS, KINDS
+from app.formats import private
+from app.formats.entry import FIELDS, KINDS
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -153,7 +153,7 @@ class Entry(NamedTuple):
     src: int = 0
 
     def to_row(self) -> list:
-        """The 11-field row of app.agent.entry."""
+        """The 11-field row of app.formats.entry."""
         return [self[0], *self[2:12]]
 
     def to_full_row(self) -> list:

@@ -758,7 +758,7 @@ def _ensure_dispatcher(m, args):
     cmd = [sys.executable, "-m", "app", "--home", m.home.root, "master", "run", "--until-idle"]
     if getattr(sys, "frozen", False):
         cmd = [sys.executable, "--home", m.home.root, "master", "run", "--until-idle"]
-    from app.agent import private
+    from app.formats import private
     log = os.fdopen(private.create(os.path.join(m.home.root, "master.log"),
                                    os.O_WRONLY | os.O_APPEND), "ab")
     subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

@@ -1,5 +1,8 @@
-"""Errors that reach the user. Each carries a status code from app.status and a message that
-names what is wrong and, where it can, how to fix it. Nothing else should reach a user."""
+"""Errors that reach the user, in the master and in the agent alike. Each carries a status
+code from app.status and a message that names what is wrong and, where it can, how to fix
+it. Nothing else should reach a user: an error that ends an agent's operation travels to
+the master as its status and text (app/formats/protocol.py, error_message) and is raised
+there again with them."""
 
 from app import status
 
@@ -13,6 +16,11 @@ class CairnError(Exception):
         self.hint = hint
         if status_code is not None:
             self.status = status_code
+
+    @property
+    def code(self):
+        """The status code, under the name the agent protocol gives it."""
+        return self.status
 
     def __str__(self):
         return self.message if not self.hint else f"{self.message}\n  {self.hint}"
@@ -69,3 +77,15 @@ class Canceled(CairnError):
 
     def __init__(self, message="canceled by the administrator", **kw):
         super().__init__(message, **kw)
+
+
+class NothingToBackup(CairnError):
+    status = status.NOTHING_TO_BACKUP
+
+
+class RestoreTargetInvalid(CairnError):
+    status = status.RESTORE_TARGET_INVALID
+
+
+class DataPlaneError(CairnError):
+    status = status.DATA_PLANE_FAILED

@@ -4,8 +4,8 @@ import os
 
 import platformdirs
 
-from app.agent import private
 from app.errors import CairnError
+from app.formats import private
 
 
 def default_home():
@@ -27,7 +27,7 @@ class Home:
         and host, the keys open encrypted pools. The catalog file is made before sqlite
         opens it, so that its journal files, which sqlite gives the catalog's mode, are
         private too. What was open to other users is kept in .loosened (see
-        app/agent/private.py)."""
+        app/formats/private.py)."""
         try:
             self.loosened = self._make_private()
         except OSError as e:

@@ -43,9 +43,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from app.agent import archiver, protocol  # noqa: E402
-from app.agent.changes import PreviousState  # noqa: E402
+from app.agent import archiver  # noqa: E402
 from app.catalog_index import IndexWriter  # noqa: E402
+from app.formats import protocol
+from app.formats.changes import PreviousState  # noqa: E402
 from app.jobs import incremental  # noqa: E402
 from bench.benchlib import local_master  # noqa: E402
 

@@ -2,7 +2,7 @@
 extract by itself (see docs/image-format.md).
 
 Image order: `.cairn/image.json`, then the backed-up entries, then `.cairn/index.jsonl` (one
-row per entry, see app/agent/entry.py), then the end-of-archive marker. Entries are written
+row per entry, see app/formats/entry.py), then the end-of-archive marker. Entries are written
 directory by directory: all direct children of a directory form one contiguous run sorted by
 name bytes, then each child directory follows in the same order. The catalog's directory
 index depends on that.
@@ -21,9 +21,9 @@ import threading
 import time
 from collections import deque
 
-from app.agent import entry, fflags, tarfmt
-from app.agent.changes import PreviousState, state_digest
-from app.agent.errors import Cancelled, InvalidRequest, NothingToBackup, StorageFailure
+from app.errors import Canceled, NothingToBackup, StorageError, ValidationError
+from app.formats import entry, fflags, tarfmt
+from app.formats.changes import PreviousState, state_digest
 
 CHUNK = 1 << 20
 NBUF = 8
@@ -145,7 +145,7 @@ class _Output:
             try:
                 self.out.reference(*ref)
             except OSError as e:
-                raise StorageFailure("writing the backup image failed: %s" % _why(e))
+                raise StorageError("writing the backup image failed: %s" % _why(e))
             self.written += ref[2]
         if not self.fill:
             return
@@ -157,7 +157,7 @@ class _Output:
             else:
                 self.out.write(self.buf[:self.fill])
         except OSError as e:
-            raise StorageFailure("writing the backup image failed: %s" % _why(e))
+            raise StorageError("writing the backup image failed: %s" % _why(e))
         self.written += self.fill
         self.fill = 0
         self._next_buffer()
@@ -268,16 +268,16 @@ class _Backup:
         self.listing = listing
         self.unchanged_before_ns = unchanged_before_ns
         # An incremental: entries whose state matches the previous image's are listed, not
-        # sent again (see app/agent/changes.py).
+        # sent again (see app/formats/changes.py).
         try:
             self.previous = PreviousState(previous, references) if previous else None
         except ValueError as e:
-            raise InvalidRequest(str(e))
+            raise ValidationError(str(e))
         # A full with a files cache: an unchanged regular file becomes a reference to its
         # member in the base image (the sink must take references); other entries are sent.
         self.files_cache = self.previous is not None and self.previous.has_references
         if self.files_cache and not hasattr(out, "reference"):
-            raise InvalidRequest("a files cache needs a deduplication pool as destination")
+            raise ValidationError("a files cache needs a deduplication pool as destination")
         self.prev_names = None
         self.unchanged = 0
         self.unchanged_bytes = 0
@@ -331,7 +331,7 @@ class _Backup:
     def tick(self):
         """Between entries: cancel check, throttled progress, totals and row batches."""
         if self.is_cancelled():
-            raise Cancelled()
+            raise Canceled()
         if len(self.pending) >= ROW_BATCH:
             self.emit_rows()
         now = time.monotonic()
@@ -417,7 +417,7 @@ class _Backup:
         return out
 
     def inode_flags(self, fd, dev):
-        """The inode flags (app/agent/fflags.py) of an open file or directory; 0 where its
+        """The inode flags (app/formats/fflags.py) of an open file or directory; 0 where its
         file system has none."""
         if dev in self.no_flags_devs:
             return 0
@@ -937,7 +937,7 @@ class _Backup:
         problem = None
         while remaining > 0:
             if not first and self.is_cancelled():
-                raise Cancelled()
+                raise Canceled()
             first = False
             space = out.space()
             n = len(space)
@@ -980,7 +980,7 @@ class _Backup:
             space = out.space()
             n = spool.readinto(space[:min(len(space), remaining)])
             if not n:
-                raise StorageFailure("the spooled file index could not be read back")
+                raise StorageError("the spooled file index could not be read back")
             out.fill += n
             out.pos += n
             remaining -= n
@@ -1023,21 +1023,21 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     Events via emit(event, payload): "totals" once, "progress" a few times a second, "rows"
     in batches of at most 5000 (each row after its member was written), "warning", "log".
     Problems with single files are warnings; no selection existing raises NothingToBackup;
-    a failing `out` raises StorageFailure; is_cancelled() returning true raises Cancelled.
+    a failing `out` raises StorageError; is_cancelled() returning true raises Canceled.
 
     checksum names the piece algorithm of the file checksums (tarfmt.PIECE_HASHES).
     excludes: {absolute path: reason}; those directories or files and everything below them
     are left out (logged once each).
 
-    previous: the state of the image an incremental compares with (app/agent/changes.py);
+    previous: the state of the image an incremental compares with (app/formats/changes.py);
     unchanged entries get rows with offset -1 and no member.
-    references: with previous, a files cache for a full (app/agent/changes.py): an unchanged
+    references: with previous, a files cache for a full (app/formats/changes.py): an unchanged
     regular file is passed to out.reference(source, offset, length) instead of being read,
     and gets a row of this image as usual.
 
     skip_nodump: leave out files and directories marked nodump (chattr +d), as dump does.
     Every file's and directory's inode flags (append-only, immutable, ...) are kept in its
-    member (app/agent/fflags.py).
+    member (app/formats/fflags.py).
 
     read_from: {selection: directory}: read that selection from the directory (a snapshot)
     while recording its own paths.
@@ -1052,7 +1052,7 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     try:
         tarfmt.piece_hash(checksum)
     except ValueError as e:
-        raise InvalidRequest(str(e))
+        raise ValidationError(str(e))
     b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
                 unchanged_before_ns, references, skip_nodump)
     try:

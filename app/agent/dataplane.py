@@ -21,7 +21,7 @@ import struct
 import tempfile
 import time
 
-from app.agent.errors import Cancelled, DataPlaneFailure
+from app.errors import Canceled, DataPlaneError
 
 FRAME = 1 << 20
 _LEN = struct.Struct(">I")
@@ -92,10 +92,10 @@ class Listener:
         try:
             while True:
                 if is_cancelled():
-                    raise Cancelled()
+                    raise Canceled()
                 now = time.monotonic()
                 if now >= deadline:
-                    raise DataPlaneFailure(
+                    raise DataPlaneError(
                         f"no data connection arrived within {int(timeout)} s on port "
                         f"{self.port} (a firewall between client and storage server?)")
                 wake = min([deadline, now + POLL] + [h.deadline for h in pending.values()])
@@ -146,7 +146,7 @@ class Listener:
             return None  # dropped earlier in the same round of events
         try:
             events = h.step()
-        except (OSError, ValueError, DataPlaneFailure):
+        except (OSError, ValueError, DataPlaneError):
             self._drop(sel, pending, h)
             return None
         if events:
@@ -205,7 +205,7 @@ class _Handshake:
             while len(self.line) < self._want:
                 chunk = self.tls.recv(self._want - len(self.line))
                 if not chunk:
-                    raise DataPlaneFailure("the data connection closed early")
+                    raise DataPlaneError("the data connection closed early")
                 self.line += chunk
         except ssl.SSLWantReadError:
             return selectors.EVENT_READ
@@ -255,22 +255,22 @@ def connect(host, port, cert_pem, token, timeout=30.0):
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as e:
-        raise DataPlaneFailure(f"cannot open the data connection to {host}:{port}: "
+        raise DataPlaneError(f"cannot open the data connection to {host}:{port}: "
                                f"{e.strerror or e}") from None
     try:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tls = ctx.wrap_socket(raw)
         tls.sendall(token.encode() + b"\n")
         if _read_exact(tls, 2) != b"OK":
-            raise DataPlaneFailure("the storage server refused the data connection")
+            raise DataPlaneError("the storage server refused the data connection")
         tls.settimeout(IO_TIMEOUT)
         return Channel(tls)
     except ssl.SSLError as e:
         raw.close()
-        raise DataPlaneFailure(f"TLS with {host}:{port} failed: {e.reason or e}") from None
+        raise DataPlaneError(f"TLS with {host}:{port} failed: {e.reason or e}") from None
     except OSError as e:
         raw.close()
-        raise DataPlaneFailure(f"data connection to {host}:{port} failed: {e}") from None
+        raise DataPlaneError(f"data connection to {host}:{port} failed: {e}") from None
 
 
 def _read_exact(sock, n):
@@ -278,7 +278,7 @@ def _read_exact(sock, n):
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
         if not chunk:
-            raise DataPlaneFailure("the data connection closed early")
+            raise DataPlaneError("the data connection closed early")
         buf += chunk
     return bytes(buf)
 
@@ -307,7 +307,7 @@ class Channel:
             else:
                 self._out += data
         except OSError as e:
-            raise DataPlaneFailure(f"sending on the data connection failed: {e}") from None
+            raise DataPlaneError(f"sending on the data connection failed: {e}") from None
 
     def _send_frame(self, data):
         self.sock.sendall(_LEN.pack(len(data)))
@@ -322,9 +322,9 @@ class Channel:
             self.sock.sendall(_LEN.pack(0))
             ack = _read_exact(self.sock, 1)
         except OSError as e:
-            raise DataPlaneFailure(f"finishing the data stream failed: {e}") from None
+            raise DataPlaneError(f"finishing the data stream failed: {e}") from None
         if ack != b"\0":
-            raise DataPlaneFailure("the receiving side reported a failure")
+            raise DataPlaneError("the receiving side reported a failure")
 
     # -- messages, for exchanges in both directions (client-side deduplication) -------------
     def send_message(self, data):
@@ -337,7 +337,7 @@ class Channel:
                 self._out = bytearray()
             self._send_frame(data)
         except OSError as e:
-            raise DataPlaneFailure(f"sending on the data connection failed: {e}") from None
+            raise DataPlaneError(f"sending on the data connection failed: {e}") from None
 
     def send_tagged(self, tag, data):
         """One whole frame of a tag byte then data, without joining them first."""
@@ -348,7 +348,7 @@ class Channel:
             self.sock.sendall(_LEN.pack(len(data) + 1) + tag)
             self.sock.sendall(data)
         except OSError as e:
-            raise DataPlaneFailure(f"sending on the data connection failed: {e}") from None
+            raise DataPlaneError(f"sending on the data connection failed: {e}") from None
 
     def recv_message(self):
         """The next whole frame as bytes; None at the clean end of the stream."""
@@ -365,11 +365,11 @@ class Channel:
             while got < n:
                 k = self.sock.recv_into(mv[got:], n - got)
                 if k == 0:
-                    raise DataPlaneFailure("the data connection closed in the middle of a "
+                    raise DataPlaneError("the data connection closed in the middle of a "
                                            "message")
                 got += k
         except OSError as e:
-            raise DataPlaneFailure(f"receiving on the data connection failed: {e}") from None
+            raise DataPlaneError(f"receiving on the data connection failed: {e}") from None
         return buf
 
     # -- receiving --------------------------------------------------------------------------
@@ -386,9 +386,9 @@ class Channel:
             want = min(len(mv), self._in_left)
             n = self.sock.recv_into(mv, want)
         except OSError as e:
-            raise DataPlaneFailure(f"receiving on the data connection failed: {e}") from None
+            raise DataPlaneError(f"receiving on the data connection failed: {e}") from None
         if n == 0:
-            raise DataPlaneFailure("the data connection closed before the end of the stream")
+            raise DataPlaneError("the data connection closed before the end of the stream")
         self._in_left -= n
         return n
 

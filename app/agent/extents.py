@@ -8,13 +8,13 @@ import errno
 import os
 
 from app import status
-from app.agent.errors import AgentFailure, Cancelled
+from app.errors import CairnError, Canceled
 
 CHUNK = 1 << 20
 
 
 def _damaged(message):
-    return AgentFailure(message, code=status.IMAGE_DAMAGED)
+    return CairnError(message, status_code=status.IMAGE_DAMAGED)
 
 
 def _why(e):
@@ -205,7 +205,7 @@ def copy_extents(path, extents, out, *, is_cancelled, on_bytes=None, opener=None
     with ExtentReader(path, extents, opener, tolerant) as r:
         while True:
             if is_cancelled():
-                raise Cancelled()
+                raise Canceled()
             n = r.readinto(mv)
             if not n:
                 break

@@ -28,9 +28,8 @@ import time
 from collections import deque
 
 from app import status
-from app.agent import entry, fflags, tarfmt
-from app.agent.errors import (AgentFailure, Cancelled, InvalidRequest,
-                              RestoreTargetInvalid)
+from app.errors import CairnError, Canceled, RestoreTargetInvalid, ValidationError
+from app.formats import entry, fflags, tarfmt
 
 CHUNK = 1 << 20
 NBUF = 8
@@ -126,7 +125,7 @@ def rename_noreplace(src, dst, dir_fd):
 
 
 def _damaged(message):
-    return AgentFailure(message, code=status.IMAGE_DAMAGED)
+    return CairnError(message, status_code=status.IMAGE_DAMAGED)
 
 
 NAME_MAX = 255
@@ -758,7 +757,7 @@ class _Restore:
         src = self.src
         for k, item in enumerate(plan):
             if self.is_cancelled():
-                raise Cancelled()
+                raise Canceled()
             self.progress()
             path = item.get("path", "")
             start = src.offset
@@ -1079,7 +1078,7 @@ class _Restore:
         first = True
         while length > 0:
             if not first and self.is_cancelled():
-                raise Cancelled()
+                raise Canceled()
             first = False
             mv = src.take(length)
             n = len(mv)
@@ -1512,7 +1511,7 @@ class _Restore:
         try:
             for key, flags, path in self.flagged:
                 if self.is_cancelled():
-                    raise Cancelled()
+                    raise Canceled()
                 fd = None
                 try:
                     dfd = chain.get(list(key[:-1]), create=False) if len(key) > 1 else self.root
@@ -1550,7 +1549,7 @@ class _Restore:
         try:
             for key, m, path in self.dirs:
                 if self.is_cancelled():
-                    raise Cancelled()
+                    raise Canceled()
                 try:
                     fd = chain.get(list(key), create=False)
                 except _Refused as e:
@@ -1623,12 +1622,12 @@ def _plain_dir(fd):
 
 def check_request(overwrite, checksum):
     if overwrite not in OVERWRITE_MODES:
-        raise InvalidRequest("overwrite must be one of %s, not %r"
+        raise ValidationError("overwrite must be one of %s, not %r"
                              % (", ".join(OVERWRITE_MODES), overwrite))
     try:
         tarfmt.piece_hash(checksum)
     except ValueError as e:
-        raise InvalidRequest(str(e))
+        raise ValidationError(str(e))
 
 
 def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,

@@ -19,15 +19,15 @@ import hashlib
 import os
 import time
 
-from app.agent import private, tarfmt
-from app.agent.errors import Cancelled, InvalidRequest
+from app.errors import Canceled, ValidationError
+from app.formats import private, tarfmt
 
 READ_BYTES = 8 << 20
 PROGRESS_EVERY = 0.5
 # The reason of a member whose header is intact and whose data is not.
 DATA_MISMATCH = "its data does not match the checksum recorded at backup"
 
-# The tar types a member of each catalog kind may have (app/agent/entry.py).
+# The tar types a member of each catalog kind may have (app/formats/entry.py).
 _TYPES = {"f": (tarfmt.REGTYPE, tarfmt.AREGTYPE, tarfmt.CONTTYPE), "d": (tarfmt.DIRTYPE,),
           "l": (tarfmt.SYMTYPE,), "h": (tarfmt.LNKTYPE,), "p": (tarfmt.FIFOTYPE,),
           "c": (tarfmt.CHRTYPE,), "b": (tarfmt.BLKTYPE,)}
@@ -224,10 +224,10 @@ def check_file(spec, *, progress=None, is_cancelled=None):
     try:
         tarfmt.piece_hash(algorithm)
     except ValueError as e:
-        raise InvalidRequest(str(e)) from None
+        raise ValidationError(str(e)) from None
     members = spec.get("members") or []
     if not isinstance(members, list) or not all(_member_shape(m) for m in members):
-        raise InvalidRequest(f"the members to check in {path} must each be [offset, length, "
+        raise ValidationError(f"the members to check in {path} must each be [offset, length, "
                              "kind, checksum, path]")
     members = sorted(members, key=lambda m: m[0])
     try:
@@ -248,7 +248,7 @@ def check_file(spec, *, progress=None, is_cancelled=None):
 
         def tick(reader):
             if is_cancelled is not None and is_cancelled():
-                raise Cancelled()
+                raise Canceled()
             if progress is not None and time.monotonic() - last[0] > PROGRESS_EVERY:
                 last[0] = time.monotonic()
                 progress(reader.read_bytes, out["members"])

@@ -1,5 +1,5 @@
 """What an agent can be asked to do. Each handler takes the request (for emit and cancel) and
-the request's arguments, and returns the result dict or raises AgentFailure."""
+the request's arguments, and returns the result dict or raises CairnError."""
 
 import errno
 import os
@@ -9,9 +9,10 @@ import stat
 import sys
 
 from app import status
-from app.agent import dataplane, directio, private
-from app.agent.errors import AgentFailure, Cancelled, InvalidRequest, StorageFailure
-from app.agent.writeback import start_writeback
+from app.agent import dataplane
+from app.errors import CairnError, Canceled, StorageError, ValidationError
+from app.formats import directio, private
+from app.formats.writeback import start_writeback
 
 HANDLERS = {}
 
@@ -142,7 +143,7 @@ def list_dir(req, path):
                 entries.append({"name": e.name, "kind": kind, "size": st.st_size,
                                 "mtime": st.st_mtime})
     except OSError as e:
-        raise InvalidRequest(f"cannot list {path}: {e.strerror}") from None
+        raise ValidationError(f"cannot list {path}: {e.strerror}") from None
     entries.sort(key=lambda x: x["name"])
     return {"path": path, "entries": entries}
 
@@ -173,9 +174,9 @@ class _FileSink:
             finally:
                 os.close(dfd)
         except FileExistsError:
-            raise StorageFailure(f"{path} exists already: another backup writes it") from None
+            raise StorageError(f"{path} exists already: another backup writes it") from None
         except OSError as e:
-            raise StorageFailure(f"cannot create {path}: {e.strerror}") from None
+            raise StorageError(f"cannot create {path}: {e.strerror}") from None
         for c in changed:
             if emit is not None:
                 emit("log", {"level": "warning", "message": _loosened_text(c)})
@@ -190,8 +191,8 @@ class _FileSink:
                 n = os.write(self.fd, mv)
             except OSError as e:
                 if e.errno == errno.ENOSPC:
-                    raise StorageFailure(f"the volume holding {self.path} is full") from None
-                raise StorageFailure(f"writing {self.path} failed: {e.strerror}") from None
+                    raise StorageError(f"the volume holding {self.path} is full") from None
+                raise StorageError(f"writing {self.path} failed: {e.strerror}") from None
             mv = mv[n:]
             self.bytes += n
         if self.bytes - self._flushed >= WRITEBACK_EVERY:
@@ -202,7 +203,7 @@ class _FileSink:
         try:
             os.fsync(self.fd)
         except OSError as e:
-            raise StorageFailure(f"flushing {self.path} failed: {e.strerror}") from None
+            raise StorageError(f"flushing {self.path} failed: {e.strerror}") from None
 
     def close(self):
         if self.fd is not None:
@@ -231,13 +232,13 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
     """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
     is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
     storage server's agent. snapshot, file_list and since: see app/agent/scale_backup.py.
-    references: a files cache for a full into a deduplication pool (app/agent/changes.py),
+    references: a files cache for a full into a deduplication pool (app/formats/changes.py),
     with previous; its base images are dest["dedup"]["bases"] when the pool is on this host.
     The summary adds the snapshots read from and how the file list was made."""
     from app.agent.archiver import backup_to
     from app.agent.scale_backup import Preparation
     if dest["mode"] not in ("file", "net"):
-        raise InvalidRequest(f"unknown destination mode {dest['mode']!r}")
+        raise ValidationError(f"unknown destination mode {dest['mode']!r}")
     prep = Preparation(selections, snapshot=snapshot, file_list=file_list,
                        job_id=image_meta.get("job_id"), since=since, emit=req.emit,
                        is_cancelled=req.is_cancelled)
@@ -316,7 +317,7 @@ def _pump(chan, write, is_cancelled):
     mv = memoryview(bytearray(dataplane.FRAME))
     while True:
         if is_cancelled():
-            raise Cancelled()
+            raise Canceled()
         n = chan.readinto(mv)
         if n == 0:
             return
@@ -397,12 +398,12 @@ def commit_image(req, partial, final, dedup=None):
     if dedup:
         from app.dedup.ingest import commit_recipe
         if not os.path.exists(partial):
-            raise AgentFailure(f"{partial} is gone; the image cannot be committed",
-                               code=status.IMAGE_DAMAGED)
+            raise CairnError(f"{partial} is gone; the image cannot be committed",
+                               status_code=status.IMAGE_DAMAGED)
         size = commit_recipe(dedup["root"], partial, final, key=dedup.get("key"))
         return {"path": final, "bytes": size}
     if os.path.exists(final):
-        raise StorageFailure(f"{final} exists already; the image was not committed")
+        raise StorageError(f"{final} exists already; the image was not committed")
     try:
         os.rename(partial, final)
         dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
@@ -411,10 +412,10 @@ def commit_image(req, partial, final, dedup=None):
         finally:
             os.close(dfd)
     except FileNotFoundError:
-        raise AgentFailure(f"{partial} is gone; the image cannot be committed",
-                           code=status.IMAGE_DAMAGED) from None
+        raise CairnError(f"{partial} is gone; the image cannot be committed",
+                           status_code=status.IMAGE_DAMAGED) from None
     except OSError as e:
-        raise StorageFailure(f"committing {final} failed: {e.strerror}") from None
+        raise StorageError(f"committing {final} failed: {e.strerror}") from None
     return {"path": final, "bytes": os.stat(final).st_size}
 
 
@@ -524,7 +525,7 @@ def _direct(target_dir, direct_io):
     if direct_io == "off":
         return {"direct": False}
     if direct_io != "auto":
-        raise InvalidRequest(f"direct_io must be 'auto' or 'off', not {direct_io!r}")
+        raise ValidationError(f"direct_io must be 'auto' or 'off', not {direct_io!r}")
     return {"direct": directio.suits_target(target_dir), "direct_for": directio.suits_target}
 
 
@@ -539,10 +540,10 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
     from app.agent.extract import OpenTarget
     from app.agent.restore_streams import restore_in_streams
     if len(extents) != len(plan):
-        raise InvalidRequest(f"the restore has {len(plan)} plan items but {len(extents)} "
+        raise ValidationError(f"the restore has {len(plan)} plan items but {len(extents)} "
                              f"extents")
     if streams is not None and (type(streams) is not int or streams < 1):
-        raise InvalidRequest(f"streams must be a whole number of 1 or more, not {streams!r}")
+        raise ValidationError(f"streams must be a whole number of 1 or more, not {streams!r}")
     with OpenTarget(target_dir) as target:
         direct = _direct(target_dir, direct_io)
         reading = _ImageReading(dedup)
@@ -569,7 +570,7 @@ def send_extents(req, image_path, extents, cert, key, token, image_paths=None, d
     used = {e[2] for e in extents if len(e) > 2} or {0}
     for k, p in enumerate(image_paths or [image_path]):
         if k in used and not os.path.exists(p):
-            raise AgentFailure(f"image file {p} is missing", code=status.IMAGE_DAMAGED)
+            raise CairnError(f"image file {p} is missing", status_code=status.IMAGE_DAMAGED)
     reading = _ImageReading(dedup)
     try:
         listener = dataplane.Listener(cert, key, token, bind=bind)
@@ -604,9 +605,9 @@ def index_image(req, image_path, checksum, dedup=None):
     "rows" events in batches (see app/agent/reindex.py): for `cairn images rebuild-index`.
     dedup: {"root", "key"} when the image is a recipe of a deduplication pool."""
     from app.agent import reindex
-    from app.agent.tarfmt import PIECE_HASHES
+    from app.formats.tarfmt import PIECE_HASHES
     if checksum not in PIECE_HASHES:
-        raise InvalidRequest(f"unknown checksum algorithm {checksum!r}")
+        raise ValidationError(f"unknown checksum algorithm {checksum!r}")
     reading = _ImageReading(dedup)
     images = []
     try:
@@ -678,10 +679,10 @@ def dedup_reclaim(req, root, key=None, compact_below=0.5, known=None, min_age_s=
     from app.dedup import pool
     from app.dedup.ingest import open_store
     if (known is None) != (min_age_s is None):
-        raise InvalidRequest("known and min_age_s go together")
+        raise ValidationError("known and min_age_s go together")
     if known is not None:
         if not isinstance(known, list) or not all(isinstance(i, str) for i in known):
-            raise InvalidRequest("known must be a list of image ids")
+            raise ValidationError("known must be a list of image ids")
         _age(min_age_s, "min_age_s")
     store = open_store(root, key, keyless=True)
     removed = []
@@ -694,7 +695,7 @@ def dedup_reclaim(req, root, key=None, compact_below=0.5, known=None, min_age_s=
         return fps
     stats = store.reclaim(live, compact_below=compact_below, is_cancelled=req.is_cancelled)
     if stats.get("cancelled"):
-        raise Cancelled()
+        raise Canceled()
     stats["stale_recipes_removed"] = removed
     stats["orphan_recipes_removed"] = orphans
     stats["pool"] = store.stats()
@@ -721,21 +722,21 @@ def dedup_rebuild_index(req, root, key=None):
 def _pool_place(volumes, image_dir):
     if not isinstance(volumes, list) or not all(isinstance(v, str) and v.startswith("/")
                                                 for v in volumes):
-        raise InvalidRequest("volumes must be a list of absolute paths")
+        raise ValidationError("volumes must be a list of absolute paths")
     if not isinstance(image_dir, str) or not image_dir or "/" in image_dir \
             or image_dir in (".", ".."):
-        raise InvalidRequest(f"image_dir must be a folder name, not {image_dir!r}")
+        raise ValidationError(f"image_dir must be a folder name, not {image_dir!r}")
 
 
 def _age(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise InvalidRequest(f"{what} must be a number of seconds, not {value!r}")
+        raise ValidationError(f"{what} must be a number of seconds, not {value!r}")
 
 
 @handler
 def pool_files(req, volumes, image_dir):
-    """The image files of a disk pool's volumes with their ages (app/agent/poolfiles.py)."""
-    from app.agent import poolfiles
+    """The image files of a disk pool's volumes with their ages (app/formats/poolfiles.py)."""
+    from app.formats import poolfiles
     _pool_place(volumes, image_dir)
     return poolfiles.list_files(volumes, image_dir)
 
@@ -743,11 +744,11 @@ def pool_files(req, volumes, image_dir):
 @handler
 def remove_pool_files(req, paths, volumes, image_dir, min_age_s):
     """Removes orphan files of a disk pool, each only if it is still an old pool file."""
-    from app.agent import poolfiles
+    from app.formats import poolfiles
     _pool_place(volumes, image_dir)
     _age(min_age_s, "min_age_s")
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        raise InvalidRequest("paths must be a list of paths")
+        raise ValidationError("paths must be a list of paths")
     return poolfiles.remove_files(paths, volumes, image_dir, min_age_s)
 
 
@@ -762,7 +763,7 @@ def image_verify(req, files):
     from app.agent import image_check
     if not isinstance(files, list) or not all(isinstance(f, dict) and f.get("path")
                                               for f in files):
-        raise InvalidRequest("image_verify needs a list of files, each with its path")
+        raise ValidationError("image_verify needs a list of files, each with its path")
     done = {"bytes": 0, "members": 0}
 
     def progress(nbytes, members):
@@ -782,10 +783,10 @@ def image_verify(req, files):
 def make_private(req, paths):
     """Makes every folder and file below each of `paths` (the image folders of a pool)
     private to the agent's user, and says what was open to other users: [{"path", "mode",
-    "error"}] (app/agent/private.py). A path that does not exist is skipped."""
+    "error"}] (app/formats/private.py). A path that does not exist is skipped."""
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("/")
                                               for p in paths):
-        raise InvalidRequest("make_private needs a list of absolute paths")
+        raise ValidationError("make_private needs a list of absolute paths")
     changed = []
     for path in paths:
         try:
@@ -793,5 +794,5 @@ def make_private(req, paths):
         except OSError as e:
             changed.append({"path": path, "mode": None, "error": e.strerror or str(e)})
         if req.is_cancelled():
-            raise Cancelled()
+            raise Canceled()
     return {"modes": changed}

@@ -28,8 +28,8 @@ import os
 import time
 
 from app import status
-from app.agent import entry, tarfmt
-from app.agent.errors import AgentFailure, Cancelled
+from app.errors import CairnError, Canceled
+from app.formats import entry, tarfmt
 
 BUFSIZE = 4 << 20
 ROW_BATCH = 5000
@@ -76,11 +76,11 @@ class FileImage:
         try:
             self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
-            raise AgentFailure(f"the image file {path} is missing",
-                               code=status.IMAGE_DAMAGED) from None
+            raise CairnError(f"the image file {path} is missing",
+                               status_code=status.IMAGE_DAMAGED) from None
         except OSError as e:
-            raise AgentFailure(f"cannot open the image file {path}: {e.strerror}",
-                               code=status.IMAGE_DAMAGED) from None
+            raise CairnError(f"cannot open the image file {path}: {e.strerror}",
+                               status_code=status.IMAGE_DAMAGED) from None
         self.path = path
         self.size = os.fstat(self.fd).st_size
 
@@ -130,7 +130,6 @@ class StreamImage:
         return e.stream_offset, e.stream_offset + e.length
 
     def read(self, pos, n):
-        from app.errors import CairnError
         n = max(0, min(n, self.size - pos))
         buf = bytearray(n)
         try:
@@ -284,7 +283,7 @@ class ImageIndexer:
 
     def _tick(self, path=""):
         if self.is_cancelled():
-            raise Cancelled()
+            raise Canceled()
         now = time.monotonic()
         if now - self.last_progress >= PROGRESS_EVERY:
             self.last_progress = now

@@ -5,7 +5,7 @@ error message, never the agent or the jobs it runs."""
 
 import inspect
 
-from app.agent.errors import InvalidRequest
+from app.errors import ValidationError
 
 FIELDS = ("id", "op", "args")
 MAX_ID = 1 << 63
@@ -27,7 +27,7 @@ ARG_TYPES = {
 }
 
 
-class BadRequest(InvalidRequest):
+class BadRequest(ValidationError):
     """id: the request's id where it was a valid one, so that the answer reaches the call."""
 
     def __init__(self, message, rid=None):

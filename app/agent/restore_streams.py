@@ -30,10 +30,11 @@ import struct
 import time
 
 from app import status
-from app.agent import entry, tarfmt
-from app.agent.errors import AgentFailure, Cancelled, error_message
 from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _plan_name,
                                _Refused, _Restore, check_request, opened, restore_from)
+from app.errors import CairnError, Canceled
+from app.formats import entry, tarfmt
+from app.formats.protocol import error_message
 
 # Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
 # cores, is the limit beyond that), for restores of at least MIN_BYTES (below, a restore is
@@ -455,8 +456,8 @@ class _Streams:
         if errors:
             own = [e for e in errors if e["code"] != status.CANCELED]
             if not own:
-                raise Cancelled()
-            raise AgentFailure(own[0]["message"], code=own[0]["code"])
+                raise Canceled()
+            raise CairnError(own[0]["message"], status_code=own[0]["code"])
         for p in self.parts:
             counts, restored, implicit, flagged = p.result
             r.add_counts(counts)

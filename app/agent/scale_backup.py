@@ -13,7 +13,7 @@ import time
 
 from app import status
 from app.agent import filelist
-from app.agent.errors import AgentFailure, Cancelled
+from app.errors import CairnError, Canceled
 
 SNAPSHOT_PREFIX = "cairn-"
 # A change time this close to the previous scan's start counts as a change: the kernel's file
@@ -21,8 +21,8 @@ SNAPSHOT_PREFIX = "cairn-"
 SCAN_MARGIN_S = 1.0
 
 
-class SnapshotFailed(AgentFailure):
-    code = status.SNAPSHOT_FAILED
+class SnapshotFailed(CairnError):
+    status = status.SNAPSHOT_FAILED
 
 
 def snapshot_name(job_id, when=None):
@@ -165,7 +165,7 @@ class Preparation:
         try:
             listing = filelist.from_policy_scan(roots, scan)
         except ss.Interrupted:
-            raise Cancelled() from None
+            raise Canceled() from None
         except ss.ScaleError as e:
             self.log(f"file list: the Storage Scale policy engine failed ({e.message}); "
                      f"walking the tree instead", "warning")

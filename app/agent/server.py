@@ -8,9 +8,11 @@ import sys
 import threading
 
 from app import status
-from app.agent import ops, protocol, request_check
-from app.agent.errors import AgentFailure, error_message
+from app.agent import ops, request_check
 from app.agent.request_check import BadRequest
+from app.errors import CairnError, ValidationError
+from app.formats import protocol
+from app.formats.protocol import error_message
 
 # Requests running at once: far more than any master asks for, and few enough threads.
 MAX_RUNNING = 1024
@@ -141,7 +143,7 @@ class Server:
         try:
             handler = ops.HANDLERS.get(req.op)
             if handler is None:
-                raise AgentFailure(f"unknown operation {req.op!r}", code=10)
+                raise ValidationError(f"unknown operation {req.op!r}")
             result = handler(req, **req.args)
             self.send({"id": req.id, "result": result if result is not None else {}})
         except Exception as e:  # noqa: BLE001 - the master must always get an answer

@@ -28,13 +28,13 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from app.agent import private
 from app.dedup.chunker import Params
 from app.dedup.pool import IMAGE_DIR
 from app.dedup.recipe import RecipeWriter
 from app.dedup.segmenter import GATHER, Segmenter
 from app.dedup.store import POOL_FILE, ChunkStore, fsync_dir
 from app.errors import CairnError
+from app.formats import private
 
 SESSION_TIMEOUT = 600.0
 # The stream is handed to the cutting and storing thread in blocks of this size (the

@@ -8,8 +8,8 @@ the master must restore this file too: without it the pool's data cannot be read
 
 import os
 
-from app.agent import private
 from app.errors import CairnError, ValidationError
+from app.formats import private
 
 KEY_BYTES = 32
 

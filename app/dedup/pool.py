@@ -9,9 +9,11 @@ images/CLIENT/IMAGE.recipe, with .IMAGE.recipe.partial while a backup is being c
 import os
 import time
 
-from app.agent import private
 from app.dedup.recipe import RecipeDamaged, read_recipe
 from app.dedup.store import ChunkDamaged, ChunkNotFound, Damage
+from app.errors import Canceled
+from app.formats import private
+from app.formats.poolfiles import list_files, parse_name
 
 IMAGE_DIR = "images"
 RECIPE_SUFFIX = ".recipe"
@@ -54,7 +56,6 @@ def live_fingerprints(root, now=None, known=None, min_age_s=None, orphans=None):
     running backup, and some): a recipe, committed or partial, of an image the catalog does
     not know and older than that is an orphan (a backup killed before the catalog recorded
     it): it is removed and its path added to `orphans`, and its chunks are not kept."""
-    from app.agent.poolfiles import parse_name
     now = time.time() if now is None else now
     known = None if known is None else set(known)
     live = set()
@@ -130,8 +131,7 @@ def verify_images(store, paths, *, emit=None, is_cancelled=None, session=None):
         reasons = {}
         for fp in r.fingerprints():
             if is_cancelled is not None and is_cancelled():
-                from app.agent.errors import Cancelled
-                raise Cancelled()
+                raise Canceled()
             if fp not in checked:
                 try:
                     data = get(fp)
@@ -168,8 +168,7 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
     broken_from = {}  # container path -> offset from which no record can be found
     for d in store.verify():
         if is_cancelled is not None and is_cancelled():
-            from app.agent.errors import Cancelled
-            raise Cancelled()
+            raise Canceled()
         findings.append({"container": d.container, "offset": d.offset,
                          "fingerprint": d.fingerprint.hex() if d.fingerprint else None,
                          "reason": d.reason})
@@ -182,7 +181,6 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
             emit("log", {"level": "warning", "message": f"damaged: {d.container} at byte "
                                                         f"{d.offset}: {d.reason}"})
     usage = store.stats()
-    from app.agent.poolfiles import list_files
     # every image file, with its age: the master names those no catalog image owns
     listing = list_files([root], IMAGE_DIR)
     out = {"containers": usage["containers"], "bytes": usage["container_bytes"],

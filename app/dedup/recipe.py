@@ -34,9 +34,9 @@ from collections import namedtuple
 from itertools import accumulate
 
 from app import status
-from app.agent import private
 from app.dedup.store import ChunkDamaged, ChunkNotFound, ChunkSetAside, fsync_dir
 from app.errors import CairnError, StorageError, ValidationError
+from app.formats import private
 
 MAGIC = b"CRNRCPE1"
 END_MAGIC = b"CRNRCPE."

@@ -35,9 +35,9 @@ Standard library only (the agent on a client runs this); pyfastcdc is used when 
 from collections import deque, namedtuple
 from collections.abc import Mapping
 
-from app.agent import tarfmt
 from app.dedup.chunker import Params, _implementation, reference_cut
 from app.errors import ValidationError
+from app.formats import tarfmt
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -18,7 +18,7 @@ Layout under the store root:
                                   when the pool was opened, until a verify reports it
 
 Everything is private to the user the agent runs as (folders 0700, files 0600, whatever the
-umask; app/agent/private.py): a pool without encryption holds the backed-up data as it is.
+umask; app/formats/private.py): a pool without encryption holds the backed-up data as it is.
 
 Container file: header CONTAINER_HEADER (magic, format version, container number), then
 records of RECORD_HEADER (magic, fingerprint, codec byte, raw length, stored length, crc32 of
@@ -54,11 +54,11 @@ import zlib
 from collections import namedtuple
 
 from app import status
-from app.agent import private
-from app.agent.tarfmt import crc32 as _crc32  # zlib's CRC-32, from isal where present
-from app.agent.directio import Appender
-from app.agent.writeback import start_writeback
 from app.errors import CairnError, NotFound, ValidationError
+from app.formats import private
+from app.formats.directio import Appender
+from app.formats.tarfmt import crc32 as _crc32  # zlib's CRC-32, from isal where present
+from app.formats.writeback import start_writeback
 
 try:
     import zstandard as _zstd

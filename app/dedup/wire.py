@@ -23,7 +23,7 @@ import struct
 
 from app.dedup.chunker import Params
 from app.dedup.segmenter import Segmenter
-from app.errors import CairnError
+from app.errors import CairnError, Canceled
 
 ENTRY = struct.Struct(">32sI")
 REF = struct.Struct(">HQQ")
@@ -162,8 +162,7 @@ def serve(chan, ingest, is_cancelled):
     pending = None  # lengths of the chunks the last answer asked for
     while True:
         if is_cancelled():
-            from app.agent.errors import Cancelled
-            raise Cancelled()
+            raise Canceled()
         msg = chan.recv_message()
         if msg is None:
             if pending:

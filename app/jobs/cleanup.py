@@ -3,7 +3,7 @@ whose process was killed before the catalog recorded it (before commits became r
 see app/jobs/commit.py), or one left by a partial backup that never came back. Nothing reads
 them; they only hold space (and in a deduplication pool, their chunks).
 
-A pool file belongs to an image by its name (app/agent/poolfiles.py). It is an orphan when
+A pool file belongs to an image by its name (app/formats/poolfiles.py). It is an orphan when
 neither a catalog image nor an unfinished commit has that image id, and it is older than the
 oldest running backup (plus a margin): a running backup's files are younger than the job.
 

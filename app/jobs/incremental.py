@@ -14,13 +14,13 @@ from that image's chunks instead of being read. The new image is a complete full
 
 import json
 
-from app.agent import entry as E
-from app.agent.changes import ReferenceEncoder, StateEncoder, state_digest
 from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
+from app.formats import entry as E
+from app.formats.changes import ReferenceEncoder, StateEncoder, state_digest
 
 LEVELS = ("full", "differential", "cumulative")
 MAX_SOURCES = 0xFFFF  # the index's source column is u16
-CTIME_NS = 11  # the agent's row: the 11 fields of app/agent/entry.py, then ctime_ns and inode
+CTIME_NS = 11  # the agent's row: the 11 fields of app/formats/entry.py, then ctime_ns and inode
 
 
 def choose_base(db, *, client, policy, pool, level, stream=None):

@@ -24,10 +24,10 @@ import os
 import time
 
 from app import status as st
-from app.agent import entry as E
 from app.catalog_index import (IndexCorrupt, IndexReader, IndexWriter, check_index,
                                 rebuild_command)
 from app.errors import CairnError, Canceled, NotFound, ValidationError
+from app.formats import entry as E
 from app.jobs.context import JobContext, results
 from app.jobs.incremental import Completer
 from app.jobs.restore import image_pool_access

@@ -9,8 +9,8 @@ would put two files on one target fails the job with nothing written."""
 
 
 from app import status as st
-from app.agent import entry as E
 from app.errors import CairnError, Canceled, NotFound, ValidationError
+from app.formats import entry as E
 from app.jobs.context import JobContext, results, start_listening_side
 from app.relocate import Relocation, plan_targets
 

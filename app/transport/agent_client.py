@@ -1,12 +1,12 @@
-"""The master's end of the agent protocol (see app/agent/protocol.py): one connection per
+"""The master's end of the agent protocol (see app/formats/protocol.py): one connection per
 host, shared by every operation on it; requests are multiplexed by id."""
 
 import itertools
 import threading
 
 from app import status
-from app.agent import protocol
 from app.errors import AgentError, CairnError, Canceled
+from app.formats import protocol
 
 HELLO_TIMEOUT = 60.0
 
@@ -16,7 +16,6 @@ class AgentCallError(CairnError):
 
     def __init__(self, message, code):
         super().__init__(message, status_code=code)
-        self.code = code
 
 
 class Call:

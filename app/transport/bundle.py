@@ -23,7 +23,7 @@ from app.errors import AgentError
 # What the agent needs, relative to the directory holding the `app` package: single files,
 # and package directories whose *.py files are taken recursively.
 AGENT_FILES = ("app/__init__.py", "app/status.py", "app/errors.py", "plugins/__init__.py")
-AGENT_PACKAGES = ("app/agent", "app/dedup", "plugins/filesystems")
+AGENT_PACKAGES = ("app/agent", "app/formats", "app/dedup", "plugins/filesystems")
 AGENT_SOURCES = AGENT_FILES + AGENT_PACKAGES
 
 MAIN = b"import sys\nfrom app.agent.server import main\nsys.exit(main())\n"

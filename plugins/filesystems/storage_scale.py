@@ -27,6 +27,8 @@ import time
 from collections import namedtuple
 from urllib.parse import unquote, unquote_to_bytes
 
+from app.errors import CairnError
+
 ENV_BIN = "CAIRN_MMFS_BIN"
 ENV_SUDO = "CAIRN_MMFS_SUDO"
 DEFAULT_BIN = "/usr/lpp/mmfs/bin"
@@ -46,18 +48,14 @@ SUDO_HINT = ("run the agent as root, or set CAIRN_MMFS_SUDO=1 for the agent and 
              + f"` with `Defaults!{DEFAULT_BIN}/* !requiretty`")
 
 
-class ScaleError(Exception):
-    """A Storage Scale command failed; `message` says what, `hint` what to do about it."""
+class ScaleError(CairnError):
+    """A Storage Scale command failed; `message` says what, `hint` what to do about it, and
+    `kind` which of the cases below it is."""
     kind = "failed"
 
     def __init__(self, message, hint=None, command=None):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+        super().__init__(message, hint=hint)
         self.command = command
-
-    def __str__(self):
-        return self.message if not self.hint else f"{self.message}\n  {self.hint}"
 
     def to_dict(self):
         return {"error": self.message, "hint": self.hint, "kind": self.kind,

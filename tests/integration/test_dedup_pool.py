@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app import status
-from app.agent import directio
+from app.formats import directio
 from app.master import Master
 from clihelp import cairn, cairn_json
 from treegen import assert_trees_equal

@@ -8,7 +8,8 @@ import os
 import pytest
 
 from app import status
-from app.agent import image_check, tarfmt
+from app.agent import image_check
+from app.formats import tarfmt
 from app.master import Master
 from clihelp import cairn_json
 from treegen import make_tree

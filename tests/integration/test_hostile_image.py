@@ -2,7 +2,7 @@
 job: nothing is written outside the target, each bad entry is refused and logged, and the
 good entries still restore."""
 
-from app.agent import tarfmt
+from app.formats import tarfmt
 import io
 import json
 import os

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from app import status
-from app.agent import fflags
+from app.formats import fflags
 from app.master import Master
 
 

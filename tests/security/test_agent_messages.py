@@ -1,4 +1,4 @@
-"""Malformed messages on the control protocol (app/agent/protocol.py), both ways. A real agent
+"""Malformed messages on the control protocol (app/formats/protocol.py), both ways. A real agent
 process gets lines that once ended it, and then thousands of generated malformed ones
 (seeded: CAIRN_FUZZ_SEED repeats a run), while a real job runs on it: each bad line gets
 error 10, the job finishes untouched and the agent still answers. The other way, a
@@ -15,9 +15,10 @@ import time
 import pytest
 
 from app import status
-from app.agent import dataplane, protocol
+from app.agent import dataplane
 from app.agent.ops import HANDLERS
 from app.errors import AgentError
+from app.formats import protocol
 from app.jobs.tlscert import job_identity
 from app.transport.agent_client import AgentCallError, AgentConnection
 from app.transport.local import LocalTransport

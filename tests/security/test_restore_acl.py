@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from localuser import LocalUser, shared_dir  # noqa: E402
 from test_archive import Recorder, backup, plan_of  # noqa: E402
 
-from app.agent import entry  # noqa: E402
 from app.agent.extents import ExtentReader  # noqa: E402
 from app.agent.restore_streams import restore_in_streams  # noqa: E402
+from app.formats import entry  # noqa: E402
 
 
 def never():

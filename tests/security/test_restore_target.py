@@ -22,10 +22,10 @@ from localuser import LocalUser, shared_dir  # noqa: E402
 from test_archive import Recorder, backup, plan_of  # noqa: E402
 from treegen import assert_trees_equal  # noqa: E402
 
-from app.agent import entry  # noqa: E402
 from app.agent.extents import ExtentReader  # noqa: E402
 from app.agent.extract import restore_from  # noqa: E402
 from app.agent.restore_streams import restore_in_streams  # noqa: E402
+from app.formats import entry  # noqa: E402
 
 KiB = 1 << 10
 
@@ -176,7 +176,7 @@ def test_the_target_itself_as_a_users_symlink_is_refused(attacker, place, tmp_pa
     secret.mkdir(mode=0o700)
     target = users / "restore"
     assert attacker.sh(f'ln -s "{secret}" "{target}"').returncode == 0
-    from app.agent.errors import RestoreTargetInvalid
+    from app.errors import RestoreTargetInvalid
     with pytest.raises(RestoreTargetInvalid, match="symbolic link"):
         with ExtentReader(str(image), extents_of(rows)) as rd:
             restore_from(rd, str(target), plan_of(rows), overwrite="skip", emit=Recorder(),

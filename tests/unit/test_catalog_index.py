@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from app.agent.entry import KINDS
 from app.catalog_index import (Entry, IndexCorrupt, IndexReader, IndexWriter, build_index)
+from app.formats.entry import KINDS
 
 SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 

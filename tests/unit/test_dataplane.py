@@ -7,7 +7,7 @@ import time
 import pytest
 
 from app.agent import dataplane
-from app.agent.errors import DataPlaneFailure
+from app.errors import DataPlaneError
 from app.jobs.tlscert import job_identity
 
 
@@ -52,7 +52,7 @@ def test_wrong_token_is_dropped_and_right_one_still_accepted():
     listener = dataplane.Listener(cert, key, token, bind="127.0.0.1")
     sink = {"data": b""}
     t = serve(listener, sink)
-    with pytest.raises(DataPlaneFailure):
+    with pytest.raises(DataPlaneError):
         bad = dataplane.connect("127.0.0.1", listener.port, cert, "0" * 64)
         bad.write(b"evil")
         bad.finish()
@@ -70,7 +70,7 @@ def test_other_jobs_certificate_is_not_trusted():
     listener = dataplane.Listener(cert, key, token, bind="127.0.0.1")
     sink = {"data": b""}
     serve(listener, sink)
-    with pytest.raises(DataPlaneFailure, match="TLS"):
+    with pytest.raises(DataPlaneError, match="TLS"):
         dataplane.connect("127.0.0.1", listener.port, other_cert, token)
     listener.close()
 
@@ -102,13 +102,13 @@ def test_connection_lost_before_end_is_a_failure_not_a_short_success():
     chan.sock.close()  # the sender dies without the end frame
     t.join(10)
     listener.close()
-    assert isinstance(sink.get("error"), DataPlaneFailure)
+    assert isinstance(sink.get("error"), DataPlaneError)
 
 
 def test_nobody_connects_times_out_with_clear_message():
     cert, key, token = job_identity(7)
     listener = dataplane.Listener(cert, key, token, bind="127.0.0.1")
-    with pytest.raises(DataPlaneFailure, match="no data connection arrived"):
+    with pytest.raises(DataPlaneError, match="no data connection arrived"):
         listener.accept(lambda: False, timeout=1)
     listener.close()
 
@@ -172,9 +172,9 @@ def test_a_cancel_ends_the_wait_among_waiting_connections():
     silent = socket.create_connection(("127.0.0.1", listener.port))
     stop = threading.Event()
     threading.Timer(0.5, stop.set).start()
-    from app.agent.errors import Cancelled
+    from app.errors import Canceled
     try:
-        with pytest.raises(Cancelled):
+        with pytest.raises(Canceled):
             listener.accept(stop.is_set, timeout=10)
     finally:
         silent.close()
@@ -214,7 +214,7 @@ def test_connect_gives_up_on_a_peer_that_trickles_within_its_timeout():
         t0 = time.monotonic()
         try:
             dataplane.connect("127.0.0.1", port, cert, token, timeout=1.5)
-        except DataPlaneFailure as e:
+        except DataPlaneError as e:
             box["error"] = e
         box["took"] = time.monotonic() - t0
     t = threading.Thread(target=run, daemon=True)
@@ -232,7 +232,7 @@ def test_connect_gives_up_on_a_peer_that_never_answers():
     srv.listen(1)  # the kernel completes the TCP handshake; nobody ever speaks
     try:
         t0 = time.monotonic()
-        with pytest.raises(DataPlaneFailure, match="timed out"):
+        with pytest.raises(DataPlaneError, match="timed out"):
             dataplane.connect("127.0.0.1", srv.getsockname()[1], cert, token, timeout=1)
         assert time.monotonic() - t0 < 3
     finally:

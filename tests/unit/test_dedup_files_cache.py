@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from app.agent.changes import PreviousState, ReferenceEncoder, StateEncoder
 from app.dedup.ingest import Ingest, IngestError, commit_recipe, open_store
 from app.dedup.recipe import RecipeStream, read_recipe
+from app.formats.changes import PreviousState, ReferenceEncoder, StateEncoder
 
 PARAMS = {"min_size": 4096, "avg_size": 16384, "max_size": 65536}
 

@@ -12,7 +12,6 @@ import time
 import pytest
 
 from app import status
-from app.agent import tarfmt
 from app.dedup import chunker as cdc
 from app.dedup import recipe as rc
 from app.dedup.recipe import (Entry, Recipe, RecipeDamaged, RecipeExists, RecipeStream,
@@ -20,6 +19,7 @@ from app.dedup.recipe import (Entry, Recipe, RecipeDamaged, RecipeExists, Recipe
 from app.dedup.segmenter import Segmenter
 from app.dedup.store import ChunkStore
 from app.errors import ValidationError
+from app.formats import tarfmt
 
 PARAMS = cdc.Params(4096, 16384, 65536)
 META = {"image_id": "img-1", "chunker": PARAMS.as_dict()}

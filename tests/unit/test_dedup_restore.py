@@ -15,9 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_archive import Recorder, backup, plan_of  # noqa: E402
 from treegen import assert_trees_equal  # noqa: E402
 
-from app.agent import entry, ops  # noqa: E402
+from app.agent import ops  # noqa: E402
 from app.dedup import store as st  # noqa: E402
 from app.dedup.ingest import Ingest, commit_recipe, open_store  # noqa: E402
+from app.formats import entry  # noqa: E402
 
 PARAMS = {"min_size": 4096, "avg_size": 16384, "max_size": 65536}
 

@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from app.agent import entry, tarfmt
 from app.agent.archiver import backup_to
 from app.dedup import chunker as cdc
 from app.dedup import segmenter as sg
 from app.dedup.segmenter import MEMBER_MIN, Piece, Segmenter
 from app.errors import ValidationError
+from app.formats import entry, tarfmt
 
 ACCEL_MISSING = ("pyfastcdc (the optional Cython accelerator) is not installed; the test "
                  "environment should have it: pip install 'pyfastcdc>=0.3.1,<0.4'")

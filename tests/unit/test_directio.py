@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from app.agent import directio
+from app.formats import directio
 
 
 def direct_supported(path):

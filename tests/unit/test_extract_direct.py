@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_archive import Recorder, backup, never, plan_of  # noqa: E402
 from treegen import assert_trees_equal, make_tree  # noqa: E402
 
-from app.agent import directio, entry  # noqa: E402
 from app.agent.extents import ExtentReader  # noqa: E402
 from app.agent.extract import DIRECT_ALIGN, DIRECT_MIN, restore_from  # noqa: E402
+from app.formats import directio, entry  # noqa: E402
 
 MiB = 1 << 20
 

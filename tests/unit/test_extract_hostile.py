@@ -13,9 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app import status  # noqa: E402
-from app.agent import entry, tarfmt  # noqa: E402
-from app.agent.errors import AgentFailure  # noqa: E402
 from app.agent.extract import restore_from  # noqa: E402
+from app.errors import CairnError  # noqa: E402
+from app.formats import entry, tarfmt  # noqa: E402
 
 KIND_TYPE = {entry.KIND_FILE: tarfmt.REGTYPE, entry.KIND_DIR: tarfmt.DIRTYPE,
              entry.KIND_SYMLINK: tarfmt.SYMTYPE, entry.KIND_HARDLINK: tarfmt.LNKTYPE,
@@ -293,7 +293,7 @@ def test_damaged_header_stops_the_restore(box):
     raw = bytearray(b"".join(s.parts))
     second = len(s.parts[0])
     raw[second + 10] ^= 0xFF  # inside the second member's header block(s)
-    with pytest.raises(AgentFailure) as e:
+    with pytest.raises(CairnError) as e:
         restore_from(io.BytesIO(bytes(raw)), str(target), s.plan, overwrite="skip",
                      emit=lambda *a: None, is_cancelled=lambda: False)
     assert e.value.code == status.IMAGE_DAMAGED

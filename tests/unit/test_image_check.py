@@ -14,8 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treegen import make_tree  # noqa: E402
 
-from app.agent import entry, image_check, tarfmt  # noqa: E402
+from app.agent import image_check  # noqa: E402
 from app.agent.archiver import backup_to  # noqa: E402
+from app.formats import entry, tarfmt  # noqa: E402
 
 META = {"image_id": "check-1", "client": "unit", "policy": "p"}
 
@@ -146,6 +147,6 @@ def test_an_image_open_to_others_is_made_private(imaged, tmp_path):
 @pytest.mark.parametrize("members", [[[0, 512, "f", ""]], [["0", 512, "f", "", "/x"]],
                                      [[0, 0, "f", "", "/x"]], [[0, 512, "f", "", "x"]], "x"])
 def test_a_malformed_request_is_refused_clearly(imaged, members):
-    from app.agent.errors import InvalidRequest
-    with pytest.raises(InvalidRequest, match=r"\[offset, length, kind, checksum, path\]"):
+    from app.errors import ValidationError
+    with pytest.raises(ValidationError, match=r"\[offset, length, kind, checksum, path\]"):
         image_check.check_file(dict(spec(imaged), members=members))

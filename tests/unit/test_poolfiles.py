@@ -1,11 +1,11 @@
-"""The storage server's view of a pool's image files (app/agent/poolfiles.py): which names are
+"""The storage server's view of a pool's image files (app/formats/poolfiles.py): which names are
 Cairn's, and that a removal asked for by the master touches only old pool files, never a path
 outside the pool's image folders, a link, or a file written to since it was listed."""
 
 import os
 import time
 
-from app.agent.poolfiles import list_files, parse_name, remove_files
+from app.formats.poolfiles import list_files, parse_name, remove_files
 
 
 def test_names():
@@ -65,21 +65,21 @@ def test_list_and_remove(tmp_path):
 def test_the_agent_refuses_malformed_requests(tmp_path):
     import pytest
     from app.agent import ops
-    from app.agent.errors import InvalidRequest
+    from app.errors import ValidationError
     vol = str(tmp_path / "vol")
     for args in ({"volumes": "x", "image_dir": "images"},
                  {"volumes": ["relative"], "image_dir": "images"},
                  {"volumes": [vol], "image_dir": "../etc"},
                  {"volumes": [vol], "image_dir": ".."}):
-        with pytest.raises(InvalidRequest):
+        with pytest.raises(ValidationError):
             ops.pool_files(None, **args)
     for bad in (-1, "1", True):
-        with pytest.raises(InvalidRequest):
+        with pytest.raises(ValidationError):
             ops.remove_pool_files(None, [], [vol], "images", bad)
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(ValidationError):
         ops.remove_pool_files(None, "x", [vol], "images", 1)
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(ValidationError):
         ops.dedup_reclaim(None, str(tmp_path / "pool"), known=["a"])
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(ValidationError):
         ops.dedup_reclaim(None, str(tmp_path / "pool"), known="a", min_age_s=1)
     assert ops.pool_files(None, [vol], "images") == {"files": [], "errors": []}

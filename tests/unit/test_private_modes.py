@@ -1,4 +1,4 @@
-"""What Cairn keeps for itself is private whatever the umask (app/agent/private.py): folders
+"""What Cairn keeps for itself is private whatever the umask (app/formats/private.py): folders
 0700 and files 0600 when made, folders and files found open to others made private and
 reported, never through a symbolic link; a deduplicating pool and CAIRN_HOME made by an
 older Cairn (0755 folders, 0644 files) are tightened when opened, and verify finds the rest."""
@@ -11,11 +11,11 @@ import tempfile
 
 import pytest
 
-from app.agent import private
 from app.dedup import pool as dedup_pool
 from app.dedup.ingest import open_store
 from app.dedup.recipe import RecipeWriter
 from app.dedup.store import ChunkStore
+from app.formats import private
 from app.paths import Home
 
 

@@ -13,12 +13,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treegen import make_tree  # noqa: E402
 
-from app.agent import entry  # noqa: E402
 from app.agent.archiver import backup_to  # noqa: E402
-from app.agent.changes import StateEncoder, state_digest  # noqa: E402
-from app.agent.errors import Cancelled  # noqa: E402
 from app.agent.reindex import FileImage, StreamImage, index_image  # noqa: E402
 from app.catalog_index import IndexReader, build_index  # noqa: E402
+from app.errors import Canceled  # noqa: E402
+from app.formats import entry  # noqa: E402
+from app.formats.changes import StateEncoder, state_digest  # noqa: E402
 
 META = {"image_id": "unit-1", "client": "unit"}
 
@@ -213,7 +213,7 @@ def test_an_incrementals_unchanged_rows_pass_through(tmp_path):
 
 
 def test_cancel(image):
-    with pytest.raises(Cancelled):
+    with pytest.raises(Canceled):
         reindex(image["path"], is_cancelled=lambda: True)
 
 

@@ -20,11 +20,12 @@ from test_archive import Recorder, backup, plan_of  # noqa: E402
 from treegen import assert_trees_equal, make_tree  # noqa: E402
 
 from app import status  # noqa: E402
-from app.agent import entry, restore_streams  # noqa: E402
-from app.agent.errors import AgentFailure, Cancelled  # noqa: E402
+from app.agent import restore_streams  # noqa: E402
 from app.agent.extents import ExtentReader  # noqa: E402
 from app.agent.extract import restore_from  # noqa: E402
 from app.agent.restore_streams import restore_in_streams, split_plan  # noqa: E402
+from app.errors import CairnError, Canceled  # noqa: E402
+from app.formats import entry  # noqa: E402
 
 KiB = 1 << 10
 
@@ -250,13 +251,13 @@ def test_a_damaged_image_ends_the_restore_as_damage(imaged, tmp_path, parts):
     files = [i for i, r in enumerate(rows) if r[entry.KIND] == entry.KIND_FILE]
     short = [list(r) for r in rows]
     short[files[-1]][entry.OFFSET] = os.path.getsize(imaged["image"]) + 512  # past the end
-    with pytest.raises(AgentFailure) as e:
+    with pytest.raises(CairnError) as e:
         streamed(imaged["image"], short, tmp_path / "short")
     assert e.value.code == status.IMAGE_DAMAGED, e.value.message
     assert not parts and not os.path.exists(tmp_path / "short")
 
     rows[files[-2]][entry.OFFSET] += 512  # inside the member's data, not at its header
-    with pytest.raises(AgentFailure) as e:
+    with pytest.raises(CairnError) as e:
         streamed(imaged["image"], rows, tmp_path / "t")
     assert e.value.code == status.IMAGE_DAMAGED, e.value.message
     assert "damaged" in e.value.message
@@ -270,7 +271,7 @@ def test_a_cancel_stops_every_part_and_leaves_no_partial_file(imaged, tmp_path, 
     def cancelled():
         return len(parts) == 2 and time.monotonic() - started > 0.3
 
-    with pytest.raises(Cancelled):
+    with pytest.raises(Canceled):
         streamed(imaged["image"], imaged["rows"], tmp_path / "t", is_cancelled=cancelled,
                  wait=0.2)
     assert all(reaped(pid) for pid in parts)
@@ -292,7 +293,7 @@ def test_a_part_killed_ends_the_restore_with_a_clear_error(imaged, tmp_path, par
             killed.append(parts[0])
         return False
 
-    with pytest.raises(AgentFailure) as e:
+    with pytest.raises(CairnError) as e:
         streamed(imaged["image"], imaged["rows"], tmp_path / "t",
                  is_cancelled=kill_the_first_part, wait=0.1)
     assert "killed by signal %d" % signal.SIGKILL in e.value.message
@@ -304,7 +305,7 @@ def test_a_full_target_stops_the_restore(imaged, small_tmpfs):
     """A tmpfs too small for the files: the part that meets the full disk ends the restore
     as an unusable target, the other part is stopped, nothing half written stays."""
     target = small_tmpfs("1m")
-    with pytest.raises(AgentFailure) as e:
+    with pytest.raises(CairnError) as e:
         streamed(imaged["image"], imaged["rows"], target)
     assert e.value.code == status.RESTORE_TARGET_INVALID, e.value.message
     assert not leftovers(target)
@@ -444,7 +445,7 @@ def test_the_half_written_files_of_a_killed_part_are_removed(tmp_path, parts):
         return False
 
     rec = Recorder()
-    with pytest.raises(AgentFailure) as e:
+    with pytest.raises(CairnError) as e:
         restore_in_streams(source_for, str(target), plan_of(rows), overwrite="skip", emit=rec,
                            is_cancelled=kill_when_both_write, streams=2, min_bytes=0)
     assert "killed by signal %d" % signal.SIGKILL in e.value.message

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from app.agent import tarfmt
+from app.formats import tarfmt
 
 P = tarfmt.PIECE
 
@@ -93,7 +93,7 @@ def test_a_host_without_the_accelerator_gives_the_same_checksums():
     import subprocess
     import sys
     code = ("import sys; sys.modules['isal'] = None; sys.modules['isal.isal_zlib'] = None\n"
-            "from app.agent import tarfmt\n"
+            "from app.formats import tarfmt\n"
             "import random\n"
             "assert tarfmt.CRC32_ACCELERATOR is None\n"
             "rng = random.Random(11)\n"

@@ -17,6 +17,10 @@ MB, hence the size of the default."""
 
 import json
 import os
+import traceback
+
+from app import status
+from app.errors import CairnError
 
 PROTOCOL_VERSION = 1
 MAX_LINE = 1 << 30
@@ -59,3 +63,17 @@ def read_line(rfile, limit=MAX_LINE):
         if not piece or piece.endswith(b"\n"):
             break
     raise LineTooLong(f"a line of {skipped} bytes, more than the limit of {limit} bytes")
+
+
+def error_message(op, e):
+    """The protocol's error message for an exception that ended operation `op`: its status
+    code and text, and for an unforeseen one the trace."""
+    if isinstance(e, CairnError):
+        return {"code": e.status, "message": str(e)}
+    if isinstance(e, TypeError):
+        return {"code": status.INVALID_REQUEST, "message": f"{op}: {e}"}
+    if isinstance(e, OSError):
+        where = f" ({e.filename})" if e.filename else ""
+        return {"code": status.INTERNAL, "message": f"{op}: {e.strerror or e}{where}"}
+    return {"code": status.INTERNAL, "message": f"{op} failed: {type(e).__name__}: {e}",
+            "trace": traceback.format_exc()}

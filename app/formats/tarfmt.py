@@ -158,7 +158,7 @@ def member_header(name, typeflag, mode, uid, gid, size, mtime_ns, linkname=b"", 
     """The header blocks of one member: a pax 'x' header when anything needs one, then the
     ustar header. `name`, `linkname`, `uname`, `gname` are bytes; `xattrs` is a list of
     (name bytes, value bytes); `size` is the size of the data area that follows; `fflags`,
-    the inode flags as SCHILY.fflags names (app/agent/fflags.py).
+    the inode flags as SCHILY.fflags names (app/formats/fflags.py).
 
     With `sparse_realsize` set, the member is written in GNU sparse format 1.0: the data area
     starts with the map (see sparse_map_bytes) and the ustar name is a GNUSparseFile stand-in

@@ -137,7 +137,7 @@ def _unique(db, table, kind, name):
                               hint="choose another name, or edit the existing one")
 
 
-def _id_of(db, table, kind, name, listing):
+def id_of(db, table, kind, name, listing):
     row = db.one(f"SELECT id FROM {table} WHERE name=?", (name,))
     if row is None:
         known = [r[0] for r in db.all(f"SELECT name FROM {table} ORDER BY name")]
@@ -492,7 +492,7 @@ class Config:
     def host(self, name):
         row = self.db.one("SELECT * FROM hosts WHERE name=?", (name,))
         if row is None:
-            _id_of(self.db, "hosts", "host", name, "host add")
+            id_of(self.db, "hosts", "host", name, "host add")
         return _host_dict(row)
 
     def hosts(self):
@@ -501,10 +501,6 @@ class Config:
     def local_host(self):
         row = self.db.one("SELECT * FROM hosts WHERE kind='local'")
         return _host_dict(row) if row else None
-
-    def delete_host(self, name):
-        from app import config_edit
-        return config_edit.delete(self.db, "host", name)
 
     # ---- storage servers -----------------------------------------------------------------
     def validate_storage_server(self, name, *, type, host, path=None, options=None):
@@ -517,7 +513,7 @@ class Config:
                                       hint="use --type advanced-disk")
             raise ValidationError(f"storage type {type!r} is unknown",
                                   hint=f"choose one of: {', '.join(plugins.storage.TYPES)}")
-        _id_of(self.db, "hosts", "host", host, "host add")
+        id_of(self.db, "hosts", "host", host, "host add")
         if path is not None:
             path = check_abs_path("storage path", path)
         elif plugin.NEEDS_PATH:
@@ -534,7 +530,7 @@ class Config:
     def add_storage_server(self, name, *, type, host, path=None, options=None, comment=""):
         path, options = self.validate_storage_server(name, type=type, host=host, path=path,
                                                      options=options)
-        host_id = _id_of(self.db, "hosts", "host", host, "host add")
+        host_id = id_of(self.db, "hosts", "host", host, "host add")
         with self.db.tx() as c:
             c.execute("INSERT INTO storage_servers(name, type, host_id, path, options, comment, "
                       "created) VALUES (?,?,?,?,?,?,?)",
@@ -546,7 +542,7 @@ class Config:
         row = self.db.one("SELECT s.*, h.name AS host FROM storage_servers s "
                           "JOIN hosts h ON h.id=s.host_id WHERE s.name=?", (name,))
         if row is None:
-            _id_of(self.db, "storage_servers", "storage server", name, "storage-server create")
+            id_of(self.db, "storage_servers", "storage server", name, "storage-server create")
         return _server_dict(row)
 
     def storage_servers(self):
@@ -558,7 +554,7 @@ class Config:
     def validate_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
                            max_io_streams=None, compact_below=None):
         _unique(self.db, "disk_pools", "disk pool", name)
-        _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
+        id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
         srv = self.storage_server(server)
         if srv["type"] == "dedup":
             volumes = self._dedup_volume(srv, volumes)
@@ -610,7 +606,7 @@ class Config:
         vols, hw, lw, mio, cb = self.validate_disk_pool(
             name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
             max_io_streams=max_io_streams, compact_below=compact_below)
-        sid = _id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
+        sid = id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
         with self.db.tx() as c:
             cur = c.execute("INSERT INTO disk_pools(name, server_id, high_water, low_water, "
                             "max_io_streams, compact_below, comment, created) "
@@ -626,7 +622,7 @@ class Config:
     def disk_pool(self, name):
         row = self.db.one(_POOL_SQL + " WHERE d.name=?", (name,))
         if row is None:
-            _id_of(self.db, "disk_pools", "disk pool", name, "disk-pool create")
+            id_of(self.db, "disk_pools", "disk pool", name, "disk-pool create")
         return self._pool_dict(row)
 
     def disk_pools(self):
@@ -641,7 +637,7 @@ class Config:
     # ---- storage units -------------------------------------------------------------------
     def add_storage_unit(self, name, *, pool, max_concurrent_jobs=1, comment=""):
         _unique(self.db, "storage_units", "storage unit", name)
-        pid = _id_of(self.db, "disk_pools", "disk pool", pool, "disk-pool create")
+        pid = id_of(self.db, "disk_pools", "disk pool", pool, "disk-pool create")
         mcj = check_int("maximum concurrent jobs", max_concurrent_jobs, 1, MAX_CONCURRENT_JOBS)
         with self.db.tx() as c:
             c.execute("INSERT INTO storage_units(name, pool_id, max_concurrent_jobs, comment, "
@@ -652,7 +648,7 @@ class Config:
     def storage_unit(self, name):
         row = self.db.one(_STU_SQL + " WHERE u.name=?", (name,))
         if row is None:
-            _id_of(self.db, "storage_units", "storage unit", name, "storage-unit create")
+            id_of(self.db, "storage_units", "storage unit", name, "storage-unit create")
         return dict(row)
 
     def storage_units(self):
@@ -667,7 +663,7 @@ class Config:
         check_snapshot_mode(snapshot)
         check_file_list(file_list)
         dedup_type.check_mode(dedup)
-        sid = _id_of(self.db, "storage_units", "storage unit", storage_unit,
+        sid = id_of(self.db, "storage_units", "storage unit", storage_unit,
                      "storage-unit create")
         prio = check_int("priority", priority, 0, 99999)
         if compression:
@@ -692,8 +688,8 @@ class Config:
         return self.policy(name)
 
     def add_policy_client(self, policy, host):
-        pid = _id_of(self.db, "policies", "policy", policy, "policy create")
-        hid = _id_of(self.db, "hosts", "host", host, "host add")
+        pid = id_of(self.db, "policies", "policy", policy, "policy create")
+        hid = id_of(self.db, "hosts", "host", host, "host add")
         if self.db.one("SELECT 1 FROM policy_clients WHERE policy_id=? AND host_id=?",
                        (pid, hid)):
             raise ValidationError(f"{host!r} is already a client of policy {policy!r}")
@@ -702,7 +698,7 @@ class Config:
         return self.policy(policy)
 
     def add_policy_selection(self, policy, path):
-        pid = _id_of(self.db, "policies", "policy", policy, "policy create")
+        pid = id_of(self.db, "policies", "policy", policy, "policy create")
         if str(path).strip() == STREAM_MARKER:
             # Markers repeat; each row gets a number so the list keeps its order and its
             # uniqueness. The policy shows them as NEW_STREAM.
@@ -726,7 +722,7 @@ class Config:
         with windows but neither, a full is due weekly and an incremental daily. Without
         windows it only runs when started by hand. read_all: a full whose backups read every
         file instead of trusting the files cache (e.g. a monthly one beside nightly fulls)."""
-        pid = _id_of(self.db, "policies", "policy", policy, "policy create")
+        pid = id_of(self.db, "policies", "policy", policy, "policy create")
         check_name("schedule", name)
         if type not in SCHEDULE_TYPES:
             raise ValidationError(f"schedule type {type!r} is unknown",
@@ -773,7 +769,7 @@ class Config:
     def policy(self, name):
         row = self.db.one(_POLICY_SQL + " WHERE p.name=?", (name,))
         if row is None:
-            _id_of(self.db, "policies", "policy", name, "policy create")
+            id_of(self.db, "policies", "policy", name, "policy create")
         return self._policy_dict(row)
 
     def policies(self):

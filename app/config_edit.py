@@ -11,7 +11,7 @@ import os
 import json
 
 from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUMS, \
-    _id_of, check_agent_env, check_compact_below, check_file_list, check_int, \
+    id_of, check_agent_env, check_compact_below, check_file_list, check_int, \
     check_snapshot_mode
 from app.errors import ValidationError
 
@@ -43,7 +43,7 @@ def _check_kind(kind):
 
 def _object_id(db, kind, name):
     _check_kind(kind)
-    return _id_of(db, _TABLE[kind], kind.replace("-", " "), name, _CREATE[kind])
+    return id_of(db, _TABLE[kind], kind.replace("-", " "), name, _CREATE[kind])
 
 
 def _count(n, word):
@@ -183,7 +183,7 @@ def update(db, config, kind, name, **changes):
                 MAX_CONCURRENT_JOBS)
     elif kind == "policy":
         if "storage_unit" in changes:
-            values["storage_unit_id"] = _id_of(db, "storage_units", "storage unit",
+            values["storage_unit_id"] = id_of(db, "storage_units", "storage unit",
                                                changes["storage_unit"], "storage-unit create")
         if "priority" in changes:
             values["priority"] = check_int("priority", changes["priority"], 0, 99999)

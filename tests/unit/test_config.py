@@ -185,8 +185,9 @@ def test_policy_building(cfg, tmp_path):
     assert p["clients"] == ["me"]
     assert p["selections"] == ["/data/x"]
     assert p["schedules"][0]["retention_s"] == 14 * 86400
+    from app import config_edit
     with pytest.raises(ValidationError, match="still used"):
-        cfg.delete_host("me")
+        config_edit.delete(cfg.db, "host", "me")
 
 
 def test_upgrade_from_version_1_keeps_data_and_marks_old_images_sha256(tmp_path, monkeypatch):

@@ -138,6 +138,8 @@ def _unique(db, table, kind, name):
 
 
 def id_of(db, table, kind, name, listing):
+    """The row id of the `kind` named `name` in `table`; NotFound that lists the known ones,
+    or says how to make one (`cairn LISTING ...`) when there are none."""
     row = db.one(f"SELECT id FROM {table} WHERE name=?", (name,))
     if row is None:
         known = [r[0] for r in db.all(f"SELECT name FROM {table} ORDER BY name")]

@@ -1,3 +1,4 @@
+# Over 800 lines: the one facade over hosts, configuration, images, restores and jobs.
 """The master API: the one entry point the CLI and the console use. It owns the catalog,
 the configuration objects, the agent connections and the job queue."""
 
@@ -237,9 +238,10 @@ class Master:
         return conn.call("check_volumes", {"paths": volumes}, timeout=120)["volumes"]
 
     def create_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
-                         max_io_streams=None, compact_below=None, check=True):
+                         max_io_streams=None, compact_below=None, check=True, comment=""):
         """compact_below: a deduplicating pool's compaction threshold in percent (default
-        app.config.DEFAULT_COMPACT_BELOW)."""
+        app.config.DEFAULT_COMPACT_BELOW). check: each volume is checked on the storage
+        server's host first (it exists and the agent's user can write to it)."""
         vols, *_ = self.config.validate_disk_pool(
             name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
             max_io_streams=max_io_streams, compact_below=compact_below)
@@ -255,7 +257,13 @@ class Master:
         return self.config.add_disk_pool(name, server=server, volumes=vols,
                                          high_water=high_water, low_water=low_water,
                                          max_io_streams=max_io_streams,
-                                         compact_below=compact_below)
+                                         compact_below=compact_below, comment=comment)
+
+    def create_storage_unit(self, name, *, pool, max_concurrent_jobs=1, comment=""):
+        """A storage unit on a disk pool: what policies write to."""
+        return self.config.add_storage_unit(name, pool=pool,
+                                            max_concurrent_jobs=max_concurrent_jobs,
+                                            comment=comment)
 
     # ---- editing --------------------------------------------------------------------------
     def dependents(self, kind, name):
@@ -803,6 +811,11 @@ class Master:
         self.jobs.log(new_id, f"restart of job {job_id}")
         self.jobs.log(job_id, f"restarted as job {new_id}")
         return [self.jobs.get(new_id)]
+
+    def cancel_job(self, job_id):
+        """Asks a job to stop: a queued one ends here as canceled, a running one stops at its
+        next check; an ended one is left as it is. Returns the job."""
+        return self.jobs.request_cancel(job_id)
 
     def suspend_job(self, job_id):
         """Holds a queued job until it is resumed. A running job cannot be suspended: an

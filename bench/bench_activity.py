@@ -103,7 +103,7 @@ def main():
     random.seed(7)
 
     app = QApplication.instance() or QApplication([])
-    from ui.activity import COLUMNS, JobFilter, JobTableModel
+    from ui.job_table import COLUMNS, JobFilter, JobTableModel
     from ui.models import ROW_ROLE
     keys = [c.key for c in COLUMNS]
     order = keys[1:] + keys[:1] if args.sort == "all" else [args.sort]

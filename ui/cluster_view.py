@@ -10,7 +10,7 @@ import functools
 import html
 import re
 
-from PySide6.QtCore import QRect, QSize, Qt, Signal
+from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QComboBox, QHBoxLayout, \
     QHeaderView, QLabel, QProgressBar, QPushButton, QSplitter, QStackedWidget, QStyle, \
@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QAbstractItemView, QApplication, QComboBox, QHBoxL
 from app import scale_view as sv
 from ui import fmt
 from ui.models import ROW_ROLE, Column, ObjectTableModel, number_column, text_column
+from ui.polled import PolledPage
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.tables import Selection, data_table, sorting_proxy
@@ -251,20 +252,20 @@ def _fit(table, model):
 
 # ---- the page ------------------------------------------------------------------------------
 
-class ClusterView(QWidget):
-    """The Storage Scale page (see ui/pages.py for what a page provides)."""
+class ClusterView(PolledPage):
+    """The Storage Scale page (see ui/pages.py for what a page provides). `refreshed` comes
+    after each probe's answer (or failure) is shown.
 
-    #: after each probe's answer (or failure) is shown
-    refreshed = Signal()
+    A refresh lists the hosts again; it reads the cluster only when the chosen host's was not
+    read yet (the Refresh button reads it again). A probe runs the mm commands on the host
+    for seconds: only on demand, never on the main window's timer (refresh_s is None)."""
 
     def __init__(self, bridge, parent=None):
-        super().__init__(parent)
+        super().__init__(bridge, parent)
         self.name = NAME
-        self.bridge = bridge
         self.result = None        # read_cluster()'s answer for the host shown
         self.error = None         # a failed probe (CallError)
         self.local = None         # the shown host's node name in the cluster
-        self._hosts_busy = False
         self._probing = None      # the host being read now
         self._wanted_host = None  # remembered choice, applied once the hosts are listed
         self._hosts_listed = False
@@ -272,7 +273,25 @@ class ClusterView(QWidget):
         self._panes_sized = False  # by the remembered layout, or once to the first cluster
         self._size_on_show = False
 
-        # -- head: title, host, refresh
+        head = self._make_head()
+        status = self._make_status()
+        self._make_cluster()
+
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.message)
+        self.stack.addWidget(self.splitter)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 4)
+        lay.addLayout(head)
+        lay.addWidget(self.description)
+        lay.addLayout(status)
+        lay.addWidget(self.stack, 1)
+        self._show_message("Reading the cluster…", None)
+        self._set_busy(False)
+
+    def _make_head(self):
+        """Title, host, refresh; the description under them."""
         pic = QLabel()
         pic.setPixmap(icon("cluster").pixmap(22, 22))
         title = QLabel("Storage Scale")
@@ -308,8 +327,11 @@ class ClusterView(QWidget):
         pal.setColor(self.description.foregroundRole(),
                      pal.color(QPalette.ColorRole.PlaceholderText))
         self.description.setPalette(pal)
+        return head
 
-        # -- what is going on: reading, or the cluster's identity
+    def _make_status(self):
+        """What is going on: reading, or the cluster's identity; and the message shown
+        instead of the cluster (reading, errors)."""
         self.busy_bar = QProgressBar()
         self.busy_bar.setRange(0, 0)
         self.busy_bar.setTextVisible(False)
@@ -331,8 +353,11 @@ class ClusterView(QWidget):
         self.message.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.setContentsMargins(4, 16, 24, 16)
+        return status
 
-        # -- the cluster
+    def _make_cluster(self):
+        """The cluster: nodes and mount map, file systems, filesets and snapshots, in
+        splitters."""
         self.nodes = ColouredModel(NODE_COLUMNS, {"state": lambda r: sv.state_colour(
             r.get("state"))}, parent=self)
         self.nodes.bold = lambda r: r.get("_local")
@@ -391,19 +416,6 @@ class ClusterView(QWidget):
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setStretchFactor(2, 2)
 
-        self.stack = QStackedWidget()
-        self.stack.addWidget(self.message)
-        self.stack.addWidget(self.splitter)
-
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 8, 8, 4)
-        lay.addLayout(head)
-        lay.addWidget(self.description)
-        lay.addLayout(status)
-        lay.addWidget(self.stack, 1)
-        self._show_message("Reading the cluster…", None)
-        self._set_busy(False)
-
     # ---- the page protocol ------------------------------------------------------------------
     @property
     def loaded(self):
@@ -411,25 +423,14 @@ class ClusterView(QWidget):
 
     @property
     def settled(self):
-        return self.loaded and not self._probing and not self._hosts_busy
+        return self.loaded and not self._probing and not self.polling
 
     @property
     def no_hosts(self):
         return self._hosts_listed and self.host_box.count() == 0
 
-    def due(self, now=None):
-        # A probe runs the mm commands on the host for seconds: only on demand.
-        return False
-
-    def refresh(self):
-        """Lists the hosts again; reads the cluster only when the chosen host's was not read
-        yet (Refresh reads it again)."""
-        if self._hosts_busy:
-            return False
-        self._hosts_busy = True
-        self.bridge.call(host_names, done=self._hosts, failed=self._hosts_failed,
-                         context=self)
-        return True
+    def poll_call(self):
+        return (host_names,)
 
     def host(self):
         return self.host_box.currentText() or None
@@ -444,8 +445,7 @@ class ClusterView(QWidget):
             self._wanted_host = name
         return i >= 0
 
-    def _hosts(self, names):
-        self._hosts_busy = False
+    def polled(self, names):
         self._hosts_listed = True
         current = self._wanted_host or self.host()
         self.host_box.blockSignals(True)
@@ -468,8 +468,7 @@ class ClusterView(QWidget):
         elif self._shown_host != self.host() and not self._probing:
             self.probe()
 
-    def _hosts_failed(self, err):
-        self._hosts_busy = False
+    def poll_failed(self, err):
         self._hosts_listed = True
         self.error = err
         self._show_message("Could not read the catalog", html.escape(str(err)))

@@ -12,6 +12,7 @@ from app import status as st
 from app import timeutil
 from app.jobs import stats as job_stats
 from ui import fmt
+from ui.job_text import result_text
 from ui.plots import ThroughputPlot
 from ui.properties import value_label
 from ui.resources import icon
@@ -216,7 +217,6 @@ class JobDetailsDialog(QDialog):
             self._values[key].setText(text)
             tip = fmt.utc_tooltip(v) if key in ("created", "started", "ended") else None
             self._values[key].setToolTip(tip or "")
-        from ui.activity import result_text
         text = result_text(job) if job.get("result") else ""
         self.result_label.setText(text)
         self._form.setRowVisible(self.result_label, bool(text))

@@ -3,7 +3,7 @@ of the selected node on the right, the master's state in the status bar."""
 
 import time
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStackedWidget, \
     QTreeWidget, QTreeWidgetItem
@@ -13,8 +13,7 @@ from ui.pages import make_pages
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
 from ui.resources import icon
-
-SETTINGS_ORG, SETTINGS_APP = "Cairn", "console"
+from ui.settings import settings
 
 # (view name, label, icon, children); the names are also the --view choices.
 NAVIGATION = (
@@ -51,10 +50,6 @@ NEW_OBJECTS = (("host", "&Host…"), ("storage-server", "&Storage server…"),
                ("disk-pool", "&Disk pool…"), ("storage-unit", "Storage &unit…"),
                ("policy", "&Policy…"))
 VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
-
-
-def settings():
-    return QSettings(SETTINGS_ORG, SETTINGS_APP)
 
 
 def status_summary(m):

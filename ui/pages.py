@@ -2,7 +2,8 @@
 
 Each page is a QWidget with `name`, `loaded`, `due(now)`, `refresh()`, `save_state(settings)`
 and `restore_state(settings)`; a page that loads more after its first refresh also has
-`settled`. A page that shows jobs has an `opened(dict)` signal that opens the job's details."""
+`settled`. A page that shows jobs has an `opened(dict)` signal that opens the job's details.
+`due` and `refresh` come from ui/polled.py, the refresh loop the pages share."""
 
 from ui import views
 from ui.activity import ActivityView

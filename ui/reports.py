@@ -12,13 +12,14 @@ from PySide6.QtCore import QDate, QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QComboBox, QDateEdit, QFileDialog, \
     QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSplitter, QToolTip, \
-    QVBoxLayout, QWidget
+    QVBoxLayout
 
 from app import reports
 from app import status as st
 from ui import fmt
 from ui.models import Column, ObjectTableModel, number_column, text_column, \
     time_column
+from ui.polled import PolledPage
 from ui.qtcompat import emit
 from ui.tables import data_table, sorting_proxy
 from ui.resources import icon
@@ -277,25 +278,23 @@ class BytesPerDayChart(pg.GraphicsLayoutWidget):
                           f"{seg['jobs']} job{'s' if seg['jobs'] != 1 else ''}", self)
 
 
-class ReportsView(QWidget):
+class ReportsView(PolledPage):
     """Client backups: filters, chart, summary, jobs table and CSV export."""
 
-    refreshed = Signal()
+    refresh_s = REFRESH_S
+    # The filters changed while a report was on its way: fetch again after it.
+    refresh_again = True
     #: a CSV file was written: {"path", "rows"}
     exported = Signal(dict)
     #: writing a CSV file failed: the message
     export_failed = Signal(str)
 
     def __init__(self, bridge, parent=None):
-        super().__init__(parent)
+        super().__init__(bridge, parent)
         self.name = "reports"
-        self.bridge = bridge
         self.report = None
         self.choices = {"clients": [], "policies": []}
         self.error = None
-        self._busy = False
-        self._again = False
-        self._last = 0.0
         self._sized = False
 
         title = QLabel("Reports — client backups")
@@ -450,41 +449,19 @@ class ReportsView(QWidget):
         box.setCurrentIndex(max(0, box.findData(current)))
         box.blockSignals(False)
 
-    # ---- refreshing -----------------------------------------------------------------------
+    # ---- refreshing (ui/polled.py) ---------------------------------------------------------
     @property
     def loaded(self):
         return self.report is not None or self.error is not None
 
     @property
     def settled(self):
-        return self.loaded and not self._busy
+        return self.loaded and not self.polling
 
-    def due(self, now=None):
-        now = time.monotonic() if now is None else now
-        return not self._busy and now - self._last >= REFRESH_S
+    def poll_call(self):
+        return (fetch_report, *self.filters())
 
-    def refresh(self):
-        if self._busy:
-            # The filters changed while a report was on its way: fetch again after it.
-            self._again = True
-            return False
-        self._busy = True
-        self.bridge.call(fetch_report, *self.filters(), done=self._show, failed=self._failed,
-                         context=self)
-        return True
-
-    def _done(self):
-        self._busy = False
-        self._last = time.monotonic()
-        if self._again:
-            self._again = False
-            self.refresh()
-            return False
-        return True
-
-    def _show(self, result):
-        if not self._done():
-            return
+    def polled(self, result):
         report, choices = result
         self.report, self.choices, self.error = report, choices, None
         self._fill(self.client_box, choices["clients"])
@@ -503,9 +480,7 @@ class ReportsView(QWidget):
             self._size_columns()
         emit(self.refreshed)
 
-    def _failed(self, err):
-        if not self._done():
-            return
+    def poll_failed(self, err):
         self.error = str(err)
         self.summary.setText(f"Could not make the report: {err}")
         if self.report is None:

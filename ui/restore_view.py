@@ -1,96 +1,37 @@
 """The "Backup & restore" page: choose a client and a backup image, check files in its tree
 (or find them by name, in this image or in every image of the client), then restore them,
-usually to a new location, through the restore dialog."""
+usually to a new location, through the restore dialog. The searches are ui/restore_search.py,
+expiring an image ui/image_expire.py, the image list's columns ui/image_columns.py."""
 
 import html
-import threading
-import time
 from datetime import datetime, time as dtime, timezone
 
-from PySide6.QtCore import QAbstractTableModel, QDate, QDateTime, QModelIndex, \
-    QSortFilterProxyModel, Qt, Signal
-from PySide6.QtGui import QAction
+from PySide6.QtCore import QDate, QDateTime, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QDateEdit, \
-    QDateTimeEdit, QHBoxLayout, QLabel, QLineEdit, QMenu, QMessageBox, QPushButton, \
-    QSplitter, QTabWidget, QToolButton, QTreeView, QVBoxLayout, QWidget
+    QDateTimeEdit, QHBoxLayout, QLabel, QMenu, QPushButton, QSplitter, QTabWidget, \
+    QToolButton, QTreeView, QVBoxLayout, QWidget
 
 from app import timeutil
 from app.errors import NotFound
 from ui import fmt
 from ui.file_tree import ImageFilesModel
-from ui.models import ROW_ROLE, SORT_ROLE, Column, ObjectTableModel, number_column, \
-    text_column, time_column
+from ui.image_columns import IMAGE_COLUMNS, level
+from ui.image_expire import ImageExpiry
+from ui.models import ROW_ROLE, ObjectTableModel
+from ui.object_actions import ImageActions
+from ui.polled import PolledPage
 from ui.qtcompat import emit
 from ui.resources import icon
-from ui.tables import Selection, data_table, select_keys, selected_rows
 from ui.restore_dialog import RestoreDialog
+from ui.restore_search import FOUND_COLUMNS, SEARCH_LIMIT, VERSION_COLUMNS, VERSIONS_LIMIT, \
+    SearchPane, counted, find_versions, search_image, sorted_table
+from ui.tables import select_keys, selected_rows
 from ui.views import Placeholder
-from ui.wizards.schedule_text import LEVEL_LABELS
 
 DEFAULT_DAYS = 30
-SEARCH_LIMIT = 10_000
-VERSIONS_LIMIT = 2_000
 REFRESH_S = 10.0
 
-IMAGE_COLUMNS = [
-    time_column("created", "Date"),
-    text_column("policy", "Policy"),
-    text_column("schedule", "Schedule"),
-    Column("schedule_type", "Level", lambda r: _level(r.get("schedule_type")),
-           sort=lambda r: _level(r.get("schedule_type")).lower(),
-           tooltip=lambda r: _level_tooltip(r),
-           help="Full: every file; Differential: the changes since the previous backup; "
-                "Cumulative: the changes since the last full. Each image lists every file as "
-                "of its backup."),
-    number_column("files", "Files"),
-    number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
-    Column("expires", "Expires",
-           lambda r: fmt.local_time(r["expires"]) if r.get("expires") else "never",
-           sort=lambda r: r.get("expires") or "9999",
-           tooltip=lambda r: fmt.utc_tooltip(r.get("expires"))),
-    Column("snapshot", "Snapshot", lambda r: _snapshot_text(r),
-           sort=lambda r: _snapshot_text(r).lower(), tooltip=lambda r: _snapshot_tooltip(r),
-           help="The Storage Scale snapshot the backup read from (a consistent point in "
-                "time); empty when it read the live files."),
-    text_column("storage_unit", "Storage unit"),
-    text_column("id", "Image ID"),
-]
-
 AT_FORMAT = "yyyy-MM-dd HH:mm"
-#: dependent images named one by one in the expire confirmation
-EXPIRE_LISTED = 15
-
-
-def _level(schedule_type):
-    return LEVEL_LABELS.get(schedule_type, schedule_type or "")
-
-
-def _level_tooltip(image):
-    base = image.get("base_image")
-    if not base:
-        return _level(image.get("schedule_type")) or None
-    return f"{_level(image.get('schedule_type'))}: the changes since image {base}"
-
-
-def _snapshot_text(image):
-    return ", ".join(s["name"] for s in image.get("snapshot") or [])
-
-
-def _snapshot_tooltip(image):
-    lines = []
-    for s in image.get("snapshot") or []:
-        where = (f"fileset {s['fileset']} of {s['device']}" if s.get("fileset")
-                 else f"file system {s['device']}")
-        lines.append(f"Read from snapshot {s['name']} of {where}, taken "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['created']))}")
-    return "\n".join(lines) or None
-
-
-def _image_line(image):
-    """`img_1 — 2026-09-21 22:00:00, Full, 1.2 GiB`"""
-    return (f"{image['id']} — {fmt.local_time(image['created'])}, "
-            f"{_level(image.get('schedule_type'))}, {fmt.size(image.get('bytes'))}")
-
 
 EMPTY = ("No backup images yet: they appear here after a backup, e.g. "
          "<code>cairn backup POLICY --wait</code>.")
@@ -115,14 +56,6 @@ def _image_at(m, client, at):
         return None
 
 
-def _expire_preview(m, image_id):
-    return m.expire_preview(image_id)
-
-
-def _start_expire(m, image_id):
-    return m.start_expire(image_id)
-
-
 def minimal_paths(paths):
     """Paths without those that lie under another one, in their first order."""
     chosen = sorted(set(paths), key=lambda p: (p.count("/"), p))
@@ -133,254 +66,64 @@ def minimal_paths(paths):
     return [p for p in dict.fromkeys(paths) if p in keep]
 
 
-class ResultsModel(QAbstractTableModel):
-    """Rows of a search (files found), optionally with restore check boxes."""
-
-    checks_changed = Signal()
-
-    def __init__(self, columns, checkable, parent=None):
-        super().__init__(parent)
-        self.columns = columns
-        self.checkable = checkable
-        self.rows = []
-        self.checked = set()
-
-    def set_rows(self, rows):
-        self.beginResetModel()
-        self.rows = rows
-        self.checked = set()
-        self.endResetModel()
-        emit(self.checks_changed)
-
-    def set_all_checked(self, on):
-        self.checked = set(range(len(self.rows))) if on else set()
-        if self.rows:
-            emit(self.dataChanged, self.index(0, 0), self.index(len(self.rows) - 1, 0),
-                 [Qt.ItemDataRole.CheckStateRole])
-        emit(self.checks_changed)
-
-    def checked_paths(self):
-        return [self.rows[i]["path"] for i in sorted(self.checked)]
-
-    def rowCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(self.columns)
-
-    def flags(self, index):
-        f = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable \
-            | Qt.ItemFlag.ItemNeverHasChildren
-        if self.checkable and index.column() == 0:
-            f |= Qt.ItemFlag.ItemIsUserCheckable
-        return f
-
-    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        row = self.rows[index.row()]
-        col = self.columns[index.column()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return col.text(row)
-        if role == SORT_ROLE:
-            return col.sort(row) if col.sort else col.text(row)
-        if role == Qt.ItemDataRole.CheckStateRole and self.checkable and index.column() == 0:
-            return Qt.CheckState.Checked if index.row() in self.checked \
-                else Qt.CheckState.Unchecked
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return col.tooltip(row) if col.tooltip else None
-        if role == Qt.ItemDataRole.TextAlignmentRole:
-            return int((Qt.AlignmentFlag.AlignRight if col.numeric else Qt.AlignmentFlag.AlignLeft)
-                       | Qt.AlignmentFlag.AlignVCenter)
-        if role == ROW_ROLE:
-            return row
-        return None
-
-    def setData(self, index, value, role=Qt.ItemDataRole.EditRole):
-        if role != Qt.ItemDataRole.CheckStateRole or not self.checkable:
-            return False
-        on = getattr(value, "value", value) == Qt.CheckState.Checked.value
-        (self.checked.add if on else self.checked.discard)(index.row())
-        emit(self.dataChanged, index, index, [Qt.ItemDataRole.CheckStateRole])
-        emit(self.checks_changed)
-        return True
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return self.columns[section].title
-        return None
-
-
-def _size_text(r):
-    return fmt.size(r.get("size")) if r.get("kind") in ("f", "h") else ""
-
-
-FOUND_COLUMNS = [
-    text_column("path", "Path"),
-    Column("size", "Size", _size_text, sort=lambda r: r.get("size") or 0, numeric=True),
-    Column("mtime_ns", "Modified", lambda r: fmt.local_time_ns(r.get("mtime_ns")),
-           sort=lambda r: r.get("mtime_ns") or 0),
-]
-
-VERSION_COLUMNS = [
-    time_column("created", "Image date"),
-    text_column("path", "Path"),
-    Column("size", "Size", _size_text, sort=lambda r: r.get("size") or 0, numeric=True),
-    Column("mtime_ns", "Modified", lambda r: fmt.local_time_ns(r.get("mtime_ns")),
-           sort=lambda r: r.get("mtime_ns") or 0),
-    text_column("policy", "Policy"),
-    text_column("image", "Image ID"),
-]
-
-
-def _table(model, name):
-    proxy = QSortFilterProxyModel(model)
-    proxy.setSourceModel(model)
-    proxy.setSortRole(SORT_ROLE)
-    return data_table(proxy, name, selection=Selection.SingleSelection), proxy
-
-
-class _SearchPane(QWidget):
-    """A pattern box with Find / Stop, a status line and a results table; the search itself
-    runs on a worker thread and can be stopped; `show_result(result)` shows what it found."""
-
-    def __init__(self, bridge, columns, checkable, placeholder, button, show_result,
-                 parent=None):
-        super().__init__(parent)
-        self.bridge = bridge
-        self.show_result = show_result
-        self.results = ResultsModel(columns, checkable, self)
-        self.table, self.proxy = _table(self.results, "results")
-        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.pattern = QLineEdit()
-        self.pattern.setPlaceholderText(placeholder)
-        self.pattern.setClearButtonEnabled(True)
-        self.case = QCheckBox("Match case")
-        self.find_button = QPushButton(icon("search"), button)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setEnabled(False)
-        self.status = QLabel()
-        self.status.setTextFormat(Qt.TextFormat.PlainText)
-        self.status.setWordWrap(True)
-        self.busy = False
-        self._cancel = None
-        self._generation = 0
-        row = QHBoxLayout()
-        row.addWidget(self.pattern, 1)
-        row.addWidget(self.case)
-        row.addWidget(self.find_button)
-        row.addWidget(self.stop_button)
-        self.extra = QHBoxLayout()
-        self.extra.addWidget(self.status, 1)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 6, 0, 0)
-        lay.addLayout(row)
-        lay.addLayout(self.extra)
-        lay.addWidget(self.table, 1)
-        self.pattern.returnPressed.connect(self.find_button.click)
-        self.stop_button.clicked.connect(self.stop)
-
-    def run(self, fn, *args):
-        """Runs fn(master, *args, cancel_event) on a worker; its result goes to show()."""
-        self.stop()
-        self._generation += 1
-        gen = self._generation
-        self._cancel = threading.Event()
-        self.busy = True
-        self.find_button.setEnabled(False)
-        self.stop_button.setEnabled(True)
-        self.status.setText("Searching…")
-        self.bridge.call(fn, *args, self._cancel, done=lambda r: self._done(gen, r),
-                         failed=lambda e: self._failed(gen, e), context=self)
-
-    def stop(self):
-        if self._cancel is not None:
-            self._cancel.set()
-
-    def reset(self, text=""):
-        self.stop()
-        self._generation += 1
-        self._idle()
-        self.results.set_rows([])
-        self.status.setText(text)
-
-    def _idle(self):
-        self.busy = False
-        self._cancel = None
-        self.find_button.setEnabled(True)
-        self.stop_button.setEnabled(False)
-
-    def _done(self, gen, r):
-        if gen != self._generation:
-            return
-        self._idle()
-        self.show_result(r)
-
-    def _failed(self, gen, err):
-        if gen != self._generation:
-            return
-        self._idle()
-        self.results.set_rows([])
-        self.status.setText(str(err))
-
-    def size_columns(self):
-        t = self.table
-        t.resizeColumnsToContents()
-        hh = t.horizontalHeader()
-        for c in range(self.results.columnCount()):
-            hh.resizeSection(c, min(hh.sectionSize(c), 520))
-
-
-def _search(m, image, pattern, case, cancel):
-    return m.search(image, pattern, limit=SEARCH_LIMIT, case_sensitive=case, cancel=cancel)
-
-
-def _find_versions(m, client, query, case, cancel):
-    return m.find_versions(client, query, limit=VERSIONS_LIMIT, case_sensitive=case,
-                           cancel=cancel)
-
-
-def _counted(r, noun, limit):
-    n = r["count"]
-    plural = noun + ("es" if noun.endswith("ch") else "s")
-    text = f"{n:,} {noun if n == 1 else plural} found"
-    if r["truncated"]:
-        text += f"; the first {len(r.get('matches', r.get('versions', []))):,} are listed"
-    if r["cancelled"]:
-        text += " (stopped: there may be more)"
-    return text
-
-
-class RestoreView(QWidget):
+class RestoreView(PolledPage):
     """Client and images above; the chosen image's files, a search in it, and a search of
     every image of the client below; the restore button at the bottom."""
 
     name = "restore"
+    refresh_s = REFRESH_S
     #: a restore job was started (its dict): the main window opens its details
     job_opened = Signal(dict)
-    refreshed = Signal()
     #: an expire job was queued (its id)
     expire_started = Signal(int)
 
     AUTO_EXPAND_DEPTH = 12
 
     def __init__(self, bridge, parent=None):
-        super().__init__(parent)
-        self.bridge = bridge
+        super().__init__(bridge, parent)
         self.error = None
-        self._busy = False
         self._images_busy = False
         self._images_again = False
-        self._last = 0.0
         self._clients_loaded = False
         self._client = None
         self._pending_select = None     # (image id, path or None) to select once listed
         self._pending_reloaded = False
-        self.expire_job = None
+        self._point_busy = False
+        self._point_generation = 0
         self.dialog = None
+        # ---- what the image list does besides restoring: expire, verify, rebuild index
+        self.expiry = ImageExpiry(self, self._show_message)
+        self.expiry.started.connect(self.expire_started)
+        self.expire_action = self.expiry.action
 
-        # ---- head
+        head, description = self._make_head()
+        bar = self._make_client_bar()
+        point_bar = self._make_point_bar()
+        self.message = QLabel()
+        self.message.setObjectName("restore-message")
+        self.message.setTextFormat(Qt.TextFormat.PlainText)
+        self.message.setWordWrap(True)
+        self.message.hide()
+        self._make_images()
+        self._make_files_and_searches()
+        foot = self._make_footer()
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 8, 8, 4)
+        lay.addLayout(head)
+        lay.addWidget(description)
+        lay.addLayout(bar)
+        lay.addLayout(point_bar)
+        lay.addWidget(self.message)
+        lay.addWidget(self.splitter, 1)
+        lay.addLayout(foot)
+
+        self._wire()
+        self._set_dates(None)
+        self._update_selection()
+        self._update_placeholder()
+
+    def _make_head(self):
         title = QLabel("Backup & restore")
         f = title.font()
         f.setPointSizeF(f.pointSizeF() * 1.25)
@@ -395,8 +138,10 @@ class RestoreView(QWidget):
                              "and directories to restore, then press Restore.")
         description.setWordWrap(True)
         _dim(description)
+        return head, description
 
-        # ---- client and dates
+    def _make_client_bar(self):
+        """The client and the dates of the images listed."""
         self.client = QComboBox()
         self.client.setObjectName("restore-client")
         self.client.setMinimumContentsLength(16)
@@ -420,8 +165,11 @@ class RestoreView(QWidget):
         bar.addWidget(self.until)
         bar.addWidget(self.all_dates)
         bar.addStretch(1)
+        return bar
 
-        # ---- point in time: the image that was the newest at a moment
+    def _make_point_bar(self):
+        """The point in time (the image that was the newest at a moment) and Expire; a row of
+        its own, so that the page stays as narrow as a small window."""
         self.point = QComboBox()
         self.point.setObjectName("restore-point")
         self.point.addItem("Newest", None)
@@ -433,49 +181,35 @@ class RestoreView(QWidget):
         self.at.setCalendarPopup(True)
         self.at.setDisplayFormat(AT_FORMAT)
         self.at.setEnabled(False)
-        # a row of its own: the page stays as narrow as a small window
         point_bar = QHBoxLayout()
         point_bar.addWidget(QLabel("Files as of"))
         point_bar.addWidget(self.point)
         point_bar.addWidget(self.at)
         point_bar.addStretch(1)
-
-        # ---- what the image list does
-        self.expire_action = QAction(icon("action-delete"), "Expire…", self)
-        self.expire_action.setToolTip("Remove the selected image from its disk pool and the "
-                                      "catalog, with the images that depend on it")
-        self.expire_action.setEnabled(False)
-        self.expire_action.triggered.connect(self.expire_selected)
         expire = QToolButton()
         expire.setObjectName("expire-button")
         expire.setDefaultAction(self.expire_action)
         expire.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         expire.setAutoRaise(True)
         point_bar.addWidget(expire)
-        self.message = QLabel()
-        self.message.setObjectName("restore-message")
-        self.message.setTextFormat(Qt.TextFormat.PlainText)
-        self.message.setWordWrap(True)
-        self.message.hide()
-        self.expire_box = None
-        self._point_busy = False
-        self._point_generation = 0
+        return point_bar
 
-        # ---- images
+    def _make_images(self):
         self.model = ObjectTableModel(IMAGE_COLUMNS, key="id", parent=self)
-        self.table, self.proxy = _table(self.model, "restore-table")
+        self.table, self.proxy = sorted_table(self.model, "restore-table")
         self.proxy.setDynamicSortFilter(True)
         self.proxy.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)
-        from ui.object_actions import ImageActions
         self.image_actions = ImageActions(self)
         self.placeholder = Placeholder(self.table)
         self.placeholder.setText("Loading…")
 
-        # ---- files
-        self.files = ImageFilesModel(bridge, self)
+    def _make_files_and_searches(self):
+        """The tabs under the images (the image's files, a search in it, a search of every
+        image of the client), in a splitter with the images."""
+        self.files = ImageFilesModel(self.bridge, self)
         self.tree = QTreeView()
         self.tree.setObjectName("image-files")
         self.tree.setModel(self.files)
@@ -501,9 +235,9 @@ class RestoreView(QWidget):
         fl.addWidget(self.files_error)
         fl.addWidget(self.tree, 1)
 
-        self.search = _SearchPane(bridge, FOUND_COLUMNS, True,
-                                  "Name or pattern in this image: *.log, report, "
-                                  "/data/*/raw/*.dat", "Search", self._show_found)
+        self.search = SearchPane(self.bridge, FOUND_COLUMNS, True,
+                                 "Name or pattern in this image: *.log, report, "
+                                 "/data/*/raw/*.dat", "Search", self._show_found)
         self.search.table.setObjectName("search-results")
         self.check_all = QPushButton("Check all")
         self.uncheck_all = QPushButton("Uncheck all")
@@ -512,10 +246,10 @@ class RestoreView(QWidget):
             b.setEnabled(False)
             self.search.extra.addWidget(b)
 
-        self.versions = _SearchPane(bridge, VERSION_COLUMNS, False,
-                                    "Path (/data/report.pdf) or pattern (report*.pdf) to find "
-                                    "in every image of the client", "Find versions",
-                                    self._show_versions)
+        self.versions = SearchPane(self.bridge, VERSION_COLUMNS, False,
+                                   "Path (/data/report.pdf) or pattern (report*.pdf) to find "
+                                   "in every image of the client", "Find versions",
+                                   self._show_versions)
         self.versions.table.setObjectName("version-results")
         self.versions.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
 
@@ -533,7 +267,8 @@ class RestoreView(QWidget):
         self.splitter.setStretchFactor(0, 2)
         self.splitter.setStretchFactor(1, 5)
 
-        # ---- footer
+    def _make_footer(self):
+        """What is chosen to restore, Clear selection and Restore…"""
         self.selection_label = QLabel()
         self.selection_label.setObjectName("restore-selection")
         self.selection_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -545,18 +280,9 @@ class RestoreView(QWidget):
         foot.addWidget(self.selection_label, 1)
         foot.addWidget(self.clear_button)
         foot.addWidget(self.restore_button)
+        return foot
 
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 8, 8, 4)
-        lay.addLayout(head)
-        lay.addWidget(description)
-        lay.addLayout(bar)
-        lay.addLayout(point_bar)
-        lay.addWidget(self.message)
-        lay.addWidget(self.splitter, 1)
-        lay.addLayout(foot)
-
-        # ---- wiring
+    def _wire(self):
         self.client.currentIndexChanged.connect(self._client_changed)
         self.since.dateChanged.connect(self._dates_changed)
         self.until.dateChanged.connect(self._dates_changed)
@@ -579,36 +305,22 @@ class RestoreView(QWidget):
         self.search.table.activated.connect(lambda _i: self._show_found_in_tree())
         self.clear_button.clicked.connect(self.clear_selection)
         self.restore_button.clicked.connect(self.open_restore_dialog)
-        self._set_dates(None)
-        self._update_selection()
-        self._update_placeholder()
 
-    # ---- page interface -------------------------------------------------------------------
+    # ---- page interface (ui/pages.py, ui/polled.py) -----------------------------------------
     @property
     def loaded(self):
         return self._clients_loaded and self.model.loaded
 
     @property
     def settled(self):
-        return (self.loaded and not self._busy and not self._images_busy
+        return (self.loaded and not self.polling and not self._images_busy
                 and not self._point_busy and not self.files.loading and not self.search.busy
                 and not self.versions.busy)
 
-    def due(self, now=None):
-        now = time.monotonic() if now is None else now
-        return not self._busy and now - self._last >= REFRESH_S
+    def poll_call(self):
+        return (lambda m: m.image_clients(),)
 
-    def refresh(self):
-        if self._busy:
-            return False
-        self._busy = True
-        self.bridge.call(lambda m: m.image_clients(), done=self._show_clients,
-                         failed=self._failed, context=self)
-        return True
-
-    def _show_clients(self, clients):
-        self._busy = False
-        self._last = time.monotonic()
+    def polled(self, clients):
         self.error = None
         self._newest = {c["client"]: c["newest"] for c in clients}
         names = [c["client"] for c in clients]
@@ -631,9 +343,7 @@ class RestoreView(QWidget):
         else:
             self.load_images()
 
-    def _failed(self, err):
-        self._busy = False
-        self._last = time.monotonic()
+    def poll_failed(self, err):
         self.error = str(err)
         self._clients_loaded = True
         self.model.set_rows([])
@@ -765,11 +475,11 @@ class RestoreView(QWidget):
         self.files_error.hide()
         if image:
             e = html.escape
-            level = _level(image.get("schedule_type"))
+            lvl = level(image.get("schedule_type"))
             self.files_title.setText(
                 f"Files in image <b>{e(image['id'])}</b> — client {e(image['client'])}, "
                 f"policy {e(image['policy'])}, {fmt.local_time(image['created'])}"
-                + (f", {e(level)}" if level else "") + " — every file as of that backup")
+                + (f", {e(lvl)}" if lvl else "") + " — every file as of that backup")
         else:
             self.files_title.setText("Select an image to browse its files.")
         self.files.set_image(new_id)
@@ -820,12 +530,12 @@ class RestoreView(QWidget):
         if image is None:
             self.search.status.setText("Select an image to search it.")
             return
-        self.search.run(_search, image["id"], self.search.pattern.text(),
+        self.search.run(search_image, image["id"], self.search.pattern.text(),
                         self.search.case.isChecked())
 
     def _show_found(self, r):
         self.search.results.set_rows(r["matches"])
-        self.search.status.setText(_counted(r, "match", SEARCH_LIMIT) + (
+        self.search.status.setText(counted(r, "match", SEARCH_LIMIT) + (
             ". Check the ones to restore." if r["matches"] else "."))
         self.search.size_columns()
         self._found_buttons()
@@ -847,12 +557,12 @@ class RestoreView(QWidget):
         if self._client is None:
             self.versions.status.setText("Choose a client first.")
             return
-        self.versions.run(_find_versions, self._client, self.versions.pattern.text(),
+        self.versions.run(find_versions, self._client, self.versions.pattern.text(),
                           self.versions.case.isChecked())
 
     def _show_versions(self, r):
         self.versions.results.set_rows(r["versions"])
-        text = _counted(r, "version", VERSIONS_LIMIT)
+        text = counted(r, "version", VERSIONS_LIMIT)
         if r["versions"]:
             text += ". Click one to open its image at that file."
         if r["errors"]:
@@ -957,7 +667,7 @@ class RestoreView(QWidget):
         self.message.setText(text)
         self.message.setVisible(bool(text))
 
-    # ---- expire -------------------------------------------------------------------------------
+    # ---- expire (ui/image_expire.py) ---------------------------------------------------------
     def _context_menu(self, pos):
         if not self.table.indexAt(pos).isValid():
             return
@@ -970,76 +680,17 @@ class RestoreView(QWidget):
 
     def expire_selected(self):
         """Asks what goes with the selected image, then for a confirmation (expire_box)."""
-        image = self.image
-        if image is None:
-            return False
-        self.expire_action.setEnabled(False)
-        self._show_message(f"Looking for the images that depend on {image['id']}…")
-        self.bridge.call(_expire_preview, image["id"], done=self._confirm_expire,
-                         failed=lambda e: self._expire_failed("Cannot expire", e),
-                         context=self)
-        return True
+        return self.expiry.expire_selected()
 
-    def _confirm_expire(self, preview):
-        images = preview["images"]
-        self.expire_action.setEnabled(self.image is not None)
-        self._show_message("")
-        first, others = images[0], images[1:]
-        info = _image_line(first)
-        if others:
-            info += (f"\n\n{'This image depends' if len(others) == 1 else 'These images depend'}"
-                     " on it and will be expired with it:\n"
-                     + "\n".join("  " + _image_line(i) for i in others[:EXPIRE_LISTED]))
-            if len(others) > EXPIRE_LISTED:
-                info += f"\n  … and {len(others) - EXPIRE_LISTED} more"
-        else:
-            info += "\n\nNo other image depends on it."
-        if preview.get("bytes") is not None:
-            info += (f"\n\n{'Together they take' if others else 'It takes'} "
-                     f"{fmt.size(preview['bytes'])} on the disk pool.")
-        info += ("\n\nExpired images are removed from their disk pool and from the catalog: "
-                 "their files can no longer be restored.")
-        n = len(images)
-        box = QMessageBox(QMessageBox.Icon.Warning, "Expire images" if n > 1 else "Expire image",
-                          f"Expire image {first['id']}"
-                          + (f" and the {n - 1} images that depend on it?" if n > 2
-                             else " and the image that depends on it?" if n == 2 else "?"),
-                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-                          self)
-        box.setObjectName("expire-confirmation")
-        # wide enough that each image keeps to one line
-        box.setStyleSheet("QLabel#qt_msgbox_label, QLabel#qt_msgbox_informativelabel "
-                          "{ min-width: 480px; }")
-        box.setInformativeText(info)
-        yes = box.button(QMessageBox.StandardButton.Yes)
-        yes.setText(f"Expire {n} images" if n > 1 else "Expire")
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.buttonClicked.connect(
-            lambda b: self._start_expire(first["id"], [i["id"] for i in others])
-            if b is yes else None)
-        if self.expire_box is not None:
-            self.expire_box.deleteLater()
-        self.expire_box = box
-        box.open()
+    @property
+    def expire_box(self):
+        """The expire confirmation shown last, or None."""
+        return self.expiry.box
 
-    def _start_expire(self, image_id, others):
-        self.bridge.call(_start_expire, image_id,
-                         done=lambda job_id: self._expire_started(image_id, others, job_id),
-                         failed=lambda e: self._expire_failed("Could not start the expiry", e),
-                         context=self)
-
-    def _expire_started(self, image_id, others, job_id):
-        self.expire_job = job_id
-        more = f" and {len(others)} more" if others else ""
-        self._show_message(f"Expiring image {image_id}{more} as job {job_id}: follow it in the "
-                           "activity monitor.")
-        emit(self.expire_started, job_id)
-
-    def _expire_failed(self, prefix, err):
-        self.expire_action.setEnabled(self.image is not None)
-        message = getattr(err, "message", str(err))
-        hint = getattr(err, "hint", None)
-        self._show_message(f"{prefix}: {message}" + (f" ({hint})" if hint else ""), error=True)
+    @property
+    def expire_job(self):
+        """The expire job queued last, or None."""
+        return self.expiry.job
 
     # ---- selection and restore -------------------------------------------------------------
     def chosen_paths(self):

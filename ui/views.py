@@ -1,19 +1,19 @@
-"""The pages on the right of the main window: one list page per kind of catalog object, the
-activity monitor and the overview (the restore page is ui/restore_view.py)."""
+"""The pages on the right of the main window: one list page per kind of catalog object and
+the overview (the activity monitor is ui/activity.py, the restore page ui/restore_view.py)."""
 
 import html
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, \
-    QMenu, QSizePolicy, QVBoxLayout, QWidget
+    QMenu, QSizePolicy, QVBoxLayout
 
-from app import status as st
+from app.jobs.rules import category
 from ui.models import ROW_ROLE, Column, ObjectTableModel, list_column, \
     number_column, text_column
 from ui.object_actions import ObjectActions
+from ui.polled import PolledPage
 from ui.resources import icon
 from ui.tables import data_table, select_keys, selected_rows, sorting_proxy
 from ui.qtcompat import emit
@@ -192,23 +192,19 @@ class Placeholder(QLabel):
         self.setGeometry(0, 0, vp.width(), min(vp.height(), 200))
 
 
-class ObjectListView(QWidget):
+class ObjectListView(PolledPage):
     """One kind of catalog object as a sortable table, refreshed in place."""
 
-    #: after each refresh that reached the catalog
-    refreshed = Signal()
     #: a row was double-clicked or Enter pressed on it (the row's dict)
     opened = Signal(dict)
 
     def __init__(self, spec, bridge, parent=None):
-        super().__init__(parent)
+        super().__init__(bridge, parent)
         self.spec = spec
         self.name = spec.name
-        self.bridge = bridge
+        self.refresh_s = spec.refresh_s
         self.model = ObjectTableModel(spec.columns, key=spec.key, parent=self)
         self.proxy = sorting_proxy(self.model, self)
-        self._busy = False
-        self._last = 0.0
         self._sized = False
         self.error = None
 
@@ -253,25 +249,15 @@ class ObjectListView(QWidget):
         lay.addWidget(self.table, 1)
         self._update_title()
 
-    # ---- refreshing -----------------------------------------------------------------------
+    # ---- refreshing (ui/polled.py) ---------------------------------------------------------
     @property
     def loaded(self):
         return self.model.loaded
 
-    def due(self, now=None):
-        now = time.monotonic() if now is None else now
-        return not self._busy and now - self._last >= self.spec.refresh_s
+    def poll_call(self):
+        return (self.spec.fetch,)
 
-    def refresh(self):
-        if self._busy:
-            return False
-        self._busy = True
-        self.bridge.call(self.spec.fetch, done=self._show, failed=self._failed, context=self)
-        return True
-
-    def _show(self, rows):
-        self._busy = False
-        self._last = time.monotonic()
+    def polled(self, rows):
         self.error = None
         self.model.set_rows(rows)
         if not self._sized and rows:
@@ -279,9 +265,7 @@ class ObjectListView(QWidget):
         self._update_title()
         emit(self.refreshed)
 
-    def _failed(self, err):
-        self._busy = False
-        self._last = time.monotonic()
+    def poll_failed(self, err):
         self.error = str(err)
         self._update_title()
         emit(self.refreshed)
@@ -403,49 +387,32 @@ def overview_counts(m):
         "images": len(m.images()),
         "running": sum(j["state"] == "active" for j in jobs),
         "queued": sum(j["state"] == "queued" for j in jobs),
-        "failed": sum(j["state"] == "done" and j["status"] not in (st.OK, st.PARTIAL)
-                      for j in jobs),
+        "failed": sum(category(j) == "failed" for j in jobs),
     }
 
 
-class CatalogCountsPage(QWidget):
+class CatalogCountsPage(PolledPage):
     """A page that shows the catalog's counts (overview_counts), read again every refresh_s
     seconds; subclasses show them in show_counts() and a failure in show_error()."""
 
-    refreshed = Signal()
     refresh_s = 5.0
 
     def __init__(self, name, bridge, parent=None):
-        super().__init__(parent)
+        super().__init__(bridge, parent)
         self.name = name
-        self.bridge = bridge
         self.loaded = False
         self.counts = None
-        self._busy = False
-        self._last = 0.0
 
-    def due(self, now=None):
-        now = time.monotonic() if now is None else now
-        return not self._busy and now - self._last >= self.refresh_s
+    def poll_call(self):
+        return (overview_counts,)
 
-    def refresh(self):
-        if self._busy:
-            return False
-        self._busy = True
-        self.bridge.call(overview_counts, done=self._arrived, failed=self._failed, context=self)
-        return True
-
-    def _arrived(self, counts):
-        self._busy = False
-        self._last = time.monotonic()
+    def polled(self, counts):
         self.loaded = True
         self.counts = counts
         self.show_counts(counts)
         emit(self.refreshed)
 
-    def _failed(self, err):
-        self._busy = False
-        self._last = time.monotonic()
+    def poll_failed(self, err):
         self.show_error(f"Could not read the catalog: {err}")
         emit(self.refreshed)
 

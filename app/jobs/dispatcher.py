@@ -23,6 +23,7 @@ from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
 from app.jobs import backup, backup_set, cleanup, commit, expire, pool_jobs, reindex, restore
+from app.jobs.rules import retry_wanted
 from app.jobs.store import ACTIVE, QUEUED
 
 LEASE = "dispatcher"
@@ -35,10 +36,6 @@ RUNNERS = {"backup": backup.run, "restore": restore.run, "expire": expire.run,
            "backup-set": backup_set.run, "verify": pool_jobs.run_verify,
            "reclaim": pool_jobs.run_reclaim, "cleanup": cleanup.run,
            reindex.JOB_TYPE: reindex.run}
-# Failures another attempt cannot mend: wrong input, missing trust or software, or a decision.
-NO_RETRY = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED, st.INVALID_REQUEST,
-            st.NOTHING_TO_BACKUP, st.AUTH_FAILED, st.HOST_KEY_UNKNOWN, st.HOST_KEY_CHANGED,
-            st.NO_PYTHON}
 
 
 class Dispatcher:
@@ -203,9 +200,8 @@ class Dispatcher:
         jobs = self.master.jobs
         job = jobs.get(job_id)
         # Scheduled backups (they have a window) are tried again, as admins expect from a
-        # schedule; a backup started by hand is the admin's to restart.
-        if (job["type"] != "backup" or job["status"] in NO_RETRY or job["not_after"] is None
-                or job["params"].get("streams")):
+        # schedule; a backup started by hand is the admin's to restart (app/jobs/rules.py).
+        if not retry_wanted(job):
             return None
         tries = self.master.setting("backup_tries")
         if job["attempt"] >= tries:

@@ -10,8 +10,9 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QInputDialog, QMessageBox, QTableView
 
 from app import status as st
+from app.jobs.rules import category
 from ui import fmt
-from ui.activity import COLUMNS, JobFilter, JobTableModel, category
+from ui.job_table import COLUMNS, JobFilter, JobTableModel
 from ui.models import ROW_ROLE
 
 pytestmark = pytest.mark.gui
@@ -248,7 +249,7 @@ def test_columns_show_the_job():
 
 
 def test_jobs_of_a_deduplicating_pool_say_what_they_work_on():
-    from ui.activity import result_text, what
+    from ui.job_text import result_text, what
     model = JobTableModel()
     model.apply_changes([
         job(1, type="verify", client=None, policy=None, storage_unit=None,
@@ -282,7 +283,7 @@ def test_jobs_of_a_deduplicating_pool_say_what_they_work_on():
 
 
 def test_a_verify_result_names_the_damaged_files():
-    from ui.activity import RESULT_FILES, result_text, verify_result_text
+    from ui.job_text import RESULT_FILES, result_text, verify_result_text
     clean = {"images": [], "containers": 4, "container_damage": [], "damaged_chunks": 0}
     assert verify_result_text(clean) == "No damage found: every chunk matched its fingerprint."
     many = [f"/data/f{i}" for i in range(RESULT_FILES + 3)]
@@ -319,7 +320,7 @@ def test_a_verify_result_names_the_damaged_files():
 
 
 def test_an_advanced_disk_verify_result_names_each_file_and_why():
-    from ui.activity import RESULT_FILES, verify_result_text
+    from ui.job_text import RESULT_FILES, verify_result_text
     assert verify_result_text({"images": [], "checked": 3, "modes": []}) == \
         "No damage found: every tar header and file checksum matched."
     damaged = {"checked": 2, "images": [

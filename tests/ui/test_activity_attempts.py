@@ -8,7 +8,7 @@ from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QTableView
 
 from app import status as st
-from ui.activity import COLUMNS
+from ui.job_table import COLUMNS
 
 pytestmark = pytest.mark.gui
 
@@ -110,7 +110,7 @@ def test_scheduled_backups_count_their_attempts_of_the_tries_allowed(console, ma
 
 def test_a_layout_saved_before_the_new_columns_shows_them_as_a_new_table(make_console, master,
                                                                           qtbot):
-    from ui.main_window import settings
+    from ui.settings import settings
     old_keys = COLUMNS[:col("attempt")]
     table = QTableView()
     qtbot.addWidget(table)

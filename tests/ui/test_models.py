@@ -3,9 +3,8 @@ while rows change."""
 
 import pytest
 
-from ui import views
+from ui import job_table, views
 from ui.bridge import Bridge
-from ui import activity
 from ui.file_tree import ImageFilesModel
 from ui.models import ObjectTableModel
 
@@ -22,7 +21,7 @@ def _jobs(n, state="queued"):
 @pytest.mark.parametrize("force_py", [False, True])
 @pytest.mark.qt_log_level_fail("WARNING")
 def test_object_table_model(qtmodeltester, force_py):
-    model = ObjectTableModel(activity.COLUMNS, key="id")
+    model = ObjectTableModel(job_table.COLUMNS, key="id")
     qtmodeltester.check(model, force_py=force_py)
     model.set_rows(_jobs(range(1, 6)))
     changed = _jobs(range(2, 9))
@@ -37,7 +36,7 @@ def test_object_table_model(qtmodeltester, force_py):
 
 
 def test_unchanged_rows_emit_nothing(qtbot):
-    model = ObjectTableModel(activity.COLUMNS, key="id")
+    model = ObjectTableModel(job_table.COLUMNS, key="id")
     model.set_rows(_jobs(range(3)))
     with qtbot.assertNotEmitted(model.dataChanged), \
             qtbot.assertNotEmitted(model.rowsInserted), \
@@ -46,7 +45,7 @@ def test_unchanged_rows_emit_nothing(qtbot):
 
 
 def test_a_changed_cell_is_reported_alone(qtbot):
-    model = ObjectTableModel(activity.COLUMNS, key="id")
+    model = ObjectTableModel(job_table.COLUMNS, key="id")
     model.set_rows(_jobs(range(3)))
     rows = _jobs(range(3))
     rows[1]["files"] = 7

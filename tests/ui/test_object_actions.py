@@ -180,7 +180,7 @@ def test_new_host_from_the_file_menu_opens_the_add_host_dialog(console, qtbot):
 
 
 def test_hidden_columns_are_remembered(make_console, master, qtbot):
-    from ui.main_window import settings
+    from ui.settings import settings
     from ui.qtcompat import emit
     c = make_console(master)
     view = show(c, qtbot, "disk-pools")

@@ -76,7 +76,7 @@ def names_in(v, qtbot, path):
 
 
 def level_of(v, image_id):
-    from ui.restore_view import IMAGE_COLUMNS
+    from ui.image_columns import IMAGE_COLUMNS
     column = [c.key for c in IMAGE_COLUMNS].index("schedule_type")
     return v.model.index(v.model.row_of(image_id), column).data()
 

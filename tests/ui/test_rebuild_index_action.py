@@ -3,7 +3,7 @@ the activity monitor names the job by its image."""
 
 import pytest
 
-from ui.activity import type_text, _type_tooltip
+from ui.job_text import type_text, type_tooltip
 
 pytestmark = pytest.mark.gui
 
@@ -26,7 +26,7 @@ def test_rebuild_index_is_offered_for_an_image_and_queues_the_job(console, maste
     assert job["type"] == "rebuild-index" and job["params"] == {"image": image}
     assert queued == [(job["id"], f"Rebuild-index job {job['id']} queued for image {image}")]
     assert type_text(job) == f"rebuild-index image {image}"
-    assert "from the image itself" in _type_tooltip(job)
+    assert "from the image itself" in type_tooltip(job)
 
     # a second one for the same image while the first waits: refused, with the reason
     actions.rebuild_index.trigger()

@@ -61,21 +61,10 @@ def _load_volumes(m, server):
 
 
 def _create_pool(m, s):
-    """create_disk_pool(check=True), keeping the comment given in the wizard."""
-    vols, *_ = m.config.validate_disk_pool(
-        s["name"], server=s["server"], volumes=s["volumes"], high_water=s["high_water"],
-        low_water=s["low_water"], max_io_streams=s["max_io_streams"])
-    bad = [v for v in m.check_volumes(s["server"], vols) if not v["ok"]]
-    if bad:
-        host = m.config.storage_server(s["server"])["host"]
-        raise ValidationError(
-            "volume " + "; ".join(f"{v['path']}: {v['error']}" for v in bad)
-            + f" (on host {host})",
-            hint="create the directory on the storage server and make it writable for the "
-                 "agent's user, then try again")
-    return m.config.add_disk_pool(s["name"], server=s["server"], volumes=vols,
-                                  high_water=s["high_water"], low_water=s["low_water"],
-                                  max_io_streams=s["max_io_streams"], comment=s["comment"])
+    """create_disk_pool, each volume checked on the host first, with the comment given."""
+    return m.create_disk_pool(s["name"], server=s["server"], volumes=s["volumes"],
+                              high_water=s["high_water"], low_water=s["low_water"],
+                              max_io_streams=s["max_io_streams"], comment=s["comment"])
 
 
 def is_dedup(server):

@@ -105,7 +105,7 @@ class StorageUnitWizard(WizardBase):
                 ("Maximum concurrent jobs", str(s["max_concurrent_jobs"]))]
 
     def create_call(self):
-        return (lambda m, s: m.config.add_storage_unit(
+        return (lambda m, s: m.create_storage_unit(
             s["name"], pool=s["pool"], max_concurrent_jobs=s["max_concurrent_jobs"]),
             (self.spec(),))
 

@@ -1,0 +1,124 @@
+"""The `cairn` command. The forms in DESIGN.md are a contract; every listing or action takes
+--json and then prints one JSON document on stdout. Errors go to stderr as a message and a
+hint (and as {"error", "hint", "status"} on stdout with --json); the exit code is 0 on
+success, otherwise the status code of the failure (see `cairn status-codes`).
+
+Each noun has its module, which defines the parsers of its commands and, beside them, the
+handler of each: the parser records it (`handler`), and run() calls it with the master open,
+or with the arguments alone where a command must not open the master (`opens_master`)."""
+
+import argparse
+import json
+import os
+import sys
+
+from app import __version__, status as st
+from app.cli import backup, catalog, host, images, jobs, master, policy, report, restore, storage
+from app.cli.shared import open_master
+from app.errors import CairnError
+from app.terminal_text import escape
+
+# The nouns, in the order `cairn --help` lists them; each adds its parser and its actions'.
+NOUNS = (
+    host.host_commands,
+    storage.storage_server_commands,
+    storage.disk_pool_commands,
+    storage.storage_unit_commands,
+    policy.policy_commands,
+    backup.backup_commands,
+    jobs.jobs_commands,
+    images.images_commands,
+    restore.browse_commands,
+    restore.restore_commands,
+    report.report_commands,
+    master.console_commands,
+    master.master_commands,
+    policy.schedule_commands,
+    report.status_codes_commands,
+    catalog.catalog_commands,
+    master.agent_commands,
+)
+
+
+def _common():
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--home", default=argparse.SUPPRESS,
+                   help="the master's state directory (default: $CAIRN_HOME or the user's "
+                        "data directory)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print one JSON document on stdout")
+    return p
+
+
+def build_parser():
+    common = _common()
+    ap = argparse.ArgumentParser(prog="cairn", parents=[common],
+                                 description="Cairn backup administration")
+    ap.add_argument("--version", action="version", version=f"cairn {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def cmd(parent, name, help, handler=None, opens_master=True, **kw):
+        p = parent.add_parser(name, help=help, parents=[common], **kw)
+        if handler is not None:
+            p.set_defaults(handler=handler, opens_master=opens_master)
+        return p
+
+    for add_commands in NOUNS:
+        add_commands(sub, cmd)
+    return ap
+
+
+def run(args):
+    handler = getattr(args, "handler", _unknown_command)
+    if not getattr(args, "opens_master", True):
+        return handler(args)
+    m = open_master(args)
+    try:
+        return handler(m, args)
+    finally:
+        m.close()
+
+
+def _unknown_command(m, args):
+    """A noun named without one of its actions (or a name only main() knows)."""
+    c, s = args.cmd, getattr(args, "sub", None)
+    raise CairnError(f"unknown command: {c} {s or ''}".strip(), status_code=st.INVALID_REQUEST)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["agent"]:
+        from app.agent.server import main as agent_main
+        return agent_main()
+    import sqlite3
+    from app.store.db import catalog_error
+    # Whatever a name holds, printing it must never crash the command.
+    sys.stdout.reconfigure(errors="backslashreplace")
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not args.cmd:
+        ap.print_help()
+        return 0
+    try:
+        try:
+            rc = run(args)
+        except sqlite3.Error as e:
+            # What the catalog layer did not turn into a message already: still one.
+            from app.paths import Home
+            raise catalog_error(Home(getattr(args, "home", None)).catalog, e,
+                                any_error=True) from None
+        return rc if isinstance(rc, int) else 0
+    except CairnError as e:
+        if getattr(args, "json", False):
+            json.dump(e.to_dict(), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        print(f"cairn: {escape(e.message)}", file=sys.stderr)
+        if e.hint:
+            print(f"  {escape(e.hint)}", file=sys.stderr)
+        return e.status or 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) stopped reading: not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -1,0 +1,91 @@
+"""`cairn images`: list, show, check and expire backup images."""
+
+from app import timeutil
+from app.cli.output import out, size, table
+from app.cli.shared import jobs_result
+
+
+def images_commands(sub, cmd):
+    im = cmd(sub, "images", "backup images",
+             handler=_list).add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(im, "list", "list images", handler=_list)
+    p.add_argument("--client")
+    p.add_argument("--policy")
+    p.add_argument("--since", metavar="TIME", help="only images created at or after TIME")
+    p.add_argument("--until", metavar="TIME", help="only images created at or before TIME")
+    p = cmd(im, "expire", "expire an image now (an expire job; waits for it)", handler=_expire)
+    p.add_argument("image")
+    p.add_argument("--with-dependents", action="store_true",
+                   help="also expire the images that read data from it (later incrementals, "
+                        "stream images); without it such an image is refused, naming them")
+    p = cmd(im, "dependents", "the images that go when an image is expired",
+            handler=_dependents)
+    p.add_argument("image")
+    p = cmd(im, "show", "one image: where it is, what it holds, the snapshot it was read from",
+            handler=_show)
+    p.add_argument("image")
+    p = cmd(im, "verify", "read an image back and check every tar header and file checksum "
+                          "(every chunk on a deduplicating pool)", handler=_verify)
+    p.add_argument("image")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(im, "rebuild-index", "rebuild an image's catalog index (for browse and restore) "
+                                 "from the image itself; the old index is kept aside",
+            handler=_rebuild_index)
+    p.add_argument("image")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+
+
+def _list(m, args):
+    images = (m.images_in_range(args.client, args.policy, args.since, args.until)
+              if args.since or args.until
+              else m.images(client=args.client, policy=args.policy))
+    return out(args, {"images": images},
+               lambda d: table(d["images"], ["id", "client", "policy", "schedule",
+                                             "schedule_type", "created", "expires",
+                                             "files", "bytes"]))
+
+
+def _expire(m, args):
+    r = m.expire_image(args.image, with_dependents=args.with_dependents)
+    return out(args, r, lambda d: print(
+        f"expired by job {d['job']}: {', '.join(d['images'])} ({d['bytes']} bytes)"))
+
+
+def _dependents(m, args):
+    r = m.expire_preview(args.image)
+    return out(args, r, lambda d: print(
+        f"expiring {d['image']} also expires: {', '.join(d['with']) or 'nothing else'}"))
+
+
+def _show(m, args):
+    return out(args, m.image(args.image), _print_image)
+
+
+def _verify(m, args):
+    return jobs_result(m, args, [m.start_verify(image=args.image)])
+
+
+def _rebuild_index(m, args):
+    return jobs_result(m, args, [m.start_rebuild_index(args.image)])
+
+
+def _print_image(d):
+    for k in ("id", "client", "policy", "schedule", "schedule_type", "base_image", "created",
+              "expires", "files", "bytes", "storage_unit", "pool", "storage_host", "path",
+              "image_bytes", "checksum", "warnings", "stream", "part_of"):
+        if d.get(k) is not None:
+            print(f"{k:16} {d[k]}")
+    for snap in d.get("snapshot") or []:
+        where = f"fileset {snap['fileset']} of {snap['device']}" if snap.get("fileset") \
+            else f"file system {snap['device']}"
+        print(f"{'snapshot':16} {snap['name']} of {where}, taken "
+              f"{timeutil.iso(snap['created'])}")
+    dd = d.get("dedup")
+    if dd:
+        print(f"{'deduplication':16} {dd.get('dedup_ratio') or 0:.1f}% in the pool already "
+              f"({dd.get('mode')}); {dd.get('new_chunks')} of {dd.get('chunks')} chunks new, "
+              f"{size(dd.get('stored_bytes') or 0)} stored")
+    scan = d.get("scan") or {}
+    if scan.get("method"):
+        print(f"{'file list':16} "
+              + ("Storage Scale policy engine" if scan["method"] == "policy" else "tree walk"))

@@ -1,0 +1,184 @@
+"""What is backed up and when: `cairn policy` (its clients, selections and schedules) and
+`cairn schedule runs` (what the scheduler will run and what it did)."""
+
+import argparse
+
+from app import status as st, timeutil
+from app.cli.output import out, table
+from app.cli.shared import deleting, setting_value
+from app.errors import CairnError
+
+
+def policy_commands(sub, cmd):
+    po = cmd(sub, "policy", "backup policies",
+             handler=_list).add_subparsers(dest="sub", metavar="ACTION")
+    _create_command(po, cmd)
+    p = cmd(po, "set", "change a policy's attribute", handler=_set,
+            description="Change one attribute of a policy: storage_unit, priority, "
+                        "multiple_streams, checksum, snapshot (none, filesystem, fileset), "
+                        "file_list (auto, walk), dedup, skip_nodump (yes, no), active or "
+                        "comment.")
+    p.add_argument("name")
+    p.add_argument("key")
+    p.add_argument("value")
+    p = cmd(po, "add-client", "add a client to a policy", handler=_add_client)
+    p.add_argument("policy")
+    p.add_argument("host")
+    p = cmd(po, "add-selection", "add a backup selection to a policy", handler=_add_selection)
+    p.add_argument("policy")
+    p.add_argument("path")
+    _add_schedule_command(po, cmd)
+    cmd(po, "list", "list policies", handler=_list)
+    p = cmd(po, "delete", "delete a policy (its images stay until they expire)",
+            handler=deleting("policy"))
+    p.add_argument("name")
+    p = cmd(po, "show", "show a policy", handler=_show)
+    p.add_argument("name")
+
+
+def _create_command(po, cmd):
+    p = cmd(po, "create", "create a policy", handler=_create)
+    p.add_argument("name")
+    p.add_argument("--storage-unit", required=True)
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--compression", action="store_true")
+    p.add_argument("--encryption", action="store_true")
+    p.add_argument("--multiple-streams", action="store_true")
+    p.add_argument("--checksum", choices=["crc32", "sha256"], default="crc32",
+                   help="file checksums checked at restore: crc32 (fast, catches corruption) "
+                        "or sha256 (also evidence against tampering; costs CPU)")
+    p.add_argument("--snapshot", choices=["none", "filesystem", "fileset"], default="none",
+                   help="back up from a Storage Scale snapshot of the file system (or of the "
+                        "fileset) holding each selection, taken and deleted by the backup")
+    p.add_argument("--file-list", choices=["auto", "walk"], default="auto",
+                   help="how backups find their files: auto uses the Storage Scale policy "
+                        "engine where the selection is on Storage Scale and walks the tree "
+                        "elsewhere; walk always walks")
+    p.add_argument("--dedup", choices=["server", "client"], default="server",
+                   help="on a deduplicating pool: server (the client sends a plain stream) or "
+                        "client (the client chunks and sends only chunks the pool lacks); a "
+                        "host's own setting (host set HOST dedup ...) wins",)
+    p.add_argument("--skip-nodump", action="store_true",
+                   help="leave out files and directories marked nodump (chattr +d), as dump "
+                        "does")
+
+
+def _add_schedule_command(po, cmd):
+    p = cmd(po, "add-schedule", "add a schedule to a policy", handler=_add_schedule,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description="Add a schedule to a policy. A schedule with start windows runs by "
+                        "itself:\neither every --frequency, or on the calendar days of "
+                        "--weekdays/--monthdays;\nwith windows but neither, a full runs "
+                        "weekly and an incremental daily.\nWithout --window it only runs "
+                        "when started by hand (cairn backup).",
+            epilog="examples:\n"
+                   "  cairn policy add-schedule home weekly --type full --retention 4w \\\n"
+                   "      --window \"sat 20:00 12h\"\n"
+                   "  cairn policy add-schedule home nightly --type differential "
+                   "--frequency 1d \\\n      --window \"mon-fri 22:00 8h\"\n"
+                   "  cairn policy add-schedule home monthly --type full --monthdays 1,last "
+                   "\\\n      --window \"daily 22:00 8h\" --exclude-date 2026-12-25\n"
+                   "Windows are in the master's local time; a window may run past midnight.")
+    p.add_argument("policy")
+    p.add_argument("name")
+    p.add_argument("--type", required=True,
+                   help="full, differential (changes since the last backup of any type) or "
+                        "cumulative (changes since the last full)")
+    p.add_argument("--retention", default="2w")
+    p.add_argument("--frequency", metavar="DURATION",
+                   help="run when no backup of this schedule succeeded for this long: 12h, "
+                        "1d, 1w")
+    p.add_argument("--window", action="append", metavar='"DAYS HH:MM LENGTH"',
+                   help='a start window, e.g. "mon 22:00 8h", "daily 22:00 8h", '
+                        '"mon-fri 20:00 90m"; repeat for more')
+    p.add_argument("--weekdays", metavar="DAYS",
+                   help="calendar: run on these days of the week, e.g. mon,wed")
+    p.add_argument("--monthdays", metavar="DAYS",
+                   help="calendar: run on these days of the month, e.g. 1,15,last")
+    p.add_argument("--exclude-date", action="append", metavar="YYYY-MM-DD",
+                   help="calendar: not on this date; repeat for more")
+    p.add_argument("--read-every-file", action="store_true",
+                   help="full schedules into deduplicating pools: read every file instead of "
+                        "trusting the files cache (e.g. a monthly full beside nightly ones)")
+
+
+def _policy_out(args, r):
+    return out(args, r, lambda d: print(f"policy {d['name']}: storage unit "
+                                        f"{d['storage_unit']}, clients {d['clients']}, "
+                                        f"selections {d['selections']}, schedules "
+                                        f"{[x['name'] for x in d['schedules']]}"))
+
+
+def _create(m, args):
+    return _policy_out(args, m.config.add_policy(
+        args.name, storage_unit=args.storage_unit, priority=args.priority,
+        compression=args.compression, encryption=args.encryption,
+        multiple_streams=args.multiple_streams, checksum=args.checksum, snapshot=args.snapshot,
+        file_list=args.file_list, dedup=args.dedup, skip_nodump=args.skip_nodump))
+
+
+def _set(m, args):
+    return _policy_out(args, m.update_object(
+        "policy", args.name, **{args.key: setting_value(args.key, args.value)}))
+
+
+def _add_client(m, args):
+    return _policy_out(args, m.config.add_policy_client(args.policy, args.host))
+
+
+def _add_selection(m, args):
+    return _policy_out(args, m.config.add_policy_selection(args.policy, args.path))
+
+
+def _add_schedule(m, args):
+    from app.config import calendar_from_text, parse_windows_text
+    return _policy_out(args, m.config.add_schedule(
+        args.policy, args.name, type=args.type, retention=args.retention,
+        frequency=args.frequency,
+        windows=parse_windows_text(args.window) if args.window else None,
+        calendar=calendar_from_text(args.weekdays, args.monthdays, args.exclude_date),
+        read_all=args.read_every_file))
+
+
+def _show(m, args):
+    return _policy_out(args, m.config.policy(args.name))
+
+
+def _list(m, args):
+    return out(args, {"policies": m.config.policies()},
+               lambda d: table(d["policies"], ["name", "storage_unit", "clients",
+                                               "selections"]))
+
+
+# ---- schedule -------------------------------------------------------------------------------
+
+def schedule_commands(sub, cmd):
+    sc = cmd(sub, "schedule", "what the scheduler will run and what it did").add_subparsers(
+        dest="sub", metavar="ACTION")
+    p = cmd(sc, "runs", "upcoming scheduled runs, and recorded ones (queued, missed, skipped)",
+            handler=_schedule_runs)
+    p.add_argument("--policy", metavar="NAME")
+    p.add_argument("--horizon", metavar="DURATION", default="7d",
+                   help="how far ahead to look (default 7d)")
+    p.add_argument("--limit", type=int, default=200, help="recorded runs to show (default 200)")
+
+
+def _schedule_runs(m, args):
+    from app.scheduler import Scheduler
+    horizon = timeutil.parse_duration(args.horizon, what="horizon")
+    if horizon is None:
+        raise CairnError(f"horizon {args.horizon!r} must be a length of time, e.g. 7d",
+                         status_code=st.INVALID_REQUEST)
+    sched = Scheduler(m)
+    doc = {"upcoming": sched.next_runs(args.policy, horizon_s=horizon),
+           "runs": sched.runs(args.policy, limit=args.limit)}
+    return out(args, doc, _print_schedule_runs)
+
+
+def _print_schedule_runs(d):
+    print("upcoming:")
+    table([dict(e, note=e["note"] or "") for e in d["upcoming"]],
+          ["due", "policy", "schedule", "type", "client", "window_end", "runs", "note"])
+    print("recorded:")
+    table(d["runs"], ["due", "policy", "schedule", "client", "outcome", "job_id",
+                      "job_state", "job_status"])

@@ -1,0 +1,83 @@
+"""What several nouns share: the master a command talks to, the value a `set` gives, deleting
+an object, and the jobs a command started (waited for, or left to a dispatcher)."""
+
+import os
+import subprocess
+import sys
+
+from app.cli.output import out, size
+from app.errors import ValidationError
+
+
+def open_master(args):
+    from app.master import Master
+    return Master(getattr(args, "home", None), password_provider=_password_prompt)
+
+
+def _password_prompt(prompt):
+    if not sys.stdin.isatty():
+        return None
+    import getpass
+    return getpass.getpass(prompt)
+
+
+def setting_value(key, text):
+    """A value given on the command line: yes/no and true/false for switches."""
+    if key not in ("multiple_streams", "skip_nodump", "active"):
+        return text
+    low = text.strip().lower()
+    if low in ("yes", "true", "on"):
+        return True
+    if low in ("no", "false", "off"):
+        return False
+    raise ValidationError(f"{key} takes yes or no, not {text!r}",
+                          hint=f"e.g. `set ... {key} yes`")
+
+
+def deleting(kind):
+    """The handler of `cairn KIND delete NAME`."""
+    def delete(m, args):
+        r = m.delete_object(kind, args.name)
+        return out(args, r, lambda d: print(f"{kind.replace('-', ' ')} {args.name} deleted"))
+    return delete
+
+
+def jobs_result(m, args, ids):
+    if args.wait:
+        jobs = m.wait_for(ids)
+    else:
+        _ensure_dispatcher(m, args)
+        jobs = [m.jobs.get(j) for j in ids]
+    codes = [j["status"] for j in jobs if j["status"] is not None]
+    worst = max(codes, key=lambda x: (x != 0, x != 1, x)) if codes else 0
+    doc = {"jobs": jobs, "status": worst}
+
+    def human(d):
+        for j in d["jobs"]:
+            if j["state"] == "done":
+                print(f"job {j['id']} ({j['type']}, {j['client']}): status {j['status']} - "
+                      f"{j['status_text']}; {j['files']} files, {size(j['bytes'])}"
+                      + (f", dedup {j['dedup_ratio']:.1f}%" if j.get("dedup_ratio") is not None
+                         else ""))
+            else:
+                print(f"job {j['id']} ({j['type']}, {j['client']}) {j['state']}; follow it with "
+                      f"`cairn jobs show {j['id']}`")
+    out(args, doc, human)
+    return worst
+
+
+def _ensure_dispatcher(m, args):
+    """Without --wait the jobs still have to run: start a headless master for them when no
+    console or master is dispatching already."""
+    from app.jobs.dispatcher import Dispatcher
+    if Dispatcher.lease_holder(m.db) is not None:
+        return
+    cmd = [sys.executable, "-m", "app", "--home", m.home.root, "master", "run", "--until-idle"]
+    if getattr(sys, "frozen", False):
+        cmd = [sys.executable, "--home", m.home.root, "master", "run", "--until-idle"]
+    from app.formats import private
+    log = os.fdopen(private.create(os.path.join(m.home.root, "master.log"),
+                                   os.O_WRONLY | os.O_APPEND), "ab")
+    subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                     start_new_session=True, env=os.environ.copy())
+    log.close()

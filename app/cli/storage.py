@@ -1,0 +1,191 @@
+"""Where backups go: `cairn storage-server`, `cairn disk-pool` and `cairn storage-unit`."""
+
+import argparse
+import sys
+
+from app.cli.output import out, size, table
+from app.cli.shared import deleting, jobs_result, setting_value
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size_arg(text):
+    """A size in bytes, with an optional K, M or G (powers of 1024)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    try:
+        return int(t[:len(t) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 524288, 512K, 2M)")
+
+
+# ---- storage-server -------------------------------------------------------------------------
+
+def storage_server_commands(sub, cmd):
+    ss = cmd(sub, "storage-server", "storage servers",
+             handler=_server_list).add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(ss, "create", "create a storage server", handler=_server_create)
+    p.add_argument("name")
+    p.add_argument("--type", required=True)
+    p.add_argument("--host", required=True)
+    p.add_argument("--path")
+    p.add_argument("--encrypt", action="store_true",
+                   help="dedup: encrypt chunks at rest (AES-256-GCM); the master keeps the key "
+                        "in CAIRN_HOME/keys/NAME.key: back it up")
+    p.add_argument("--min-chunk", type=_size_arg, help="dedup: minimum chunk size (e.g. 128K)")
+    p.add_argument("--avg-chunk", type=_size_arg, help="dedup: average chunk size (e.g. 512K)")
+    p.add_argument("--max-chunk", type=_size_arg, help="dedup: maximum chunk size (e.g. 2M)")
+    cmd(ss, "list", "list storage servers", handler=_server_list)
+    p = cmd(ss, "delete", "delete a storage server that no disk pool uses",
+            handler=deleting("storage-server"))
+    p.add_argument("name")
+
+
+def _server_create(m, args):
+    opts = {k: v for k, v in (("min_size", args.min_chunk), ("avg_size", args.avg_chunk),
+                              ("max_size", args.max_chunk)) if v is not None}
+    if args.encrypt:
+        opts["encrypted"] = True
+    r = m.create_storage_server(args.name, type=args.type, host=args.host, path=args.path,
+                                options=opts or None)
+
+    def show(d):
+        print(f"storage server {d['name']} created")
+        for w in d.get("warnings") or []:
+            print(f"warning: {w}", file=sys.stderr)
+        if d.get("options", {}).get("encrypted"):
+            print(f"its encryption key is {m.home.key_path(d['name'])}: back it up; "
+                  "without it the pool cannot be read", file=sys.stderr)
+    return out(args, r, show)
+
+
+def _server_list(m, args):
+    return out(args, {"storage_servers": m.config.storage_servers()},
+               lambda d: table(d["storage_servers"], ["name", "type", "host", "path"]))
+
+
+# ---- disk-pool ------------------------------------------------------------------------------
+
+def disk_pool_commands(sub, cmd):
+    dp = cmd(sub, "disk-pool", "disk pools",
+             handler=_pool_list).add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(dp, "create", "create a disk pool", handler=_pool_create)
+    p.add_argument("name")
+    p.add_argument("--server", required=True)
+    p.add_argument("--volume", action="append", default=[],
+                   help="repeat for more volumes (a dedup server's pool takes its storage path)")
+    p.add_argument("--high-water", type=int, default=98)
+    p.add_argument("--low-water", type=int, default=80)
+    p.add_argument("--max-io-streams", type=int)
+    p.add_argument("--compact-below", type=int, metavar="PCT",
+                   help="deduplicating pool: space reclaim compacts a container whose live "
+                        "data is below PCT%% of its size (default 50; 0: only delete empty "
+                        "containers)")
+    cmd(dp, "list", "list disk pools", handler=_pool_list)
+    p = cmd(dp, "set", "change a disk pool's attribute", handler=_pool_set,
+            description="Change one attribute of a disk pool: high_water, low_water, "
+                        "max_io_streams (0: no limit), compact_below (deduplicating pools: "
+                        "percent of live data below which reclaim compacts a container) or "
+                        "comment.")
+    p.add_argument("name")
+    p.add_argument("key")
+    p.add_argument("value")
+    p = cmd(dp, "delete", "delete a disk pool that no storage unit or image uses",
+            handler=deleting("disk-pool"))
+    p.add_argument("name")
+    p = cmd(dp, "reclaim", "deduplication pool: remove chunks no image uses, compact containers",
+            handler=_pool_reclaim)
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(dp, "verify", "read every image of the pool back and check it (headers and "
+                          "checksums, or every chunk of a deduplicating pool); also make the "
+                          "pool's files private again and report any that were not",
+            handler=_pool_verify)
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(dp, "cleanup", "remove pool files that no catalog image owns (left by backups "
+                           "that stopped before their image was recorded)",
+            handler=_pool_cleanup)
+    p.add_argument("name")
+    p.add_argument("--dry-run", action="store_true", help="only list them")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(dp, "usage", "deduplication pool: chunks and bytes it holds", handler=_pool_usage)
+    p.add_argument("name")
+    p = cmd(dp, "rebuild-index", "deduplication pool: rebuild the chunk index from the "
+                                 "containers alone", handler=_pool_rebuild_index)
+    p.add_argument("name")
+
+
+def _pool_create(m, args):
+    r = m.create_disk_pool(args.name, server=args.server, volumes=args.volume,
+                           high_water=args.high_water, low_water=args.low_water,
+                           max_io_streams=args.max_io_streams,
+                           compact_below=args.compact_below)
+    return out(args, r, lambda d: print(f"disk pool {d['name']} created"))
+
+
+def _pool_list(m, args):
+    return out(args, {"disk_pools": m.config.disk_pools()},
+               lambda d: table(d["disk_pools"], ["name", "server", "volumes", "high_water",
+                                                 "low_water"]))
+
+
+def _pool_set(m, args):
+    r = m.update_object("disk-pool", args.name,
+                        **{args.key: setting_value(args.key, args.value)})
+    return out(args, r, lambda d: print(f"disk pool {d['name']}: {args.key} changed"))
+
+
+def _pool_reclaim(m, args):
+    return jobs_result(m, args, [m.start_reclaim(args.name)])
+
+
+def _pool_verify(m, args):
+    return jobs_result(m, args, [m.start_verify(pool=args.name)])
+
+
+def _pool_cleanup(m, args):
+    return jobs_result(m, args, [m.start_cleanup(args.name, dry_run=args.dry_run)])
+
+
+def _pool_usage(m, args):
+    r = m.pool_usage(args.name)
+    return out(args, r, lambda d: print(
+        f"{d['chunks']} chunks, {size(d['stored_bytes'])} stored in "
+        f"{d['containers']} containers ({size(d['container_bytes'])} on disk)"
+        + (", encrypted" if d.get("encrypted") else "")))
+
+
+def _pool_rebuild_index(m, args):
+    r = m.rebuild_pool_index(args.name)
+    return out(args, r, lambda d: print(
+        f"index rebuilt: {d['chunks']} chunks from {d['containers']} containers"
+        + (f"; {d['damaged']} damaged record(s) left out" if d.get("damaged") else "")
+        + (f"; {d['torn']} torn container end(s) skipped" if d.get("torn") else "")))
+
+
+# ---- storage-unit ---------------------------------------------------------------------------
+
+def storage_unit_commands(sub, cmd):
+    su = cmd(sub, "storage-unit", "storage units",
+             handler=_unit_list).add_subparsers(dest="sub", metavar="ACTION")
+    p = cmd(su, "create", "create a storage unit", handler=_unit_create)
+    p.add_argument("name")
+    p.add_argument("--pool", required=True)
+    p.add_argument("--max-concurrent-jobs", type=int, default=1)
+    cmd(su, "list", "list storage units", handler=_unit_list)
+    p = cmd(su, "delete", "delete a storage unit that no policy uses",
+            handler=deleting("storage-unit"))
+    p.add_argument("name")
+
+
+def _unit_create(m, args):
+    r = m.config.add_storage_unit(args.name, pool=args.pool,
+                                  max_concurrent_jobs=args.max_concurrent_jobs)
+    return out(args, r, lambda d: print(f"storage unit {d['name']} created"))
+
+
+def _unit_list(m, args):
+    return out(args, {"storage_units": m.config.storage_units()},
+               lambda d: table(d["storage_units"], ["name", "pool", "host",
+                                                    "max_concurrent_jobs"]))

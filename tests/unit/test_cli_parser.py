@@ -1,0 +1,41 @@
+"""The `cairn` parser (app/cli/): every command a parser accepts has its handler, and the
+nouns are listed in the order of the CLI contract."""
+
+import argparse
+
+from app.cli import build_parser
+
+
+def _commands(parser, path=()):
+    """(path, parser) of every command, nouns and their actions."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield path + (name,), sub
+                yield from _commands(sub, path + (name,))
+
+
+def _has_actions(parser):
+    return any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+
+
+def test_every_action_has_a_handler():
+    missing = [" ".join(path) for path, p in _commands(build_parser())
+               if not _has_actions(p) and path != ("agent",) and p.get_default("handler") is None]
+    assert missing == []
+
+
+def test_the_nouns_in_their_order():
+    nouns = [path[0] for path, _ in _commands(build_parser()) if len(path) == 1]
+    assert nouns == ["host", "storage-server", "disk-pool", "storage-unit", "policy", "backup",
+                     "jobs", "images", "browse", "restore", "report", "console", "master",
+                     "schedule", "status-codes", "catalog", "agent"]
+
+
+def test_a_command_opens_the_master_unless_it_must_not():
+    ap = build_parser()
+    standalone = {" ".join(path) for path, p in _commands(ap)
+                  if p.get_default("opens_master") is False}
+    assert standalone == {"console", "status-codes", "catalog", "catalog check"}
+    args = ap.parse_args(["storage-server", "create", "s", "--type", "dedup", "--host", "h"])
+    assert args.handler.__name__ == "_server_create" and args.opens_master is True

@@ -36,9 +36,11 @@ def images_commands(sub, cmd):
 
 
 def _list(m, args):
-    images = (m.images_in_range(args.client, args.policy, args.since, args.until)
-              if args.since or args.until
-              else m.images(client=args.client, policy=args.policy))
+    # `cairn images` alone lists them all: the options are list's own
+    client, policy = getattr(args, "client", None), getattr(args, "policy", None)
+    since, until = getattr(args, "since", None), getattr(args, "until", None)
+    images = (m.images_in_range(client, policy, since, until) if since or until
+              else m.images(client=client, policy=policy))
     return out(args, {"images": images},
                lambda d: table(d["images"], ["id", "client", "policy", "schedule",
                                              "schedule_type", "created", "expires",

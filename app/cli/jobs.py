@@ -53,7 +53,8 @@ def _cancel(m, args):
 def _suspend_or_resume(m, args):
     s = args.sub
     j = m.suspend_job(args.id) if s == "suspend" else m.resume_job(args.id)
-    return out(args, j, lambda d: print(f"job {d['id']}: {s}d"))
+    done = {"suspend": "suspended", "resume": "resumed"}[s]
+    return out(args, j, lambda d: print(f"job {d['id']}: {done}"))
 
 
 def _restart(m, args):

@@ -39,3 +39,10 @@ def test_a_command_opens_the_master_unless_it_must_not():
     assert standalone == {"console", "status-codes", "catalog", "catalog check"}
     args = ap.parse_args(["storage-server", "create", "s", "--type", "dedup", "--host", "h"])
     assert args.handler.__name__ == "_server_create" and args.opens_master is True
+
+
+def test_a_noun_that_lists_by_default_lists_without_its_options(tmp_path, capsys):
+    """`cairn images` alone is `cairn images list`: none of list's options are given."""
+    from app.cli import main
+    assert main(["--home", str(tmp_path / "home"), "images", "--json"]) == 0
+    assert '"images": []' in capsys.readouterr().out

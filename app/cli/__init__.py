@@ -87,9 +87,6 @@ def _unknown_command(m, args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["agent"]:
-        from app.agent.server import main as agent_main
-        return agent_main()
     import sqlite3
     from app.store.db import catalog_error
     # Whatever a name holds, printing it must never crash the command.

@@ -58,6 +58,6 @@ def _settings(m, args):
 # ---- agent ----------------------------------------------------------------------------------
 
 def agent_commands(sub, cmd):
-    # `cairn agent` is taken by main() before any parsing (the agent a host runs); the parser
-    # only knows the name.
+    # `cairn agent` is taken by app/entry.py before the CLI loads (the agent a host runs);
+    # the parser only knows the name.
     sub.add_parser("agent", help=argparse.SUPPRESS)

@@ -1,0 +1,44 @@
+"""The master API: the one entry point the CLI and the console use. It owns the catalog,
+the configuration objects, the agent connections and the job queue.
+
+Master is a facade: what it does is written in focused modules, one per concern, each a
+part of the API that Master is made of:
+
+  hosts.py          registering hosts, their SSH host keys, reaching and probing them
+  configuration.py  policies, editing and deleting configuration objects, settings
+  storage.py        storage servers, disk pools, storage units; verify, cleanup, reclaim
+  images.py         images: listing, browsing and searching their indexes, expiring them
+  restores.py       checking, previewing and queueing restores
+  jobs.py           queueing backups, waiting for jobs, restart, cancel, suspend, statistics
+
+The jobs themselves run in app/jobs/ (the dispatcher); the catalog is app/store/."""
+
+from app.catalog_check import check_not_truncated
+from app.config import Config
+from app.hosts import HostPool
+from app.jobs.dispatcher import Dispatcher
+from app.jobs.store import JobStore
+from app.master.configuration import ConfigurationAPI
+from app.master.hosts import HostsAPI
+from app.master.images import ImagesAPI
+from app.master.jobs import JobsAPI
+from app.master.restores import (DIRECT_IO_CHOICES, MAX_RESTORE_STREAMS,  # noqa: F401
+                                 OVERWRITE_CHOICES, RestoresAPI)
+from app.master.storage import StorageAPI
+from app.paths import Home
+from app.store.db import Database
+
+
+class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI):
+    def __init__(self, home=None, password_provider=None):
+        self.home = Home(home).ensure()
+        check_not_truncated(self.home)
+        self.db = Database(self.home.catalog)
+        self.config = Config(self.db)
+        self.jobs = JobStore(self.db)
+        self.hosts = HostPool(self.home, password_provider)
+        self.dispatcher = Dispatcher(self)
+
+    def close(self):
+        self.hosts.close()
+        self.db.close()

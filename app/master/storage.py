@@ -1,0 +1,112 @@
+"""Storage servers, disk pools and storage units, and the jobs that look after a pool (verify,
+cleanup, reclaim). Part of the master API (app/master/__init__.py)."""
+
+from app.errors import ValidationError
+
+
+class StorageAPI:
+    # ---- storage --------------------------------------------------------------------------
+    def create_storage_server(self, name, *, type, host, path=None, options=None, check=True):
+        """A new storage server. For a dedup server the storage path is created on the host
+        and checked (writable; a warning when it is on a network file system), and with
+        encryption at rest the master makes the pool's key (app/dedup/keys.py)."""
+        from app.dedup import keys
+        from plugins.storage import dedup
+        path, options = self.config.validate_storage_server(
+            name, type=type, host=host, path=path, options=options)
+        warnings = []
+        if type == dedup.TYPE and check:
+            conn = self.hosts.connect(self.config.host(host))
+            v = conn.call("check_volumes", {"paths": [path], "create": True},
+                          timeout=120)["volumes"][0]
+            if not v["ok"]:
+                raise ValidationError(f"storage path {path} on host {host}: {v['error']}",
+                                      hint="create the directory on the storage server and "
+                                           "make it writable for the agent's user")
+            w = dedup.path_warning(v.get("filesystem"))
+            if w:
+                warnings.append(w)
+        if options and options.get("encrypted"):
+            keys.create(self.home, name)
+        try:
+            srv = self.config.add_storage_server(name, type=type, host=host, path=path,
+                                                 options=options)
+        except BaseException:
+            if options and options.get("encrypted"):
+                keys.remove(self.home, name)
+            raise
+        srv["warnings"] = warnings
+        return srv
+
+    def check_volumes(self, server, volumes):
+        srv = self.config.storage_server(server)
+        conn = self.hosts.connect(self.config.host(srv["host"]))
+        return conn.call("check_volumes", {"paths": volumes}, timeout=120)["volumes"]
+
+    def create_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
+                         max_io_streams=None, compact_below=None, check=True, comment=""):
+        """compact_below: a deduplicating pool's compaction threshold in percent (default
+        app.config.DEFAULT_COMPACT_BELOW). check: each volume is checked on the storage
+        server's host first (it exists and the agent's user can write to it)."""
+        vols, *_ = self.config.validate_disk_pool(
+            name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
+            max_io_streams=max_io_streams, compact_below=compact_below)
+        if check:
+            bad = [v for v in self.check_volumes(server, vols) if not v["ok"]]
+            if bad:
+                srv = self.config.storage_server(server)
+                raise ValidationError(
+                    "volume " + "; ".join(f"{v['path']}: {v['error']}" for v in bad)
+                    + f" (on host {srv['host']})",
+                    hint="create the directory on the storage server and make it writable "
+                         "for the agent's user, then try again")
+        return self.config.add_disk_pool(name, server=server, volumes=vols,
+                                         high_water=high_water, low_water=low_water,
+                                         max_io_streams=max_io_streams,
+                                         compact_below=compact_below, comment=comment)
+
+    def create_storage_unit(self, name, *, pool, max_concurrent_jobs=1, comment=""):
+        """A storage unit on a disk pool: what policies write to."""
+        return self.config.add_storage_unit(name, pool=pool,
+                                            max_concurrent_jobs=max_concurrent_jobs,
+                                            comment=comment)
+
+    # ---- deduplication pools -------------------------------------------------------------
+    def start_verify(self, image=None, pool=None):
+        """Queues a verify job of an image or a whole disk pool (every pool type)."""
+        from app.jobs import pool_jobs
+        return pool_jobs.make_verify_job(self, image=image, pool=pool)
+
+    def start_cleanup(self, pool, dry_run=False):
+        """Queues a cleanup job of a disk pool (any type): removes the pool files that no
+        catalog image owns and that are older than every running backup (app/jobs/cleanup.py);
+        dry_run only lists them."""
+        from app.jobs import cleanup
+        return cleanup.make_job(self, pool, dry_run=dry_run)
+
+    def start_rebuild_index(self, image):
+        """Queues a job that rebuilds an image's catalog index from the image itself (see
+        app/jobs/reindex.py)."""
+        from app.jobs import reindex
+        return reindex.make_job(self, image)
+
+    def start_reclaim(self, pool):
+        """Queues a space reclaim job of a deduplication pool."""
+        from app.jobs import pool_jobs
+        return pool_jobs.make_reclaim_job(self, pool)
+
+    def rebuild_pool_index(self, pool):
+        """Rebuilds a deduplication pool's chunk index from its containers alone."""
+        from app.jobs import pool_jobs
+        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
+        return self.hosts.connect(host).call("dedup_rebuild_index",
+                                             {"root": access["root"], "key": access["key"]},
+                                             timeout=3600)
+
+    def pool_usage(self, pool):
+        """Chunks and bytes a deduplication pool holds."""
+        from app.jobs import pool_jobs
+        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
+        return self.hosts.connect(host).call("dedup_stats",
+                                             {"root": access["root"], "key": access["key"]},
+                                             timeout=300)

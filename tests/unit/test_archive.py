@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from treegen import assert_trees_equal, make_tree, xattrs_supported  # noqa: E402
 
 from app import status  # noqa: E402
-from app.agent import archiver  # noqa: E402
 from app.agent.archiver import backup_to  # noqa: E402
 from app.agent.extents import ExtentReader, copy_extents  # noqa: E402
 from app.agent.extract import restore_from  # noqa: E402
@@ -451,7 +450,7 @@ def _patch_open(monkeypatch, name, exc):
             raise exc
         return real(path, flags, mode, dir_fd=dir_fd)
 
-    monkeypatch.setattr(archiver.os, "open", fake)
+    monkeypatch.setattr(os, "open", fake)
 
 
 def test_vanished_file_is_a_warning(tmp_path, monkeypatch):
@@ -485,7 +484,7 @@ def test_unreadable_file_and_directory_are_warnings(tmp_path, monkeypatch):
             raise PermissionError(errno.EACCES, "Permission denied")
         return real_listdir(p)
 
-    monkeypatch.setattr(archiver.os, "listdir", fake_listdir)
+    monkeypatch.setattr(os, "listdir", fake_listdir)
     result, rec = backup(tmp_path / "u.tar", [d])
     warnings = {w["path"]: w["message"] for w in rec.of("warning")}
     assert set(warnings) == {str(d / "locked"), str(d / "sub")}
@@ -534,8 +533,8 @@ def test_file_changing_while_read_is_a_warning(tmp_path, monkeypatch, change):
                     f.truncate(1000)
         return real_readv(fd, bufs)
 
-    monkeypatch.setattr(archiver.os, "open", fake_open)
-    monkeypatch.setattr(archiver.os, "readv", fake_readv)
+    monkeypatch.setattr(os, "open", fake_open)
+    monkeypatch.setattr(os, "readv", fake_readv)
     result, rec = backup(tmp_path / "c.tar", [d])
     warnings = rec.of("warning")
     assert [(w["path"], w["message"]) for w in warnings] == \

@@ -1,6 +1,7 @@
-"""The member of each entry of a backup: what kind it is, whether an incremental or a files
-cache can leave its data out, and the tar header and index row of every entry that is not a
-regular file's data (app/agent/archiver/filedata.py writes those)."""
+"""The member of each entry of a backup: what kind the entry is, whether an incremental lists
+it unchanged or a files cache refers to the base image instead, and the member and row of a
+directory, symbolic link, hard link or special file. A regular file's member, with its data,
+is written by filedata.py."""
 
 import errno
 import os

@@ -48,7 +48,7 @@ class SnapshotNotFound(CommandFailed):
 
 
 class InvalidArgument(ScaleError, ValueError):
-    """A request this module refuses before running anything (a relative path, a snapshot
+    """A request this provider refuses before running anything (a relative path, a snapshot
     name the commands would misread)."""
     kind = "invalid"
 

@@ -537,7 +537,7 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
     dedup: {"root", "key"} when the images are recipes of a deduplication pool. streams:
     the number of processes that restore at once (None: see restore_streams)."""
     from app.agent.extents import ExtentReader
-    from app.agent.extract import OpenTarget
+    from app.agent.restore_target import OpenTarget
     from app.agent.restore_streams import restore_in_streams
     if len(extents) != len(plan):
         raise ValidationError(f"the restore has {len(plan)} plan items but {len(extents)} "
@@ -632,7 +632,8 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
                     checksum="sha256", direct_io="auto", lengths=None):
     """Target side of a restore from another host's storage. lengths: each plan item's
     member length in the stream (see restore_from)."""
-    from app.agent.extract import OpenTarget, restore_from
+    from app.agent.extract import restore_from
+    from app.agent.restore_target import OpenTarget
     with OpenTarget(target_dir) as target:
         direct = _direct(target_dir, direct_io)
         chan = dataplane.connect(host, port, cert, token)

@@ -30,11 +30,13 @@ import struct
 import time
 
 from app import status
-from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _plan_name,
-                               _Refused, _Restore, check_request, opened, restore_from)
+from app.agent.extract import PROGRESS_EVERY, _Restore, check_request, restore_from
+from app.agent.restore_target import (_DIR_FLAGS, _plan_components, _plan_name, _Refused,
+                                      opened)
 from app.errors import CairnError, Canceled
 from app.formats import entry, tarfmt
 from app.formats.protocol import error_message
+
 
 # Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
 # cores, is the limit beyond that), for restores of at least MIN_BYTES (below, a restore is

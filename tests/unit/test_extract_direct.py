@@ -16,7 +16,8 @@ from test_archive import Recorder, backup, never, plan_of  # noqa: E402
 from treegen import assert_trees_equal, make_tree  # noqa: E402
 
 from app.agent.extents import ExtentReader  # noqa: E402
-from app.agent.extract import DIRECT_ALIGN, DIRECT_MIN, restore_from  # noqa: E402
+from app.agent.extract import restore_from  # noqa: E402
+from app.agent.restore_io import DIRECT_ALIGN, DIRECT_MIN  # noqa: E402
 from app.formats import directio, entry  # noqa: E402
 
 MiB = 1 << 20
@@ -216,7 +217,7 @@ def test_a_direct_write_the_kernel_refuses_is_written_buffered(tmp_path):
     (EINVAL) as a file system without O_DIRECT support for writes would. The file still gets
     every byte, through the page cache, and the writer says direct writes were refused."""
     import mmap
-    from app.agent.extract import _O_DIRECT, _Writer
+    from app.agent.restore_io import _O_DIRECT, _Writer
     if not direct_ok(str(tmp_path)):
         pytest.skip("this file system refuses O_DIRECT at open already")
     data = os.urandom(3 * 4096 + 100)

@@ -17,6 +17,7 @@ from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import DONE, JobStore
 from app.paths import Home
 from app.store.db import Database
+from plugins.storage import registry
 
 OVERWRITE_CHOICES = ("skip", "overwrite", "rename")
 # How restored files are written: "auto" past the page cache (O_DIRECT) where the target's
@@ -201,15 +202,14 @@ class Master:
 
     # ---- storage --------------------------------------------------------------------------
     def create_storage_server(self, name, *, type, host, path=None, options=None, check=True):
-        """A new storage server. For a dedup server the storage path is created on the host
-        and checked (writable; a warning when it is on a network file system), and with
-        encryption at rest the master makes the pool's key (app/dedup/keys.py)."""
-        from app.dedup import keys
-        from plugins.storage import dedup
+        """A new storage server. A type that makes its storage path (dedup) has it created on
+        the host and checked (writable; a warning when it is on a network file system), and
+        with encryption at rest the master makes the pool's key (the type's create_key)."""
         path, options = self.config.validate_storage_server(
             name, type=type, host=host, path=path, options=options)
+        storage_type = registry.get(type)
         warnings = []
-        if type == dedup.TYPE and check:
+        if storage_type.makes_path and check:
             conn = self.hosts.connect(self.config.host(host))
             v = conn.call("check_volumes", {"paths": [path], "create": True},
                           timeout=120)["volumes"][0]
@@ -217,17 +217,15 @@ class Master:
                 raise ValidationError(f"storage path {path} on host {host}: {v['error']}",
                                       hint="create the directory on the storage server and "
                                            "make it writable for the agent's user")
-            w = dedup.path_warning(v.get("filesystem"))
+            w = storage_type.path_warning(v.get("filesystem"))
             if w:
                 warnings.append(w)
-        if options and options.get("encrypted"):
-            keys.create(self.home, name)
+        storage_type.create_key(self.home, name, options)
         try:
             srv = self.config.add_storage_server(name, type=type, host=host, path=path,
                                                  options=options)
         except BaseException:
-            if options and options.get("encrypted"):
-                keys.remove(self.home, name)
+            storage_type.remove_key(self.home, name, options)
             raise
         srv["warnings"] = warnings
         return srv
@@ -416,18 +414,15 @@ class Master:
     def rebuild_pool_index(self, pool):
         """Rebuilds a deduplication pool's chunk index from its containers alone."""
         from app.jobs import pool_jobs
-        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
-        return self.hosts.connect(host).call("dedup_rebuild_index",
-                                             {"root": access["root"], "key": access["key"]},
+        _pool, _server, host, spec = pool_jobs.chunk_pool(self, pool)
+        return self.hosts.connect(host).call("pool_rebuild_index", {"storage": spec},
                                              timeout=3600)
 
     def pool_usage(self, pool):
         """Chunks and bytes a deduplication pool holds."""
         from app.jobs import pool_jobs
-        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
-        return self.hosts.connect(host).call("dedup_stats",
-                                             {"root": access["root"], "key": access["key"]},
-                                             timeout=300)
+        _pool, _server, host, spec = pool_jobs.chunk_pool(self, pool)
+        return self.hosts.connect(host).call("pool_usage", {"storage": spec}, timeout=300)
 
     def expire_preview(self, image_id):
         """What expiring an image takes with it: every image that reads data from it (the

@@ -21,7 +21,7 @@ and data, with change time and inode unknown (0). Where the image cannot be read
 is damaged, the reading skips to the next member whose offset the trailing index gives; where
 no such offset is known, to the next block that is a valid tar header.
 
-Standard library only (app.dedup for recipes runs on the storage host as well)."""
+Standard library only (plugins.storage.dedup for recipes runs on the storage host as well)."""
 
 import json
 import os
@@ -111,7 +111,7 @@ class FileImage:
 
 class StreamImage:
     """An image read through preadinto(buf, pos): a deduplication pool's recipe stream
-    (app.dedup.recipe.RecipeStream). A damaged or missing chunk makes the bytes it holds
+    (plugins.storage.dedup.recipe.RecipeStream). A damaged or missing chunk makes the bytes it holds
     unreadable, nothing else."""
 
     def __init__(self, stream):

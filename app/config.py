@@ -9,10 +9,10 @@ import os
 import posixpath
 import re
 
-from plugins.storage import registry
-from plugins.storage.dedup.master import check_mode as check_dedup_mode
 from app import timeutil
 from app.errors import NotFound, ValidationError
+from plugins.storage import registry
+from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ADDRESS_RE = re.compile(r"^[A-Za-z0-9._:\-\[\]%]+$")
@@ -509,13 +509,7 @@ class Config:
     def validate_storage_server(self, name, *, type, host, path=None, options=None):
         """Checks a new storage server; returns (clean path, clean options or None)."""
         _unique(self.db, "storage_servers", "storage server", name)
-        plugin = registry.get(type)
-        if plugin is None:
-            if type in registry.PLANNED:
-                raise ValidationError(registry.PLANNED[type],
-                                      hint="use --type advanced-disk")
-            raise ValidationError(f"storage type {type!r} is unknown",
-                                  hint=f"choose one of: {', '.join(registry.TYPES)}")
+        plugin = registry.require(type)
         id_of(self.db, "hosts", "host", host, "host add")
         if path is not None:
             path = check_abs_path("storage path", path)
@@ -523,8 +517,7 @@ class Config:
             raise ValidationError(f"a {type} storage server needs --path DIR",
                                   hint="the directory on the storage server that holds the "
                                        "pool, on a local or parallel file system")
-        options = plugin.check_options(options)
-        return path, options
+        return path, plugin.check_options(options)
 
     def add_storage_server(self, name, *, type, host, path=None, options=None, comment=""):
         path, options = self.validate_storage_server(name, type=type, host=host, path=path,
@@ -555,8 +548,7 @@ class Config:
         _unique(self.db, "disk_pools", "disk pool", name)
         id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
         srv = self.storage_server(server)
-        # The server's type says which volumes its pool has (a deduplicating server: its
-        # storage path, and one pool only).
+        # The server's type says which volumes its pool has (dedup: its path, one pool).
         other = self.db.one("SELECT d.name FROM disk_pools d JOIN storage_servers s ON "
                             "s.id=d.server_id WHERE s.name=?", (srv["name"],))
         volumes = registry.of_server(srv).pool_volumes(

@@ -203,6 +203,11 @@ def run(master, job):
                     f"restore ended")
         ctx.flush()
         raise
+    return _report(ctx, summary, target_dir, target_host, image, streams)
+
+
+def _report(ctx, summary, target_dir, target_host, image, streams):
+    """Logs what the restore did; the job's (status, message, image, bytes, files)."""
     ctx.bytes, ctx.files = summary["bytes"], summary["files"]
     problems = summary.get("errors", 0)
     warnings = max(summary.get("warnings", 0), ctx.warnings)

@@ -1,6 +1,7 @@
 """The storage types the master knows: the one place that lists them (their master halves;
 plugins/storage/agents.py lists the agent halves). See plugins/storage/base.py."""
 
+from app.errors import ValidationError
 from plugins.storage.advanced_disk.master import ADVANCED_DISK
 from plugins.storage.dedup.master import DEDUP
 
@@ -13,6 +14,18 @@ PLANNED = {}
 def get(type_name):
     """The StorageType of that name, or None."""
     return TYPES.get(type_name)
+
+
+def require(type_name):
+    """The StorageType of that name; a type this version does not ship is refused, naming
+    the choices."""
+    storage_type = TYPES.get(type_name)
+    if storage_type is None:
+        if type_name in PLANNED:
+            raise ValidationError(PLANNED[type_name], hint="use --type advanced-disk")
+        raise ValidationError(f"storage type {type_name!r} is unknown",
+                              hint=f"choose one of: {', '.join(TYPES)}")
+    return storage_type
 
 
 def of_server(server):

@@ -1,7 +1,7 @@
 """The verify job on an AdvancedDisk pool: the storage server's agent reads image files back
 and checks every member the catalog index lists (its tar header, its length, a file's
-checksum; plugins/storage/advanced_disk/image_check.py), so that damage is found before a restore needs the
-data. Damage is reported per image as the files it hits and why.
+checksum; plugins/storage/advanced_disk/image_check.py), so that damage is found before a
+restore needs the data. Damage is reported per image as the files it hits and why.
 
 `cairn images verify IMAGE` reads everything a restore of the image would: its own members
 and, for an incremental or a set of streams, those it takes from earlier images.

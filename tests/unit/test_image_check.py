@@ -1,7 +1,7 @@
-"""Reading an AdvancedDisk image back (plugins/storage/advanced_disk/image_check.py): an intact image of every
-kind of entry checks clean with either checksum; a damaged data byte, a damaged tar header, a
-damaged sparse member, damaged metadata and a cut-short image are each found and named, and
-nothing else is."""
+"""Reading an AdvancedDisk image back (plugins/storage/advanced_disk/image_check.py): an intact
+image of every kind of entry checks clean with either checksum; a damaged data byte, a damaged
+tar header, a damaged sparse member, damaged metadata and a cut-short image are each found and
+named, and nothing else is."""
 
 import os
 import shutil

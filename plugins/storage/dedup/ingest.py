@@ -7,8 +7,8 @@ Two ways in, one result (a recipe plus whatever chunks the pool lacked):
   which chunks are new (query()); only those arrive (put()), each checked against its
   fingerprint, since a pool must never hold data under a fingerprint it does not match.
 
-Both cut the same stream the same way (plugins/storage/dedup/segmenter.py), so images made either way
-share their chunks.
+Both cut the same stream the same way (plugins/storage/dedup/segmenter.py), so images made
+either way share their chunks.
 
 A full with a files cache also passes references (reference()): "the next bytes are these
 bytes of a base image", for members of unchanged files. Their recipe entries are copied from

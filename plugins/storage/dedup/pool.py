@@ -3,8 +3,9 @@ pool's images still reference (for space reclaim), and reading images or the who
 to find damage, reported per image as byte ranges of its stream (the master turns those into
 file names with the catalog index).
 
-Layout under the pool root: the chunk store's containers/ and index/ (plugins/storage/dedup/store.py) and
-images/CLIENT/IMAGE.recipe, with .IMAGE.recipe.partial while a backup is being committed."""
+Layout under the pool root: the chunk store's containers/ and index/
+(plugins/storage/dedup/store.py) and images/CLIENT/IMAGE.recipe, with .IMAGE.recipe.partial
+while a backup is being committed."""
 
 import os
 import time

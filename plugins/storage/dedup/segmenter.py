@@ -131,8 +131,8 @@ def _params(params):
         return Params(**params)
     raise ValidationError(f"chunker parameters must be a Params or a mapping, not "
                           f"{type(params).__name__}",
-                          hint="Pass plugins.storage.dedup.chunker.Params(...) or a dict with min_size, "
-                               "avg_size, max_size, normalization.")
+                          hint="Pass plugins.storage.dedup.chunker.Params(...) or a dict with "
+                               "min_size, avg_size, max_size, normalization.")
 
 
 class Segmenter:

@@ -37,6 +37,12 @@ same chunk at once) the first one wins. Space reclaim and rebuild_index replace 
 (new file, fsync, rename) with the next generation, which tells every open store to read it
 again from the start. The index can always be rebuilt from the committed containers alone.
 
+The ChunkStore here opens a store (pool.json, keys, modes) and reads, encodes and verifies
+chunks; its parts live beside it: encoding.py (codecs, encryption, records), containers.py
+(container files, scanning, numbering), chunk_index.py (the index log and damaged chunks),
+locks.py (the locks, pool sessions and what a forked child lets go), writer.py (Writer),
+reclaim.py (space reclaim) and errors.py.
+
 See docs/dedup-pool.md for the format and the key handling.
 """
 
@@ -56,9 +62,9 @@ from plugins.storage.dedup.containers import (CONTAINER_HEADER, Containers, _con
                                               container_name, fsync_dir)
 from plugins.storage.dedup.encoding import (CODEC_ENCRYPTED, CODEC_NONE, CODEC_ZSTD, CODECS,
                                             KEY_SIZE, NONCE_SIZE, RECORD_HEADER, RECORD_MAGIC,
-                                            ZSTD_LEVEL, _check_fingerprint, _Cipher, _compress, _decode_record, _record,
-                                            _smaller, _zstd_compressor, generate_key,
-                                            key_check_value)
+                                            ZSTD_LEVEL, _check_fingerprint, _Cipher,
+                                            _compress, _decode_record, _record, _smaller,
+                                            _zstd_compressor, generate_key, key_check_value)
 from plugins.storage.dedup.errors import (ChunkDamaged, ChunkNotFound, ChunkSetAside,
                                           CodecUnavailable, EncryptionKeyRequired,
                                           EncryptionUnavailable, PoolBusy, StoreDamaged,

@@ -13,7 +13,8 @@ Messages, one data-plane frame each (app/agent/dataplane.py):
 and the stream's usual end (a zero frame, answered by the storage side's confirmation).
 
 R: the next bytes of the stream are bytes of a base image the storage side has (a full with a
-files cache, plugins/storage/dedup/ingest.py); the client has cut and queried everything before them.
+files cache, plugins/storage/dedup/ingest.py); the client has cut and queried everything
+before them.
 
 Queries go in batches of a few MiB of stream: one round trip per batch, and while the storage
 side stores a batch the client already cuts and hashes the next."""

@@ -4,7 +4,9 @@ images. Jobs and agent operations never ask which type they talk to; they ask th
 A storage type has two halves.
 
 Master half (this module's StorageType; one object per type, registered in
-plugins/storage/registry.py): what the master decides and says.
+plugins/storage/registry.py, not in the package's face: the agent imports the agent halves
+below plugins/storage/, so that face holds nothing of the master): what the master decides
+and says.
   - name, description, needs_path (a storage server of the type needs --path), makes_path
     (creating the server creates and checks that path on its host), image_dir (the folder of
     images under each volume), capabilities (below), verifier (below), orphans_note.

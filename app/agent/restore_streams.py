@@ -15,7 +15,8 @@ processes cannot all be started: they wait at a gate until the last one is forke
 
 A part gets a copy of every descriptor of the agent. It closes the sockets and pipes among
 them at once (another job's connection must reach its end of file when the agent closes it,
-not when the part ends); the pool's store lock is closed by app/dedup/store.py's fork hook.
+not when the part ends); a deduplication pool's store locks are closed by the fork hook of
+plugins/storage/dedup/locks.py.
 A part killed by a signal cannot remove its temporary files: the parent does (sweep).
 
 Standard library only: this runs on client hosts.

@@ -30,7 +30,7 @@ from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.formats import entry as E
 from app.jobs.context import JobContext, results
 from app.jobs.incremental import Completer
-from app.jobs.restore import image_pool_access
+from app.jobs.storage import image_storage
 
 # Paths of one kind of problem the job log names; the job's result keeps what the agent sent.
 LOG_PATHS = 20
@@ -188,7 +188,7 @@ def _open_base(master, img):
 
 def _run_image(master, ctx, img, index_path, old_problems):
     storage_host = master.config.host(img["storage_host"])
-    dedup = image_pool_access(master, img)
+    storage = image_storage(master, img)
     incremental = bool(img.get("base_image"))
     ctx.log(f"reading image {img['id']} ({img['schedule_type']}) back on "
             f"{storage_host['name']} ({img['path']}): every member is read and checked "
@@ -214,7 +214,7 @@ def _run_image(master, ctx, img, index_path, old_problems):
     try:
         conn = master.hosts.connect(storage_host)
         call = conn.start("index_image", {"image_path": img["path"],
-                                          "checksum": img["checksum"], "dedup": dedup},
+                                          "checksum": img["checksum"], "storage": storage},
                           on_event=on_event)
         ctx.supervise([call])
         found = results([call])[0]

@@ -695,7 +695,7 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
     target (the group's first link, not restored).
     overwrite: "skip", "overwrite" or "rename". Events: "progress", "warning", "log".
     direct: write the data of large files with O_DIRECT where the file system takes it (see
-    _Writer), for targets on the host's own devices (directio.suits_target). direct_for(path):
+    _Writer), for targets on the host's own devices (restore_io.suits_target). direct_for(path):
     the same question for a directory below the target on another file system (a mount
     point inside it), asked once per device; without it such directories follow the target.
     lengths: each item's length in the stream, from the catalog: then a damaged member

@@ -10,7 +10,8 @@ import sys
 from app import status
 from app.agent import dataplane
 from app.errors import CairnError, Canceled, ValidationError
-from app.formats import directio, private
+from app.agent.restore_io import suits_target
+from app.formats import private
 from plugins.storage import agents
 
 HANDLERS = {}
@@ -308,7 +309,7 @@ def _direct(target_dir, direct_io):
         return {"direct": False}
     if direct_io != "auto":
         raise ValidationError(f"direct_io must be 'auto' or 'off', not {direct_io!r}")
-    return {"direct": directio.suits_target(target_dir), "direct_for": directio.suits_target}
+    return {"direct": suits_target(target_dir), "direct_for": suits_target}
 
 
 @handler

@@ -11,6 +11,8 @@ import os
 
 from app import status
 from app.errors import CairnError
+from app.formats import directio
+from plugins.filesystems import posix
 
 
 CHUNK = 1 << 20
@@ -206,3 +208,20 @@ class _Pending:
 
     def done(self, digest):
         self.digest = digest
+
+
+# Where direct writes pay: file systems on the host's own (or a parallel file system's)
+# devices. Not memory (tmpfs: the page cache is the file), not the network (NFS and CIFS send
+# each direct write to the server and wait for it), not FUSE (refused or emulated).
+_NOT_FOR = {"tmpfs", "ramfs", "overlay", "squashfs"}
+
+
+def suits_target(path):
+    """Whether files restored under `path` (str or bytes) should be written with O_DIRECT."""
+    if not directio.enabled() or not getattr(os, "O_DIRECT", 0):
+        return False
+    fs = posix.filesystem_of(os.fsdecode(path))
+    if fs is None:
+        return False
+    kind = fs["type"]
+    return fs["class"] != "network" and kind not in _NOT_FOR and not kind.startswith("fuse")

@@ -17,8 +17,8 @@ from treegen import assert_trees_equal, make_tree  # noqa: E402
 
 from app.agent.extents import ExtentReader  # noqa: E402
 from app.agent.extract import restore_from  # noqa: E402
-from app.agent.restore_io import DIRECT_ALIGN, DIRECT_MIN  # noqa: E402
-from app.formats import directio, entry  # noqa: E402
+from app.agent.restore_io import DIRECT_ALIGN, DIRECT_MIN, suits_target  # noqa: E402
+from app.formats import entry  # noqa: E402
 
 MiB = 1 << 20
 
@@ -163,13 +163,13 @@ def test_targets_in_memory_or_on_the_network_are_written_buffered(tmp_path, monk
     from plugins.filesystems import posix
     fs = posix.filesystem_of(str(tmp_path))
     local = fs["class"] != "network" and fs["type"] not in ("tmpfs", "overlay")
-    assert directio.suits_target(str(tmp_path)) == (local and not fs["type"].startswith("fuse"))
+    assert suits_target(str(tmp_path)) == (local and not fs["type"].startswith("fuse"))
     for mnt in ("/dev/shm", "/run"):
         m = posix.filesystem_of(mnt)
         if m and m["type"] == "tmpfs":
-            assert not directio.suits_target(mnt)
+            assert not suits_target(mnt)
     monkeypatch.setenv("CAIRN_DIRECT_IO", "0")
-    assert not directio.suits_target(str(tmp_path))
+    assert not suits_target(str(tmp_path))
 
 
 def test_a_file_system_mounted_below_the_target_is_asked_about_on_its_own(tmp_path):
@@ -199,7 +199,7 @@ def test_a_file_system_mounted_below_the_target_is_asked_about_on_its_own(tmp_pa
 
     def direct_for(path):
         asked.append(path)
-        return directio.suits_target(path)
+        return suits_target(path)
 
     try:
         result, _ = restore(image, rec.rows, target, direct=True, direct_for=direct_for)

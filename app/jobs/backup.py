@@ -18,6 +18,7 @@ from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import holds, incremental
 from app.jobs.commit import commit, record_image  # noqa: F401 - record_image: backup_set
 from app.jobs.context import JobContext, results, start_listening_side
+from app.jobs.result import JobResult
 from plugins.storage import registry
 
 
@@ -408,4 +409,5 @@ class _Backup:
         code = st.PARTIAL if warnings else st.OK
         msg = (f"{warnings} warning(s): some files were skipped or changed, see the log"
                if warnings else None)
-        return code, msg, self.image_id, summary["bytes"], summary["files"]
+        return JobResult(code, message=msg, image_id=self.image_id, bytes=summary["bytes"],
+                         files=summary["files"])

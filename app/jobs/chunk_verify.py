@@ -12,6 +12,7 @@ from app.jobs import cleanup
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
 from app.jobs.storage import pool_storage
+from app.jobs.result import JobResult
 
 # How many damaged files of one image the job log names; the job's result keeps them all.
 LOG_FILES = 20
@@ -107,20 +108,20 @@ def run(master, job, ctx, pool, server, host, storage_type):
     ctx.flush(sample=True)
     if damaged_images:
         n_files = sum(len(d["files"]) for d in damaged_images)
-        return (st.CHECKSUM_MISMATCH,
-                f"damage found: {len(damaged_images)} image(s), {n_files} file(s); see the log",
-                None, ctx.bytes, checked)
+        why = f"damage found: {len(damaged_images)} image(s), {n_files} file(s); see the log"
+        return JobResult(st.CHECKSUM_MISMATCH, message=why,
+                         bytes=ctx.bytes, files=checked)
     if result.get("damage"):
         # the disk under the pool lost bytes even if no image needs them
         n = len(result["damage"])
         ctx.log(f"{n} damaged record(s) in the containers, used by no image (set aside "
                 "earlier, or no longer referenced); space reclaim removes them when it "
                 "compacts their containers", "warning")
-        return (st.CHECKSUM_MISMATCH,
-                f"damage found in the containers ({n} record(s)), used by no image; see the log",
-                None, ctx.bytes, checked)
+        why = f"damage found in the containers ({n} record(s)), used by no image; see the log"
+        return JobResult(st.CHECKSUM_MISMATCH, message=why,
+                         bytes=ctx.bytes, files=checked)
     if exposed:
-        return (st.POOL_EXPOSED, exposed_text(exposed),
-                None, ctx.bytes, checked)
+        return JobResult(st.POOL_EXPOSED, message=exposed_text(exposed), bytes=ctx.bytes,
+                         files=checked)
     ctx.log(f"verified {checked} image(s): no damage")
-    return st.OK, None, None, ctx.bytes, checked
+    return JobResult(bytes=ctx.bytes, files=checked)

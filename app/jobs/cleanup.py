@@ -20,6 +20,7 @@ from app.errors import ValidationError
 from app.jobs.context import JobContext
 from app.jobs.storage import pool_type
 from app.jobs.store import ACTIVE
+from app.jobs.result import JobResult
 
 # Files younger than this beyond the oldest running backup are left alone: it covers the time
 # between looking at the catalog and the storage server looking at its files.
@@ -154,7 +155,8 @@ def run(master, job):
                    else ""))
     ctx.flush(sample=True)
     if skipped or errors:
-        return st.PARTIAL, (f"{len(skipped)} file(s) left, {len(errors)} folder(s) not "
-                            "listed; see the log"), None, ctx.bytes, ctx.files
-    return st.OK, None, None, ctx.bytes, ctx.files
+        why = f"{len(skipped)} file(s) left, {len(errors)} folder(s) not listed; see the log"
+        return JobResult(st.PARTIAL, message=why,
+                         bytes=ctx.bytes, files=ctx.files)
+    return JobResult(bytes=ctx.bytes, files=ctx.files)
 

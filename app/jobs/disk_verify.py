@@ -18,6 +18,7 @@ from app.errors import CairnError, NotFound
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
 from app.jobs.storage import pool_storage
+from app.jobs.result import JobResult
 from plugins.storage.advanced_disk import image_check
 
 LOG_FILES = 20
@@ -155,14 +156,14 @@ def run(master, job, ctx, pool, server, host, storage_type):
         only_data = all(not d["error"] and not d["structure"]
                         and all(x["reason"] == image_check.DATA_MISMATCH for x in d["damage"])
                         for d in damaged)
-        return (st.CHECKSUM_MISMATCH if only_data else st.IMAGE_DAMAGED,
-                f"damage found: {len(damaged)} image(s), {n_files} file(s); see the log",
-                None, ctx.bytes, ctx.files)
+        why = f"damage found: {len(damaged)} image(s), {n_files} file(s); see the log"
+        return JobResult(st.CHECKSUM_MISMATCH if only_data else st.IMAGE_DAMAGED, message=why,
+                         bytes=ctx.bytes, files=ctx.files)
     if exposed:
-        return (st.POOL_EXPOSED, exposed_text(exposed),
-                None, ctx.bytes, ctx.files)
+        return JobResult(st.POOL_EXPOSED, message=exposed_text(exposed), bytes=ctx.bytes,
+                         files=ctx.files)
     ctx.log(f"verified {checked} image(s), {ctx.files} member(s): no damage")
-    return st.OK, None, None, ctx.bytes, ctx.files
+    return JobResult(bytes=ctx.bytes, files=ctx.files)
 
 
 def _found(master, ctx, img, files, missing, r, entry, modes):

@@ -23,6 +23,7 @@ from app.jobs import holds, pool_jobs
 from app.jobs.commit import note
 from app.jobs.context import JobContext
 from app.jobs.storage import pool_type
+from app.jobs.result import JobResult
 
 RETENTION = "retention ended"
 
@@ -183,7 +184,7 @@ def _remove(master, ctx, ids):
             ctx.log(f"space reclaim of pool {pool} queued as job {jid}")
         except CairnError as e:
             ctx.log(f"space reclaim of pool {pool} not queued: {e.message}")
-    return st.OK, None, None, nbytes, removed
+    return JobResult(bytes=nbytes, files=removed)
 
 
 def make_job(master, image_ids, reason, c=None):

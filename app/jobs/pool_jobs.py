@@ -12,6 +12,7 @@ from app.errors import CairnError, ValidationError
 from app.jobs import chunk_verify, cleanup, disk_verify
 from app.jobs.context import JobContext, results
 from app.jobs.storage import pool_storage, pool_type
+from app.jobs.result import JobResult
 
 # Reclaim needs the pool to itself; it waits for the jobs using it this long.
 BUSY_WAIT_S = 3600.0
@@ -102,7 +103,7 @@ def run_reclaim(master, job):
                 "before recording it); its chunks are not kept", "warning")
     master.jobs.set_result(job["id"], r)
     ctx.flush(sample=True)
-    return st.OK, None, None, ctx.bytes, ctx.files
+    return JobResult(bytes=ctx.bytes, files=ctx.files)
 
 
 def make_verify_job(master, *, image=None, pool=None):

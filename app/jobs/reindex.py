@@ -31,6 +31,7 @@ from app.formats import entry as E
 from app.jobs.context import JobContext, results
 from app.jobs.incremental import Completer
 from app.jobs.storage import image_storage
+from app.jobs.result import JobResult
 
 # Paths of one kind of problem the job log names; the job's result keeps what the agent sent.
 LOG_PATHS = 20
@@ -321,7 +322,7 @@ def _report(ctx, img, found, rows, info, aside):
     ctx.bytes = found["bytes"]
     _log_installed(ctx, img, info, aside)
     ctx.flush(sample=True)
-    return code, msg, None, ctx.bytes, ctx.files
+    return JobResult(code, message=msg, bytes=ctx.bytes, files=ctx.files)
 
 
 def _log_installed(ctx, img, info, aside):
@@ -364,4 +365,4 @@ def _run_set(master, ctx, img, parts, index_path, old_problems):
     _log_installed(ctx, img, info, aside)
     ctx.log(f"joined in {time.monotonic() - started:.1f} s")
     ctx.flush(sample=True)
-    return st.OK, None, None, 0, ctx.files
+    return JobResult(bytes=0, files=ctx.files)

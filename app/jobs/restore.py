@@ -14,6 +14,7 @@ from app.formats import entry as E
 from app.jobs.context import JobContext, results, start_listening_side
 from app.jobs.storage import image_storage
 from app.relocate import Relocation, plan_targets
+from app.jobs.result import JobResult
 
 
 def _plain(path):
@@ -228,12 +229,14 @@ def _report(ctx, summary, target_dir, target_host, image, streams):
     if damaged:
         # Its own status, so that scripts tell damage in the image from files refused or
         # skipped at the target; every file the damage did not touch was restored.
-        return (st.CHECKSUM_MISMATCH, f"{damaged} item(s) not restored because their data "
-                f"in the image is damaged (each is named in the log); every other item was "
-                f"restored ({problems - damaged} other item(s) not restored, {warnings} "
-                f"warning(s))", None, summary["bytes"], summary["files"])
+        why = (f"{damaged} item(s) not restored because their data in the image is damaged (each "
+               f"is named in the log); every other item was restored ({problems - damaged} other "
+               f"item(s) not restored, {warnings} warning(s))")
+        return JobResult(st.CHECKSUM_MISMATCH, message=why,
+                         bytes=summary["bytes"], files=summary["files"])
     if problems or warnings:
-        return (st.PARTIAL, f"{problems} item(s) not restored, {warnings} warning(s): "
-                "see the log", None, summary["bytes"], summary["files"])
-    return st.OK, None, None, summary["bytes"], summary["files"]
+        why = f"{problems} item(s) not restored, {warnings} warning(s): see the log"
+        return JobResult(st.PARTIAL, message=why,
+                         bytes=summary["bytes"], files=summary["files"])
+    return JobResult(bytes=summary["bytes"], files=summary["files"])
 

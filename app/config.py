@@ -9,9 +9,10 @@ import os
 import posixpath
 import re
 
-import plugins.storage
 from app import timeutil
 from app.errors import NotFound, ValidationError
+from plugins.storage import registry
+from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ADDRESS_RE = re.compile(r"^[A-Za-z0-9._:\-\[\]%]+$")
@@ -118,7 +119,7 @@ def check_int(what, value, lo, hi):
 
 
 def check_compact_below(value, server_type):
-    if server_type != "dedup":
+    if not registry.can(server_type, "reclaim"):
         raise ValidationError("only a deduplicating pool has containers to compact",
                               hint="leave out the compaction threshold for this pool")
     if isinstance(value, bool):
@@ -508,26 +509,15 @@ class Config:
     def validate_storage_server(self, name, *, type, host, path=None, options=None):
         """Checks a new storage server; returns (clean path, clean options or None)."""
         _unique(self.db, "storage_servers", "storage server", name)
-        plugin = plugins.storage.get(type)
-        if plugin is None:
-            if type in plugins.storage.PLANNED:
-                raise ValidationError(plugins.storage.PLANNED[type],
-                                      hint="use --type advanced-disk")
-            raise ValidationError(f"storage type {type!r} is unknown",
-                                  hint=f"choose one of: {', '.join(plugins.storage.TYPES)}")
+        plugin = registry.require(type)
         id_of(self.db, "hosts", "host", host, "host add")
         if path is not None:
             path = check_abs_path("storage path", path)
-        elif plugin.NEEDS_PATH:
+        elif plugin.needs_path:
             raise ValidationError(f"a {type} storage server needs --path DIR",
                                   hint="the directory on the storage server that holds the "
                                        "pool, on a local or parallel file system")
-        if hasattr(plugin, "check_options"):
-            options = plugin.check_options(options)
-        elif options:
-            raise ValidationError(f"a {type} storage server has no options "
-                                  f"({', '.join(sorted(options))})")
-        return path, options
+        return path, plugin.check_options(options)
 
     def add_storage_server(self, name, *, type, host, path=None, options=None, comment=""):
         path, options = self.validate_storage_server(name, type=type, host=host, path=path,
@@ -558,8 +548,11 @@ class Config:
         _unique(self.db, "disk_pools", "disk pool", name)
         id_of(self.db, "storage_servers", "storage server", server, "storage-server create")
         srv = self.storage_server(server)
-        if srv["type"] == "dedup":
-            volumes = self._dedup_volume(srv, volumes)
+        # The server's type says which volumes its pool has (dedup: its path, one pool).
+        other = self.db.one("SELECT d.name FROM disk_pools d JOIN storage_servers s ON "
+                            "s.id=d.server_id WHERE s.name=?", (srv["name"],))
+        volumes = registry.of_server(srv).pool_volumes(
+            srv, [check_abs_path("volume", v) for v in volumes or []], other and other[0])
         if not volumes:
             raise ValidationError("a disk pool needs at least one volume",
                                   hint="give --volume PATH (a directory on the storage server)")
@@ -585,23 +578,6 @@ class Config:
         compact_below = DEFAULT_COMPACT_BELOW if compact_below is None else \
             check_compact_below(compact_below, srv["type"])
         return vols, hw, lw, max_io_streams, compact_below
-
-    def _dedup_volume(self, srv, volumes):
-        """A deduplication pool is the storage server's one chunk store: its volume is the
-        storage path, and no second pool may share it."""
-        if volumes and [check_abs_path("volume", v) for v in volumes] != [srv["path"]]:
-            raise ValidationError(
-                f"a disk pool of dedup storage server {srv['name']!r} has one volume, the "
-                f"server's storage path {srv['path']}",
-                hint="leave out --volume (the storage path is taken), or create another dedup "
-                     "storage server for another path")
-        other = self.db.one("SELECT d.name FROM disk_pools d JOIN storage_servers s ON "
-                            "s.id=d.server_id WHERE s.name=?", (srv["name"],))
-        if other:
-            raise ValidationError(f"dedup storage server {srv['name']!r} already has its disk "
-                                  f"pool {other[0]!r}",
-                                  hint="a deduplication pool is one per storage server")
-        return [srv["path"]]
 
     def add_disk_pool(self, name, *, server, volumes, high_water=98, low_water=80,
                       max_io_streams=None, compact_below=None, comment=""):
@@ -660,11 +636,10 @@ class Config:
     def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
                    multiple_streams=False, checksum="crc32", snapshot="none",
                    file_list="auto", dedup="server", skip_nodump=False, comment=""):
-        from plugins.storage import dedup as dedup_type
         _unique(self.db, "policies", "policy", name)
         check_snapshot_mode(snapshot)
         check_file_list(file_list)
-        dedup_type.check_mode(dedup)
+        check_dedup_mode(dedup)
         sid = id_of(self.db, "storage_units", "storage unit", storage_unit,
                      "storage-unit create")
         prio = check_int("priority", priority, 0, 99999)

@@ -14,6 +14,7 @@ from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUM
     id_of, check_agent_env, check_compact_below, check_file_list, check_int, \
     check_snapshot_mode
 from app.errors import ValidationError
+from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
 KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy")
 
@@ -158,8 +159,7 @@ def update(db, config, kind, name, **changes):
             env = check_agent_env(changes["agent_env"])
             values["agent_env"] = json.dumps(env, sort_keys=True) if env else None
         if "dedup" in changes:
-            from plugins.storage import dedup
-            values["dedup"] = dedup.check_mode(changes["dedup"], host=True)
+            values["dedup"] = check_dedup_mode(changes["dedup"], host=True)
     elif kind == "disk-pool":
         pool = config.disk_pool(name)
         hw = check_int("high-water mark", changes.get("high_water", pool["high_water"]), 1, 100)
@@ -200,8 +200,7 @@ def update(db, config, kind, name, **changes):
         if "file_list" in changes:
             values["file_list"] = check_file_list(changes["file_list"])
         if "dedup" in changes:
-            from plugins.storage import dedup
-            values["dedup"] = dedup.check_mode(changes["dedup"])
+            values["dedup"] = check_dedup_mode(changes["dedup"])
     if "comment" in changes:
         c = changes["comment"] or ""
         if len(c) > 1000 or "\0" in c:

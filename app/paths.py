@@ -54,7 +54,8 @@ class Home:
             # An index folder open to others (an older Cairn made it so): its files once. In
             # a private folder, each index is written private (app/catalog_index/).
             private.walk(self.indexes, changed)
-        private.walk(self.keys, changed)  # a key or two; made with the first (app/dedup/keys)
+        # a key or two; made with the first (plugins/storage/dedup/keys.py)
+        private.walk(self.keys, changed)
         return changed
 
     @property

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Memory and load time of a deduplication pool's chunk index (app/dedup/store.py).
+"""Memory and load time of a deduplication pool's chunk index (plugins/storage/dedup/store.py).
 
 The storage host's agent keeps the whole index in memory (fingerprint -> container, offset,
 stored length), so the memory per chunk bounds how large a pool one host can serve. This
@@ -27,7 +27,7 @@ import tracemalloc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from app.dedup import store as st  # noqa: E402
+from plugins.storage.dedup import store as st  # noqa: E402
 
 CHUNK = 512 * 1024
 

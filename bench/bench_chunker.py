@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from app.dedup import chunker as cdc  # noqa: E402
+from plugins.storage.dedup import chunker as cdc  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -3,18 +3,20 @@ all back up through (storage server, disk pool without a water mark in the way, 
 policy of one selection)."""
 
 from app.master import Master
+from plugins.storage import registry
 
 
 def local_master(home, vol, src, schedules=(), storage_type="advanced-disk"):
     """A Master in `home` writing images to the directory `vol`, with policy "p" backing up
     `src`; `schedules`: (name, type) pairs to add; `storage_type`: the storage server's type
-    ("dedup": a deduplicating pool, whose server is given `vol` as its path). The agent is
+    (one that needs a path, such as "dedup", is given `vol` as its path). The agent is
     started, as in a running console, so the first timed job does not pay for it."""
     m = Master(home)
     try:
         m.config.add_host("me", local=True)
+        known = registry.get(storage_type)
         m.config.add_storage_server("ss", type=storage_type, host="me",
-                                    path=None if storage_type == "advanced-disk" else vol)
+                                    path=vol if known is not None and known.needs_path else None)
         m.create_disk_pool("dp", server="ss", volumes=[vol], high_water=100, low_water=99)
         m.config.add_storage_unit("stu", pool="dp")
         m.config.add_policy("p", storage_unit="stu")

@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMessageBox, QToolBar
 
-from plugins.storage import dedup
+from plugins.storage import registry
 from ui.properties import KIND_LABELS, PropertiesDialog
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -244,7 +244,7 @@ class ObjectActions(_JobActions):
 
 def is_dedup_pool(row):
     """Whether a disk pool's row is a pool of a deduplicating storage server."""
-    return bool(row) and row.get("server_type") == dedup.TYPE
+    return bool(row) and registry.can(row.get("server_type"), "reclaim")
 
 
 def show_error(parent, err):

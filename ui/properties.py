@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, Q
 
 from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW
 from app.config_edit import EDITABLE
+from plugins.storage import registry
 from ui import fmt
 from ui.resources import icon
 from ui.wizards.schedule_text import summary as schedule_summary
@@ -155,7 +156,7 @@ class PropertiesDialog(QDialog):
         title = QLabel(f"<b>{html.escape(self.name)}</b>")
         form.addRow("Name", title)
         for key in READ_ONLY[kind]:
-            if key == "options" and obj.get("type") != "dedup":
+            if key == "options" and not registry.can(obj.get("type"), "dedup"):
                 continue    # only a deduplicating server has options to show
             if key in obj:
                 form.addRow(LABELS.get(key, key), value_label(_text(key, obj[key])))
@@ -164,7 +165,7 @@ class PropertiesDialog(QDialog):
             self.next_label = value_label("Looking…", "next-backups")
             form.addRow("Next backups", self.next_label)
         self.usage_label = None
-        if kind == "disk-pool" and obj.get("server_type") == "dedup":
+        if kind == "disk-pool" and registry.can(obj.get("server_type"), "reclaim"):
             self.usage_label = value_label("Looking…", "pool-usage")
             form.addRow("Pool usage", self.usage_label)
         self.editors = {}
@@ -172,7 +173,7 @@ class PropertiesDialog(QDialog):
             if kind == "host" and obj.get("kind") == "local" and key in (
                     "port", "user", "key_file", "data_address"):
                 continue  # this machine has no SSH settings
-            if key == "compact_below" and obj.get("server_type") != "dedup":
+            if key == "compact_below" and not registry.can(obj.get("server_type"), "reclaim"):
                 continue  # only a deduplicating pool has containers
             w = self._editor(key, obj.get(key))
             self.editors[key] = w

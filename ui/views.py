@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, \
     QMenu, QSizePolicy, QVBoxLayout
 
 from app.jobs.rules import category
+from plugins.storage import registry
 from ui.models import ROW_ROLE, Column, ObjectTableModel, list_column, \
     number_column, text_column
 from ui.object_actions import ObjectActions
@@ -99,9 +100,10 @@ DISK_POOLS = ListSpec(
             sort=lambda r: r.get("max_io_streams") or 1 << 31, numeric=True,
             help="concurrent reads and writes on the pool's volumes"),
      Column("compact_below", "Compact below",
-            lambda r: "—" if r.get("server_type") != "dedup"
+            lambda r: "—" if not registry.can(r.get("server_type"), "reclaim")
             else "never" if not r.get("compact_below") else f"{r['compact_below']}% live",
-            sort=lambda r: -1 if r.get("server_type") != "dedup" else r.get("compact_below"),
+            sort=lambda r: -1 if not registry.can(r.get("server_type"), "reclaim")
+            else r.get("compact_below"),
             numeric=True,
             help="deduplicating pools: space reclaim compacts a container whose live data is "
                  "below this share of its size")],

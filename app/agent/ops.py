@@ -1,7 +1,6 @@
 """What an agent can be asked to do. Each handler takes the request (for emit and cancel) and
 the request's arguments, and returns the result dict or raises CairnError."""
 
-import errno
 import os
 import platform
 import socket
@@ -10,9 +9,10 @@ import sys
 
 from app import status
 from app.agent import dataplane
-from app.errors import CairnError, Canceled, StorageError, ValidationError
-from app.formats import directio, private
-from app.formats.writeback import start_writeback
+from app.errors import CairnError, Canceled, ValidationError
+from app.agent.restore_io import suits_target
+from app.formats import private
+from plugins.storage import agents
 
 HANDLERS = {}
 
@@ -98,7 +98,8 @@ def check_volumes(req, paths, create=False):
         v = {"path": p, "ok": False, "size": None, "free": None, "error": None}
         try:
             if create:
-                # a new deduplicating pool's storage path: its own, private from the start
+                # a new storage server's storage path (a type that makes its path):
+                # its own, private from the start
                 os.close(private.makedirs(p))
             st = os.stat(p)
             if not stat.S_ISDIR(st.st_mode):
@@ -150,95 +151,22 @@ def list_dir(req, path):
 
 # ---- backup ---------------------------------------------------------------------------------
 
-WRITEBACK_EVERY = 32 << 20
-
-
-class _FileSink:
-    """Writes an image being made on this host. Holds the fd so the caller can fsync.
-
-    The commit must fsync the image; to keep that final wait short, writeback of what was
-    written is started every few dozen MiB while the backup goes on."""
-
-    # The image's folder (the client's) and the pool's image folder above it are Cairn's
-    # own, private like the image: their names tell which clients are backed up and when.
-    OWN_FOLDERS = 2
-
-    def __init__(self, path, emit=None):
-        changed = []
-        try:
-            dfd = private.makedirs(os.path.dirname(path), own=self.OWN_FOLDERS,
-                                   changed=changed)
-            try:
-                self.fd = private.create(os.path.basename(path), os.O_WRONLY | os.O_EXCL,
-                                         dir_fd=dfd)
-            finally:
-                os.close(dfd)
-        except FileExistsError:
-            raise StorageError(f"{path} exists already: another backup writes it") from None
-        except OSError as e:
-            raise StorageError(f"cannot create {path}: {e.strerror}") from None
-        for c in changed:
-            if emit is not None:
-                emit("log", {"level": "warning", "message": _loosened_text(c)})
-        self.path = path
-        self.bytes = 0
-        self._flushed = 0
-
-    def write(self, data):
-        mv = memoryview(data)
-        while mv:
-            try:
-                n = os.write(self.fd, mv)
-            except OSError as e:
-                if e.errno == errno.ENOSPC:
-                    raise StorageError(f"the volume holding {self.path} is full") from None
-                raise StorageError(f"writing {self.path} failed: {e.strerror}") from None
-            mv = mv[n:]
-            self.bytes += n
-        if self.bytes - self._flushed >= WRITEBACK_EVERY:
-            start_writeback(self.fd, self._flushed, self.bytes - self._flushed)
-            self._flushed = self.bytes
-
-    def finish(self):
-        try:
-            os.fsync(self.fd)
-        except OSError as e:
-            raise StorageError(f"flushing {self.path} failed: {e.strerror}") from None
-
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _loosened_text(c):
-    if c["error"]:
-        return (f"{c['path']} is open to other users (mode {c['mode']}) and cannot be made "
-                f"private: {c['error']}")
-    return (f"{c['path']} was open to other users (mode {c['mode']}); it is private again")
-
-
-def _remove(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 @handler
 def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
            previous=None, snapshot="none", file_list="walk", since=None, references=None,
            skip_nodump=False):
-    """Client side of a backup. dest is {"mode": "file", "path": partial} when the storage
-    is on this host, or {"mode": "net", "host", "port", "cert", "token"} to stream to the
-    storage server's agent. snapshot, file_list and since: see app/agent/scale_backup.py.
-    references: a files cache for a full into a deduplication pool (app/formats/changes.py),
-    with previous; its base images are dest["dedup"]["bases"] when the pool is on this host.
-    The summary adds the snapshots read from and how the file list was made."""
-    from app.agent.archiver import backup_to
+    """Client side of a backup. dest is {"mode": "file", "path": partial, "storage": spec}
+    when the storage is on this host, or {"mode": "net", "host", "port", "cert", "token",
+    "storage": the client's part of the spec} to stream to the storage server's agent; the
+    spec's type says which storage half writes or sends the image (plugins/storage/agents.py).
+    snapshot, file_list and since: see app/agent/scale_backup.py. references: a files cache
+    for a full (app/formats/changes.py), with previous; its base images are the spec's
+    "bases" when the pool is on this host. The summary adds the snapshots read from and how
+    the file list was made."""
     from app.agent.scale_backup import Preparation
     if dest["mode"] not in ("file", "net"):
         raise ValidationError(f"unknown destination mode {dest['mode']!r}")
+    half = agents.get(dest.get("storage"))
     prep = Preparation(selections, snapshot=snapshot, file_list=file_list,
                        job_id=image_meta.get("job_id"), since=since, emit=req.emit,
                        is_cancelled=req.is_cancelled)
@@ -249,55 +177,58 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
                   previous=previous, read_from=prep.read_from, listing=prep.listing,
                   unchanged_before_ns=prep.unchanged_before_ns, references=references,
                   skip_nodump=skip_nodump)
-        dedup = dest.get("dedup")
-        if dest["mode"] == "file" and dedup:
-            from app.dedup.ingest import Ingest
-            ingest = Ingest(dedup["root"], dest["path"], params=dedup.get("params"),
-                            key=dedup.get("key"), image_id=image_meta.get("image_id"),
-                            bases=dedup.get("bases") if references else None)
-            if references and ingest.bases_problem:
-                req.emit("log", {"level": "warning", "message": "files cache not used, every "
-                                 "file is read: " + ingest.bases_problem})
-                kw.update(previous=None, references=None)
-            try:
-                summary = backup_to(ingest, selections, **kw)
-                summary["dedup"] = ingest.finish({})
-            except BaseException:
-                ingest.abort()
-                _remove(dest["path"])
-                raise
-        elif dest["mode"] == "file":
-            sink = _FileSink(dest["path"], req.emit)
-            try:
-                summary = backup_to(sink, selections, **kw)
-                sink.finish()
-            except BaseException:
-                sink.close()
-                _remove(dest["path"])
-                raise
-            sink.close()
+        if dest["mode"] == "file":
+            summary = _write_here(req, half, dest, selections, kw)
         else:
-            chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
-            out = chan
-            if dedup:
-                from app.dedup.wire import client_sink
-                out, note = client_sink(chan, dedup.get("mode"), dedup.get("params"))
-                if note:
-                    req.emit("log", {"level": "warning", "message": note})
-            try:
-                summary = backup_to(out, selections, **kw)
-                out.finish()
-                if hasattr(out, "report"):
-                    summary["client_dedup"] = out.report()
-                if dedup:
-                    summary["dedup_mode"] = "client" if hasattr(out, "report") else "server"
-            finally:
-                chan.close()
+            summary = _send(req, half, dest, selections, kw)
     finally:
         left = prep.finish()
     summary.update(prep.report())
     summary["snapshots_left"] = [s["name"] for s in left]
     return summary
+
+
+def _write_here(req, half, dest, selections, kw):
+    """The image written on this host, the storage host, by the storage type's sink."""
+    from app.agent.archiver import backup_to
+    write = half.local_write(dest.get("storage"), dest["path"], emit=req.emit,
+                             image_id=kw["image_meta"].get("image_id"),
+                             references=bool(kw["references"]))
+    if kw["references"] and write.bases_problem:
+        req.emit("log", {"level": "warning", "message": "files cache not used, every file "
+                         "is read: " + write.bases_problem})
+        kw.update(previous=None, references=None)
+    try:
+        summary = backup_to(write.sink, selections, **kw)
+        summary.update(write.finish())
+    except BaseException:
+        write.abort()
+        raise
+    return summary
+
+
+def _send(req, half, dest, selections, kw):
+    """The image sent to the storage host's agent over the data plane, through the storage
+    type's client sink."""
+    from app.agent.archiver import backup_to
+    chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
+    try:
+        out, note = half.client_sink(chan, dest.get("storage"))
+        if note:
+            req.emit("log", {"level": "warning", "message": note})
+        summary = backup_to(out, selections, **kw)
+        out.finish()
+        summary.update(half.client_report(out))
+    finally:
+        chan.close()
+    return summary
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 @handler
@@ -312,111 +243,41 @@ def _listening(listener):
     return {"port": listener.port, "address": listener.address, "note": listener.note}
 
 
-def _pump(chan, write, is_cancelled):
-    """Everything the peer sends on the data connection, to write(), until its clean end."""
-    mv = memoryview(bytearray(dataplane.FRAME))
-    while True:
-        if is_cancelled():
-            raise Canceled()
-        n = chan.readinto(mv)
-        if n == 0:
-            return
-        write(mv[:n])
-
-
-def _receive_dedup(req, path, cert, key, token, dedup, bind):
-    """receive_image into a deduplication pool: the stream (server-side deduplication) or
-    queries and new chunks only (client-side), and a files cache's references. The listening
-    event says whether the files cache's base images can be used (bases_problem)."""
-    from app.dedup import wire
-    from app.dedup.ingest import Ingest
-    listener = dataplane.Listener(cert, key, token, bind=bind)
-    ingest = None
-    try:
-        ingest = Ingest(dedup["root"], path, params=dedup.get("params"), key=dedup.get("key"),
-                        image_id=dedup.get("image_id"), bases=dedup.get("bases"))
-        req.emit("listening", dict(_listening(listener), bases_problem=ingest.bases_problem))
-        chan = listener.accept(req.is_cancelled)
-        listener.close()
-        try:
-            wire.serve(chan, ingest, req.is_cancelled)
-            stats = ingest.finish({})
-            chan.ack(True)
-        except BaseException:
-            chan.ack(False)
-            raise
-        finally:
-            chan.close()
-        stats["mode"] = dedup.get("mode") or "server"
-        return {"bytes": stats["bytes"], "path": path, "dedup": stats}
-    except BaseException:
-        if ingest is not None:
-            ingest.abort()
-        _remove(path)
-        raise
-    finally:
-        listener.close()
-
-
 @handler
-def receive_image(req, path, cert, key, token, dedup=None, bind=None):
+def receive_image(req, path, cert, key, token, storage=None, bind=None):
     """Storage side of a backup from another host: listen, take the stream, write the
-    partial image, confirm. The image is committed later by commit_image. bind: the address
-    the client is told (see dataplane.Listener)."""
-    if dedup:
-        return _receive_dedup(req, path, cert, key, token, dedup, bind)
+    partial image (as the storage spec's type does), confirm. The image is committed later by
+    commit_image. bind: the address the client is told (see dataplane.Listener)."""
+    half = agents.get(storage)
     listener = dataplane.Listener(cert, key, token, bind=bind)
-    sink = None
+    receiver = None
     try:
-        sink = _FileSink(path, req.emit)
-        req.emit("listening", _listening(listener))
+        receiver = half.receiver(storage, path, req.emit)
+        req.emit("listening", dict(_listening(listener), **receiver.listening))
         chan = listener.accept(req.is_cancelled)
         listener.close()
         try:
-            _pump(chan, sink.write, req.is_cancelled)
-            sink.finish()
+            receiver.take(chan, req.is_cancelled)
+            result = receiver.finish()
             chan.ack(True)
         except BaseException:
             chan.ack(False)
             raise
         finally:
             chan.close()
-        sink.close()
-        return {"bytes": sink.bytes, "path": path}
+        return result
     except BaseException:
-        if sink is not None:
-            sink.close()
-            _remove(path)
+        if receiver is not None:
+            receiver.abort()
         raise
     finally:
         listener.close()
 
 
 @handler
-def commit_image(req, partial, final, dedup=None):
+def commit_image(req, partial, final, storage=None):
     """Makes a finished image visible under its final name, atomically and durably."""
-    if dedup:
-        from app.dedup.ingest import commit_recipe
-        if not os.path.exists(partial):
-            raise CairnError(f"{partial} is gone; the image cannot be committed",
-                               status_code=status.IMAGE_DAMAGED)
-        size = commit_recipe(dedup["root"], partial, final, key=dedup.get("key"))
-        return {"path": final, "bytes": size}
-    if os.path.exists(final):
-        raise StorageError(f"{final} exists already; the image was not committed")
-    try:
-        os.rename(partial, final)
-        dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except FileNotFoundError:
-        raise CairnError(f"{partial} is gone; the image cannot be committed",
-                           status_code=status.IMAGE_DAMAGED) from None
-    except OSError as e:
-        raise StorageError(f"committing {final} failed: {e.strerror}") from None
-    return {"path": final, "bytes": os.stat(final).st_size}
+    return agents.get(storage).commit(storage, partial, final)
 
 
 @handler
@@ -442,102 +303,24 @@ def stat_path(req, path):
 
 # ---- restore --------------------------------------------------------------------------------
 
-class _ImageReading:
-    """How a restore reads its images: files, or recipes of a deduplication pool (read under
-    a session so that space reclaim does not move chunks meanwhile)."""
-
-    def __init__(self, dedup):
-        self.dedup = dedup
-        self.session = None
-        self.recipes = {}
-        self.streams = []  # the recipe streams opened: a part may turn their read-ahead off
-        if dedup:
-            from app.dedup.ingest import SESSION_TIMEOUT, open_store
-            self.store = open_store(dedup["root"], dedup.get("key"))
-            self.session = self.store.session(timeout=SESSION_TIMEOUT)
-
-    def opener(self, tolerant=False):
-        """How to open an image's source; a tolerant one reads a damaged or missing chunk as
-        zeros and notes it (its `damage`), so that only the files that use it are lost."""
-        if not self.dedup:
-            return None
-        from app.dedup.recipe import RecipeStream, read_recipe
-
-        def open_recipe(path):
-            # Through the session: its containers stay open while the restore reads them.
-            # Each chunk's record is checked (crc32, length, an encrypted one's tag), and each
-            # restored file against its checksum from the catalog, so the SHA-256 of every
-            # chunk, about a sixth of a restore's CPU time, is left to verify jobs.
-            recipe = self.recipes.get(path)
-            if recipe is None:
-                recipe = self.recipes[path] = read_recipe(path)  # read once for all streams
-            source = _RecipeSource()
-            stream = RecipeStream(self.session, recipe, check_fingerprints=False,
-                                  on_damage=source.damaged if tolerant else None)
-            self.streams.append(stream)
-            source.take(stream)
-            return source
-        return open_recipe
-
-    def forked(self, parts):
-        """In a forked process, one of `parts` that restore at once: locks of the store and
-        the session that another thread may have held at the fork are made anew (see
-        restore_streams). With at least as many parts as cores, each part decodes its
-        chunks in its own thread: the processes keep the cores busy, and handing every
-        chunk to read-ahead threads and back cost a sixth of the CPU time of a restore of
-        small files, and as much of its time."""
-        if self.session is not None:
-            self.session.forked()
-        if parts >= (os.cpu_count() or 1):
-            for stream in self.streams:
-                stream.stop_reading_ahead()
-
-    def close(self):
-        if self.session is not None:
-            self.session.close()
-            self.session = None
-
-
-class _RecipeSource:
-    def __init__(self):
-        self.stream = None
-        self.size = 0
-        self.damage = []  # (stream offset, length, what) read past
-
-    def take(self, stream):
-        self.stream = stream
-        self.size = stream.size
-
-    def damaged(self, offset, length, what):
-        self.damage.append((offset, length, what))
-
-    def preadinto(self, mv, pos):
-        return self.stream.preadinto(mv, pos)
-
-    def close(self):
-        close = getattr(self.stream, "close", None)
-        if close is not None:
-            close()
-
-
 def _direct(target_dir, direct_io):
     """restore_from's direct and direct_for for a request's direct_io ("auto" or "off")."""
     if direct_io == "off":
         return {"direct": False}
     if direct_io != "auto":
         raise ValidationError(f"direct_io must be 'auto' or 'off', not {direct_io!r}")
-    return {"direct": directio.suits_target(target_dir), "direct_for": directio.suits_target}
+    return {"direct": suits_target(target_dir), "direct_for": suits_target}
 
 
 @handler
 def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checksum="sha256",
-            image_paths=None, dedup=None, direct_io="auto", streams=None):
+            image_paths=None, storage=None, direct_io="auto", streams=None):
     """Restore when the image and the target are on this host: no network at all.
     image_paths: the image files of an incremental chain, which extents name by position.
-    dedup: {"root", "key"} when the images are recipes of a deduplication pool. streams:
-    the number of processes that restore at once (None: see restore_streams)."""
+    storage: the pool's storage spec, whose type says how its images are read. streams: the
+    number of processes that restore at once (None: see restore_streams)."""
     from app.agent.extents import ExtentReader
-    from app.agent.extract import OpenTarget
+    from app.agent.restore_target import OpenTarget
     from app.agent.restore_streams import restore_in_streams
     if len(extents) != len(plan):
         raise ValidationError(f"the restore has {len(plan)} plan items but {len(extents)} "
@@ -546,7 +329,7 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
         raise ValidationError(f"streams must be a whole number of 1 or more, not {streams!r}")
     with OpenTarget(target_dir) as target:
         direct = _direct(target_dir, direct_io)
-        reading = _ImageReading(dedup)
+        reading = agents.get(storage).reading(storage)
         try:
             def source_for(indexes):
                 return ExtentReader(image_paths or image_path, [extents[i] for i in indexes],
@@ -563,7 +346,7 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
 
 
 @handler
-def send_extents(req, image_path, extents, cert, key, token, image_paths=None, dedup=None,
+def send_extents(req, image_path, extents, cert, key, token, image_paths=None, storage=None,
                  bind=None):
     """Storage side of a restore to another host: serve the image's members to the peer."""
     from app.agent.extents import copy_extents
@@ -571,7 +354,7 @@ def send_extents(req, image_path, extents, cert, key, token, image_paths=None, d
     for k, p in enumerate(image_paths or [image_path]):
         if k in used and not os.path.exists(p):
             raise CairnError(f"image file {p} is missing", status_code=status.IMAGE_DAMAGED)
-    reading = _ImageReading(dedup)
+    reading = agents.get(storage).reading(storage)
     try:
         listener = dataplane.Listener(cert, key, token, bind=bind)
         try:
@@ -600,30 +383,29 @@ def send_extents(req, image_path, extents, cert, key, token, image_paths=None, d
 
 
 @handler
-def index_image(req, image_path, checksum, dedup=None):
+def index_image(req, image_path, checksum, storage=None):
     """Reads an image back, member by member, and sends the rows of its catalog index as
     "rows" events in batches (see app/agent/reindex.py): for `cairn images rebuild-index`.
-    dedup: {"root", "key"} when the image is a recipe of a deduplication pool."""
+    storage: the pool's storage spec, whose type says how the image is read."""
     from app.agent import reindex
     from app.formats.tarfmt import PIECE_HASHES
     if checksum not in PIECE_HASHES:
         raise ValidationError(f"unknown checksum algorithm {checksum!r}")
-    reading = _ImageReading(dedup)
+    reading = agents.get(storage).reading(storage)
     images = []
     try:
-        if dedup:
-            open_recipe = reading.opener()
-            # two readers of one stream: the members, and the trailing index beside them
-            images = [reindex.StreamImage(open_recipe(image_path).stream) for _ in range(2)]
-        else:
+        open_source = reading.opener()
+        if open_source is None:
             images = [reindex.FileImage(image_path)]
+        else:
+            # two readers of one stream: the members, and the trailing index beside them
+            images = [reindex.StreamImage(open_source(image_path)) for _ in range(2)]
         return reindex.index_image(images[0], checksum=checksum, emit=req.emit,
                                    is_cancelled=req.is_cancelled, trailing=images[-1])
     finally:
         for image in images:
             image.close()
-        for stream in reading.streams:
-            stream.close()
+        reading.close_streams()
         reading.close()
 
 
@@ -632,7 +414,8 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
                     checksum="sha256", direct_io="auto", lengths=None):
     """Target side of a restore from another host's storage. lengths: each plan item's
     member length in the stream (see restore_from)."""
-    from app.agent.extract import OpenTarget, restore_from
+    from app.agent.extract import restore_from
+    from app.agent.restore_target import OpenTarget
     with OpenTarget(target_dir) as target:
         direct = _direct(target_dir, direct_io)
         chan = dataplane.connect(host, port, cert, token)
@@ -648,73 +431,39 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
     return summary
 
 
-# ---- deduplication pools --------------------------------------------------------------------
+# ---- pools: verify, space reclaim, usage, chunk index -----------------------------------------
 
 @handler
-def dedup_verify(req, root, key=None, recipes=None):
-    """Reads images (recipes given) or the whole pool back and checks every chunk; damage is
-    reported per image as byte ranges of its stream."""
-    from app.dedup import pool
-    from app.dedup.ingest import SESSION_TIMEOUT, open_store
-    store = open_store(root, key)
-    # "modes": what was open to other users (and is private now)
-    modes = (pool.check_recipe_modes(recipes) if recipes
-             else pool.check_modes(store, root, req.is_cancelled))
-    with store.session(timeout=SESSION_TIMEOUT) as session:
-        if recipes:
-            out = pool.verify_images(store, recipes, emit=req.emit,
-                                     is_cancelled=req.is_cancelled, session=session)
-        else:
-            out = pool.verify_pool(store, root, emit=req.emit, is_cancelled=req.is_cancelled)
-    out["modes"] = modes
-    return out
+def pool_verify(req, storage, images=None):
+    """Reads images (or, where the type can, the whole pool) back and reports the damage
+    found, as the storage spec's type does (its verifier, plugins/storage/base.py)."""
+    return agents.get(storage).verify(req, storage, images)
 
 
 @handler
-def dedup_reclaim(req, root, key=None, compact_below=0.5, known=None, min_age_s=None):
-    """Removes chunks no image references any more and compacts containers. Refused (PoolBusy)
-    while a backup, restore or verify uses the pool. known, min_age_s: the image ids the
-    catalog knows and the age beyond which a recipe no catalog image owns is an orphan, whose
-    chunks are not kept (see pool.live_fingerprints)."""
-    from app.dedup import pool
-    from app.dedup.ingest import open_store
+def pool_reclaim(req, storage, compact_below=0.5, known=None, min_age_s=None):
+    """Space reclaim of a pool whose type has it: removes what no image references any more.
+    known, min_age_s: the image ids the catalog knows and the age beyond which an image file
+    no catalog image owns is an orphan, whose data is not kept."""
     if (known is None) != (min_age_s is None):
         raise ValidationError("known and min_age_s go together")
     if known is not None:
         if not isinstance(known, list) or not all(isinstance(i, str) for i in known):
             raise ValidationError("known must be a list of image ids")
         _age(min_age_s, "min_age_s")
-    store = open_store(root, key, keyless=True)
-    removed = []
-    orphans = []
-
-    def live():
-        fps, gone = pool.live_fingerprints(root, known=known, min_age_s=min_age_s,
-                                           orphans=orphans)
-        removed.extend(gone)
-        return fps
-    stats = store.reclaim(live, compact_below=compact_below, is_cancelled=req.is_cancelled)
-    if stats.get("cancelled"):
-        raise Canceled()
-    stats["stale_recipes_removed"] = removed
-    stats["orphan_recipes_removed"] = orphans
-    stats["pool"] = store.stats()
-    return stats
+    return agents.get(storage).reclaim(req, storage, compact_below, known, min_age_s)
 
 
 @handler
-def dedup_stats(req, root, key=None):
-    from app.dedup.ingest import open_store
-    return open_store(root, key, keyless=True).stats()
+def pool_usage(req, storage):
+    """What a pool whose type keeps chunks holds: chunks and bytes."""
+    return agents.get(storage).usage(storage)
 
 
 @handler
-def dedup_rebuild_index(req, root, key=None):
-    """Rebuilds the chunk index from the containers alone."""
-    from app.dedup.ingest import SESSION_TIMEOUT, open_store
-    store = open_store(root, key, keyless=True)
-    with store.session(timeout=SESSION_TIMEOUT):
-        return store.rebuild_index()
+def pool_rebuild_index(req, storage):
+    """Rebuilds a pool's chunk index from its containers alone."""
+    return agents.get(storage).rebuild_index(storage)
 
 
 # ---- pool files no catalog image owns ----------------------------------------------------------
@@ -752,32 +501,7 @@ def remove_pool_files(req, paths, volumes, image_dir, min_age_s):
     return poolfiles.remove_files(paths, volumes, image_dir, min_age_s)
 
 
-# ---- verify of AdvancedDisk images and modes of pools ---------------------------------------
-
-@handler
-def image_verify(req, files):
-    """Reads image files back and checks every member the catalog lists in them (headers,
-    lengths, checksums; see app/agent/image_check.py). files: [{"path", "checksum",
-    "whole", "members": [[offset, length, kind, checksum, path], ...]}]. A file that cannot
-    be read is reported in its result, never a failure of the request."""
-    from app.agent import image_check
-    if not isinstance(files, list) or not all(isinstance(f, dict) and f.get("path")
-                                              for f in files):
-        raise ValidationError("image_verify needs a list of files, each with its path")
-    done = {"bytes": 0, "members": 0}
-
-    def progress(nbytes, members):
-        req.emit("progress", {"bytes": done["bytes"] + nbytes,
-                              "files": done["members"] + members})
-
-    out = []
-    for spec in files:
-        r = image_check.check_file(spec, progress=progress, is_cancelled=req.is_cancelled)
-        done["bytes"] += r["bytes"]
-        done["members"] += r["members"]
-        out.append(r)
-    return {"files": out, "bytes": done["bytes"], "members": done["members"]}
-
+# ---- modes of pools ---------------------------------------------------------------------------
 
 @handler
 def make_private(req, paths):

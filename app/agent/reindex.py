@@ -21,7 +21,8 @@ and data, with change time and inode unknown (0). Where the image cannot be read
 is damaged, the reading skips to the next member whose offset the trailing index gives; where
 no such offset is known, to the next block that is a valid tar header.
 
-Standard library only (app.dedup for recipes runs on the storage host as well)."""
+Standard library only; a pool's storage type says how its images are read (a deduplication
+pool's recipes: plugins/storage/dedup/agent.py)."""
 
 import json
 import os
@@ -110,9 +111,9 @@ class FileImage:
 
 
 class StreamImage:
-    """An image read through preadinto(buf, pos): a deduplication pool's recipe stream
-    (app.dedup.recipe.RecipeStream). A damaged or missing chunk makes the bytes it holds
-    unreadable, nothing else."""
+    """An image read through preadinto(buf, pos): a deduplication pool's recipe stream (its
+    source, with the `recipe` it reads; plugins/storage/dedup/agent.py). A damaged or missing
+    chunk makes the bytes it holds unreadable, nothing else."""
 
     def __init__(self, stream):
         self.stream = stream

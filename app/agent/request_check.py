@@ -16,12 +16,12 @@ MAX_ID = 1 << 63
 _STR, _INT, _LIST, _DICT = (str,), (int,), (list,), (dict,)
 ARG_TYPES = {
     **dict.fromkeys(("path", "partial", "final", "cert", "key", "token", "image_path",
-                     "target_dir", "overwrite", "checksum", "direct_io", "host", "root",
+                     "target_dir", "overwrite", "checksum", "direct_io", "host",
                      "snapshot", "file_list", "bind"), _STR),
     **dict.fromkeys(("port", "streams"), _INT),
     **dict.fromkeys(("paths", "selections", "snapshots", "extents", "plan", "image_paths",
-                     "recipes", "lengths"), _LIST),
-    **dict.fromkeys(("image_meta", "dest", "excludes", "dedup"), _DICT),
+                     "images", "lengths"), _LIST),
+    **dict.fromkeys(("image_meta", "dest", "excludes", "storage"), _DICT),
     "create": (bool,),
     "compact_below": (int, float),
 }

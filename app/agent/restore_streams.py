@@ -15,7 +15,8 @@ processes cannot all be started: they wait at a gate until the last one is forke
 
 A part gets a copy of every descriptor of the agent. It closes the sockets and pipes among
 them at once (another job's connection must reach its end of file when the agent closes it,
-not when the part ends); the pool's store lock is closed by app/dedup/store.py's fork hook.
+not when the part ends); a deduplication pool's store locks are closed by the fork hook of
+plugins/storage/dedup/locks.py.
 A part killed by a signal cannot remove its temporary files: the parent does (sweep).
 
 Standard library only: this runs on client hosts.
@@ -30,11 +31,13 @@ import struct
 import time
 
 from app import status
-from app.agent.extract import (_DIR_FLAGS, PROGRESS_EVERY, _plan_components, _plan_name,
-                               _Refused, _Restore, check_request, opened, restore_from)
+from app.agent.extract import PROGRESS_EVERY, _Restore, check_request, restore_from
+from app.agent.restore_target import (_DIR_FLAGS, _plan_components, _plan_name, _Refused,
+                                      opened)
 from app.errors import CairnError, Canceled
 from app.formats import entry, tarfmt
 from app.formats.protocol import error_message
+
 
 # Streams by default: one per core, up to MAX_STREAMS (the target's file system, not the
 # cores, is the limit beyond that), for restores of at least MIN_BYTES (below, a restore is

@@ -13,6 +13,7 @@ from app.agent.request_check import BadRequest
 from app.errors import CairnError, ValidationError
 from app.formats import protocol
 from app.formats.protocol import error_message
+from plugins.storage import agents
 
 # Requests running at once: far more than any master asks for, and few enough threads.
 MAX_RUNNING = 1024
@@ -173,7 +174,7 @@ def main():
 # A module this host cannot load (a missing optional library) is left to the job that
 # needs it, which then reports it.
 PRELOAD = ("app.agent.archiver", "app.agent.extract", "app.agent.extents",
-           "app.agent.restore_streams", "app.dedup.ingest", "app.dedup.recipe")
+           "app.agent.restore_streams") + agents.PRELOAD
 
 
 def _preload():

@@ -155,21 +155,3 @@ class Appender:
         done, n = 0, len(view)
         while done < n:
             done += os.pwrite(fd, view[done:], offset + done)
-
-
-# Where direct writes pay: file systems on the host's own (or a parallel file system's)
-# devices. Not memory (tmpfs: the page cache is the file), not the network (NFS and CIFS send
-# each direct write to the server and wait for it), not FUSE (refused or emulated).
-_NOT_FOR = {"tmpfs", "ramfs", "overlay", "squashfs"}
-
-
-def suits_target(path):
-    """Whether files restored under `path` (str or bytes) should be written with O_DIRECT."""
-    if not enabled() or not getattr(os, "O_DIRECT", 0):
-        return False
-    from plugins.filesystems import posix
-    fs = posix.filesystem_of(os.fsdecode(path))
-    if fs is None:
-        return False
-    kind = fs["type"]
-    return fs["class"] != "network" and kind not in _NOT_FOR and not kind.startswith("fuse")

@@ -16,6 +16,7 @@ from app.errors import CairnError, Canceled
 from app.jobs.backup import new_image_id, record_image
 from app.jobs.context import JobContext
 from app.jobs.store import DONE
+from app.jobs.result import JobResult
 
 STREAM_MARKER = "NEW_STREAM"
 POLL = 0.5
@@ -105,9 +106,10 @@ def run(master, job):
             f"({', '.join(i['id'] for i in images)}), {info['files']} entries in its index")
     ctx.flush(sample=True)
     if bad:
-        return (st.PARTIAL, f"{len(bad)} of {len(latest)} streams failed; the set image holds "
-                "the others", set_id, ctx.bytes, ctx.files)
-    return st.OK, None, set_id, ctx.bytes, ctx.files
+        why = f"{len(bad)} of {len(latest)} streams failed; the set image holds the others"
+        return JobResult(st.PARTIAL, message=why,
+                         image_id=set_id, bytes=ctx.bytes, files=ctx.files)
+    return JobResult(image_id=set_id, bytes=ctx.bytes, files=ctx.files)
 
 
 def _write_set_index(master, job, images):

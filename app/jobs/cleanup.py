@@ -14,12 +14,13 @@ orphans; space reclaim of a deduplication pool does not keep their chunks."""
 import json
 import time
 
-import plugins.storage
 from app import status as st
 from app import timeutil
 from app.errors import ValidationError
 from app.jobs.context import JobContext
+from app.jobs.storage import pool_type
 from app.jobs.store import ACTIVE
+from app.jobs.result import JobResult
 
 # Files younger than this beyond the oldest running backup are left alone: it covers the time
 # between looking at the catalog and the storage server looking at its files.
@@ -67,16 +68,15 @@ def unknown_files(db, files, known=None, min_age=None):
 
 
 def pool_location(master, pool_name):
-    """(pool, storage host, volumes, image folder name) of a disk pool of any type."""
-    pool = master.config.disk_pool(pool_name)
-    server = master.config.storage_server(pool["server"])
-    plugin = plugins.storage.get(server["type"])
-    return pool, master.config.host(server["host"]), pool["volumes"], plugin.IMAGE_DIR
+    """(pool, storage host, volumes, storage type) of a disk pool of any type."""
+    pool, _server, host, storage_type = pool_type(master, pool_name)
+    return pool, host, pool["volumes"], storage_type
 
 
 def pool_unknown_files(master, pool_name):
     """unknown_files of a disk pool, listed by its storage server's agent now."""
-    _pool, host, volumes, image_dir = pool_location(master, pool_name)
+    _pool, host, volumes, storage_type = pool_location(master, pool_name)
+    image_dir = storage_type.image_dir
     known, min_age = known_images(master.db), min_age_s(master.db)
     listing = master.hosts.connect(host).call(
         "pool_files", {"volumes": volumes, "image_dir": image_dir}, timeout=600)
@@ -112,7 +112,8 @@ def make_job(master, pool_name, dry_run=False):
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     name, dry_run = job["params"]["pool"], job["params"].get("dry_run", False)
-    pool, host, volumes, image_dir = pool_location(master, name)
+    pool, host, volumes, storage_type = pool_location(master, name)
+    image_dir = storage_type.image_dir
     ctx.log(f"cleanup of disk pool {name} on {host['name']}: files no catalog image owns, "
             "older than every running backup" + (" (dry run: nothing is removed)"
                                                  if dry_run else ""))
@@ -150,12 +151,12 @@ def run(master, job):
         ctx.log(f"dry run: {len(orphans)} orphan file(s) would be removed")
     else:
         ctx.log(f"{len(removed)} orphan file(s) removed, {freed} bytes"
-                + ("; in a deduplication pool their chunks are freed by the next space "
-                   "reclaim" if removed and image_dir == plugins.storage.dedup.IMAGE_DIR
+                + (f"; {storage_type.orphans_note}" if removed and storage_type.orphans_note
                    else ""))
     ctx.flush(sample=True)
     if skipped or errors:
-        return st.PARTIAL, (f"{len(skipped)} file(s) left, {len(errors)} folder(s) not "
-                            "listed; see the log"), None, ctx.bytes, ctx.files
-    return st.OK, None, None, ctx.bytes, ctx.files
+        why = f"{len(skipped)} file(s) left, {len(errors)} folder(s) not listed; see the log"
+        return JobResult(st.PARTIAL, message=why,
+                         bytes=ctx.bytes, files=ctx.files)
+    return JobResult(bytes=ctx.bytes, files=ctx.files)
 

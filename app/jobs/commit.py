@@ -54,14 +54,16 @@ def missing_sources(c, sources):
     return gone
 
 
-def commit(master, storage, *, job_id, record, partial, final, dedup, extra_bytes=0):
+def commit(master, conn, *, job_id, record, partial, final, storage, extra_bytes=0):
     """Commits a finished image (steps 1 to 3 above) and returns the agent's commit result
-    ({"path", "bytes"}). record: record_image's fields without path and image_bytes, which
-    the commit fills in (image_bytes: the file's size plus extra_bytes)."""
+    ({"path", "bytes"}). conn: the storage host's agent; storage: the pool's storage spec
+    (its type renames the image into place). record: record_image's fields without path and
+    image_bytes, which the commit fills in (image_bytes: the file's size plus
+    extra_bytes)."""
     _begin(master, job_id=job_id, record=record, partial=partial, final=final,
            extra_bytes=extra_bytes)
     try:
-        committed = _rename(storage, partial, final, dedup)
+        committed = _rename(conn, partial, final, storage)
         _record(master, record, committed["path"], committed["bytes"] + extra_bytes)
     except BaseException:
         try:
@@ -90,9 +92,9 @@ def _begin(master, *, job_id, record, partial, final, extra_bytes):
                    timeutil.iso(time.time())))
 
 
-def _rename(storage, partial, final, dedup):
-    return storage.call("commit_image", {"partial": partial, "final": final, "dedup": dedup},
-                        timeout=300)
+def _rename(conn, partial, final, storage):
+    return conn.call("commit_image", {"partial": partial, "final": final, "storage": storage},
+                     timeout=300)
 
 
 def _record(master, record, path, image_bytes):

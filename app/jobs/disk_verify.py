@@ -1,20 +1,25 @@
 """The verify job on an AdvancedDisk pool: the storage server's agent reads image files back
 and checks every member the catalog index lists (its tar header, its length, a file's
-checksum; app/agent/image_check.py), so that damage is found before a restore needs the
-data. Damage is reported per image as the files it hits and why.
+checksum; plugins/storage/advanced_disk/image_check.py), so that damage is found before a
+restore needs the data. Damage is reported per image as the files it hits and why.
 
 `cairn images verify IMAGE` reads everything a restore of the image would: its own members
 and, for an incremental or a set of streams, those it takes from earlier images.
 `cairn disk-pool verify POOL` reads every image file of the pool once, with its own
 metadata and end marker. Both also make the pool's image folders private again and report
-what was open to other users (app/jobs/pool_jobs.report_modes)."""
+what was open to other users (app/jobs/pool_modes.py).
+
+This is the verifier "members" of the storage types (plugins/storage/base.py)."""
 
 import posixpath
 
 from app import status as st
-from app.agent import image_check
 from app.errors import CairnError, NotFound
 from app.jobs.context import results
+from app.jobs.pool_modes import exposed_text, report_modes
+from app.jobs.storage import pool_storage
+from app.jobs.result import JobResult
+from plugins.storage.advanced_disk import image_check
 
 LOG_FILES = 20
 # The damaged files of one image the job's result lists (a lost image file of millions of
@@ -71,11 +76,11 @@ def _listed(items):
                                            if len(items) > LOG_FILES else "")
 
 
-def run(master, job, ctx, pool, host, image_dir):
+def run(master, job, ctx, pool, server, host, storage_type):
     """Verifies the image of the job's params or every image of `pool`. Returns the job's
     (status, message, image, bytes, files) and sets its result."""
-    from app.jobs.pool_jobs import exposed_text, report_modes
     p = job["params"]
+    spec = pool_storage(master, server)
     if p.get("image"):
         images = [master.image(p["image"])]
         own_only = False
@@ -90,7 +95,7 @@ def run(master, job, ctx, pool, host, image_dir):
             "SELECT id FROM images WHERE pool=? AND path!='' ORDER BY created, id",
             (pool["name"],))]
         own_only = True
-        tops = [posixpath.join(v, image_dir) for v in pool["volumes"]]
+        tops = [posixpath.join(v, storage_type.image_dir) for v in pool["volumes"]]
         what = f"the whole pool {pool['name']} ({len(images)} image files)"
     ctx.log(f"verify of {what} on {host['name']}: every member the catalog lists is read "
             "back, its tar header checked and each file's data against its checksum")
@@ -124,7 +129,8 @@ def run(master, job, ctx, pool, host, image_dir):
         else:
             if p.get("image"):
                 ctx.set_totals(None, sum(m[1] for _, f in files for m in f["members"]))
-            call = conn.start("image_verify", {"files": [f for _, f in files]},
+            call = conn.start("pool_verify", {"storage": spec,
+                                              "images": [f for _, f in files]},
                               on_event=on_event)
             ctx.supervise([call])
             r = results([call])[0]
@@ -150,14 +156,14 @@ def run(master, job, ctx, pool, host, image_dir):
         only_data = all(not d["error"] and not d["structure"]
                         and all(x["reason"] == image_check.DATA_MISMATCH for x in d["damage"])
                         for d in damaged)
-        return (st.CHECKSUM_MISMATCH if only_data else st.IMAGE_DAMAGED,
-                f"damage found: {len(damaged)} image(s), {n_files} file(s); see the log",
-                None, ctx.bytes, ctx.files)
+        why = f"damage found: {len(damaged)} image(s), {n_files} file(s); see the log"
+        return JobResult(st.CHECKSUM_MISMATCH if only_data else st.IMAGE_DAMAGED, message=why,
+                         bytes=ctx.bytes, files=ctx.files)
     if exposed:
-        return (st.POOL_EXPOSED, exposed_text(exposed),
-                None, ctx.bytes, ctx.files)
+        return JobResult(st.POOL_EXPOSED, message=exposed_text(exposed), bytes=ctx.bytes,
+                         files=ctx.files)
     ctx.log(f"verified {checked} image(s), {ctx.files} member(s): no damage")
-    return st.OK, None, None, ctx.bytes, ctx.files
+    return JobResult(bytes=ctx.bytes, files=ctx.files)
 
 
 def _found(master, ctx, img, files, missing, r, entry, modes):

@@ -32,6 +32,8 @@ STALE_SECONDS = 60.0
 SCHEDULE_EVERY = 15.0
 EXPIRE_EVERY = 60.0
 RECOVER_RETRY = 60.0
+# Each runs one job to its end and says how it ended (app/jobs/result.py); an error it
+# raises ends the job with the error's status.
 RUNNERS = {"backup": backup.run, "restore": restore.run, "expire": expire.run,
            "backup-set": backup_set.run, "verify": pool_jobs.run_verify,
            "reclaim": pool_jobs.run_reclaim, "cleanup": cleanup.run,
@@ -279,8 +281,9 @@ class Dispatcher:
             if job["cancel_requested"]:
                 raise Canceled()
             runner = RUNNERS["backup-set" if job["params"].get("streams") else job["type"]]
-            code, msg, image_id, nbytes, nfiles = runner(self.master, job)
-            jobs.finish(job_id, code, msg, image_id=image_id, bytes=nbytes, files=nfiles)
+            r = runner(self.master, job)
+            jobs.finish(job_id, r.status, r.message, image_id=r.image_id, bytes=r.bytes,
+                        files=r.files)
         except Canceled:
             jobs.finish(job_id, st.CANCELED, "canceled by the administrator; nothing was "
                         "committed" if job["type"] == "backup" else "canceled by the administrator")

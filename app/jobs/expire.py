@@ -19,9 +19,11 @@ import time
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled, ValidationError
-from app.jobs import holds
+from app.jobs import holds, pool_jobs
 from app.jobs.commit import note
 from app.jobs.context import JobContext
+from app.jobs.storage import pool_type
+from app.jobs.result import JobResult
 
 RETENTION = "retention ended"
 
@@ -153,7 +155,7 @@ def run(master, job):
 
 def _remove(master, ctx, ids):
     removed = nbytes = 0
-    dedup_pools = set()
+    reclaim_pools = set()
     for iid in order_newest_first(master.db, ids) if ids else []:
         if ctx.cancelled:
             raise Canceled()
@@ -169,23 +171,20 @@ def _remove(master, ctx, ids):
         nbytes += img["image_bytes"]
         ctx.files = removed
         ctx.bytes = nbytes
-        if img.get("dedup"):
-            dedup_pools.add(img["pool"])
-            ctx.log(f"image {iid} ({img['schedule_type']}, {img['created']}) removed from "
-                    f"deduplication pool {img['pool']}: the chunks only it used are freed by "
-                    "space reclaim")
-        else:
-            ctx.log(f"image {iid} ({img['schedule_type']}, {img['created']}) removed: "
-                    f"{img['image_bytes']} bytes freed on {img['storage_host']}")
+        # The pool's storage type says what the removal freed, and whether a space reclaim
+        # frees the rest.
+        text, reclaim = pool_type(master, img["pool"])[3].expired(img)
+        if reclaim:
+            reclaim_pools.add(img["pool"])
+        ctx.log(text)
         ctx.flush()
-    for pool in sorted(dedup_pools):
-        from app.jobs import pool_jobs
+    for pool in sorted(reclaim_pools):
         try:
             jid = pool_jobs.make_reclaim_job(master, pool, "images expired")
             ctx.log(f"space reclaim of pool {pool} queued as job {jid}")
         except CairnError as e:
             ctx.log(f"space reclaim of pool {pool} not queued: {e.message}")
-    return st.OK, None, None, nbytes, removed
+    return JobResult(bytes=nbytes, files=removed)
 
 
 def make_job(master, image_ids, reason, c=None):

@@ -30,7 +30,8 @@ from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.formats import entry as E
 from app.jobs.context import JobContext, results
 from app.jobs.incremental import Completer
-from app.jobs.restore import image_pool_access
+from app.jobs.storage import image_storage
+from app.jobs.result import JobResult
 
 # Paths of one kind of problem the job log names; the job's result keeps what the agent sent.
 LOG_PATHS = 20
@@ -188,7 +189,7 @@ def _open_base(master, img):
 
 def _run_image(master, ctx, img, index_path, old_problems):
     storage_host = master.config.host(img["storage_host"])
-    dedup = image_pool_access(master, img)
+    storage = image_storage(master, img)
     incremental = bool(img.get("base_image"))
     ctx.log(f"reading image {img['id']} ({img['schedule_type']}) back on "
             f"{storage_host['name']} ({img['path']}): every member is read and checked "
@@ -214,7 +215,7 @@ def _run_image(master, ctx, img, index_path, old_problems):
     try:
         conn = master.hosts.connect(storage_host)
         call = conn.start("index_image", {"image_path": img["path"],
-                                          "checksum": img["checksum"], "dedup": dedup},
+                                          "checksum": img["checksum"], "storage": storage},
                           on_event=on_event)
         ctx.supervise([call])
         found = results([call])[0]
@@ -321,7 +322,7 @@ def _report(ctx, img, found, rows, info, aside):
     ctx.bytes = found["bytes"]
     _log_installed(ctx, img, info, aside)
     ctx.flush(sample=True)
-    return code, msg, None, ctx.bytes, ctx.files
+    return JobResult(code, message=msg, bytes=ctx.bytes, files=ctx.files)
 
 
 def _log_installed(ctx, img, info, aside):
@@ -364,4 +365,4 @@ def _run_set(master, ctx, img, parts, index_path, old_problems):
     _log_installed(ctx, img, info, aside)
     ctx.log(f"joined in {time.monotonic() - started:.1f} s")
     ctx.flush(sample=True)
-    return st.OK, None, None, 0, ctx.files
+    return JobResult(bytes=0, files=ctx.files)

@@ -12,7 +12,9 @@ from app import status as st
 from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.formats import entry as E
 from app.jobs.context import JobContext, results, start_listening_side
+from app.jobs.storage import image_storage
 from app.relocate import Relocation, plan_targets
+from app.jobs.result import JobResult
 
 
 def _plain(path):
@@ -128,14 +130,6 @@ def describe(relocation):
     return ", ".join(parts)
 
 
-def image_pool_access(master, image):
-    """{"root", "key"} when the image lives in a deduplication pool, else None."""
-    from app.jobs.backup import pool_access
-    pool = master.config.disk_pool(image["pool"])
-    access = pool_access(master, master.config.storage_server(pool["server"]))
-    return None if access is None else {"root": access["root"], "key": access["key"]}
-
-
 def run(master, job):
     ctx = JobContext(master.jobs, job["id"])
     p = job["params"]
@@ -168,7 +162,7 @@ def run(master, job):
         ctx.log(f"the files come from {len(image_paths)} images: {image['id']} and the "
                 f"images it builds on ({', '.join(image['sources'])})")
 
-    dedup = image_pool_access(master, image)
+    spec = image_storage(master, image)
     storage = master.hosts.connect(storage_host)
     calls = []
     try:
@@ -176,7 +170,7 @@ def run(master, job):
             call = storage.start("restore", {
                 "image_path": image["path"], "image_paths": image_paths, "extents": extents,
                 "plan": plan, "target_dir": target_dir, "overwrite": p["overwrite"],
-                "checksum": image["checksum"], "dedup": dedup, "direct_io": direct_io,
+                "checksum": image["checksum"], "storage": spec, "direct_io": direct_io,
                 **({"streams": streams} if streams is not None else {})},
                 on_event=ctx.on_event)
             calls.append(call)
@@ -186,7 +180,7 @@ def run(master, job):
             send, port, cert, token = start_listening_side(
                 ctx, storage, "send_extents", {"image_path": image["path"],
                                                "image_paths": image_paths, "extents": extents,
-                                               "dedup": dedup},
+                                               "storage": spec},
                 job["id"], address=addr)
             calls.append(send)
             ctx.log(f"data plane: {storage_host['name']} -> {target_host['name']} "
@@ -210,6 +204,11 @@ def run(master, job):
                     f"restore ended")
         ctx.flush()
         raise
+    return _report(ctx, summary, target_dir, target_host, image, streams)
+
+
+def _report(ctx, summary, target_dir, target_host, image, streams):
+    """Logs what the restore did; the job's (status, message, image, bytes, files)."""
     ctx.bytes, ctx.files = summary["bytes"], summary["files"]
     problems = summary.get("errors", 0)
     warnings = max(summary.get("warnings", 0), ctx.warnings)
@@ -230,12 +229,14 @@ def run(master, job):
     if damaged:
         # Its own status, so that scripts tell damage in the image from files refused or
         # skipped at the target; every file the damage did not touch was restored.
-        return (st.CHECKSUM_MISMATCH, f"{damaged} item(s) not restored because their data "
-                f"in the image is damaged (each is named in the log); every other item was "
-                f"restored ({problems - damaged} other item(s) not restored, {warnings} "
-                f"warning(s))", None, summary["bytes"], summary["files"])
+        why = (f"{damaged} item(s) not restored because their data in the image is damaged (each "
+               f"is named in the log); every other item was restored ({problems - damaged} other "
+               f"item(s) not restored, {warnings} warning(s))")
+        return JobResult(st.CHECKSUM_MISMATCH, message=why,
+                         bytes=summary["bytes"], files=summary["files"])
     if problems or warnings:
-        return (st.PARTIAL, f"{problems} item(s) not restored, {warnings} warning(s): "
-                "see the log", None, summary["bytes"], summary["files"])
-    return st.OK, None, None, summary["bytes"], summary["files"]
+        why = f"{problems} item(s) not restored, {warnings} warning(s): see the log"
+        return JobResult(st.PARTIAL, message=why,
+                         bytes=summary["bytes"], files=summary["files"])
+    return JobResult(bytes=summary["bytes"], files=summary["files"])
 

@@ -2,20 +2,21 @@
 cleanup, reclaim). Part of the master API (app/master/__init__.py)."""
 
 from app.errors import ValidationError
+from app.jobs import cleanup, pool_jobs, reindex
+from plugins.storage import registry
 
 
 class StorageAPI:
     # ---- storage --------------------------------------------------------------------------
     def create_storage_server(self, name, *, type, host, path=None, options=None, check=True):
-        """A new storage server. For a dedup server the storage path is created on the host
-        and checked (writable; a warning when it is on a network file system), and with
-        encryption at rest the master makes the pool's key (app/dedup/keys.py)."""
-        from app.dedup import keys
-        from plugins.storage import dedup
+        """A new storage server. A type that makes its storage path (dedup) has it created on
+        the host and checked (writable; a warning when it is on a network file system), and
+        with encryption at rest the master makes the pool's key (the type's create_key)."""
         path, options = self.config.validate_storage_server(
             name, type=type, host=host, path=path, options=options)
+        storage_type = registry.get(type)
         warnings = []
-        if type == dedup.TYPE and check:
+        if storage_type.makes_path and check:
             conn = self.hosts.connect(self.config.host(host))
             v = conn.call("check_volumes", {"paths": [path], "create": True},
                           timeout=120)["volumes"][0]
@@ -23,17 +24,15 @@ class StorageAPI:
                 raise ValidationError(f"storage path {path} on host {host}: {v['error']}",
                                       hint="create the directory on the storage server and "
                                            "make it writable for the agent's user")
-            w = dedup.path_warning(v.get("filesystem"))
+            w = storage_type.path_warning(v.get("filesystem"))
             if w:
                 warnings.append(w)
-        if options and options.get("encrypted"):
-            keys.create(self.home, name)
+        storage_type.create_key(self.home, name, options)
         try:
             srv = self.config.add_storage_server(name, type=type, host=host, path=path,
                                                  options=options)
         except BaseException:
-            if options and options.get("encrypted"):
-                keys.remove(self.home, name)
+            storage_type.remove_key(self.home, name, options)
             raise
         srv["warnings"] = warnings
         return srv
@@ -74,39 +73,30 @@ class StorageAPI:
     # ---- deduplication pools -------------------------------------------------------------
     def start_verify(self, image=None, pool=None):
         """Queues a verify job of an image or a whole disk pool (every pool type)."""
-        from app.jobs import pool_jobs
         return pool_jobs.make_verify_job(self, image=image, pool=pool)
 
     def start_cleanup(self, pool, dry_run=False):
         """Queues a cleanup job of a disk pool (any type): removes the pool files that no
         catalog image owns and that are older than every running backup (app/jobs/cleanup.py);
         dry_run only lists them."""
-        from app.jobs import cleanup
         return cleanup.make_job(self, pool, dry_run=dry_run)
 
     def start_rebuild_index(self, image):
         """Queues a job that rebuilds an image's catalog index from the image itself (see
         app/jobs/reindex.py)."""
-        from app.jobs import reindex
         return reindex.make_job(self, image)
 
     def start_reclaim(self, pool):
         """Queues a space reclaim job of a deduplication pool."""
-        from app.jobs import pool_jobs
         return pool_jobs.make_reclaim_job(self, pool)
 
     def rebuild_pool_index(self, pool):
         """Rebuilds a deduplication pool's chunk index from its containers alone."""
-        from app.jobs import pool_jobs
-        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
-        return self.hosts.connect(host).call("dedup_rebuild_index",
-                                             {"root": access["root"], "key": access["key"]},
+        _pool, _server, host, spec = pool_jobs.chunk_pool(self, pool)
+        return self.hosts.connect(host).call("pool_rebuild_index", {"storage": spec},
                                              timeout=3600)
 
     def pool_usage(self, pool):
         """Chunks and bytes a deduplication pool holds."""
-        from app.jobs import pool_jobs
-        _pool, _server, host, access = pool_jobs.dedup_pool(self, pool)
-        return self.hosts.connect(host).call("dedup_stats",
-                                             {"root": access["root"], "key": access["key"]},
-                                             timeout=300)
+        _pool, _server, host, spec = pool_jobs.chunk_pool(self, pool)
+        return self.hosts.connect(host).call("pool_usage", {"storage": spec}, timeout=300)

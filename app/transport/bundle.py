@@ -21,10 +21,17 @@ import app
 from app.errors import AgentError
 
 # What the agent needs, relative to the directory holding the `app` package: single files,
-# and package directories whose *.py files are taken recursively.
-AGENT_FILES = ("app/__init__.py", "app/status.py", "app/errors.py", "plugins/__init__.py")
-AGENT_PACKAGES = ("app/agent", "app/formats", "app/dedup", "plugins/filesystems")
+# and package directories whose *.py files are taken recursively. Of the storage types, the
+# agent halves travel (plugins/storage/agents.py); their master halves and the keys of
+# encrypted pools (MASTER_ONLY) stay on the master.
+AGENT_FILES = ("app/__init__.py", "app/status.py", "app/errors.py", "plugins/__init__.py",
+               "plugins/storage/__init__.py", "plugins/storage/agent_base.py",
+               "plugins/storage/agents.py")
+AGENT_PACKAGES = ("app/agent", "app/formats", "plugins/filesystems",
+                  "plugins/storage/advanced_disk", "plugins/storage/dedup")
 AGENT_SOURCES = AGENT_FILES + AGENT_PACKAGES
+MASTER_ONLY = ("plugins/storage/advanced_disk/master.py", "plugins/storage/dedup/master.py",
+               "plugins/storage/dedup/keys.py")
 
 MAIN = b"import sys\nfrom app.agent.server import main\nsys.exit(main())\n"
 
@@ -69,7 +76,8 @@ def agent_files(root=None) -> dict[str, bytes]:
                 if not filename.endswith(".py") or filename.startswith("test_"):
                     continue
                 rel = (Path(dirpath) / filename).relative_to(root).as_posix()
-                files[rel] = _read(root, rel)
+                if rel not in MASTER_ONLY:
+                    files[rel] = _read(root, rel)
     return files
 
 

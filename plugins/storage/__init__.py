@@ -1,16 +1,7 @@
-"""Storage server types. Each type is a module with one interface (see advanced_disk); the
-registry below is the one place that lists them."""
+"""Storage types: the ways a disk pool keeps backup images. Each type is a package here with
+two halves: its master half (master.py, a StorageType of plugins/storage/base.py, listed in
+plugins/storage/registry.py) and its agent half (agent.py, an AgentStorage of
+plugins/storage/agent_base.py, listed in plugins/storage/agents.py), which travels to the
+hosts with the rest of the agent. docs/storage-types.md describes the seam.
 
-from plugins.storage import advanced_disk, dedup
-
-TYPES = {
-    advanced_disk.TYPE: advanced_disk,
-    dedup.TYPE: dedup,
-}
-
-# Types named in the CLI contract but not shipped in this version; creating one says so.
-PLANNED = {}
-
-
-def get(type_name):
-    return TYPES.get(type_name)
+This package's face holds nothing else: the agent imports the agent halves below it."""

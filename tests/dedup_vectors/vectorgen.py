@@ -93,7 +93,7 @@ def cases():
 
 def compute(params, data):
     """[[offset, length, sha256 hex], ...] by the reference implementation."""
-    from app.dedup.chunker import chunks
+    from plugins.storage.dedup.chunker import chunks
     return [[c.offset, c.length, hashlib.sha256(data[c.offset:c.offset + c.length]).hexdigest()]
             for c in chunks(data, **params, implementation="reference")]
 

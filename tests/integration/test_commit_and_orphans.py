@@ -1,45 +1,20 @@
-"""Nothing pins pool space forever. A backup killed (SIGKILL) at its commit leaves either a
-recorded image or nothing once the next master run has looked; pool files no catalog image owns
-are listed by verify, removed by `cairn disk-pool cleanup` and not kept alive by space reclaim;
-a retention too long to date is refused when it is given, and a schedule that holds one from
-before fails its backups before anything is written.
-
-The kill is real: `cairn backup --wait` runs in a process of its own whose agent client kills
-that process (SIGKILL) right before or right after the storage server's agent renames the
-image into place, so nothing of it runs past that point. A minute of waiting for the
-dispatcher to notice is played by ageing the dead process's lease and heartbeat in the
-catalog. An expire job killed the same way between the images it removes is resolved too."""
+"""Nothing pins pool space forever. Pool files no catalog image owns (left by a Cairn whose
+commits were not recoverable: a backup killed at its commit, tests/killhelp.py) are listed by
+verify, removed by `cairn disk-pool cleanup` and not kept alive by space reclaim; a retention
+too long to date is refused when it is given, and a schedule that holds one from before fails
+its backups before anything is written. A master killed at each step of a backup or an expire,
+for every storage type, is in the conformance suite (tests/storage/test_storage_crash.py)."""
 
 import json
 import os
-import sqlite3
-import sys
-import time
 
 import pytest
 
 from app import status as st
 from app.master import Master
-from clihelp import ROOT, cairn, cairn_json
+from clihelp import cairn, cairn_json
+from killhelp import age, forget_commit, killed_backup, next_master_run
 from treegen import assert_trees_equal
-
-KILL_AT = """
-import os, signal, sys
-sys.path.insert(0, {root!r})
-from app.transport import agent_client
-at, when = sys.argv[1], sys.argv[2]
-call = agent_client.AgentConnection.call
-def killing_call(self, op, args=None, **kw):
-    if op == at and when == "before":
-        os.kill(os.getpid(), signal.SIGKILL)
-    result = call(self, op, args, **kw)
-    if op == at:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return result
-agent_client.AgentConnection.call = killing_call
-from app.cli import main
-sys.exit(main(sys.argv[3:]))
-"""
 
 
 def write_file(path, data):
@@ -76,39 +51,6 @@ def setup(tmp_path):
         m.close()
 
 
-def killed_backup(home, when):
-    """`cairn backup p --wait`, killed by SIGKILL before or after the commit's rename."""
-    return killed(home, "commit_image", when, "backup", "p", "--wait")
-
-
-def killed(home, op, when, *args):
-    """A `cairn` command killed by SIGKILL right before or right after its first call of
-    agent operation `op`; returns the newest job's id."""
-    import subprocess
-    env = dict(os.environ, CAIRN_HOME=home, PYTHONPATH=ROOT)
-    p = subprocess.run([sys.executable, "-c", KILL_AT.format(root=ROOT), op, when, *args],
-                       env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert p.returncode == -9, (p.returncode, p.stdout, p.stderr)
-    # a minute later, as far as the catalog can tell: the lease has run out, the job's
-    # heartbeat has stopped
-    with sqlite3.connect(os.path.join(home, "catalog.db")) as db:
-        db.execute("UPDATE leases SET expires=0")
-        db.execute("UPDATE jobs SET heartbeat=0 WHERE state='active'")
-        [(jid,)] = db.execute("SELECT max(id) FROM jobs").fetchall()
-    return jid
-
-
-def forget_commit(home):
-    """What a Cairn that did not record its commits left after such a kill: nothing in the
-    catalog."""
-    with sqlite3.connect(os.path.join(home, "catalog.db")) as db:
-        db.execute("DELETE FROM image_commits")
-
-
-def next_master_run(home):
-    cairn(home, "master", "run", "--until-idle")
-
-
 def pool_files(m):
     out = []
     for vol in m.config.disk_pool("dp")["volumes"]:
@@ -118,77 +60,8 @@ def pool_files(m):
     return sorted(out)
 
 
-def age(path, seconds=3600):
-    t = time.time() - seconds
-    os.utime(path, (t, t))
-
-
 def log_of(m, jid):
     return "\n".join(x["message"] for x in m.jobs.logs(jid))
-
-
-@pytest.mark.parametrize("pool_type", ["advanced-disk", "dedup"])
-def test_a_kill_after_the_rename_leaves_a_recorded_image(setup, tmp_path, pool_type):
-    m, home, src = setup(pool_type)
-    jid = killed_backup(home, "after")
-    [left] = pool_files(m)
-    assert not os.path.basename(left).startswith(".")      # renamed into place
-    next_master_run(home)
-    job = m.jobs.get(jid)
-    assert job["status"] == st.INTERNAL                     # the process did stop
-    img = m.image(job["image_id"])
-    assert img["path"] == left and img["job_id"] == jid
-    assert "it is recorded in the catalog now" in log_of(m, jid)
-    assert m.db.all("SELECT * FROM image_commits") == []
-    to = str(tmp_path / "restored")
-    [r] = m.wait_for([m.start_restore(img["id"], [src], to)])
-    assert r["status"] == st.OK, log_of(m, r["id"])
-    assert_trees_equal(src, to + src)
-
-
-@pytest.mark.parametrize("pool_type", ["advanced-disk", "dedup"])
-def test_a_kill_before_the_rename_leaves_nothing(setup, pool_type):
-    m, home, src = setup(pool_type)
-    jid = killed_backup(home, "before")
-    [left] = pool_files(m)
-    assert os.path.basename(left).startswith(".") and left.endswith(".partial")
-    next_master_run(home)
-    assert m.jobs.get(jid)["status"] == st.INTERNAL
-    assert m.images() == [] and pool_files(m) == []
-    assert os.listdir(m.home.indexes) == []
-    assert m.db.all("SELECT * FROM image_commits") == []
-    assert "the unfinished commit of image" in log_of(m, jid)
-
-
-@pytest.mark.parametrize("when", ["before", "after"])
-def test_an_expire_killed_midway_is_resolved_by_the_next_run(setup, tmp_path, when):
-    m, home, src = setup("advanced-disk")
-    m.config.add_schedule("p", "diff", type="differential", retention="1w")
-    full = m.image(cairn_json(home, "backup", "p", "--wait")[0]["jobs"][0]["image_id"])
-    write_file(f"{src}/d0/f0.bin", b"changed")
-    diff = m.image(cairn_json(home, "backup", "p", "--schedule", "diff", "--wait")[0]
-                   ["jobs"][0]["image_id"])
-    # the newest goes first: killed before or after the differential's file is removed
-    jid = killed(home, "remove_image", when, "images", "expire", full["id"],
-                 "--with-dependents")
-    assert {i["id"]: i["expiring"] for i in m.images()} == {full["id"]: jid, diff["id"]: jid}
-    assert os.path.exists(diff["path"]) == (when == "before")
-    next_master_run(home)
-    assert m.jobs.get(jid)["status"] == st.INTERNAL
-    if when == "after":
-        assert [i["id"] for i in m.images()] == [full["id"]]
-        assert not os.path.exists(m.home.index_path(diff["id"]))
-        assert "its catalog entry is removed now" in log_of(m, jid)
-    else:
-        assert {i["id"] for i in m.images()} == {full["id"], diff["id"]}
-        assert "was not expired" in log_of(m, jid)
-    assert all(i["expiring"] is None for i in m.images())
-    to = str(tmp_path / "restored")
-    [r] = m.wait_for([m.start_restore(full["id"], [src], to)])
-    assert r["status"] == st.OK, log_of(m, r["id"])
-    # and the expire by hand goes through now
-    cairn(home, "images", "expire", full["id"], "--with-dependents")
-    assert m.images() == []
 
 
 def test_advanced_disk_orphans_are_listed_and_removed_by_cleanup(setup):

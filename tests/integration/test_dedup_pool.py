@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app import status
-from app.formats import directio
+from app.agent.restore_io import suits_target
 from app.master import Master
 from clihelp import cairn, cairn_json
 from treegen import assert_trees_equal
@@ -131,7 +131,7 @@ def test_dedup_backup_over_ssh_restores_byte_for_byte_and_repeats_at_99_percent(
     assert_trees_equal(src, dst + src)
     # the 600 KiB files went past the page cache where the target's file system allows it
     direct = [x["message"] for x in m.jobs.logs(rj["id"]) if "O_DIRECT" in x["message"]]
-    assert bool(direct) == directio.suits_target(dst), direct
+    assert bool(direct) == suits_target(dst), direct
 
     # the second full took the unchanged files from the first image without reading them
     log2 = "\n".join(x["message"] for x in m.jobs.logs(second["id"]))
@@ -283,7 +283,7 @@ def test_a_restore_with_direct_io_off_goes_through_the_page_cache(tmp_path, mast
                         {choice: {"direct_io": choice} for choice in ("off", "auto")})
     assert "direct I/O off" in logs["off"] and "O_DIRECT" not in logs["off"], logs["off"]
     assert "direct I/O off" not in logs["auto"]
-    assert ("O_DIRECT" in logs["auto"]) == directio.suits_target(str(tmp_path)), logs["auto"]
+    assert ("O_DIRECT" in logs["auto"]) == suits_target(str(tmp_path)), logs["auto"]
 
 
 def test_a_restore_in_parallel_streams_through_the_master(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from app import status
-from app.agent import image_check
+from plugins.storage.advanced_disk import image_check
 from app.formats import tarfmt
 from app.master import Master
 from clihelp import cairn_json

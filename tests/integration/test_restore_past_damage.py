@@ -9,9 +9,9 @@ import random
 import pytest
 
 from app import status
-from app.dedup.ingest import open_store
-from app.dedup.recipe import read_recipe
-from app.dedup.store import RECORD_HEADER
+from plugins.storage.dedup.ingest import open_store
+from plugins.storage.dedup.recipe import read_recipe
+from plugins.storage.dedup.store import RECORD_HEADER
 from app.master import Master
 
 KiB = 1 << 10

@@ -416,13 +416,18 @@ def test_agent_bundle_is_reproducible_and_complete():
     assert "from app.agent.server import main" in main
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")
                 or "/tests/" in n or n.split("/")[-1].startswith("test_")]
-    # the agent, the formats it shares with the master and the deduplication pool's code
-    # (which runs in the storage server's agent), and nothing else of the master
-    assert {"app/errors.py", "app/formats/tarfmt.py", "app/dedup/store.py",
-            "app/dedup/ingest.py"} <= set(names)
+    # the agent, the formats it shares with the master and the agent halves of the storage
+    # types (a deduplication pool's chunk store runs in the storage server's agent), and
+    # nothing else of the master: not the storage types' master halves, nor the keys of
+    # encrypted pools
+    assert {"app/errors.py", "app/formats/tarfmt.py", "plugins/storage/agents.py",
+            "plugins/storage/dedup/store.py", "plugins/storage/dedup/ingest.py",
+            "plugins/storage/advanced_disk/agent.py"} <= set(names)
     assert not [n for n in names if n.startswith("app/")
-                and not n.startswith(("app/agent/", "app/formats/", "app/dedup/"))
+                and not n.startswith(("app/agent/", "app/formats/"))
                 and n not in ("app/__init__.py", "app/status.py", "app/errors.py")]
+    assert not [n for n in names if n.startswith("plugins/storage/")
+                and (n.endswith(("/master.py", "/keys.py", "/registry.py", "/base.py")))]
     assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
 
 

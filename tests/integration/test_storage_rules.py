@@ -4,7 +4,7 @@ import os
 
 from app import status
 from app.master import Master
-from plugins.storage.advanced_disk import choose_volume
+from plugins.storage.base import choose_volume
 
 
 def configure(m, vols, selections, high_water=98):

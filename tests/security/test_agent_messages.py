@@ -243,7 +243,7 @@ class Malformed:
                                           ("abort_image", "partial", str),
                                           ("remove_image", "path", str),
                                           ("check_volumes", "paths", list),
-                                          ("dedup_stats", "root", str)])
+                                          ("pool_usage", "storage", dict)])
         return self.dump({"id": rid, "op": op, "args": {name: self.not_(want)}}), rid
 
     def bad_cancel(self):

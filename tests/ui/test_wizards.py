@@ -123,10 +123,10 @@ def test_storage_server_wizard(open_wizard, empty_master, qtbot):
 
 
 def test_a_planned_storage_type_is_listed_disabled_with_its_reason(open_wizard, monkeypatch):
-    import plugins.storage
-    assert plugins.storage.PLANNED == {}, "every named type ships in this version"
+    from plugins.storage import registry
+    assert registry.PLANNED == {}, "every named type ships in this version"
     assert [t[0] for t in storage_server.storage_types()] == ["advanced-disk", "dedup"]
-    monkeypatch.setattr(plugins.storage, "PLANNED", {"tape": "planned for a later version"})
+    monkeypatch.setattr(registry, "PLANNED", {"tape": "planned for a later version"})
     assert storage_server.storage_types()[-1] == ("tape", "", "planned for a later version")
     assert storage_server.needs_path("tape") and not storage_server.needs_path("advanced-disk")
     w = open_wizard("storage-server")
@@ -183,7 +183,7 @@ def test_dedup_storage_server_with_encryption(open_wizard, empty_master, qtbot, 
 
 def test_dedup_server_result_shows_a_path_warning_without_failing(open_wizard, empty_master,
                                                                   qtbot, tmp_path):
-    from plugins.storage import dedup
+    from plugins.storage.dedup import master as dedup
     w = open_wizard("storage-server")
     w.type_page.buttons["dedup"].setChecked(True)
     go_next(qtbot, w)

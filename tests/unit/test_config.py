@@ -122,7 +122,7 @@ def test_dedup_pool_takes_its_servers_path_once(cfg, tmp_path):
 
 def test_dedup_modes_of_policy_and_host(cfg, tmp_path):
     from app import config_edit
-    from plugins.storage import dedup
+    from plugins.storage.dedup import master as dedup
     cfg.add_host("me", local=True)
     cfg.add_storage_server("ss1", type="advanced-disk", host="me")
     cfg.add_disk_pool("dp1", server="ss1", volumes=["/v"])
@@ -139,7 +139,7 @@ def test_dedup_modes_of_policy_and_host(cfg, tmp_path):
 
 
 def test_dedup_path_warning_names_network_file_systems():
-    from plugins.storage import dedup
+    from plugins.storage.dedup import master as dedup
     w = dedup.path_warning({"type": "nfs4", "class": "network", "device": "nas:/export"})
     assert "NFS or CIFS" in w and "nas:/export" in w
     assert dedup.path_warning({"type": "gpfs", "class": "parallel", "device": "fs1"}) is None

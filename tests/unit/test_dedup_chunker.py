@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "dedup_vectors"))
 
-from app.dedup import chunker as cdc  # noqa: E402
+from plugins.storage.dedup import chunker as cdc  # noqa: E402
 from app.errors import ValidationError  # noqa: E402
 from vectorgen import PARAMS, generate, load  # noqa: E402
 

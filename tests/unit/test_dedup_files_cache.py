@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from app.dedup.ingest import Ingest, IngestError, commit_recipe, open_store
-from app.dedup.recipe import RecipeStream, read_recipe
+from plugins.storage.dedup.ingest import Ingest, IngestError, commit_recipe, open_store
+from plugins.storage.dedup.recipe import RecipeStream, read_recipe
 from app.formats.changes import PreviousState, ReferenceEncoder, StateEncoder
 
 PARAMS = {"min_size": 4096, "avg_size": 16384, "max_size": 65536}
@@ -61,8 +61,8 @@ def stream_of(root, recipe):
 
 def client_send(ing, buf):
     """Client-side mode as the wire does it: query fingerprints, put what is asked for."""
-    from app.dedup.chunker import Params
-    from app.dedup.segmenter import Segmenter
+    from plugins.storage.dedup.chunker import Params
+    from plugins.storage.dedup.segmenter import Segmenter
     seg = Segmenter(Params(**PARAMS))
     pieces = seg.feed(buf) + seg.finish()
     entries = [(hashlib.sha256(p.data).digest(), p.length) for p in pieces]
@@ -189,7 +189,7 @@ def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated
     import threading
 
     from app.agent import dataplane
-    from app.dedup import wire
+    from plugins.storage.dedup import wire
     from app.jobs.tlscert import job_identity
 
     root = str(tmp_path / "pool")

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-import app.dedup.ingest as ingest_mod
-import app.dedup.segmenter as sg
-from app.dedup.ingest import Ingest, _Blocks, _unused, commit_recipe, open_store
-from app.dedup.recipe import RecipeStream, read_recipe
-from app.dedup.store import StoreWriteFailed
+import plugins.storage.dedup.ingest as ingest_mod
+import plugins.storage.dedup.segmenter as sg
+from plugins.storage.dedup.ingest import Ingest, _Blocks, _unused, commit_recipe, open_store
+from plugins.storage.dedup.recipe import RecipeStream, read_recipe
+from plugins.storage.dedup.store import StoreWriteFailed
 
 PARAMS = {"min_size": 1024, "avg_size": 4096, "max_size": 16384}
 

@@ -12,12 +12,12 @@ import time
 import pytest
 
 from app import status
-from app.dedup import chunker as cdc
-from app.dedup import recipe as rc
-from app.dedup.recipe import (Entry, Recipe, RecipeDamaged, RecipeExists, RecipeStream,
+from plugins.storage.dedup import chunker as cdc
+from plugins.storage.dedup import recipe as rc
+from plugins.storage.dedup.recipe import (Entry, Recipe, RecipeDamaged, RecipeExists, RecipeStream,
                               RecipeWriter, read_recipe)
-from app.dedup.segmenter import Segmenter
-from app.dedup.store import ChunkStore
+from plugins.storage.dedup.segmenter import Segmenter
+from plugins.storage.dedup.store import ChunkStore
 from app.errors import ValidationError
 from app.formats import tarfmt
 

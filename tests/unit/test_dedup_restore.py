@@ -16,8 +16,9 @@ from test_archive import Recorder, backup, plan_of  # noqa: E402
 from treegen import assert_trees_equal  # noqa: E402
 
 from app.agent import ops  # noqa: E402
-from app.dedup import store as st  # noqa: E402
-from app.dedup.ingest import Ingest, commit_recipe, open_store  # noqa: E402
+from plugins.storage.dedup import store as st  # noqa: E402
+from plugins.storage.dedup.agent import RecipeReading  # noqa: E402
+from plugins.storage.dedup.ingest import Ingest, commit_recipe, open_store  # noqa: E402
 from app.formats import entry  # noqa: E402
 
 PARAMS = {"min_size": 4096, "avg_size": 16384, "max_size": 65536}
@@ -58,7 +59,7 @@ def pooled_image(tmp_path):
 def forge_a_chunk_of(root, rows, name):
     """Alters one byte of a stored (uncompressed) chunk inside file `name`'s data and gives
     its record a matching crc32: only the chunk's SHA-256 or the file's checksum can tell."""
-    from app.dedup.recipe import read_recipe
+    from plugins.storage.dedup.recipe import read_recipe
     row = next(r for r in rows if r[entry.PATH].endswith("/" + name))
     middle = row[entry.OFFSET] + row[entry.LENGTH] // 2
     recipe = read_recipe(f"{root}/images/c/i.recipe")
@@ -80,7 +81,7 @@ def run_restore(rows, root, recipe, target):
     req = Req()
     extents = [[r[entry.OFFSET], r[entry.LENGTH]] for r in rows]
     result = ops.restore(req, recipe, extents, plan_of(rows), str(target), checksum="crc32",
-                         dedup={"root": root, "key": None})
+                         storage={"type": "dedup", "root": root, "key": None})
     return result, req.emit
 
 
@@ -171,7 +172,7 @@ def test_parts_as_many_as_the_cores_read_their_chunks_without_read_ahead(tmp_pat
     _, rows, root, recipe = pooled_image(tmp_path)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     for parts, reads_ahead in ((2, True), (3, True), (4, False), (8, False)):
-        reading = ops._ImageReading({"root": root, "key": None})
+        reading = RecipeReading({"type": "dedup", "root": root, "key": None})
         try:
             src = reading.opener()(recipe)
             stream = src.stream

@@ -10,9 +10,9 @@ import random
 import pytest
 
 from app.agent.archiver import backup_to
-from app.dedup import chunker as cdc
-from app.dedup import segmenter as sg
-from app.dedup.segmenter import MEMBER_MIN, Piece, Segmenter
+from plugins.storage.dedup import chunker as cdc
+from plugins.storage.dedup import segmenter as sg
+from plugins.storage.dedup.segmenter import MEMBER_MIN, Piece, Segmenter
 from app.errors import ValidationError
 from app.formats import entry, tarfmt
 

@@ -12,8 +12,9 @@ import zlib
 
 import pytest
 
-from app.dedup import store as st
 from app.errors import ValidationError
+from plugins.storage.dedup import chunk_index, containers, encoding, reclaim
+from plugins.storage.dedup import store as st
 
 ZSTD_MISSING = "the optional zstandard module is not installed"
 
@@ -54,7 +55,7 @@ def record_codecs(store):
 
 @pytest.mark.parametrize("codec", [
     "zlib", "none",
-    pytest.param("zstd", marks=pytest.mark.skipif(st._zstd is None, reason=ZSTD_MISSING)),
+    pytest.param("zstd", marks=pytest.mark.skipif(encoding._zstd is None, reason=ZSTD_MISSING)),
 ])
 def test_round_trip_per_codec(tmp_path, codec):
     store = st.ChunkStore(tmp_path, codec=codec)
@@ -74,9 +75,9 @@ def test_round_trip_per_codec(tmp_path, codec):
 
 @pytest.mark.parametrize("codec", [
     "zlib",
-    pytest.param("zstd", marks=pytest.mark.skipif(st._zstd is None, reason=ZSTD_MISSING)),
+    pytest.param("zstd", marks=pytest.mark.skipif(encoding._zstd is None, reason=ZSTD_MISSING)),
     pytest.param("zstd-encrypted",
-                 marks=pytest.mark.skipif(st._zstd is None, reason=ZSTD_MISSING)),
+                 marks=pytest.mark.skipif(encoding._zstd is None, reason=ZSTD_MISSING)),
 ])
 def test_records_encoded_together_are_those_encoded_one_by_one(tmp_path, codec):
     # the storing side encodes a task's chunks in one call; the records must not change
@@ -105,12 +106,12 @@ def test_records_encoded_together_are_those_encoded_one_by_one(tmp_path, codec):
     assert list(reopened.verify()) == []
 
 
-@pytest.mark.skipif(st._zstd is None, reason=ZSTD_MISSING)
+@pytest.mark.skipif(encoding._zstd is None, reason=ZSTD_MISSING)
 def test_records_are_encoded_one_by_one_where_zstandard_cannot_batch(tmp_path, monkeypatch):
     # python-zstandard's CFFI backend has no multi_compress_to_buffer
     class OneByOne:
         def __init__(self):
-            self._c = st._zstd.ZstdCompressor(level=st.ZSTD_LEVEL)
+            self._c = encoding._zstd.ZstdCompressor(level=st.ZSTD_LEVEL)
 
         def compress(self, data):
             return self._c.compress(data)
@@ -122,7 +123,7 @@ def test_records_are_encoded_one_by_one_where_zstandard_cannot_batch(tmp_path, m
     datas = [b"abc" * 1000, random.Random(1).randbytes(5000)]
     fps = [hashlib.sha256(d).digest() for d in datas]
     want = [store.encode_record(fp, d) for fp, d in zip(fps, datas)]
-    monkeypatch.setattr(st._local, "zstd", OneByOne(), raising=False)
+    monkeypatch.setattr(encoding._local, "zstd", OneByOne(), raising=False)
     assert store.encode_records(fps, datas) == want
 
 
@@ -137,7 +138,7 @@ def test_zstd_record_without_zstandard_names_the_module(tmp_path, monkeypatch):
     raw = bytearray(open(path, "rb").read())
     raw[st.CONTAINER_HEADER.size + 4 + 32] = st.CODEC_ZSTD
     open(path, "wb").write(bytes(raw))
-    monkeypatch.setattr(st, "_zstd", None)
+    monkeypatch.setattr(encoding, "_zstd", None)
     with pytest.raises(st.CodecUnavailable, match="zstandard"):
         store.get(fp)
     with pytest.raises(ValidationError, match="zstandard"):
@@ -776,7 +777,7 @@ def test_reclaim_cancelled_between_containers_keeps_the_work_done(tmp_path):
 
 
 def test_reclaim_commits_in_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr(st, "RECLAIM_BATCH_CONTAINERS", 1)
+    monkeypatch.setattr(reclaim, "RECLAIM_BATCH_CONTAINERS", 1)
     store, chunks = pool(tmp_path, n=60)
     groups = by_container(store, chunks)
     live = {fp for fps in groups.values() for fp in fps[:2]}  # two of about five
@@ -1075,7 +1076,7 @@ def damage_record(store, fp, at=5):
 
 
 def test_a_chunk_set_aside_is_stored_again_by_the_next_writer(tmp_path, monkeypatch):
-    monkeypatch.setattr(st, "HAS_REFRESH", 0.0)  # the next lookup reads what changed
+    monkeypatch.setattr(chunk_index, "HAS_REFRESH", 0.0)  # the next lookup reads what changed
     store, chunks = pool(tmp_path, n=6)
     victim = list(chunks)[3]
     damage_record(store, victim)
@@ -1188,7 +1189,7 @@ def test_a_session_reads_through_containers_it_keeps_open_and_closes_them(tmp_pa
 
 
 def test_beyond_its_limit_a_session_reads_with_files_of_its_own(tmp_path, monkeypatch):
-    monkeypatch.setattr(st._OpenContainers, "LIMIT", 2)
+    monkeypatch.setattr(containers._OpenContainers, "LIMIT", 2)
     store, chunks = pool(tmp_path, n=30)
     before = open_fds()
     with store.session() as s:
@@ -1198,8 +1199,8 @@ def test_beyond_its_limit_a_session_reads_with_files_of_its_own(tmp_path, monkey
 
 
 def test_verify_pool_names_chunks_whose_container_is_gone_and_sets_them_aside(tmp_path):
-    from app.dedup import pool as dpool
-    from app.dedup.recipe import RecipeWriter
+    from plugins.storage.dedup import pool as dpool
+    from plugins.storage.dedup.recipe import RecipeWriter
     store, chunks = pool(tmp_path, n=12)
     fps = list(chunks)
     images = tmp_path / dpool.IMAGE_DIR / "c1"
@@ -1223,14 +1224,14 @@ def test_verify_pool_names_chunks_whose_container_is_gone_and_sets_them_aside(tm
 def test_index_locations_pack_and_unpack_at_their_limits(tmp_path):
     for loc in [(1, 16, 1), (99_999_999, (1 << 40) - 1, 0xFFFFFFFF), (1 << 40, 0, 0),
                 (7, st.MAX_CONTAINER_SIZE + (1 << 32), 12345)]:
-        assert st._location(st._pack_location(*loc)) == st.Location(*loc)
+        assert chunk_index._location(chunk_index._pack_location(*loc)) == st.Location(*loc)
     with pytest.raises(ValidationError, match="too large"):
         st.ChunkStore(tmp_path, container_size=st.MAX_CONTAINER_SIZE + 1)
 
 
 def test_a_process_keeps_its_open_stores_for_the_next_job(tmp_path):
     import shutil
-    from app.dedup.ingest import open_store
+    from plugins.storage.dedup.ingest import open_store
     root = tmp_path / "pool"
     first = open_store(str(root))
     assert open_store(str(root)) is first

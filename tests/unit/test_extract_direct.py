@@ -16,8 +16,9 @@ from test_archive import Recorder, backup, never, plan_of  # noqa: E402
 from treegen import assert_trees_equal, make_tree  # noqa: E402
 
 from app.agent.extents import ExtentReader  # noqa: E402
-from app.agent.extract import DIRECT_ALIGN, DIRECT_MIN, restore_from  # noqa: E402
-from app.formats import directio, entry  # noqa: E402
+from app.agent.extract import restore_from  # noqa: E402
+from app.agent.restore_io import DIRECT_ALIGN, DIRECT_MIN, suits_target  # noqa: E402
+from app.formats import entry  # noqa: E402
 
 MiB = 1 << 20
 
@@ -162,13 +163,13 @@ def test_targets_in_memory_or_on_the_network_are_written_buffered(tmp_path, monk
     from plugins.filesystems import posix
     fs = posix.filesystem_of(str(tmp_path))
     local = fs["class"] != "network" and fs["type"] not in ("tmpfs", "overlay")
-    assert directio.suits_target(str(tmp_path)) == (local and not fs["type"].startswith("fuse"))
+    assert suits_target(str(tmp_path)) == (local and not fs["type"].startswith("fuse"))
     for mnt in ("/dev/shm", "/run"):
         m = posix.filesystem_of(mnt)
         if m and m["type"] == "tmpfs":
-            assert not directio.suits_target(mnt)
+            assert not suits_target(mnt)
     monkeypatch.setenv("CAIRN_DIRECT_IO", "0")
-    assert not directio.suits_target(str(tmp_path))
+    assert not suits_target(str(tmp_path))
 
 
 def test_a_file_system_mounted_below_the_target_is_asked_about_on_its_own(tmp_path):
@@ -198,7 +199,7 @@ def test_a_file_system_mounted_below_the_target_is_asked_about_on_its_own(tmp_pa
 
     def direct_for(path):
         asked.append(path)
-        return directio.suits_target(path)
+        return suits_target(path)
 
     try:
         result, _ = restore(image, rec.rows, target, direct=True, direct_for=direct_for)
@@ -216,7 +217,7 @@ def test_a_direct_write_the_kernel_refuses_is_written_buffered(tmp_path):
     (EINVAL) as a file system without O_DIRECT support for writes would. The file still gets
     every byte, through the page cache, and the writer says direct writes were refused."""
     import mmap
-    from app.agent.extract import _O_DIRECT, _Writer
+    from app.agent.restore_io import _O_DIRECT, _Writer
     if not direct_ok(str(tmp_path)):
         pytest.skip("this file system refuses O_DIRECT at open already")
     data = os.urandom(3 * 4096 + 100)

@@ -1,7 +1,7 @@
-"""Reading an AdvancedDisk image back (app/agent/image_check.py): an intact image of every
-kind of entry checks clean with either checksum; a damaged data byte, a damaged tar header, a
-damaged sparse member, damaged metadata and a cut-short image are each found and named, and
-nothing else is."""
+"""Reading an AdvancedDisk image back (plugins/storage/advanced_disk/image_check.py): an intact
+image of every kind of entry checks clean with either checksum; a damaged data byte, a damaged
+tar header, a damaged sparse member, damaged metadata and a cut-short image are each found and
+named, and nothing else is."""
 
 import os
 import shutil
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from treegen import make_tree  # noqa: E402
 
-from app.agent import image_check  # noqa: E402
+from plugins.storage.advanced_disk import image_check  # noqa: E402
 from app.agent.archiver import backup_to  # noqa: E402
 from app.formats import entry, tarfmt  # noqa: E402
 

@@ -78,8 +78,9 @@ def test_the_agent_refuses_malformed_requests(tmp_path):
             ops.remove_pool_files(None, [], [vol], "images", bad)
     with pytest.raises(ValidationError):
         ops.remove_pool_files(None, "x", [vol], "images", 1)
+    spec = {"type": "dedup", "root": str(tmp_path / "pool")}
     with pytest.raises(ValidationError):
-        ops.dedup_reclaim(None, str(tmp_path / "pool"), known=["a"])
+        ops.pool_reclaim(None, spec, known=["a"])
     with pytest.raises(ValidationError):
-        ops.dedup_reclaim(None, str(tmp_path / "pool"), known="a", min_age_s=1)
+        ops.pool_reclaim(None, spec, known="a", min_age_s=1)
     assert ops.pool_files(None, [vol], "images") == {"files": [], "errors": []}

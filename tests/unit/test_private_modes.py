@@ -11,10 +11,10 @@ import tempfile
 
 import pytest
 
-from app.dedup import pool as dedup_pool
-from app.dedup.ingest import open_store
-from app.dedup.recipe import RecipeWriter
-from app.dedup.store import ChunkStore
+from plugins.storage.dedup import pool as dedup_pool
+from plugins.storage.dedup.ingest import open_store
+from plugins.storage.dedup.recipe import RecipeWriter
+from plugins.storage.dedup.store import ChunkStore
 from app.formats import private
 from app.paths import Home
 

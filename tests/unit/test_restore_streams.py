@@ -491,12 +491,12 @@ def test_a_name_taken_while_restoring_is_not_replaced_in_rename_mode(tmp_path, w
 
 @pytest.mark.parametrize("way", ["renameat2", "link and unlink"])
 def test_rename_noreplace_refuses_a_taken_name(tmp_path, monkeypatch, way):
-    from app.agent import extract
-    from app.agent.extract import rename_noreplace
+    from app.agent import restore_target
+    from app.agent.restore_target import rename_noreplace
     if way == "renameat2":
-        assert extract._RENAMEAT2 is not None, "this host's C library has renameat2"
+        assert restore_target._RENAMEAT2 is not None, "this host's C library has renameat2"
     else:  # a C library without renameat2
-        monkeypatch.setattr(extract, "_RENAMEAT2", None)
+        monkeypatch.setattr(restore_target, "_RENAMEAT2", None)
     (tmp_path / "a").write_bytes(b"a")
     (tmp_path / "b").write_bytes(b"b")
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)

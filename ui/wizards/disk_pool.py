@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QFormLayo
 from app import scale_view
 from app.config import check_abs_path
 from app.errors import ValidationError
-from plugins.storage import dedup
+from plugins.storage import registry
 from ui import fmt
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -68,7 +68,9 @@ def _create_pool(m, s):
 
 
 def is_dedup(server):
-    return bool(server) and server.get("type") == dedup.TYPE
+    """Whether the server holds one pool, whose volume is its storage path (a deduplicating
+    server)."""
+    return bool(server) and registry.can(server.get("type"), "one_pool")
 
 
 def check_text(check):

@@ -7,7 +7,8 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QL
 
 from app.config import CHECKSUMS, FILE_LIST_MODES, SNAPSHOT_MODES, check_abs_path
 from app.errors import ValidationError
-from plugins.storage import dedup as dedup_type
+from plugins.storage import registry
+from plugins.storage.dedup.master import MODES as DEDUP_MODES
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, disabled_check, \
     fit_combo, name_problem, narrow, note
@@ -57,7 +58,7 @@ class AttributesPage(Page):
             "scans the inodes instead of reading every directory; incrementals then skip "
             "files whose change time is older than the previous backup.")
         self.dedup = QComboBox()
-        for m in dedup_type.MODES:
+        for m in DEDUP_MODES:
             self.dedup.addItem(DEDUP_TEXT[m], m)
         self.dedup.setToolTip(
             "Where backup data is cut into chunks and checked against the pool. On the "
@@ -144,7 +145,7 @@ class AttributesPage(Page):
 def _load_lists(m):
     """The storage units, the policies' names and the deduplicating storage servers."""
     return (m.config.storage_units(), [p["name"] for p in m.config.policies()],
-            {s["name"] for s in m.config.storage_servers() if s["type"] == dedup_type.TYPE})
+            {s["name"] for s in m.config.storage_servers() if registry.can(s["type"], "dedup")})
 
 
 class SchedulesPage(Page):

@@ -5,11 +5,10 @@ encryption key to back up and any warning about the storage path (a network file
 from PySide6.QtWidgets import QButtonGroup, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, \
     QLineEdit, QPushButton, QRadioButton
 
-import plugins.storage
 from app.config import check_abs_path
-from app.dedup.chunker import DEFAULT_AVG_SIZE
 from app.errors import ValidationError
-from plugins.storage import dedup
+from plugins.storage import registry
+from plugins.storage.dedup.chunker import DEFAULT_AVG_SIZE
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, StatusLine, SummaryPage, WizardBase, \
     fit_combo, name_problem, narrow, note
@@ -26,10 +25,10 @@ CIPHER = "AES-256-GCM"
 
 def storage_types():
     """[(type, one-sentence description, reason it is unavailable or None)]. Types named but
-    not shipped (plugins.storage.PLANNED) are listed disabled, with their reason."""
-    types = [(name, mod.DESCRIPTION, None) for name, mod in plugins.storage.TYPES.items()]
-    types += [(name, "", reason) for name, reason in plugins.storage.PLANNED.items()
-              if name not in plugins.storage.TYPES]
+    not shipped (plugins.storage.registry.PLANNED) are listed disabled, with their reason."""
+    types = [(name, t.description, None) for name, t in registry.TYPES.items()]
+    types += [(name, "", reason) for name, reason in registry.PLANNED.items()
+              if name not in registry.TYPES]
     return types
 
 
@@ -69,8 +68,13 @@ def result_notes(result):
 
 
 def needs_path(type_name):
-    plugin = plugins.storage.get(type_name)
-    return plugin.NEEDS_PATH if plugin is not None else type_name in plugins.storage.PLANNED
+    plugin = registry.get(type_name)
+    return plugin.needs_path if plugin is not None else type_name in registry.PLANNED
+
+
+def has_chunks(type_name):
+    """Whether servers of the type have chunk sizes and encryption at rest to choose."""
+    return registry.can(type_name, "dedup")
 
 
 class TypePage(Page):
@@ -222,7 +226,7 @@ class PathPage(Page):
         self.chunk_size.currentIndexChanged.connect(self.revalidate)
 
     def initializePage(self):
-        is_dedup = self.wizard().type_page.type_name() == dedup.TYPE
+        is_dedup = has_chunks(self.wizard().type_page.type_name())
         self.setTitle("Storage path and deduplication" if is_dedup else "Storage path")
         for row in self.dedup_rows:
             self.form.setRowVisible(row, is_dedup)
@@ -230,7 +234,7 @@ class PathPage(Page):
 
     def options(self):
         """The server's options, or None for a type without any."""
-        if self.wizard().type_page.type_name() != dedup.TYPE:
+        if not has_chunks(self.wizard().type_page.type_name()):
             return None
         return chunk_options(self.chunk_size.currentData(), self.encrypted.isChecked())
 
@@ -241,7 +245,8 @@ class PathPage(Page):
             return e.message[0].upper() + e.message[1:] + "."
         if self.wizard() is not None and self.options() is not None:
             try:
-                dedup.check_options(self.options())
+                registry.get(self.wizard().type_page.type_name()).check_options(
+                    self.options())
             except ValidationError as e:
                 return e.message[0].upper() + e.message[1:] + (f": {e.hint}." if e.hint
                                                                else ".")
@@ -266,7 +271,7 @@ class NamePage(Page):
     def initializePage(self):
         host = self.wizard().host()
         if not self.name.text() or self.name.text() == self._suggested:
-            kind = "dedup" if self.wizard().type_page.type_name() == dedup.TYPE else "disk"
+            kind = "dedup" if has_chunks(self.wizard().type_page.type_name()) else "disk"
             self._suggested = f"{host}-{kind}" if host else ""
             self.name.setText(self._suggested)
         self.start_loading("Loading the storage servers…")
@@ -365,7 +370,7 @@ class StorageServerWizard(WizardBase):
         return self.spec()["name"]
 
     def result_text(self, result):
-        if result.get("type") == dedup.TYPE:
+        if registry.can(result.get("type"), "one_pool"):
             return (f"Create its disk pool with the disk pool wizard: the storage path "
                     f"{result['path']} is the pool's one volume.")
         return (f"Disk pools can now use the file systems of {result['host']}: create one "

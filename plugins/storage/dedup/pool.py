@@ -3,14 +3,15 @@ pool's images still reference (for space reclaim), and reading images or the who
 to find damage, reported per image as byte ranges of its stream (the master turns those into
 file names with the catalog index).
 
-Layout under the pool root: the chunk store's containers/ and index/ (app/dedup/store.py) and
-images/CLIENT/IMAGE.recipe, with .IMAGE.recipe.partial while a backup is being committed."""
+Layout under the pool root: the chunk store's containers/ and index/
+(plugins/storage/dedup/store.py) and images/CLIENT/IMAGE.recipe, with .IMAGE.recipe.partial
+while a backup is being committed."""
 
 import os
 import time
 
-from app.dedup.recipe import RecipeDamaged, read_recipe
-from app.dedup.store import ChunkDamaged, ChunkNotFound, Damage
+from plugins.storage.dedup.recipe import RecipeDamaged, read_recipe
+from plugins.storage.dedup.store import ChunkDamaged, ChunkNotFound, Damage
 from app.errors import Canceled
 from app.formats import private
 from app.formats.poolfiles import list_files, parse_name

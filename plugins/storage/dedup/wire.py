@@ -13,7 +13,8 @@ Messages, one data-plane frame each (app/agent/dataplane.py):
 and the stream's usual end (a zero frame, answered by the storage side's confirmation).
 
 R: the next bytes of the stream are bytes of a base image the storage side has (a full with a
-files cache, app/dedup/ingest.py); the client has cut and queried everything before them.
+files cache, plugins/storage/dedup/ingest.py); the client has cut and queried everything
+before them.
 
 Queries go in batches of a few MiB of stream: one round trip per batch, and while the storage
 side stores a batch the client already cuts and hashes the next."""
@@ -21,8 +22,8 @@ side stores a batch the client already cuts and hashes the next."""
 import hashlib
 import struct
 
-from app.dedup.chunker import Params
-from app.dedup.segmenter import Segmenter
+from plugins.storage.dedup.chunker import Params
+from plugins.storage.dedup.segmenter import Segmenter
 from app.errors import CairnError, Canceled
 
 ENTRY = struct.Struct(">32sI")
@@ -121,7 +122,7 @@ def client_sink(chan, mode, params=None, accelerated=None):
     if mode != "client":
         return ServerSink(chan), None
     if accelerated is None:
-        from app.dedup.chunker import ACCELERATOR
+        from plugins.storage.dedup.chunker import ACCELERATOR
         accelerated = ACCELERATOR is not None
     if not accelerated:
         return ServerSink(chan), ("client-side deduplication needs the pyfastcdc package on "

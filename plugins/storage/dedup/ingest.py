@@ -7,8 +7,8 @@ Two ways in, one result (a recipe plus whatever chunks the pool lacked):
   which chunks are new (query()); only those arrive (put()), each checked against its
   fingerprint, since a pool must never hold data under a fingerprint it does not match.
 
-Both cut the same stream the same way (app/dedup/segmenter.py), so images made either way
-share their chunks.
+Both cut the same stream the same way (plugins/storage/dedup/segmenter.py), so images made
+either way share their chunks.
 
 A full with a files cache also passes references (reference()): "the next bytes are these
 bytes of a base image", for members of unchanged files. Their recipe entries are copied from
@@ -28,11 +28,11 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from app.dedup.chunker import Params
-from app.dedup.pool import IMAGE_DIR
-from app.dedup.recipe import RecipeWriter
-from app.dedup.segmenter import GATHER, Segmenter
-from app.dedup.store import POOL_FILE, ChunkStore, fsync_dir
+from plugins.storage.dedup.chunker import Params
+from plugins.storage.dedup.pool import IMAGE_DIR
+from plugins.storage.dedup.recipe import RecipeWriter
+from plugins.storage.dedup.segmenter import GATHER, Segmenter
+from plugins.storage.dedup.store import POOL_FILE, ChunkStore, fsync_dir
 from app.errors import CairnError
 from app.formats import private
 
@@ -189,7 +189,7 @@ class Ingest:
         self._seen = set()  # fingerprints this image stores or asked for
 
     def _load_bases(self, paths):
-        from app.dedup.recipe import RecipeDamaged, read_recipe
+        from plugins.storage.dedup.recipe import RecipeDamaged, read_recipe
         try:
             # "": an image the catalog no longer has; nothing refers to it
             bases = [read_recipe(p) if p else None for p in paths]

@@ -1,7 +1,7 @@
 """Multiple data streams (child jobs under a parent, one set image that restores as one point
-in time, incrementals per stream) and expiry as a job: manual expiry takes the images that
-depend on the expired one, retention ends an image only together with its dependents, and the
-pool files and catalog indexes go with the catalog rows."""
+in time, incrementals per stream) and expiry as a job, for every storage type: manual expiry
+takes the images that depend on the expired one, retention ends an image only together with
+its dependents, and the pool files and catalog indexes go with the catalog rows."""
 
 import json
 import os
@@ -13,6 +13,7 @@ from app import status as st
 from app.errors import ValidationError
 from app.master import Master
 from clihelp import cairn_json
+from storage_sites import image_files, make_pool
 from treegen import assert_trees_equal
 
 
@@ -23,17 +24,15 @@ def write(path, data):
 
 
 @pytest.fixture
-def setup(tmp_path):
+def setup(tmp_path, storage_type):
     src = str(tmp_path / "src")
     for part in ("a", "b", "c"):
         for i in range(5):
             write(f"{src}/{part}/f{i}.bin", os.urandom(2000 + i))
     vol = tmp_path / "vol"
-    vol.mkdir()
     m = Master(str(tmp_path / "home"))
     m.config.add_host("me", local=True)
-    m.config.add_storage_server("ss1", type="advanced-disk", host="me")
-    m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)])
+    make_pool(m, storage_type, vol)
     m.config.add_storage_unit("stu1", pool="dp1", max_concurrent_jobs=4)
     m.config.add_policy("p1", storage_unit="stu1", multiple_streams=True)
     m.config.add_policy_client("p1", "me")
@@ -119,8 +118,7 @@ def test_retention_expires_a_chain_only_when_all_of_it_has_ended(setup):
     assert job["status"] == st.OK and sorted(job["params"]["images"]) == sorted(
         [f_img["id"], i_img["id"]])
     assert m.images() == []
-    assert not [n for n in os.listdir(os.path.join(vol, "cairn-images", "me"))
-                if n.endswith(".tar")]
+    assert image_files(m) == []
 
 
 def test_cli_expire_names_what_else_it_takes(setup):

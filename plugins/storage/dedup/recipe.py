@@ -34,7 +34,7 @@ from collections import namedtuple
 from itertools import accumulate
 
 from app import status
-from app.dedup.store import ChunkDamaged, ChunkNotFound, ChunkSetAside, fsync_dir
+from plugins.storage.dedup.store import ChunkDamaged, ChunkNotFound, ChunkSetAside, fsync_dir
 from app.errors import CairnError, StorageError, ValidationError
 from app.formats import private
 

@@ -1,7 +1,7 @@
-"""Differential and cumulative incrementals on the embedded default: each image restores
-exactly the tree of its point in time (files added, changed, renamed, deleted, chmod-only,
-content changed behind a restored modification time), sends only what changed, and the
-point-in-time lookups find the right image."""
+"""Differential and cumulative incrementals on the embedded default, for every storage type:
+each image restores exactly the tree of its point in time (files added, changed, renamed,
+deleted, chmod-only, content changed behind a restored modification time), sends only what
+changed, and the point-in-time lookups find the right image."""
 
 import os
 import shutil
@@ -13,6 +13,7 @@ import pytest
 from app import status as st
 from app.master import Master
 from clihelp import cairn, cairn_json
+from storage_sites import cli_pool, make_pool
 from treegen import assert_trees_equal, make_tree
 
 
@@ -33,15 +34,13 @@ def log_text(m, job):
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory):
+def chain(tmp_path_factory, module_storage_type):
     base = tmp_path_factory.mktemp("chain")
     src, vol, home = str(base / "src"), base / "vol", str(base / "home")
-    vol.mkdir()
     make_tree(src)
     m = Master(home)
     m.config.add_host("me", local=True)
-    m.config.add_storage_server("ss1", type="advanced-disk", host="me")
-    m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)])
+    make_pool(m, module_storage_type, vol)
     m.config.add_storage_unit("stu1", pool="dp1")
     m.config.add_policy("p1", storage_unit="stu1")
     m.config.add_policy_client("p1", "me")
@@ -144,18 +143,17 @@ def test_point_in_time_browse_shows_deletions_and_renames(chain):
 
 @pytest.mark.ssh
 def test_incremental_over_ssh_and_point_in_time_restore_to_another_host(tmp_path, sshd,
-                                                                        sshd_as_localhost):
+                                                                        sshd_as_localhost,
+                                                                        storage_type):
     """The client is reached over SSH and its image goes over the data plane; a cumulative
     after a change restores (to another SSH host, `--at`) exactly the tree of its time."""
     home, vol, src = tmp_path / "home", tmp_path / "vol", str(tmp_path / "src")
-    vol.mkdir()
     make_tree(src)
     cairn(home, "host", "add", "me", "--local")
     for name, addr in (("client1", sshd.host), ("other", "localhost")):
         cairn(home, "host", "add", name, "--address", addr, "--port", sshd.port, "--user",
               sshd.user, "--key", sshd.key_file, "--trust-host-key")
-    cairn(home, "storage-server", "create", "ss1", "--type", "advanced-disk", "--host", "me")
-    cairn(home, "disk-pool", "create", "dp1", "--server", "ss1", "--volume", str(vol))
+    cli_pool(cairn, home, storage_type, vol)
     cairn(home, "storage-unit", "create", "stu1", "--pool", "dp1")
     cairn(home, "policy", "create", "p1", "--storage-unit", "stu1")
     cairn(home, "policy", "add-client", "p1", "client1")
@@ -193,15 +191,14 @@ def test_incremental_over_ssh_and_point_in_time_restore_to_another_host(tmp_path
     assert_trees_equal(src, dst2 + src, check_owner=False)
 
 
-def test_damaged_base_index_gives_a_full_and_a_missing_source_a_clear_restore_error(tmp_path):
+def test_damaged_base_index_gives_a_full_and_a_missing_source_a_clear_restore_error(
+        tmp_path, storage_type):
     src, vol = str(tmp_path / "src"), tmp_path / "vol"
-    vol.mkdir()
     make_tree(src)
     m = Master(str(tmp_path / "home"))
     try:
         m.config.add_host("me", local=True)
-        m.config.add_storage_server("ss1", type="advanced-disk", host="me")
-        m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)])
+        make_pool(m, storage_type, vol)
         m.config.add_storage_unit("stu1", pool="dp1")
         m.config.add_policy("p1", storage_unit="stu1")
         m.config.add_policy_client("p1", "me")

@@ -14,7 +14,7 @@ header when it has one), where the content-defined chunker starts afresh:
     members share chunks of about member_min bytes instead of each making a tiny one.
 
 So the boundary after one at B is the smaller of
-  - B + the FastCDC chunk length of the stream from B (app/dedup/chunker.py), and
+  - B + the FastCDC chunk length of the stream from B (plugins/storage/dedup/chunker.py), and
   - the first member start M after B that either is a large member's start or end, or lies
     member_min bytes or more after B,
 which depends on the stream's bytes only: any split of it into feed() calls gives the same
@@ -35,7 +35,7 @@ Standard library only (the agent on a client runs this); pyfastcdc is used when 
 from collections import deque, namedtuple
 from collections.abc import Mapping
 
-from app.dedup.chunker import Params, _implementation, reference_cut
+from plugins.storage.dedup.chunker import Params, _implementation, reference_cut
 from app.errors import ValidationError
 from app.formats import tarfmt
 
@@ -131,8 +131,8 @@ def _params(params):
         return Params(**params)
     raise ValidationError(f"chunker parameters must be a Params or a mapping, not "
                           f"{type(params).__name__}",
-                          hint="Pass app.dedup.chunker.Params(...) or a dict with min_size, "
-                               "avg_size, max_size, normalization.")
+                          hint="Pass plugins.storage.dedup.chunker.Params(...) or a dict with "
+                               "min_size, avg_size, max_size, normalization.")
 
 
 class Segmenter:

@@ -1,0 +1,94 @@
+"""The agent half of a storage type: what an agent does with a storage spec (the dict the
+master's StorageType.access and BackupSide make, with the type's name under "type"). The
+agent's operations (app/agent/ops.py) take the half of the spec's type from
+plugins/storage/agents.py and call it; they never ask which type it is.
+
+Standard library only and Python 3.9: this travels to every host (app/transport/bundle.py).
+
+The objects a half hands out:
+  - a LocalWrite (local_write: the client is the storage host): `sink`, what the archiver
+    writes the image to (an object with write(), and space()/advance() or reference() where
+    the type takes the stream in place or takes a files cache's references); `bases_problem`,
+    why a files cache's base images cannot be used, or None; finish() -> what it adds to the
+    backup's summary; abort(), which removes what was written.
+  - the client's sink over the data plane (client_sink: (sink, note or None)) and what it adds
+    to the summary once finished (client_report).
+  - a Receiver (receiver: the storage side of a backup from another host): `listening`, what
+    it adds to the listening event; take(chan, is_cancelled), which reads the client's data
+    connection to its end; finish() -> the result of the request; abort().
+  - a Reading (reading: how a restore, send_extents or rebuild-index reads images):
+    opener(tolerant) -> None (the image files are read as they are) or a function that opens
+    an image path as a source with size, preadinto(), close() and `damage`; forked(parts)
+    in a restore's forked process; close_streams() and close()."""
+
+from app.errors import ValidationError
+
+
+class Reading:
+    """Images read as the files they are: nothing to open, nothing to hold."""
+
+    streams = ()
+
+    def opener(self, tolerant=False):
+        return None
+
+    def forked(self, parts):
+        pass
+
+    def close_streams(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class AgentStorage:
+    """The agent half of a storage type (see the module's docstring)."""
+
+    name = ""
+    # Modules a backup or restore into such a pool imports when it begins: loaded once the
+    # agent has said hello (app/agent/server.py).
+    preload = ()
+
+    def local_write(self, spec, path, *, emit, image_id, references):
+        """A LocalWrite of a new partial image at `path`. references: whether the backup
+        brings a files cache (the spec's "bases" are then its base images)."""
+        raise NotImplementedError
+
+    def client_sink(self, chan, spec):
+        """(sink, note or None): what the client's archiver writes to over the data
+        connection `chan`; by default the connection itself."""
+        return chan, None
+
+    def client_report(self, sink):
+        """What the client's sink adds to the backup's summary once finished."""
+        return {}
+
+    def receiver(self, spec, path, emit):
+        """A Receiver writing a new partial image at `path`."""
+        raise NotImplementedError
+
+    def commit(self, spec, partial, final):
+        """Makes a finished image visible under its final name, atomically and durably;
+        returns {"path", "bytes"}."""
+        raise NotImplementedError
+
+    def reading(self, spec):
+        """A Reading of the pool's images."""
+        return Reading()
+
+    def verify(self, req, spec, images):
+        """Reads images back and reports damage (the type's own report; see its verifier)."""
+        raise self.lacks("verify")
+
+    def reclaim(self, req, spec, compact_below, known, min_age_s):
+        raise self.lacks("space reclaim")
+
+    def usage(self, spec):
+        raise self.lacks("chunk usage")
+
+    def rebuild_index(self, spec):
+        raise self.lacks("a chunk index to rebuild")
+
+    def lacks(self, what):
+        return ValidationError(f"a {self.name} pool has no {what}")

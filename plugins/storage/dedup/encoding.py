@@ -1,0 +1,176 @@
+"""How one chunk is kept in a container: compressed (zstd when `zstandard` is importable,
+else zlib level 1, or as it is when compression does not help), then, in an encrypted pool,
+sealed with AES-256-GCM (`cryptography`, imported only when a key is given), in a record
+(RECORD_HEADER) whose crc32 covers the stored bytes. See plugins/storage/dedup/store.py for
+the container and record layout."""
+
+import hashlib
+import hmac
+import os
+import struct
+import threading
+import zlib
+
+from app.errors import ValidationError
+from app.formats.tarfmt import crc32 as _crc32  # zlib's CRC-32, from isal where present
+from plugins.storage.dedup.errors import CodecUnavailable, EncryptionUnavailable
+
+try:
+    import zstandard as _zstd
+except ImportError:  # zlib is always there; zstd is only faster and smaller
+    _zstd = None
+
+FINGERPRINT_SIZE = 32
+
+CODEC_NONE = 0  # compression did not help; kept as is
+CODEC_ZLIB = 1
+CODEC_ZSTD = 2
+CODEC_NAMES = {CODEC_NONE: "none", CODEC_ZLIB: "zlib", CODEC_ZSTD: "zstd"}
+CODECS = {name: code for code, name in CODEC_NAMES.items()}
+CODEC_ENCRYPTED = 0x80  # flag on the codec byte: the stored bytes are nonce + AES-GCM output
+RECORD_MAGIC = b"CHK1"
+RECORD_HEADER = struct.Struct(">4s32sBIII")  # magic, fp, codec, raw len, stored len, crc32
+ZSTD_LEVEL = 1
+MAX_CHUNK_SIZE = 0xFFFFFFFF
+KEY_SIZE = 32
+NONCE_SIZE = 12
+KEY_CHECK_LABEL = b"cairn pool key check"
+
+
+def generate_key():
+    """A new random key for an encrypted store (32 raw bytes)."""
+    return os.urandom(KEY_SIZE)
+
+
+def key_check_value(key):
+    """What pool.json records to recognise the key: HMAC-SHA256(key, label), as hex."""
+    return hmac.new(key, KEY_CHECK_LABEL, hashlib.sha256).hexdigest()
+
+
+def _check_fingerprint(fp):
+    if not isinstance(fp, (bytes, bytearray, memoryview)) or len(fp) != FINGERPRINT_SIZE:
+        raise ValidationError(
+            f"a chunk fingerprint must be {FINGERPRINT_SIZE} bytes, not {fp!r:.80}",
+            hint="Pass the raw SHA-256 digest (hashlib.sha256(data).digest()), not its hex.")
+    return bytes(fp)
+
+
+_local = threading.local()
+
+
+def _zstd_compressor():
+    # One compressor per thread: making one per chunk costs as much as a small chunk's
+    # compression, and a compressor must not be shared between threads.
+    c = getattr(_local, "zstd", None)
+    if c is None:
+        c = _local.zstd = _zstd.ZstdCompressor(level=ZSTD_LEVEL)
+    return c
+
+
+def _compress(codec, data):
+    if codec == CODEC_ZSTD:
+        return _zstd_compressor().compress(data)
+    if codec == CODEC_ZLIB:
+        return zlib.compress(data, 1)
+    return data
+
+
+def _smaller(codec, data, stored):
+    """(codec, stored bytes): the compressed form where it is smaller, else the data as is."""
+    if len(stored) < len(data):
+        return codec, stored
+    return CODEC_NONE, data
+
+
+def _record(fp, codec, raw_length, stored):
+    """(record header, stored bytes) as a container holds them."""
+    return (RECORD_HEADER.pack(RECORD_MAGIC, fp, codec, raw_length, len(stored),
+                               _crc32(stored)), stored)
+
+
+def _decompress(codec, stored, raw_length, where):
+    """Decoded bytes; raises ChunkDamaged (via ValueError) on undecodable input."""
+    if codec == CODEC_NONE:
+        return bytes(stored)
+    if codec == CODEC_ZLIB:
+        return zlib.decompress(stored)
+    if codec == CODEC_ZSTD:
+        if _zstd is None:
+            raise CodecUnavailable(
+                f"chunk at {where} was stored with zstd, and the zstandard module is not "
+                f"installed here",
+                hint="Install it on this host (pip install zstandard) to read this store.")
+        # One decompressor per thread, as with compression: making one per chunk holds the
+        # GIL while its context is set up.
+        d = getattr(_local, "unzstd", None)
+        if d is None:
+            d = _local.unzstd = _zstd.ZstdDecompressor()
+        return d.decompress(stored, max_output_size=raw_length)
+    raise ValueError(f"unknown codec {codec}")
+
+
+def _valid_codec_byte(code):
+    return (code & ~CODEC_ENCRYPTED) in CODEC_NAMES
+
+
+class _Cipher:
+    """AES-256-GCM of one store's key. `cryptography` is imported here only, so stores
+    without a key never need it."""
+
+    def __init__(self, key):
+        try:
+            from cryptography.exceptions import InvalidTag
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError:
+            raise EncryptionUnavailable(
+                "the deduplication pool is encrypted, and the cryptography module is not "
+                "installed on this host",
+                hint="Install it on the storage host (pip install cryptography, or the "
+                     "distribution's python3-cryptography package).") from None
+        self._aead = AESGCM(key)
+        self._invalid_tag = InvalidTag
+
+    def seal(self, fp, codec_byte, data):
+        nonce = os.urandom(NONCE_SIZE)
+        return nonce + self._aead.encrypt(nonce, data, fp + bytes((codec_byte,)))
+
+    def open(self, fp, codec_byte, stored):
+        if len(stored) < NONCE_SIZE + 16:
+            raise ValueError("the encrypted record is shorter than its nonce and tag")
+        view = memoryview(stored)
+        try:
+            return self._aead.decrypt(view[:NONCE_SIZE], view[NONCE_SIZE:],
+                                      fp + bytes((codec_byte,)))
+        except self._invalid_tag:
+            raise ValueError("decryption failed: the record was altered or written with "
+                             "another key") from None
+
+
+def _decode_record(header, stored, where, encrypted=False, cipher=None, check_fingerprint=True):
+    """Checks one record; returns (fingerprint, data) or raises ValueError naming the fault.
+    For an encrypted store opened without its key (cipher None) only the crc32 can be
+    checked, and data is None."""
+    magic, fp, codec_byte, raw_length, stored_length, crc = header
+    if _crc32(stored) != crc:
+        raise ValueError("crc32 of the stored bytes does not match")
+    codec = codec_byte & ~CODEC_ENCRYPTED
+    if codec_byte & CODEC_ENCRYPTED:
+        if not encrypted:
+            raise ValueError("the record is encrypted, but the store is not")
+        if cipher is None:
+            return fp, None
+        stored = cipher.open(fp, codec_byte, stored)
+    elif encrypted:
+        # an encrypted store holds no plaintext record: one here was put there by someone else
+        raise ValueError("the record is not encrypted, but the store is")
+    try:
+        data = _decompress(codec, stored, raw_length, where)
+    except (CodecUnavailable, ValueError):
+        raise
+    except Exception as e:  # zlib.error, zstd.ZstdError: the bytes do not decode
+        raise ValueError(f"stored bytes do not decode ({CODEC_NAMES.get(codec, codec)}): {e}")
+    if len(data) != raw_length:
+        raise ValueError(f"decoded length {len(data)} differs from the recorded {raw_length}")
+    if check_fingerprint and hashlib.sha256(data).digest() != fp:
+        raise ValueError("sha256 of the data differs from its fingerprint")
+    return fp, data

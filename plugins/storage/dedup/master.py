@@ -1,0 +1,235 @@
+"""Dedup, the master half: a deduplicating pool on one storage path of the storage server.
+Image streams are cut into content-defined chunks, each chunk is compressed and stored once in
+container files, and an image is a recipe: the list of its chunks (docs/dedup-pool.md). The
+chunk store lives in the agent half (plugins/storage/dedup/agent.py and the modules beside
+it); this module holds the master-side decisions, and the pool's key (keys.py) stays with the
+master.
+
+The catalog addresses an image's members by their offsets in the image stream, as for
+AdvancedDisk, so browsing, incrementals and restores work alike on both types."""
+
+import json
+
+from app.errors import ValidationError
+from plugins.storage.base import BackupSide, Capabilities, StorageType, image_paths_in
+from plugins.storage.dedup import keys
+from plugins.storage.dedup.chunker import DEFAULT_AVG_SIZE, DEFAULT_MAX_SIZE, \
+    DEFAULT_MIN_SIZE, DEFAULT_NORMALIZATION, validate_sizes
+
+TYPE = "dedup"
+DESCRIPTION = ("Backup data cut into content-defined chunks, compressed and stored once: far "
+               "less space when backups repeat the same data, and with client-side "
+               "deduplication only new chunks cross the network.")
+NEEDS_PATH = True
+
+# Recipes live next to the chunk store under the storage path; the store's own folders are
+# containers/ and index/.
+IMAGE_DIR = "images"
+
+MODES = ("server", "client")
+HOST_MODES = ("policy",) + MODES
+
+# File systems a deduplication pool should not live on: random reads of containers and the
+# index's locks over a network file system are slow and, for locks, not always reliable.
+WARN_CLASSES = {"network"}
+
+
+def image_paths(volume, client, image_id):
+    """(partial, final) path of an image's recipe. The partial name starts with a dot so that
+    nobody mistakes it for a committed image."""
+    return image_paths_in(volume, IMAGE_DIR, client, image_id, ".recipe")
+
+
+def default_options():
+    return {"min_size": DEFAULT_MIN_SIZE, "avg_size": DEFAULT_AVG_SIZE,
+            "max_size": DEFAULT_MAX_SIZE, "normalization": DEFAULT_NORMALIZATION,
+            "encrypted": False}
+
+
+def check_options(options):
+    """The storage server's options, completed with the defaults and validated. Chunk sizes are
+    fixed when the pool is created: other sizes would cut the same data differently and nothing
+    would deduplicate against what is stored."""
+    out = default_options()
+    unknown = set(options or {}) - set(out)
+    if unknown:
+        raise ValidationError(f"unknown dedup option(s): {', '.join(sorted(unknown))}",
+                              hint=f"known options: {', '.join(out)}")
+    out.update({k: v for k, v in (options or {}).items() if v is not None})
+    validate_sizes(out["min_size"], out["avg_size"], out["max_size"], out["normalization"])
+    out["encrypted"] = bool(out["encrypted"])
+    return out
+
+
+def chunk_params(options):
+    o = check_options(options)
+    return {k: o[k] for k in ("min_size", "avg_size", "max_size", "normalization")}
+
+
+def check_mode(mode, *, host=False):
+    """Where a policy's (host=False) or a host's backups into deduplicating pools are cut into
+    chunks."""
+    allowed = HOST_MODES if host else MODES
+    if mode not in allowed:
+        raise ValidationError(
+            f"deduplication mode {mode!r} is unknown",
+            hint="choose server (the client sends a plain stream; the storage server chunks "
+                 "it), client (the client chunks and sends only chunks the pool lacks)"
+                 + (" or policy (as the policy says)" if host else ""))
+    return mode
+
+
+def effective_mode(policy_mode, host_mode):
+    """Where chunking happens for one client of a policy: a client's own setting wins."""
+    if host_mode and host_mode != "policy":
+        return host_mode
+    return policy_mode or "server"
+
+
+def path_warning(filesystem):
+    """A warning for a storage path on a file system a deduplication pool should not use, or
+    None. `filesystem`: the agent's description of the path's file system (type, class)."""
+    if not filesystem:
+        return None
+    if filesystem.get("class") in WARN_CLASSES:
+        return (f"the storage path is on {filesystem.get('type')} (a network file system, "
+                f"mounted from {filesystem.get('device')}): a deduplication pool reads its "
+                "containers at random and locks its index, which is slow and not always safe "
+                "over NFS or CIFS. Prefer a local or parallel file system such as GPFS.")
+    return None
+
+
+def _mib(n):
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def summary_text(s):
+    """The backup job's line on what an image did to the pool."""
+    text = (f"deduplication: {s['dedup_ratio'] if s.get('dedup_ratio') is not None else 0:.1f}% "
+            f"of {_mib(s['bytes'])} was in the pool already; {s['new_chunks']} of "
+            f"{s['chunks']} chunks new ({_mib(s['new_bytes'])}), {_mib(s['stored_bytes'])} "
+            "stored after compression")
+    if s.get("sent_bytes") is not None:
+        text += f"; the client sent {_mib(s['sent_bytes'])}"
+    return text
+
+
+class Dedup(StorageType):
+    name = TYPE
+    description = DESCRIPTION
+    needs_path = NEEDS_PATH
+    makes_path = True
+    image_dir = IMAGE_DIR
+    capabilities = Capabilities(dedup=True, encryption=True, reclaim=True, files_cache=True,
+                                one_pool=True)
+    verifier = "chunks"
+    orphans_note = "in a deduplication pool their chunks are freed by the next space reclaim"
+
+    def default_options(self):
+        return default_options()
+
+    def check_options(self, options):
+        return check_options(options)
+
+    def path_warning(self, filesystem):
+        return path_warning(filesystem)
+
+    def create_key(self, home, server_name, options):
+        """With encryption at rest the master makes the pool's key (keys.py)."""
+        if options and options.get("encrypted"):
+            keys.create(home, server_name)
+
+    def remove_key(self, home, server_name, options):
+        if options and options.get("encrypted"):
+            keys.remove(home, server_name)
+
+    def pool_volumes(self, server, volumes, other_pool):
+        """A deduplication pool is the storage server's one chunk store: its volume is the
+        storage path, and no second pool may share it."""
+        if volumes and volumes != [server["path"]]:
+            raise ValidationError(
+                f"a disk pool of dedup storage server {server['name']!r} has one volume, the "
+                f"server's storage path {server['path']}",
+                hint="leave out --volume (the storage path is taken), or create another dedup "
+                     "storage server for another path")
+        if other_pool:
+            raise ValidationError(f"dedup storage server {server['name']!r} already has its "
+                                  f"disk pool {other_pool!r}",
+                                  hint="a deduplication pool is one per storage server")
+        return [server["path"]]
+
+    def image_paths(self, volume, client, image_id):
+        return image_paths(volume, client, image_id)
+
+    def access(self, server, home):
+        """The pool's root, the chunk sizes and, when encrypted, the key."""
+        opts = check_options(server.get("options"))
+        return {"type": self.name, "root": server["path"], "params": chunk_params(opts),
+                "key": keys.load(home, server["name"]).hex() if opts["encrypted"] else None}
+
+    def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
+        return DedupBackup(self, self.access(server, home), pool=pool, volume=volume,
+                           image_id=image_id,
+                           mode=effective_mode(policy.get("dedup"), client_host.get("dedup")))
+
+    def expired(self, image):
+        if not image.get("dedup"):
+            return super().expired(image)
+        return (f"image {image['id']} ({image['schedule_type']}, {image['created']}) removed "
+                f"from deduplication pool {image['pool']}: the chunks only it used are freed "
+                "by space reclaim", True)
+
+
+class DedupBackup(BackupSide):
+    """A backup into a deduplication pool: where chunking happens (mode), and the pool's
+    statistics of the image."""
+
+    def __init__(self, storage_type, access, *, pool, volume, image_id, mode):
+        super().__init__(storage_type, access, pool=pool, volume=volume, image_id=image_id)
+        self.access["mode"] = mode
+        self.access["image_id"] = image_id
+
+    def placed_text(self):
+        return (f"image {self.image_id} goes to deduplication pool {self.pool['name']} "
+                f"({self.volume})" + (", encrypted at rest" if self.access.get("key") else ""))
+
+    def local_text(self):
+        return ("client and storage server are the same host: the client's agent "
+                "deduplicates into the pool directly")
+
+    def client_spec(self):
+        # The client learns how to cut chunks, never the pool's path or key.
+        return {"type": self.type.name, "mode": self.access["mode"],
+                "params": self.access["params"]}
+
+    def client_text(self):
+        return ("client-side deduplication: the client sends only chunks the pool lacks"
+                if self.access["mode"] == "client" else
+                "server-side deduplication: the client sends a plain stream")
+
+    def excludes(self):
+        # Backing up the pool's own images into the pool helps nobody and grows forever.
+        return {v: f"deduplication pool {self.pool['name']}" for v in self.pool["volumes"]}
+
+    def outcome(self, summary, received):
+        stats = summary.get("dedup") or received.get("dedup")
+        if summary.get("client_dedup"):
+            stats["sent_bytes"] = summary["client_dedup"]["sent_bytes"]
+        stats["mode"] = ((summary.get("dedup_mode") or self.access["mode"])
+                         if received is not None else "local")
+        return stats
+
+    def stored_bytes(self, stats):
+        return stats["stored_bytes"] if stats else 0
+
+    def catalog_fields(self, stats):
+        return {"dedup": json.dumps(stats) if stats else None}
+
+    def rate(self, stats):
+        return stats.get("dedup_ratio")
+
+    def result_texts(self, stats):
+        return [summary_text(stats)] if stats is not None else []
+
+
+DEDUP = Dedup()

@@ -165,6 +165,7 @@ def timed_list(reader, d):
 
 
 def main():
+    # Long: the benchmark's script from arguments to report, read top to bottom like the run.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_097_152)
     ap.add_argument("--seed", type=int, default=1)

@@ -52,7 +52,7 @@ class Home:
             os.close(fd)
         if any(c["path"] == self.indexes for c in changed):
             # An index folder open to others (an older Cairn made it so): its files once. In
-            # a private folder, each index is written private (app/catalog_index.py).
+            # a private folder, each index is written private (app/catalog_index/).
             private.walk(self.indexes, changed)
         # a key or two; made with the first (plugins/storage/dedup/keys.py)
         private.walk(self.keys, changed)

@@ -3,7 +3,7 @@ it, which node the probed host is, capacity fractions, the mount map of file sys
 the flags worth an administrator's attention, and the disk pool wizard's view of a host's
 file systems marked with the cluster's GPFS file systems.
 
-The input is the "storage_scale" part of a host's probe (plugins/filesystems/storage_scale.py
+The input is the "storage_scale" part of a host's probe (plugins/filesystems/storage_scale/
 cluster_info(), or its error dict, or None). Keys added over time ("local_node",
 "mounted_here", node state "unknown") are optional here, so an older agent still shows."""
 

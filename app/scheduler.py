@@ -183,6 +183,21 @@ class Scheduler:
         # The first tick on a catalog has no past to judge: nothing before it was missed.
         since = None if prev is None or prev >= now else max(prev, now - LOOKBACK_S)
         policies = self._policies()
+        to_queue, to_skip = self._choose(policies, now)
+        missed = self._missed(policies, since, now) if since is not None else []
+        queued, made_missed = self._record(now, to_queue, to_skip, missed)
+        for jid, s, inst in made_missed:
+            self.jobs.finish(jid, st.WINDOW_CLOSED,
+                             f"schedule {s.name}: its start window {_span(inst)} closed while "
+                             "no master was running")
+        self.last_missed = [m[0] for m in made_missed]
+        return queued
+
+    def _choose(self, policies, now):
+        """What to queue now and what to record as skipped: for each policy and client that is
+        not busy, the first (by rank, then order) of the schedules due in their open start
+        windows and not recorded yet; the others are skipped. Returns (to_queue, to_skip); each
+        to_queue item carries the skips recorded only if it is queued."""
         scheds = [s for p in policies for s in p["schedules"]]
         longest = max((s.freq or 0 for s in scheds), default=0)
         span = max((s.span_s for s in scheds), default=0)
@@ -243,9 +258,11 @@ class Scheduler:
                         winner[5].append((p, s, client, due, open_inst[s],
                                           f"skipped: {winner[1].type} schedule "
                                           f"{winner[1].name} runs instead"))
+        return to_queue, to_skip
 
-        missed = self._missed(policies, since, now) if since is not None else []
-
+    def _record(self, now, to_queue, to_skip, missed):
+        """In one transaction: queue the chosen jobs, record the skipped and missed runs and
+        the tick. Returns (ids of the jobs queued, [(job id, schedule, window) missed])."""
         queued, made_missed = [], []
         noted = timeutil.iso(now)
         with self.db.tx() as c:
@@ -274,12 +291,7 @@ class Scheduler:
                     made_missed.append((jid, s, inst))
             c.execute("INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT(key) "
                       "DO UPDATE SET value=excluded.value", (LAST_TICK, repr(float(now))))
-        for jid, s, inst in made_missed:
-            self.jobs.finish(jid, st.WINDOW_CLOSED,
-                             f"schedule {s.name}: its start window {_span(inst)} closed while "
-                             "no master was running")
-        self.last_missed = [m[0] for m in made_missed]
-        return queued
+        return queued, made_missed
 
     def _missed(self, policies, since, now):
         """Window instances that ended in (since, now] in which a schedule was due for a

@@ -8,10 +8,10 @@ A pattern is a shell glob, matched case-insensitively unless asked otherwise:
 - without any wildcard it finds the names that contain it (`report` is `*report*`).
 
 The search reads the index's directory table in order and matches the names of one
-directory block at a time (the layout is described in app/catalog_index.py), so an image of
-millions of files is searched in seconds without building an entry for every file; only the
-directories that hold a match are decoded in full. It stops early when cancelled and keeps
-counting past the limit, so that the user learns how many matches there are in all.
+directory block at a time (the layout is described in app/catalog_index/layout.py), so an
+image of millions of files is searched in seconds without building an entry for every file;
+only the directories that hold a match are decoded in full. It stops early when cancelled and
+keeps counting past the limit, so that the user learns how many matches there are in all.
 """
 
 import fnmatch

@@ -267,8 +267,7 @@ def verify(tool, expected, restored):
 # ---- the tools ------------------------------------------------------------------------------
 
 def run(cmd, env=None, cwd=None):
-    p = subprocess.run(cmd, shell=True, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE)
+    p = subprocess.run(cmd, shell=True, env=env, cwd=cwd, capture_output=True)
     if p.returncode:
         raise ToolError(f"{cmd} failed ({p.returncode}): "
                         f"{p.stderr.decode(errors='replace').strip()[-800:]}")

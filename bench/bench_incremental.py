@@ -324,6 +324,7 @@ def restic_version():
 
 
 def main():
+    # Long: the benchmark's script from arguments to report, read top to bottom like the run.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=200_000, help="files in the tree (200000)")
     ap.add_argument("--repeat", type=int, default=1,

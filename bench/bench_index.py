@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the catalog file index (app/catalog_index.py) at image scale.
+"""Benchmark of the catalog file index (app/catalog_index/) at image scale.
 
 Builds the index of a synthetic image of 2,097,152 rows (32,768 leaf directories of about 60
 files under three levels of 32 directories, plus one directory of 100,000 entries), then
@@ -165,6 +165,7 @@ def timed_list(reader, d):
 
 
 def main():
+    # Long: the benchmark's script from arguments to report, read top to bottom like the run.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_097_152)
     ap.add_argument("--seed", type=int, default=1)

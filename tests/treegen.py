@@ -52,6 +52,8 @@ def make_tree(root):
     """Build a tree under `root` (created if missing) holding every case a backup of a POSIX
     file system meets. Returns a dict describing it; paths in it are relative to root (str,
     surrogate escapes for names that are not UTF-8)."""
+    # Long: the one list of every case the tests expect, in the order make_tree builds it;
+    # split up, a case would be easy to leave out of the description it returns.
     os.makedirs(root, exist_ok=True)
     r = os.fsencode(root)
     is_root = os.geteuid() == 0

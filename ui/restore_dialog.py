@@ -75,23 +75,41 @@ class RestoreDialog(QDialog):
         self.setWindowIcon(icon("restore"))
         self.setObjectName("restore-dialog")
         self.setMinimumWidth(760)
+        self._build_summary()
+        dest = self._build_destination()
+        streams_row = self._build_write_options()
+        reloc = self._build_relocation()
+        self._build_preview()
+        self._build_buttons()
+        self._lay_out(dest, streams_row, reloc)
+        self._watch_the_form()
+        self._show_destination()
+        self._show_streams()
+        self.bridge.call(lambda m: [h["name"] for h in m.config.hosts()],
+                         done=self._hosts, context=self)
+        self.resize(860, 700)
+        self._timer.start()  # the first preview, or what it still needs
 
+    # ---- building the dialog, called in this order by __init__ -------------------------------
+    def _build_summary(self):
+        """What is restored: the items and the image they come from."""
         e = html.escape
         n = len(self.paths)
         shown = "<br>".join(e(fmt.shown(p)) for p in self.paths[:4])
         if n > 4:
             shown += f"<br>… and {n - 4} more"
         self.summary = QLabel(
-            f"<b>{n} item{'s' if n != 1 else ''}</b> from image <b>{e(image['id'])}</b> "
-            f"(client {e(image['client'])}, policy {e(image['policy'])}, "
-            f"{e(fmt.local_time(image['created']))}):<br>{shown}")
+            f"<b>{n} item{'s' if n != 1 else ''}</b> from image <b>{e(self.image['id'])}</b> "
+            f"(client {e(self.image['client'])}, policy {e(self.image['policy'])}, "
+            f"{e(fmt.local_time(self.image['created']))}):<br>{shown}")
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
-        # ---- destination
+    def _build_destination(self):
+        """The "Restore to" box: the original location, or a directory on a host."""
         dest = QGroupBox("Restore to")
-        self.original = QRadioButton(f"The original location on {image['client']}")
+        self.original = QRadioButton(f"The original location on {self.image['client']}")
         self.elsewhere = QRadioButton("A different location:")
         self.where = QButtonGroup(self)
         self.where.addButton(self.original)
@@ -99,7 +117,7 @@ class RestoreDialog(QDialog):
         self.elsewhere.setChecked(True)
         self.host = QComboBox()
         self.host.setObjectName("restore-host")
-        self.host.addItem(image["client"])
+        self.host.addItem(self.image["client"])
         self.host.setMinimumContentsLength(14)
         self.directory = QLineEdit()
         self.directory.setObjectName("restore-directory")
@@ -117,7 +135,11 @@ class RestoreDialog(QDialog):
         grid.addWidget(self.directory, 1, 4)
         grid.addWidget(self.dest_hint, 2, 0, 1, 5)
         grid.setColumnStretch(4, 1)
+        return dest
 
+    def _build_write_options(self):
+        """What happens to files already there, direct I/O and parallel streams. Returns the
+        streams row."""
         self.overwrite = QComboBox()
         self.overwrite.setObjectName("restore-overwrite")
         for key, label in OVERWRITE_LABELS:
@@ -147,8 +169,10 @@ class RestoreDialog(QDialog):
         streams_row = QHBoxLayout()
         streams_row.addWidget(self.streams)
         streams_row.addWidget(self.streams_hint, 1)
+        return streams_row
 
-        # ---- relocation
+    def _build_relocation(self):
+        """The box that changes the restored paths: strip a prefix, rename, add a prefix."""
         reloc = QGroupBox("Change the restored paths (optional)")
         self.strip = QLineEdit()
         self.strip.setObjectName("restore-strip")
@@ -184,8 +208,10 @@ class RestoreDialog(QDialog):
         form.addRow("Strip the prefix", self.strip)
         form.addRow("Rename", rename)
         form.addRow("Add the prefix", self.add)
+        return reloc
 
-        # ---- preview
+    def _build_preview(self):
+        """The preview of the first paths and the status line under it."""
         self.preview_tree = QTreeWidget()
         self.preview_tree.setObjectName("restore-preview")
         self.preview_tree.setHeaderLabels(["In the image", "Restored to"])
@@ -201,6 +227,7 @@ class RestoreDialog(QDialog):
         self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
+    def _build_buttons(self):
         self.buttons = QDialogButtonBox()
         self.start_button = self.buttons.addButton("Start restore",
                                                    QDialogButtonBox.ButtonRole.AcceptRole)
@@ -211,6 +238,7 @@ class RestoreDialog(QDialog):
         self.buttons.accepted.connect(self.start)
         self.buttons.rejected.connect(self.reject)
 
+    def _lay_out(self, dest, streams_row, reloc):
         lay = QVBoxLayout(self)
         lay.addWidget(self.summary)
         lay.addWidget(dest)
@@ -227,6 +255,8 @@ class RestoreDialog(QDialog):
         lay.addWidget(self.status)
         lay.addWidget(self.buttons)
 
+    def _watch_the_form(self):
+        """A change to the form asks for a new preview, once typing pauses."""
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(PREVIEW_DELAY_MS)
@@ -236,12 +266,6 @@ class RestoreDialog(QDialog):
         for w in (self.host, self.overwrite, self.mode):
             w.currentIndexChanged.connect(self._changed)
         self.where.buttonToggled.connect(self._changed)
-        self._show_destination()
-        self._show_streams()
-        self.bridge.call(lambda m: [h["name"] for h in m.config.hosts()],
-                         done=self._hosts, context=self)
-        self.resize(860, 700)
-        self._timer.start()  # the first preview, or what it still needs
 
     # ---- the form ---------------------------------------------------------------------------
     def _hosts(self, names):

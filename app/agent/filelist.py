@@ -2,7 +2,7 @@
 below the selections with its kind, permissions, owner, size, times and inode, read from the
 file system's inode scan instead of from each directory.
 
-The archiver (app/agent/archiver.py) takes the names of a directory the list covers from the
+The archiver (app/agent/archiver/) takes the names of a directory the list covers from the
 list, and an incremental takes a single-link regular file whose change time is older than the
 previous backup's scan as unchanged without looking at it: the policy engine scans inodes in
 parallel and never reads the directories, which is what makes a list of billions of files

@@ -529,6 +529,8 @@ def attribute(name, path, st):
 
 
 def mmapplypolicy(spec, args):
+    # Long: one pass of the command as IBM documents it (options, policy file, the list it
+    # writes, the messages it prints), kept in one piece so it reads beside that documentation.
     cmd = "mmapplypolicy"
     opts, pos = {}, []
     i = 0

@@ -1,10 +1,7 @@
 """The advanced-disk image: backup_to writes a pax tar that GNU tar, Python's tarfile and
 restore_from all read back to the exact tree; rows, events, warnings, cancel and damage."""
 
-import ast
 import errno
-import hashlib
-import io
 import json
 import os
 import shutil
@@ -22,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from treegen import assert_trees_equal, make_tree, xattrs_supported  # noqa: E402
 
 from app import status  # noqa: E402
-from app.agent import archiver  # noqa: E402
 from app.agent.archiver import backup_to  # noqa: E402
 from app.agent.extents import ExtentReader, copy_extents  # noqa: E402
 from app.agent.extract import restore_from  # noqa: E402
@@ -451,7 +447,7 @@ def _patch_open(monkeypatch, name, exc):
             raise exc
         return real(path, flags, mode, dir_fd=dir_fd)
 
-    monkeypatch.setattr(archiver.os, "open", fake)
+    monkeypatch.setattr(os, "open", fake)
 
 
 def test_vanished_file_is_a_warning(tmp_path, monkeypatch):
@@ -485,7 +481,7 @@ def test_unreadable_file_and_directory_are_warnings(tmp_path, monkeypatch):
             raise PermissionError(errno.EACCES, "Permission denied")
         return real_listdir(p)
 
-    monkeypatch.setattr(archiver.os, "listdir", fake_listdir)
+    monkeypatch.setattr(os, "listdir", fake_listdir)
     result, rec = backup(tmp_path / "u.tar", [d])
     warnings = {w["path"]: w["message"] for w in rec.of("warning")}
     assert set(warnings) == {str(d / "locked"), str(d / "sub")}
@@ -534,8 +530,8 @@ def test_file_changing_while_read_is_a_warning(tmp_path, monkeypatch, change):
                     f.truncate(1000)
         return real_readv(fd, bufs)
 
-    monkeypatch.setattr(archiver.os, "open", fake_open)
-    monkeypatch.setattr(archiver.os, "readv", fake_readv)
+    monkeypatch.setattr(os, "open", fake_open)
+    monkeypatch.setattr(os, "readv", fake_readv)
     result, rec = backup(tmp_path / "c.tar", [d])
     warnings = rec.of("warning")
     assert [(w["path"], w["message"]) for w in warnings] == \
@@ -650,185 +646,6 @@ def test_truncated_stream_is_image_damaged(imaged, tmp_path):
         s.f.close()
 
 
-# ---------------------------------------------------------------------------------------------
-# the agent runs on bare python3 >= 3.9
-
-
-def test_agent_modules_use_only_the_standard_library_and_python39_syntax():
-    from app.transport import bundle
-    stdlib = set(sys.stdlib_module_names)
-    # what travels to the hosts (app/transport/bundle.py): the agent, the formats it shares
-    # with the master, the errors and statuses, and the agent halves of the plugins
-    shipped = {n for n in bundle.agent_files() if n.endswith(".py") and n != "__main__.py"}
-    modules = {n[:-len("/__init__.py")].replace("/", ".") if n.endswith("/__init__.py")
-               else n[:-3].replace("/", ".") for n in shipped}
-    assert {"app.agent.ops", "app.formats.tarfmt", "plugins.storage.agents",
-            "plugins.storage.dedup.store", "plugins.storage.advanced_disk.agent"} <= modules
-    assert not {"plugins.storage.registry", "plugins.storage.base",
-                "plugins.storage.dedup.master", "plugins.storage.dedup.keys",
-                "plugins.storage.advanced_disk.master"} & modules, "a master half travels"
-    for name in sorted(shipped):
-        path = REPO / name
-        tree = ast.parse(path.read_text(), feature_version=(3, 9))
-        # An optional accelerator may be imported inside a try that falls back when it is
-        # missing; nothing else outside the standard library.
-        optional = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Try) and any(
-                    isinstance(h.type, ast.Name) and h.type.id in ("ImportError",
-                                                                    "ModuleNotFoundError")
-                    for h in node.handlers):
-                optional.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-        for node in ast.walk(tree):
-            if id(node) in optional:
-                continue
-            mods = []
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                mods = [node.module or ""]
-                # `from package import module`: the module must travel too
-                mods += [f"{node.module}.{a.name}" for a in node.names
-                         if f"{node.module}.{a.name}" in modules]
-            for m in mods:
-                ok = m.split(".")[0] in stdlib or m in modules
-                assert ok, "%s imports %s, which does not travel to the hosts" % (name, m)
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-                for side in (node.left, node.right):
-                    assert not (isinstance(side, ast.Name) and side.id in
-                                ("int", "str", "bytes", "None", "dict", "list")), \
-                        "%s: type union at line %d" % (name, node.lineno)
-
-
-def _python39():
-    import glob
-    for cand in [shutil.which("python3.9")] + sorted(
-            glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9"))):
-        if cand and subprocess.run([cand, "-c", "pass"], capture_output=True).returncode == 0:
-            return cand
-    return None
-
-
-def test_agent_modules_work_under_the_oldest_python(tmp_path):
-    py39 = _python39()
-    if py39 is None:
-        pytest.skip("no python3.9 interpreter here")
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "f").write_bytes(b"data" * 1000)
-    script = (
-        "import sys, io\n"
-        "from app.agent.archiver import backup_to\n"
-        "from app.agent.extract import restore_from\n"
-        "from app.agent.extents import ExtentReader\n"
-        "rows = []\n"
-        "def emit(e, p):\n"
-        "    if e == 'rows': rows.extend(p['rows'])\n"
-        "with open(sys.argv[1] + '/i.tar', 'wb') as f:\n"
-        "    backup_to(f, [sys.argv[1] + '/d'], emit=emit, is_cancelled=lambda: False,\n"
-        "              image_meta={})\n"
-        "plan = [dict(path=r[0], kind=r[1], checksum=r[9], link=r[10], member=r[0][1:])\n"
-        "        for r in rows]\n"
-        "with ExtentReader(sys.argv[1] + '/i.tar', [r[7:9] for r in rows]) as src:\n"
-        "    res = restore_from(src, sys.argv[1] + '/t', plan, overwrite='skip', emit=emit,\n"
-        "                       is_cancelled=lambda: False)\n"
-        "assert res['errors'] == 0 and res['files'] == 1, res\n")
-    out = subprocess.run([py39, "-c", script, str(tmp_path)], cwd=str(REPO),
-                         capture_output=True)
-    assert out.returncode == 0, out.stderr
-    with open(str(tmp_path / "t") + str(tmp_path / "d" / "f"), "rb") as f:
-        assert f.read() == b"data" * 1000
-
-
-# ---------------------------------------------------------------------------------------------
-# header encoding limits
-
-
-def test_header_round_trip_of_values_ustar_cannot_hold():
-    name = b"deep/" + b"\xff\xfe" * 120 + b"/caf\xe9"
-    link = b"/target/" + b"x" * 300
-    xattrs = [(b"user.bin", bytes(range(256)) + b"\n=\n"), (b"trusted.t", b"")]
-    hdr = tarfmt.member_header(name, tarfmt.SYMTYPE, 0o7777, 3000000, 4000000, 10 ** 11,
-                               -1500000001, link, b"u" * 40, "gröp".encode(), xattrs=xattrs)
-    pos = 0
-
-    def read_exact(n):
-        nonlocal pos
-        pos += n
-        return hdr[pos - n:pos]
-
-    m = tarfmt.read_member_header(read_exact)
-    assert pos == len(hdr) and len(hdr) % 512 == 0
-    assert (m.name, m.linkname, m.mode, m.uid, m.gid, m.size, m.mtime_ns) == \
-        (name, link, 0o7777, 3000000, 4000000, 10 ** 11, -1500000001)
-    assert (m.uname, m.gname) == (b"u" * 40, "gröp".encode())
-    assert m.xattrs == xattrs
-    with tarfile.open(fileobj=io.BytesIO(hdr + bytes(1024)), mode="r:") as t:
-        ti = t.next()
-        assert ti.name == os.fsdecode(name) and ti.linkname == os.fsdecode(link)
-        assert (ti.uid, ti.gid, ti.size) == (3000000, 4000000, 10 ** 11)
-        assert ti.pax_headers["SCHILY.xattr.user.bin"] is not None
-
-
-def test_large_owner_ids_and_devices_round_trip(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for chown and mknod")
-    d = tmp_path / "ids"
-    d.mkdir()
-    (d / "big_ids").write_bytes(b"owned by large ids\n")
-    os.chown(str(d / "big_ids"), 3000000, 4000000)
-    try:
-        os.mknod(str(d / "null_dev"), 0o620 | 0o020000, os.makedev(1, 3))
-        os.mknod(str(d / "blk_dev"), 0o660 | 0o060000, os.makedev(7, 200))
-    except PermissionError:
-        pytest.skip("device nodes cannot be created here")
-    os.utime(str(d), ns=(1, 1700000000000000001))
-    img = tmp_path / "ids.tar"
-    result, rec = backup(img, [d])
-    kinds = {r[entry.PATH]: r[entry.KIND] for r in rec.rows}
-    assert kinds[str(d / "null_dev")] == entry.KIND_CHAR
-    assert kinds[str(d / "blk_dev")] == entry.KIND_BLOCK
-    target = tmp_path / "restored"
-    res, rrec = restore(img, rec.rows, target)
-    assert res["errors"] == 0, rrec.of("warning")
-    assert_trees_equal(str(d), str(target) + str(d))
-    if GNU_TAR:
-        gx = tmp_path / "gnu"
-        gx.mkdir()
-        out = subprocess.run([GNU_TAR, "--numeric-owner", "--delay-directory-restore", "-xpf",
-                              str(img), "-C", str(gx)], capture_output=True)
-        assert out.returncode == 0, out.stderr
-        assert_trees_equal(str(d), str(gx) + str(d))
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_hash_worker_keeps_each_file_in_order(threads):
-    w = tarfmt.HashWorker(nbuf=2, bufsize=4096, threads=threads)
-    try:
-        pieces = {i: [] for i in range(7)}
-        hashes = {i: hashlib.sha256() for i in range(7)}
-        digests = {}
-        for round_ in range(40):
-            idx = w.acquire()
-            buf = w.bufs[idx]
-            jobs = []
-            for i in range(7):
-                chunk = bytes([(round_ * 7 + i) % 251]) * (500 + 3 * i + round_)
-                start = i * 580
-                buf[start:start + len(chunk)] = chunk
-                pieces[i].append(chunk)
-                done = None
-                if round_ == 39:
-                    done = (lambda h, i=i: digests.__setitem__(i, h.hexdigest()))
-                jobs.append((hashes[i], w.views[idx][start:start + len(chunk)], done))
-            w.put(jobs)
-            w.release(idx)
-        w.wait()
-    finally:
-        w.close()
-    for i in range(7):
-        assert digests[i] == hashlib.sha256(b"".join(pieces[i])).hexdigest()
-
-
 def test_very_deep_tree_round_trips_without_exhausting_descriptors(tmp_path):
     # deeper than PATH_MAX and than the restore's descriptor cache
     top = tmp_path / "deep"
@@ -924,3 +741,34 @@ def test_two_items_relocated_to_one_name_in_a_new_directory_keep_the_first(tmp_p
     assert (tmp_path / "out" / "merged" / "f").read_bytes() == b"first" * 1000
     assert result["skipped"] == 1 and result["files"] == 1
     assert any("already exists" in p["message"] for p in rec2.of("log"))
+
+
+def test_large_owner_ids_and_devices_round_trip(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for chown and mknod")
+    d = tmp_path / "ids"
+    d.mkdir()
+    (d / "big_ids").write_bytes(b"owned by large ids\n")
+    os.chown(str(d / "big_ids"), 3000000, 4000000)
+    try:
+        os.mknod(str(d / "null_dev"), 0o620 | 0o020000, os.makedev(1, 3))
+        os.mknod(str(d / "blk_dev"), 0o660 | 0o060000, os.makedev(7, 200))
+    except PermissionError:
+        pytest.skip("device nodes cannot be created here")
+    os.utime(str(d), ns=(1, 1700000000000000001))
+    img = tmp_path / "ids.tar"
+    result, rec = backup(img, [d])
+    kinds = {r[entry.PATH]: r[entry.KIND] for r in rec.rows}
+    assert kinds[str(d / "null_dev")] == entry.KIND_CHAR
+    assert kinds[str(d / "blk_dev")] == entry.KIND_BLOCK
+    target = tmp_path / "restored"
+    res, rrec = restore(img, rec.rows, target)
+    assert res["errors"] == 0, rrec.of("warning")
+    assert_trees_equal(str(d), str(target) + str(d))
+    if GNU_TAR:
+        gx = tmp_path / "gnu"
+        gx.mkdir()
+        out = subprocess.run([GNU_TAR, "--numeric-owner", "--delay-directory-restore", "-xpf",
+                              str(img), "-C", str(gx)], capture_output=True)
+        assert out.returncode == 0, out.stderr
+        assert_trees_equal(str(d), str(gx) + str(d))

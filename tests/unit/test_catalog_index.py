@@ -194,8 +194,8 @@ def test_checksums_with_few_many_and_no_absent_entries(idx):
 
 
 def test_kept_listings_are_copies_and_bounded(idx, monkeypatch):
-    from app import catalog_index
-    monkeypatch.setattr(catalog_index, "_CACHE_MAX_DIRS", 3)
+    from app.catalog_index import reader
+    monkeypatch.setattr(reader, "_CACHE_MAX_DIRS", 3)
     build_index(idx, [d(f"/d{i}") for i in range(6)] +
                 [row(f"/d{i}/f{j}", size=j) for i in range(6) for j in range(4)])
     with IndexReader(idx) as r:
@@ -241,17 +241,17 @@ def test_change_time_inode_and_source_columns(idx):
 
 def test_reads_format_version_1(idx, monkeypatch):
     """Indexes written before change times and sources existed still open, with zeros."""
-    import app.catalog_index as ci
+    from app.catalog_index import layout, writer
     rows = [["/x", "f", 0o600, 5, 6, 10, 99, 0, 1536, SHA, ""]]
 
     def encode_v1(names, rows_):
         block, n, nd, dn = orig(names, rows_)
         # drop the three version-2 columns (18 bytes per entry) before the name heap
-        fixed1 = ci._BLOCK_HEAD.size + ci._FIXED_V1 * n
+        fixed1 = layout._BLOCK_HEAD.size + layout._FIXED_V1 * n
         return block[:fixed1] + block[fixed1 + 18 * n:], n, nd, dn
-    orig = ci._encode_block
-    monkeypatch.setattr(ci, "_encode_block", encode_v1)
-    monkeypatch.setattr(ci, "FORMAT_VERSION", 1)
+    orig = writer._encode_block
+    monkeypatch.setattr(writer, "_encode_block", encode_v1)
+    monkeypatch.setattr(writer, "FORMAT_VERSION", 1)
     build_index(idx, rows)
     monkeypatch.undo()
     with IndexReader(idx) as r:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from plugins.filesystems import storage_scale as ss
+from plugins.filesystems.storage_scale.cluster import _snapshots
 
 DOUBLE_BIN = Path(__file__).resolve().parent.parent / "scale_double" / "bin"
 
@@ -86,7 +87,7 @@ def snapshots(device="fs1"):
     """{(name, fileset): snapshot} as mmlssnapshot lists them, read as cluster_info reads
     them (the whole of cluster_info runs a dozen commands)."""
     out = ss.run("mmlssnapshot", device, "-Y")
-    return {(s["name"], s["fileset"]): s for s in ss._snapshots(out)}
+    return {(s["name"], s["fileset"]): s for s in _snapshots(out)}
 
 
 # ---- locate ---------------------------------------------------------------------------------

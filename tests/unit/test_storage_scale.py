@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from plugins.filesystems import storage_scale as ss
+from plugins.filesystems.storage_scale.cluster import _local_name
 
 DOUBLE_BIN = Path(__file__).resolve().parent.parent / "scale_double" / "bin"
 
@@ -259,14 +260,14 @@ def test_local_node_is_none_without_storage_scale(tmp_path, monkeypatch):
 
 def test_the_local_node_is_matched_by_number_then_by_short_name():
     nodes = ss.parse_y(MMLSCLUSTER, "mmlscluster")["clusterNode"]
-    assert ss._local_name({"nodeName": "whatever", "nodeNumber": "2"}, nodes) == \
+    assert _local_name({"nodeName": "whatever", "nodeNumber": "2"}, nodes) == \
         "server-2.domain.com"
-    assert ss._local_name({"nodeName": "SERVER-1", "nodeNumber": ""}, nodes) == \
+    assert _local_name({"nodeName": "SERVER-1", "nodeNumber": ""}, nodes) == \
         "server-1.domain.com"
-    assert ss._local_name({"nodeName": "x.y", "daemonShortName": "server-2"}, nodes) == \
+    assert _local_name({"nodeName": "x.y", "daemonShortName": "server-2"}, nodes) == \
         "server-2.domain.com"
     # Not in the cluster's list: mmgetstate's own name is all there is.
-    assert ss._local_name({"nodeName": "lost.domain.com", "nodeNumber": "9"}, nodes) == \
+    assert _local_name({"nodeName": "lost.domain.com", "nodeNumber": "9"}, nodes) == \
         "lost.domain.com"
 
 

@@ -177,6 +177,23 @@ class ScheduleDialog(QDialog):
         self.taken = set(taken)
 
         self.name = QLineEdit()
+        types = self._build_types()
+        retention_row = self._build_retention()
+        freq_row = self._build_how_often()
+        grid_row = self._build_grid()
+        form = self._build_form(types, retention_row, freq_row)
+        self._build_buttons()
+        windows = self._build_windows(grid_row)
+        self._lay_out(form, windows)
+
+        self._set(schedule or {"name": self._free_name(), "type": "full", "retention": "2w",
+                               "frequency": "1d", "windows": []})
+        self._revalidate_on_change()
+        self.revalidate()
+
+    # ---- building the dialog, called in this order by __init__ -------------------------------
+    def _build_types(self):
+        """The radio buttons of the three levels, as a column."""
         self.type_buttons = {}
         self.type_group = QButtonGroup(self)
         types = QVBoxLayout()
@@ -187,7 +204,9 @@ class ScheduleDialog(QDialog):
             self.type_buttons[key] = b
             self.type_group.addButton(b)
             types.addWidget(b)
+        return types
 
+    def _build_retention(self):
         self.keep_forever = QCheckBox("Keep forever")
         self.retention = QSpinBox()
         self.retention.setRange(1, 9999)
@@ -200,7 +219,10 @@ class ScheduleDialog(QDialog):
         retention_row.addWidget(self.keep_forever)
         retention_row.addStretch(1)
         self.keep_forever.toggled.connect(self._retention_toggled)
+        return retention_row
 
+    def _build_how_often(self):
+        """Every N hours/days/weeks, or on calendar days (the calendar box)."""
         self.every = QRadioButton("Every")
         self.on_calendar = QRadioButton("On calendar days")
         often = QButtonGroup(self)
@@ -220,7 +242,10 @@ class ScheduleDialog(QDialog):
         freq_row.addStretch(1)
         self.calendar_box = CalendarBox()
         self.every.toggled.connect(self._how_often_toggled)
+        return freq_row
 
+    def _build_grid(self):
+        """The week grid of start windows, with its Clear button."""
         self.grid = WeekGrid()
         self.windows_text = QLabel()
         self.windows_text.setWordWrap(True)
@@ -230,7 +255,9 @@ class ScheduleDialog(QDialog):
         grid_row.addWidget(self.grid)
         grid_row.addWidget(clear, 0, Qt.AlignmentFlag.AlignBottom)
         grid_row.addStretch(1)
+        return grid_row
 
+    def _build_form(self, types, retention_row, freq_row):
         form = QFormLayout()
         form.addRow("&Name:", self.name)
         form.addRow("Type:", types)
@@ -251,13 +278,17 @@ class ScheduleDialog(QDialog):
             "every file, for example once a month beside nightly fulls, makes sure the pool "
             "holds each file as it is now, whatever the cache missed.")
         form.addRow("Files:", self.read_all)
+        return form
 
+    def _build_buttons(self):
         self.status = StatusLine()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
                                         | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
 
+    def _build_windows(self, grid_row):
+        """The start windows: what they are, the grid and what it says."""
         windows = QWidget()
         wl = QVBoxLayout(windows)
         wl.setContentsMargins(0, 0, 0, 0)
@@ -267,7 +298,9 @@ class ScheduleDialog(QDialog):
         wl.itemAt(0).widget().setWordWrap(True)
         wl.addLayout(grid_row)
         wl.addWidget(self.windows_text)
+        return windows
 
+    def _lay_out(self, form, windows):
         layout = QVBoxLayout(self)
         # Wrapped notes make the dialog's own size guess short: never below what the week
         # grid and the calendar need.
@@ -279,8 +312,7 @@ class ScheduleDialog(QDialog):
         layout.addWidget(self.status)
         layout.addWidget(self.buttons)
 
-        self._set(schedule or {"name": self._free_name(), "type": "full", "retention": "2w",
-                               "frequency": "1d", "windows": []})
+    def _revalidate_on_change(self):
         self.name.textChanged.connect(self.revalidate)
         self.retention.valueChanged.connect(self.revalidate)
         self.retention_unit.currentIndexChanged.connect(self.revalidate)
@@ -291,7 +323,7 @@ class ScheduleDialog(QDialog):
         self.type_group.buttonToggled.connect(self.revalidate)
         self.calendar_box.on_change(self.revalidate)
         self.grid.changed.connect(self.revalidate)
-        self.revalidate()
+
 
     def _free_name(self):
         for name in ("daily-full", "weekly-full", "full"):

@@ -1,0 +1,215 @@
+"""One backup: the state of a backup as it runs, its events, and backup_to, the data mover's
+entry point."""
+
+import json
+import os
+import tempfile
+import time
+from collections import deque
+
+from app.agent.archiver.common import CHUNK, NBUF, PROGRESS_EVERY, ROW_BATCH
+from app.agent.archiver.filedata import FileData
+from app.agent.archiver.index import IndexRows
+from app.agent.archiver.members import Members
+from app.agent.archiver.metadata import Metadata
+from app.agent.archiver.output import Output
+from app.agent.archiver.totals import Counted, Totals
+from app.agent.archiver.walk import Walk
+from app.errors import Canceled, ValidationError
+from app.formats import tarfmt
+from app.formats.changes import PreviousState
+
+ROWS_EVERY = 1.0
+
+
+class _Backup(Walk, Members, FileData, Metadata, IndexRows):
+    """The state of one backup. Its parts are mixins, one module each, so that the per-file
+    and per-byte paths call each other's methods directly on self, as one class would, with
+    no layer of delegation in between."""
+
+    def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None,
+                 read_from=None, listing=None, unchanged_before_ns=None, references=None,
+                 skip_nodump=False):
+        self.checksum = checksum
+        # Leave out what is marked nodump (chattr +d), as dump does.
+        self.skip_nodump = skip_nodump
+        self.nodump = 0
+        # Selections read from elsewhere (a snapshot) but recorded under their own paths:
+        # [(selection bytes, directory read instead)], longest first.
+        self.read_from = sorted(((os.fsencode(k), os.fsencode(v))
+                                 for k, v in (read_from or {}).items()),
+                                key=lambda kv: -len(kv[0]))
+        # A file list made beforehand (the Storage Scale policy engine, app/agent/filelist.py):
+        # directories it covers are not read again, and in an incremental a file it shows
+        # unchanged since the previous backup's scan (change time) is not looked at again.
+        self.listing = listing
+        self.unchanged_before_ns = unchanged_before_ns
+        # An incremental: entries whose state matches the previous image's are listed, not
+        # sent again (see app/formats/changes.py).
+        try:
+            self.previous = PreviousState(previous, references) if previous else None
+        except ValueError as e:
+            raise ValidationError(str(e))
+        # A full with a files cache: an unchanged regular file becomes a reference to its
+        # member in the base image (the sink must take references); other entries are sent.
+        self.files_cache = self.previous is not None and self.previous.has_references
+        if self.files_cache and not hasattr(out, "reference"):
+            raise ValidationError("a files cache needs a deduplication pool as destination")
+        self.prev_names = None
+        self.unchanged = 0
+        self.unchanged_bytes = 0
+        self.reused = 0
+        self.reused_bytes = 0
+        # absolute path (bytes) -> why it is left out
+        self.excludes = {os.fsencode(p.rstrip("/") or "/"): why
+                         for p, why in (excludes or {}).items()}
+        self.emit = emit
+        self.is_cancelled = is_cancelled
+        # CRC-32 runs inline: handing each MiB to a hash thread costs more than checking it.
+        self.worker = tarfmt.HashWorker(NBUF, CHUNK,
+                                        threads=0 if checksum == "crc32" else 2)
+        self.out = Output(out, self.worker)
+        self.spool = tempfile.TemporaryFile(prefix="cairn-index-")
+        self.pending = deque()
+        self.links = {}
+        self.users = {}
+        self.groups = {}
+        self.no_xattr_devs = set()
+        self.no_flags_devs = set()
+        self.files = 0
+        self.dirs = 0
+        self.bytes = 0
+        self.warnings = 0
+        self.totals = None
+        self.totals_sent = False
+        self.last_progress = 0.0
+        self.last_rows = time.monotonic()
+        self.current = ""
+
+    def real(self, path):
+        """Where a path (bytes) of the backup is read from."""
+        for sel, src in self.read_from:
+            if path == sel:
+                return src
+            if path.startswith(sel) and path[len(sel):len(sel) + 1] == b"/":
+                return src + path[len(sel):]
+        return path
+
+    # -- events
+
+    def warn(self, path, message):
+        self.warnings += 1
+        self.emit("warning", {"path": os.fsdecode(path) if isinstance(path, bytes) else path,
+                              "message": message})
+
+    def log(self, message):
+        self.emit("log", {"message": message})
+
+    def tick(self):
+        """Between entries: cancel check, throttled progress, totals and row batches."""
+        if self.is_cancelled():
+            raise Canceled()
+        if len(self.pending) >= ROW_BATCH:
+            self.emit_rows()
+        now = time.monotonic()
+        if now - self.last_progress >= PROGRESS_EVERY:
+            self.progress(now, extra=0)
+            if self.pending and now - self.last_rows >= ROWS_EVERY:
+                self.emit_rows()
+
+    def progress(self, now, extra):
+        """Progress, also from inside a large file (extra: its bytes copied so far)."""
+        self.last_progress = now
+        if not self.totals_sent and self.totals is not None and self.totals.result:
+            self.totals_sent = True
+            self.emit("totals", dict(self.totals.result))
+        self.emit("progress", {"files": self.files, "bytes": self.bytes + extra,
+                               "path": self.current})
+
+    # -- the backup
+
+    def run(self, selections, image_meta):
+        roots = self.selected_roots(selections)
+        if self.files_cache:
+            self.log("files cache: the previous backup's %d entries are known; unchanged "
+                     "files are taken from its image, not read again" % self.previous.entries)
+        if (self.previous is None or self.files_cache) and self.listing is not None:
+            self.totals = Counted(self.listing.totals())
+        elif self.previous is None or self.files_cache:
+            self.totals = Totals([self.real(r) for r in roots], self.excludes)
+            self.totals.start()
+        else:
+            # What an incremental will send is known only at its end: no percentage.
+            self.log("compared with the previous backup's %d entries: only new and changed "
+                     "entries are sent" % self.previous.entries)
+        meta = json.dumps(image_meta, indent=1, sort_keys=True).encode("utf-8") + b"\n"
+        now_ns = time.time_ns()
+        self.out.put(tarfmt.member_header(b".cairn/image.json", tarfmt.REGTYPE, 0o644, 0, 0,
+                                          len(meta), now_ns - now_ns % 1000000000,
+                                          uname=b"root", gname=b"root"))
+        self.out.put(meta)
+        self.out.zeros(tarfmt.padding(len(meta)))
+
+        self.walk(roots)
+
+        self.out.flush()
+        self.worker.wait()
+        self.emit_rows(final=True)
+        return self.finish_image(now_ns)
+
+    def close(self):
+        if self.totals is not None:
+            self.totals.stop = True
+        try:
+            self.worker.close()
+        finally:
+            self.spool.close()
+
+
+def backup_to(out, selections, *, emit, is_cancelled, image_meta,
+              checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None,
+              read_from=None, listing=None, unchanged_before_ns=None, references=None,
+              skip_nodump=False):
+    """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
+    `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
+    is reused afterwards).
+
+    Events via emit(event, payload): "totals" once, "progress" a few times a second, "rows"
+    in batches of at most 5000 (each row after its member was written), "warning", "log".
+    Problems with single files are warnings; no selection existing raises NothingToBackup;
+    a failing `out` raises StorageError; is_cancelled() returning true raises Canceled.
+
+    checksum names the piece algorithm of the file checksums (tarfmt.PIECE_HASHES).
+    excludes: {absolute path: reason}; those directories or files and everything below them
+    are left out (logged once each).
+
+    previous: the state of the image an incremental compares with (app/formats/changes.py);
+    unchanged entries get rows with offset -1 and no member.
+    references: with previous, a files cache for a full (app/formats/changes.py): an unchanged
+    regular file is passed to out.reference(source, offset, length) instead of being read,
+    and gets a row of this image as usual.
+
+    skip_nodump: leave out files and directories marked nodump (chattr +d), as dump does.
+    Every file's and directory's inode flags (append-only, immutable, ...) are kept in its
+    member (app/formats/fflags.py).
+
+    read_from: {selection: directory}: read that selection from the directory (a snapshot)
+    while recording its own paths.
+    listing: a file list made beforehand (app/agent/filelist.py) that replaces reading the
+    directories it covers; with previous and unchanged_before_ns, a single-link regular file
+    it shows with a change time before that is unchanged without being looked at.
+
+    Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "unchanged",
+    "unchanged_bytes", "reused", "reused_bytes", "index_offset", "index_length"}; the last two locate the
+    `.cairn/index.jsonl` member in the image.
+    """
+    try:
+        tarfmt.piece_hash(checksum)
+    except ValueError as e:
+        raise ValidationError(str(e))
+    b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
+                unchanged_before_ns, references, skip_nodump)
+    try:
+        return b.run(selections, image_meta)
+    finally:
+        b.close()

@@ -1,0 +1,78 @@
+"""The file index a backup image carries: a row per entry (app/formats/entry.py) queued once
+its member is written, sent to the master in batches once `out` has accepted the member and
+its checksum is known, spooled to a temporary file, and written at the end as the
+`.cairn/index.jsonl` member before the end-of-archive marker."""
+
+import json
+import os
+import time
+
+from app.agent.archiver.common import ROW_BATCH
+from app.errors import StorageError
+from app.formats import entry, tarfmt
+
+
+class IndexRows:
+    """Part of a backup (app/agent/archiver/backup.py): its rows and the index member."""
+
+    def add_row(self, row):
+        self.pending.append((self.out.pos, row))
+
+    def emit_rows(self, final=False):
+        """Send the rows whose members `out` has accepted and whose checksum is known."""
+        pending = self.pending
+        written = self.out.written
+        while pending:
+            batch = []
+            while pending and len(batch) < ROW_BATCH:
+                end, row = pending[0]
+                if not final and (end > written or row[entry.CHECKSUM] is None):
+                    break
+                pending.popleft()
+                batch.append(row)
+            if not batch:
+                break
+            self.spool.write("".join(
+                json.dumps(r, separators=(",", ":")) + "\n" for r in batch).encode("ascii"))
+            self.emit("rows", {"rows": batch})
+            if len(batch) < ROW_BATCH:
+                break
+        self.last_rows = time.monotonic()
+
+    def finish_image(self, start_ns):
+        out = self.out
+        spool = self.spool
+        spool.flush()
+        length = spool.seek(0, os.SEEK_END)
+        spool.seek(0)
+        index_offset = out.pos
+        out.put(tarfmt.member_header(b".cairn/index.jsonl", tarfmt.REGTYPE, 0o644, 0, 0,
+                                     length, start_ns - start_ns % 1000000000,
+                                     uname=b"root", gname=b"root"))
+        remaining = length
+        while remaining > 0:
+            space = out.space()
+            n = spool.readinto(space[:min(len(space), remaining)])
+            if not n:
+                raise StorageError("the spooled file index could not be read back")
+            out.fill += n
+            out.pos += n
+            remaining -= n
+        out.zeros(tarfmt.padding(length))
+        out.put(tarfmt.EOF_MARKER)
+        out.flush()
+        if self.nodump:
+            self.log("%d file(s) and director(ies) marked nodump were left out, with "
+                     "everything below them (the policy skips what is marked nodump)"
+                     % self.nodump)
+        if not self.totals_sent:
+            self.totals_sent = True
+            result = self.totals.result if self.totals is not None else None
+            self.emit("totals", dict(result) if result else {"files": self.files,
+                                                              "bytes": self.bytes})
+        self.emit("progress", {"files": self.files, "bytes": self.bytes, "path": ""})
+        return {"files": self.files, "dirs": self.dirs, "bytes": self.bytes,
+                "warnings": self.warnings, "image_bytes": out.pos,
+                "unchanged": self.unchanged, "unchanged_bytes": self.unchanged_bytes,
+                "reused": self.reused, "reused_bytes": self.reused_bytes,
+                "index_offset": index_offset, "index_length": out.pos - 1024 - index_offset}

@@ -1,0 +1,74 @@
+"""What the selections hold, in files and bytes, known before the copy ends: counted beside it
+(Totals), or taken from a file list made beforehand (Counted)."""
+
+import os
+import stat
+import threading
+
+
+class Counted:
+    """Totals known before the copy starts (from a file list)."""
+
+    def __init__(self, result):
+        self.result = result
+        self.stop = False
+
+
+class Totals(threading.Thread):
+    """Counts what the selections hold, beside the copy, so that percent done and an ETA can
+    be shown long before the copy is over."""
+
+    def __init__(self, roots, excludes=frozenset()):
+        super().__init__(name="cairn-totals", daemon=True)
+        self.roots = roots
+        self.excludes = excludes
+        self.stop = False
+        self.result = None
+
+    def run(self):
+        files = 0
+        nbytes = 0
+        seen = set()
+        stack = []
+        for r in self.roots:
+            try:
+                st = os.lstat(r)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(r)
+            elif not stat.S_ISSOCK(st.st_mode):
+                files += 1
+                if stat.S_ISREG(st.st_mode):
+                    nbytes += min(st.st_size, st.st_blocks * 512)
+        while stack:
+            if self.stop:
+                return
+            try:
+                it = os.scandir(stack.pop())
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            if e.path not in self.excludes:
+                                stack.append(e.path)
+                            continue
+                        if e.is_file(follow_symlinks=False):
+                            st = e.stat(follow_symlinks=False)
+                            if st.st_nlink > 1:
+                                key = (st.st_dev, st.st_ino)
+                                if key in seen:
+                                    files += 1
+                                    continue
+                                seen.add(key)
+                            nbytes += min(st.st_size, st.st_blocks * 512)
+                        elif not e.is_symlink() and stat.S_ISSOCK(
+                                e.stat(follow_symlinks=False).st_mode):
+                            continue
+                    except OSError:
+                        continue
+                    files += 1
+        self.result = {"files": files, "bytes": nbytes}
+

@@ -1,7 +1,8 @@
 """A restore job: turn the chosen paths into a plan from the image's catalog index (which
-members, in image order, with their checksums), then have the storage host's agent read
-exactly those members and the target host's agent write them under the target directory —
-in one agent when both are the same host, agent to agent over the data plane otherwise.
+members, in image order, with their checksums: app/jobs/restore_plan.py), then have the
+storage host's agent read exactly those members and the target host's agent write them
+under the target directory — in one agent when both are the same host, agent to agent over
+the data plane otherwise.
 
 A relocation (app/relocate.py) gives each plan item a "to": its path under the target
 directory. The whole plan is mapped and checked before anything is read, so a rename that

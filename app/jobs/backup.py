@@ -106,24 +106,31 @@ def _mib(n):
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def run(master, job):
-    try:
-        return _Backup(master, job).run()
-    finally:
-        # The images it read from may go once it has ended (or been recorded).
-        holds.release(master.db, job["id"])
-
-
-class _Backup:
-    """One backup job, step by step: run() places the image, chooses what it compares with,
-    streams it and commits it (or undoes what it wrote)."""
+class BackupJob:
+    """One backup job, step by step (app/jobs/kinds.py): prepare() finds the storage unit,
+    its pool, storage server and type, the client, the policy and the schedule; run() places
+    the image, chooses what it compares with, streams it and commits it (or undoes what it
+    wrote)."""
 
     def __init__(self, master, job):
         self.master = master
         self.job = job
         self.ctx = JobContext(master.jobs, job["id"])
         self.p = job["params"]
-        cfg = master.config
+        self.stu = self.pool = self.server = self.storage_type = None
+        self.storage_host = self.client_host = self.policy = self.schedule = None
+        self.selections = self.level = self.checksum = self.stream = None
+        self.base = self.base_index = self.completer = self.previous = self.since = None
+        self.cache = self.references = None
+        self.storage = self.client = self.side = None
+        self.image_id = self.partial = self.final = None
+        self.index = None
+        self.index_error = []
+        self.snapshots = []
+        self.calls = []
+
+    def prepare(self):
+        job, cfg = self.job, self.master.config
         self.stu = cfg.storage_unit(job["storage_unit"])
         self.pool = cfg.disk_pool(self.stu["pool"])
         self.server = cfg.storage_server(self.pool["server"])
@@ -138,16 +145,15 @@ class _Backup:
                                                      else "full")
         self.checksum = self.p.get("checksum", "crc32")
         self.stream = self.p.get("stream")
-        self.base = self.base_index = self.completer = self.previous = self.since = None
-        self.cache = self.references = None
-        self.storage = self.client = self.side = None
-        self.image_id = self.partial = self.final = None
-        self.index = None
-        self.index_error = []
-        self.snapshots = []
-        self.calls = []
 
     def run(self):
+        try:
+            return self._run()
+        finally:
+            # The images it read from may go once it has ended (or been recorded).
+            holds.release(self.master.db, self.job["id"])
+
+    def _run(self):
         self._place()
         if self.level != "full":
             self._choose_base()

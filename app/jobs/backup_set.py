@@ -53,63 +53,90 @@ def _latest_attempts(db, parent_id):
     return rows, latest
 
 
-def run(master, job):
-    ctx = JobContext(master.jobs, job["id"])
-    streams = job["params"]["streams"]
-    ctx.log(f"multi-stream backup of {job['client']}: {len(streams)} streams, each a child job")
-    ctx.flush()
-    while True:
-        rows, latest = _latest_attempts(master.db, job["id"])
-        if ctx.check_cancel():
-            for r in rows:
-                if r["state"] != DONE:
-                    master.jobs.request_cancel(r["id"])
-        if all(r["state"] == DONE for r in rows):
-            break
-        ctx.files = sum(r["files"] for r in latest.values())
-        ctx.bytes = sum(r["bytes"] for r in latest.values())
+class BackupSetJob:
+    """The parent job of a multi-stream backup (app/jobs/kinds.py): prepare() reads its
+    streams; run() waits for its child jobs and records the set image."""
+
+    def __init__(self, master, job):
+        self.master = master
+        self.job = job
+        self.ctx = JobContext(master.jobs, job["id"])
+        self.streams = None
+
+    def prepare(self):
+        self.streams = self.job["params"]["streams"]
+
+    def run(self):
+        master, job, ctx = self.master, self.job, self.ctx
+        ctx.log(f"multi-stream backup of {job['client']}: {len(self.streams)} streams, each a "
+                "child job")
+        ctx.flush()
+        latest = self._wait()
+        if ctx.cancelled:
+            raise Canceled()
+        good = [r for r in latest.values()
+                if r["status"] in (st.OK, st.PARTIAL) and r["image_id"]]
+        bad = [r for r in latest.values() if r not in good]
+        for r in bad:
+            ctx.log(f"stream {json.loads(r['params'])['selections']} (job {r['id']}) ended "
+                    f"with status {r['status']}: {st.text(r['status'])}", "error")
+        if not good:
+            worst = max((r["status"] for r in bad), default=st.INTERNAL)
+            raise CairnError(f"no stream of the backup succeeded (see jobs "
+                             f"{', '.join(str(r['id']) for r in bad)})", status_code=worst)
+        images = [master.image(r["image_id"]) for r in good]
+        set_id, info = self._record(images)
+        ctx.files = sum(i["files"] for i in images)
+        ctx.bytes = sum(i["bytes"] for i in images)
+        ctx.log(f"set image {set_id} recorded: {len(images)} stream image(s) "
+                f"({', '.join(i['id'] for i in images)}), {info['files']} entries in its index")
         ctx.flush(sample=True)
-        time.sleep(POLL)
-    if ctx.cancelled:
-        raise Canceled()
-    good = [r for r in latest.values() if r["status"] in (st.OK, st.PARTIAL) and r["image_id"]]
-    bad = [r for r in latest.values() if r not in good]
-    for r in bad:
-        ctx.log(f"stream {json.loads(r['params'])['selections']} (job {r['id']}) ended with "
-                f"status {r['status']}: {st.text(r['status'])}", "error")
-    if not good:
-        worst = max((r["status"] for r in bad), default=st.INTERNAL)
-        raise CairnError(f"no stream of the backup succeeded (see jobs "
-                         f"{', '.join(str(r['id']) for r in bad)})", status_code=worst)
-    images = [master.image(r["image_id"]) for r in good]
-    set_id, info, sources = _write_set_index(master, job, images)
-    created = min(i["created"] for i in images)
-    expires = max((i["expires"] for i in images if i["expires"]), default=None)
-    levels = {i["schedule_type"] for i in images}
-    level = levels.pop() if len(levels) == 1 else "mixed"
-    with master.db.tx() as c:
-        record_image(c, id=set_id, client=job["client"], policy=job["policy"],
-                     schedule=job["schedule"], schedule_type=level, created=created,
-                     expires=expires, bytes=sum(i["bytes"] for i in images),
-                     files=sum(i["files"] for i in images),
-                     storage_unit=images[0]["storage_unit"], pool=images[0]["pool"],
-                     storage_host=images[0]["storage_host"], path="", image_bytes=0,
-                     job_id=job["id"], selections=job["params"]["selections"],
-                     warnings=sum(i["warnings"] for i in images),
-                     checksum=images[0]["checksum"], base_image=None, sources=sources,
-                     stream=None)
-        c.executemany("UPDATE images SET part_of=? WHERE id=?",
-                      [(set_id, i["id"]) for i in images])
-    ctx.files = sum(i["files"] for i in images)
-    ctx.bytes = sum(i["bytes"] for i in images)
-    ctx.log(f"set image {set_id} recorded: {len(images)} stream image(s) "
-            f"({', '.join(i['id'] for i in images)}), {info['files']} entries in its index")
-    ctx.flush(sample=True)
-    if bad:
-        why = f"{len(bad)} of {len(latest)} streams failed; the set image holds the others"
-        return JobResult(st.PARTIAL, message=why,
-                         image_id=set_id, bytes=ctx.bytes, files=ctx.files)
-    return JobResult(image_id=set_id, bytes=ctx.bytes, files=ctx.files)
+        if bad:
+            why = f"{len(bad)} of {len(latest)} streams failed; the set image holds the others"
+            return JobResult(st.PARTIAL, message=why,
+                             image_id=set_id, bytes=ctx.bytes, files=ctx.files)
+        return JobResult(image_id=set_id, bytes=ctx.bytes, files=ctx.files)
+
+    def _wait(self):
+        """Waits until every child job has ended, passing a cancel on to them; the last
+        attempt of each stream."""
+        master, job, ctx = self.master, self.job, self.ctx
+        while True:
+            rows, latest = _latest_attempts(master.db, job["id"])
+            if ctx.check_cancel():
+                for r in rows:
+                    if r["state"] != DONE:
+                        master.jobs.request_cancel(r["id"])
+            if all(r["state"] == DONE for r in rows):
+                return latest
+            ctx.files = sum(r["files"] for r in latest.values())
+            ctx.bytes = sum(r["bytes"] for r in latest.values())
+            ctx.flush(sample=True)
+            time.sleep(POLL)
+
+    def _record(self, images):
+        """Writes the set image's index and records it, its stream images part of it:
+        (set image id, the index writer's info)."""
+        master, job = self.master, self.job
+        set_id, info, sources = _write_set_index(master, job, images)
+        created = min(i["created"] for i in images)
+        expires = max((i["expires"] for i in images if i["expires"]), default=None)
+        levels = {i["schedule_type"] for i in images}
+        level = levels.pop() if len(levels) == 1 else "mixed"
+        with master.db.tx() as c:
+            record_image(c, id=set_id, client=job["client"], policy=job["policy"],
+                         schedule=job["schedule"], schedule_type=level, created=created,
+                         expires=expires, bytes=sum(i["bytes"] for i in images),
+                         files=sum(i["files"] for i in images),
+                         storage_unit=images[0]["storage_unit"], pool=images[0]["pool"],
+                         storage_host=images[0]["storage_host"], path="", image_bytes=0,
+                         job_id=job["id"], selections=job["params"]["selections"],
+                         warnings=sum(i["warnings"] for i in images),
+                         checksum=images[0]["checksum"], base_image=None, sources=sources,
+                         stream=None)
+            c.executemany("UPDATE images SET part_of=? WHERE id=?",
+                          [(set_id, i["id"]) for i in images])
+        return set_id, info
 
 
 def _write_set_index(master, job, images):

@@ -11,7 +11,6 @@ from app import status as st
 from app.jobs import cleanup
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
-from app.jobs.storage import pool_storage
 from app.jobs.result import JobResult
 
 # How many damaged files of one image the job log names; the job's result keeps them all.
@@ -45,15 +44,13 @@ def damaged_files(master, image_id, ranges):
     return out
 
 
-def run(master, job, ctx, pool, server, host, storage_type):
-    """Verifies the image of the job's params or the whole pool. Returns the job's (status,
-    message, image, bytes, files) and sets its result."""
-    p = job["params"]
-    spec = pool_storage(master, server)
-    if p.get("image"):
-        img = master.image(p["image"])
-        recipes = [img["path"]]
-        what = f"image {img['id']}"
+def run(master, job, ctx, *, image, pool, server, host, storage_type, spec):
+    """Verifies `image` (the job's image, None for a whole pool) or the whole pool, as the
+    verify job's prepare() found them (app/jobs/pool_jobs.py). Returns the job's result and
+    sets its result record."""
+    if image is not None:
+        recipes = [image["path"]]
+        what = f"image {image['id']}"
     else:
         recipes = None
         what = f"the whole pool {pool['name']}"

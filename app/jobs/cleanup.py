@@ -73,9 +73,9 @@ def pool_location(master, pool_name):
     return pool, host, pool["volumes"], storage_type
 
 
-def pool_unknown_files(master, pool_name):
-    """unknown_files of a disk pool, listed by its storage server's agent now."""
-    _pool, host, volumes, storage_type = pool_location(master, pool_name)
+def pool_unknown_files(master, host, volumes, storage_type):
+    """unknown_files of a disk pool (where pool_location found it), listed by its storage
+    server's agent now."""
     image_dir = storage_type.image_dir
     known, min_age = known_images(master.db), min_age_s(master.db)
     listing = master.hosts.connect(host).call(
@@ -109,30 +109,72 @@ def make_job(master, pool_name, dry_run=False):
              + (" (dry run: nothing is removed)" if dry_run else ""))
 
 
-def run(master, job):
-    ctx = JobContext(master.jobs, job["id"])
-    name, dry_run = job["params"]["pool"], job["params"].get("dry_run", False)
-    pool, host, volumes, storage_type = pool_location(master, name)
-    image_dir = storage_type.image_dir
-    ctx.log(f"cleanup of disk pool {name} on {host['name']}: files no catalog image owns, "
-            "older than every running backup" + (" (dry run: nothing is removed)"
-                                                 if dry_run else ""))
-    ctx.flush()
-    min_age = min_age_s(master.db)
-    unknown, errors = pool_unknown_files(master, name)
-    for e in errors:
-        ctx.log(f"could not be listed: {e}", "warning")
-    orphans = [f for f in unknown if f["orphan"]]
-    for f in unknown:
-        if not f["orphan"]:
-            ctx.log(f"left {f['path']}: {f['why']}")
-        elif dry_run:
-            ctx.log(f"would remove {f['path']} ({f['size']} bytes): {f['why']}")
-    removed, skipped = [], []
-    if orphans and not dry_run:
-        r = master.hosts.connect(host).call(
-            "remove_pool_files", {"paths": [f["path"] for f in orphans], "volumes": volumes,
-                                  "image_dir": image_dir, "min_age_s": min_age},
+class CleanupJob:
+    """A cleanup job (app/jobs/kinds.py): prepare() finds the disk pool, its storage host,
+    volumes and storage type; run() has the host list the pool's files and removes the
+    orphans (or, in a dry run, names them)."""
+
+    def __init__(self, master, job):
+        self.master = master
+        self.job = job
+        self.ctx = JobContext(master.jobs, job["id"])
+        self.name = self.dry_run = None
+        self.host = self.volumes = self.storage_type = None
+
+    def prepare(self):
+        params = self.job["params"]
+        self.name, self.dry_run = params["pool"], params.get("dry_run", False)
+        _pool, self.host, self.volumes, self.storage_type = pool_location(self.master,
+                                                                          self.name)
+
+    def run(self):
+        master, ctx, name, dry_run = self.master, self.ctx, self.name, self.dry_run
+        ctx.log(f"cleanup of disk pool {name} on {self.host['name']}: files no catalog image "
+                "owns, older than every running backup" + (" (dry run: nothing is removed)"
+                                                           if dry_run else ""))
+        ctx.flush()
+        min_age = min_age_s(master.db)
+        unknown, errors = pool_unknown_files(master, self.host, self.volumes, self.storage_type)
+        for e in errors:
+            ctx.log(f"could not be listed: {e}", "warning")
+        orphans = [f for f in unknown if f["orphan"]]
+        for f in unknown:
+            if not f["orphan"]:
+                ctx.log(f"left {f['path']}: {f['why']}")
+            elif dry_run:
+                ctx.log(f"would remove {f['path']} ({f['size']} bytes): {f['why']}")
+        removed, skipped = [], []
+        if orphans and not dry_run:
+            removed, skipped = self._remove(orphans, min_age)
+        freed = sum(f["size"] for f in orphans if f["path"] in set(removed))
+        result = {"pool": name, "dry_run": dry_run, "unknown": unknown,
+                  "orphans": [f["path"] for f in orphans], "removed": removed,
+                  "skipped": skipped, "freed_bytes": freed, "errors": errors}
+        master.jobs.set_result(self.job["id"], result)
+        ctx.files, ctx.bytes = (len(orphans), sum(f["size"] for f in orphans)) if dry_run \
+            else (len(removed), freed)
+        if dry_run:
+            ctx.log(f"dry run: {len(orphans)} orphan file(s) would be removed")
+        else:
+            note = self.storage_type.orphans_note
+            ctx.log(f"{len(removed)} orphan file(s) removed, {freed} bytes"
+                    + (f"; {note}" if removed and note else ""))
+        ctx.flush(sample=True)
+        if skipped or errors:
+            why = f"{len(skipped)} file(s) left, {len(errors)} folder(s) not listed; see the log"
+            return JobResult(st.PARTIAL, message=why,
+                             bytes=ctx.bytes, files=ctx.files)
+        return JobResult(bytes=ctx.bytes, files=ctx.files)
+
+    def _remove(self, orphans, min_age):
+        """The storage host removes the orphans (each again only when still old enough):
+        (removed paths, [{"path", "why"}] left)."""
+        ctx = self.ctx
+        r = self.master.hosts.connect(self.host).call(
+            "remove_pool_files", {"paths": [f["path"] for f in orphans],
+                                  "volumes": self.volumes,
+                                  "image_dir": self.storage_type.image_dir,
+                                  "min_age_s": min_age},
             timeout=600)
         removed, skipped = r["removed"], r["skipped"]
         why = {f["path"]: f["why"] for f in orphans}
@@ -140,23 +182,4 @@ def run(master, job):
             ctx.log(f"removed {p}: {why.get(p, '')}")
         for x in skipped:
             ctx.log(f"left {x['path']}: {x['why']}", "warning")
-    freed = sum(f["size"] for f in orphans if f["path"] in set(removed))
-    result = {"pool": name, "dry_run": dry_run, "unknown": unknown,
-              "orphans": [f["path"] for f in orphans], "removed": removed, "skipped": skipped,
-              "freed_bytes": freed, "errors": errors}
-    master.jobs.set_result(job["id"], result)
-    ctx.files, ctx.bytes = (len(orphans), sum(f["size"] for f in orphans)) if dry_run else \
-        (len(removed), freed)
-    if dry_run:
-        ctx.log(f"dry run: {len(orphans)} orphan file(s) would be removed")
-    else:
-        ctx.log(f"{len(removed)} orphan file(s) removed, {freed} bytes"
-                + (f"; {storage_type.orphans_note}" if removed and storage_type.orphans_note
-                   else ""))
-    ctx.flush(sample=True)
-    if skipped or errors:
-        why = f"{len(skipped)} file(s) left, {len(errors)} folder(s) not listed; see the log"
-        return JobResult(st.PARTIAL, message=why,
-                         bytes=ctx.bytes, files=ctx.files)
-    return JobResult(bytes=ctx.bytes, files=ctx.files)
-
+        return removed, skipped

@@ -17,7 +17,6 @@ from app import status as st
 from app.errors import CairnError, NotFound
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
-from app.jobs.storage import pool_storage
 from app.jobs.result import JobResult
 from plugins.storage.advanced_disk import image_check
 
@@ -76,13 +75,12 @@ def _listed(items):
                                            if len(items) > LOG_FILES else "")
 
 
-def run(master, job, ctx, pool, server, host, storage_type):
-    """Verifies the image of the job's params or every image of `pool`. Returns the job's
-    (status, message, image, bytes, files) and sets its result."""
-    p = job["params"]
-    spec = pool_storage(master, server)
-    if p.get("image"):
-        images = [master.image(p["image"])]
+def run(master, job, ctx, *, image, pool, server, host, storage_type, spec):
+    """Verifies `image` (the job's image, None for a whole pool) or every image of `pool`,
+    as the verify job's prepare() found them (app/jobs/pool_jobs.py). Returns the job's
+    result and sets its result record."""
+    if image is not None:
+        images = [image]
         own_only = False
         # the image folder of each volume that holds a file this image reads
         held = [images[0]["path"]] + [r[0] for r in master.db.all(
@@ -127,7 +125,7 @@ def run(master, job, ctx, pool, server, host, storage_type):
                 continue
             entry["errors"].append(e.message)
         else:
-            if p.get("image"):
+            if image is not None:
                 ctx.set_totals(None, sum(m[1] for _, f in files for m in f["members"]))
             call = conn.start("pool_verify", {"storage": spec,
                                               "images": [f for _, f in files]},

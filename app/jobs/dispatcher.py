@@ -22,7 +22,7 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import backup, backup_set, cleanup, commit, expire, pool_jobs, reindex, restore
+from app.jobs import commit, expire, kinds
 from app.jobs.rules import retry_wanted
 from app.jobs.store import ACTIVE, QUEUED
 
@@ -32,12 +32,6 @@ STALE_SECONDS = 60.0
 SCHEDULE_EVERY = 15.0
 EXPIRE_EVERY = 60.0
 RECOVER_RETRY = 60.0
-# Each runs one job to its end and says how it ended (app/jobs/result.py); an error it
-# raises ends the job with the error's status.
-RUNNERS = {"backup": backup.run, "restore": restore.run, "expire": expire.run,
-           "backup-set": backup_set.run, "verify": pool_jobs.run_verify,
-           "reclaim": pool_jobs.run_reclaim, "cleanup": cleanup.run,
-           reindex.JOB_TYPE: reindex.run}
 
 
 class Dispatcher:
@@ -280,8 +274,12 @@ class Dispatcher:
         try:
             if job["cancel_requested"]:
                 raise Canceled()
-            runner = RUNNERS["backup-set" if job["params"].get("streams") else job["type"]]
-            r = runner(self.master, job)
+            # Its kind checks the job and finds what it needs, then runs it to its end and
+            # says how it ended (app/jobs/kinds.py, result.py); an error either raises ends
+            # the job with the error's status.
+            kind = kinds.make(self.master, job)
+            kind.prepare()
+            r = kind.run()
             jobs.finish(job_id, r.status, r.message, image_id=r.image_id, bytes=r.bytes,
                         files=r.files)
         except Canceled:

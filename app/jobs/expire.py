@@ -109,13 +109,12 @@ def order_newest_first(db, image_ids):
     return [r[0] for r in rows]
 
 
-def _claim(master, job, ctx):
+def _claim(master, job, ctx, images, reason):
     """Checks the holds and marks the images this job removes, in one transaction. By hand,
     any hold refuses the whole job; after retention, held images (and what goes with them)
     are left for a later run. Returns the ids to remove."""
-    ids = [i for i in job["params"]["images"]
-           if master.db.one("SELECT 1 FROM images WHERE id=?", (i,))]
-    by_retention = job["params"].get("reason") == RETENTION
+    ids = [i for i in images if master.db.one("SELECT 1 FROM images WHERE id=?", (i,))]
+    by_retention = reason == RETENTION
     with master.db.tx() as c:
         if by_retention:
             todo, kept = removable(master.db, ids)
@@ -137,20 +136,33 @@ def _claim(master, job, ctx):
     return todo
 
 
-def run(master, job):
-    ctx = JobContext(master.jobs, job["id"])
-    ids = job["params"]["images"]
-    ctx.log(f"expiring {len(ids)} image(s): {', '.join(ids)} "
-            f"({job['params'].get('reason', 'by the administrator')})")
-    ctx.flush()
-    todo = _claim(master, job, ctx)
-    try:
-        return _remove(master, ctx, todo)
-    except BaseException:
-        # The images not removed may be chosen by backups again.
-        with master.db.tx() as c:
-            c.execute("UPDATE images SET expiring=NULL WHERE expiring=?", (job["id"],))
-        raise
+class ExpireJob:
+    """An expire job (app/jobs/kinds.py): prepare() reads the images it names and why;
+    run() checks their holds and marks them in one transaction (what may go depends on the
+    moment), then removes them."""
+
+    def __init__(self, master, job):
+        self.master = master
+        self.job = job
+        self.ctx = JobContext(master.jobs, job["id"])
+        self.images = self.reason = None
+
+    def prepare(self):
+        self.images = self.job["params"]["images"]
+        self.reason = self.job["params"].get("reason", "by the administrator")
+
+    def run(self):
+        master, job, ctx, ids = self.master, self.job, self.ctx, self.images
+        ctx.log(f"expiring {len(ids)} image(s): {', '.join(ids)} ({self.reason})")
+        ctx.flush()
+        todo = _claim(master, job, ctx, ids, self.reason)
+        try:
+            return _remove(master, ctx, todo)
+        except BaseException:
+            # The images not removed may be chosen by backups again.
+            with master.db.tx() as c:
+                c.execute("UPDATE images SET expiring=NULL WHERE expiring=?", (job["id"],))
+            raise
 
 
 def _remove(master, ctx, ids):

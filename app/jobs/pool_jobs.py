@@ -44,78 +44,113 @@ def chunk_pool(master, pool_name):
     return pool, server, host, pool_storage(master, server)
 
 
-def verify_target(master, pool_name):
-    """(pool, server, host, storage type) of a pool to verify: every pool type."""
-    return pool_type(master, pool_name)
+def verify_target(master, *, image=None, pool=None):
+    """What a verify of an image (its id) or of a disk pool (its name) reads: (the image's
+    catalog row or None, pool, server, host, storage type); every pool type. Queueing a
+    verify and the job's prepare() check it alike."""
+    img = master.image(image) if image else None
+    return (img, *pool_type(master, img["pool"] if img else pool))
 
 
-def run_verify(master, job):
-    ctx = JobContext(master.jobs, job["id"])
-    p = job["params"]
-    pool_name = master.image(p["image"])["pool"] if p.get("image") else p["pool"]
-    pool, server, host, storage_type = verify_target(master, pool_name)
-    return VERIFIERS[storage_type.verifier](master, job, ctx, pool, server, host, storage_type)
+class VerifyJob:
+    """A verify job (app/jobs/kinds.py): prepare() finds the image or pool, its storage
+    server, host and storage type, and the storage spec; run() has the type's verifier
+    (VERIFIERS) read it back."""
+
+    def __init__(self, master, job):
+        self.master = master
+        self.job = job
+        self.ctx = JobContext(master.jobs, job["id"])
+        self.found = self.verifier = None
+
+    def prepare(self):
+        p = self.job["params"]
+        image, pool, server, host, storage_type = verify_target(
+            self.master, image=p.get("image"), pool=None if p.get("image") else p["pool"])
+        self.found = dict(image=image, pool=pool, server=server, host=host,
+                          storage_type=storage_type, spec=pool_storage(self.master, server))
+        self.verifier = VERIFIERS[storage_type.verifier]
+
+    def run(self):
+        return self.verifier(self.master, self.job, self.ctx, **self.found)
 
 
-def run_reclaim(master, job):
-    ctx = JobContext(master.jobs, job["id"])
-    pool, server, host, spec = chunk_pool(master, job["params"]["pool"])
-    below = pool["compact_below"]
-    ctx.log(f"space reclaim of deduplication pool {pool['name']} on {host['name']} "
-            f"({server['path']}): containers whose live data is below {below}% of their "
-            "size are compacted")
-    ctx.flush()
-    # A recipe the catalog does not know is an image being committed right now (its commit
-    # record names it, or it is younger than every running backup) and keeps its chunks, or
-    # an orphan left by a crash, whose chunks go.
-    waited = 0.0
-    while True:
-        conn = master.hosts.connect(host)
-        # Recipes of images the catalog does not know, older than every running backup, are
-        # orphans: their chunks are not kept (app/jobs/cleanup.py).
-        call = conn.start("pool_reclaim", {"storage": spec, "compact_below": below / 100.0,
-                                           "known": sorted(cleanup.known_images(master.db)),
-                                           "min_age_s": cleanup.min_age_s(master.db)},
-                          on_event=ctx.on_event)
-        ctx.supervise([call])
-        try:
-            r = results([call])[0]
-            break
-        except CairnError as e:
-            if e.status != st.POOL_BUSY or waited >= BUSY_WAIT_S:
-                raise
-            if not waited:
-                ctx.log("the pool is in use by backups, restores or a verify; space reclaim "
-                        f"tries again every {int(BUSY_RETRY_S)} s for up to "
-                        f"{int(BUSY_WAIT_S / 60)} minutes", "warning")
-                ctx.flush()
-        waited += _pause(ctx, BUSY_RETRY_S)
-    ctx.bytes = r.get("freed_bytes", 0)
-    ctx.files = r.get("removed_chunks", 0)
-    ctx.log(f"reclaimed {r.get('freed_bytes', 0)} bytes: {r.get('removed_chunks', 0)} chunk(s) "
-            f"no image references removed, {r.get('containers_deleted', 0)} container(s) "
-            f"deleted, {r.get('containers_compacted', 0)} compacted; "
-            f"{r.get('live_chunks', 0)} chunk(s) in use")
-    for path in r.get("stale_recipes_removed") or []:
-        ctx.log(f"removed the unfinished recipe {path} of a backup that never completed")
-    for path in r.get("orphan_recipes_removed") or []:
-        ctx.log(f"removed the recipe {path}, which no catalog image owns (a backup stopped "
-                "before recording it); its chunks are not kept", "warning")
-    master.jobs.set_result(job["id"], r)
-    ctx.flush(sample=True)
-    return JobResult(bytes=ctx.bytes, files=ctx.files)
+class ReclaimJob:
+    """A space reclaim job (app/jobs/kinds.py): prepare() finds the pool, which must be of a
+    type that has space reclaim, its server, host and storage spec; run() has the storage
+    host's agent reclaim, waiting while the pool is in use."""
+
+    def __init__(self, master, job):
+        self.master = master
+        self.job = job
+        self.ctx = JobContext(master.jobs, job["id"])
+        self.pool = self.server = self.host = self.spec = None
+
+    def prepare(self):
+        self.pool, self.server, self.host, self.spec = chunk_pool(
+            self.master, self.job["params"]["pool"])
+
+    def run(self):
+        master, ctx, pool = self.master, self.ctx, self.pool
+        below = pool["compact_below"]
+        ctx.log(f"space reclaim of deduplication pool {pool['name']} on {self.host['name']} "
+                f"({self.server['path']}): containers whose live data is below {below}% of "
+                "their size are compacted")
+        ctx.flush()
+        r = self._reclaim(below)
+        ctx.bytes = r.get("freed_bytes", 0)
+        ctx.files = r.get("removed_chunks", 0)
+        ctx.log(f"reclaimed {r.get('freed_bytes', 0)} bytes: {r.get('removed_chunks', 0)} "
+                f"chunk(s) no image references removed, {r.get('containers_deleted', 0)} "
+                f"container(s) deleted, {r.get('containers_compacted', 0)} compacted; "
+                f"{r.get('live_chunks', 0)} chunk(s) in use")
+        for path in r.get("stale_recipes_removed") or []:
+            ctx.log(f"removed the unfinished recipe {path} of a backup that never completed")
+        for path in r.get("orphan_recipes_removed") or []:
+            ctx.log(f"removed the recipe {path}, which no catalog image owns (a backup stopped "
+                    "before recording it); its chunks are not kept", "warning")
+        master.jobs.set_result(self.job["id"], r)
+        ctx.flush(sample=True)
+        return JobResult(bytes=ctx.bytes, files=ctx.files)
+
+    def _reclaim(self, below):
+        """The storage host's agent reclaims; while the pool is busy it is asked again, up
+        to BUSY_WAIT_S. Returns what it did."""
+        master, ctx = self.master, self.ctx
+        # A recipe the catalog does not know is an image being committed right now (its commit
+        # record names it, or it is younger than every running backup) and keeps its chunks, or
+        # an orphan left by a crash, whose chunks go.
+        waited = 0.0
+        while True:
+            conn = master.hosts.connect(self.host)
+            # Recipes of images the catalog does not know, older than every running backup, are
+            # orphans: their chunks are not kept (app/jobs/cleanup.py).
+            call = conn.start("pool_reclaim", {
+                "storage": self.spec, "compact_below": below / 100.0,
+                "known": sorted(cleanup.known_images(master.db)),
+                "min_age_s": cleanup.min_age_s(master.db)}, on_event=ctx.on_event)
+            ctx.supervise([call])
+            try:
+                return results([call])[0]
+            except CairnError as e:
+                if e.status != st.POOL_BUSY or waited >= BUSY_WAIT_S:
+                    raise
+                if not waited:
+                    ctx.log("the pool is in use by backups, restores or a verify; space "
+                            f"reclaim tries again every {int(BUSY_RETRY_S)} s for up to "
+                            f"{int(BUSY_WAIT_S / 60)} minutes", "warning")
+                    ctx.flush()
+            waited += _pause(ctx, BUSY_RETRY_S)
 
 
 def make_verify_job(master, *, image=None, pool=None):
     if bool(image) == bool(pool):
         raise ValidationError("verify needs an image or a disk pool (not both)")
-    if image:
-        img = master.image(image)
-        verify_target(master, img["pool"])
+    img = verify_target(master, image=image, pool=pool)[0]
+    if img:
         return master.jobs.create("verify", client=img["client"], policy=img["policy"],
                                   params={"image": img["id"]},
                                   note=f"verify job queued for image {img['id']}")
-    verify_target(master, pool)
     return master.jobs.create("verify", params={"pool": pool},
                               note=f"verify job queued for pool {pool}")
 

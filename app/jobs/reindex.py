@@ -150,21 +150,44 @@ class _Rows:
             self.error = e
 
 
-def run(master, job):
-    ctx = JobContext(master.jobs, job["id"])
-    img = master.image(job["params"]["image"])
-    index_path = master.home.index_path(img["id"])
-    old_problems = check_index(index_path)
-    if old_problems:
-        ctx.log(f"the current index of image {img['id']}: " + "; ".join(old_problems))
-    else:
-        ctx.log(f"the index of image {img['id']} reads back without error; it is rebuilt "
-                "all the same")
-    parts = [r[0] for r in master.db.all("SELECT id FROM images WHERE part_of=?",
-                                         (img["id"],))]
-    if not img["path"] and parts:
-        return _run_set(master, ctx, img, parts, index_path, old_problems)
-    return _run_image(master, ctx, img, index_path, old_problems)
+class RebuildIndexJob:
+    """A rebuild-index job (app/jobs/kinds.py): prepare() finds the image, what is wrong with
+    its current index and, for the set of a multi-stream backup, its stream images (whose
+    indexes must read back), else its storage host and storage spec; run() rebuilds the
+    index."""
+
+    def __init__(self, master, job):
+        self.master = master
+        self.job = job
+        self.ctx = JobContext(master.jobs, job["id"])
+        self.img = self.index_path = self.old_problems = None
+        self.parts = self.storage_host = self.storage = None
+
+    def prepare(self):
+        master = self.master
+        img = self.img = master.image(self.job["params"]["image"])
+        self.index_path = master.home.index_path(img["id"])
+        self.old_problems = check_index(self.index_path)
+        parts = [r[0] for r in master.db.all("SELECT id FROM images WHERE part_of=?",
+                                             (img["id"],))]
+        if not img["path"] and parts:
+            self.parts = _stream_images(master, img, parts)
+        else:
+            self.storage_host = master.config.host(img["storage_host"])
+            self.storage = image_storage(master, img)
+
+    def run(self):
+        ctx, img = self.ctx, self.img
+        if self.old_problems:
+            ctx.log(f"the current index of image {img['id']}: " + "; ".join(self.old_problems))
+        else:
+            ctx.log(f"the index of image {img['id']} reads back without error; it is rebuilt "
+                    "all the same")
+        if self.parts is not None:
+            return _run_set(self.master, ctx, img, self.parts, self.index_path,
+                            self.old_problems)
+        return _run_image(self.master, ctx, img, self.storage_host, self.storage,
+                          self.index_path, self.old_problems)
 
 
 def _open_base(master, img):
@@ -187,9 +210,7 @@ def _open_base(master, img):
     return base, IndexReader(path)
 
 
-def _run_image(master, ctx, img, index_path, old_problems):
-    storage_host = master.config.host(img["storage_host"])
-    storage = image_storage(master, img)
+def _run_image(master, ctx, img, storage_host, storage, index_path, old_problems):
     incremental = bool(img.get("base_image"))
     ctx.log(f"reading image {img['id']} ({img['schedule_type']}) back on "
             f"{storage_host['name']} ({img['path']}): every member is read and checked "
@@ -333,14 +354,12 @@ def _log_installed(ctx, img, info, aside):
 
 # ---- set images -----------------------------------------------------------------------------
 
-def _run_set(master, ctx, img, parts, index_path, old_problems):
-    from app.jobs.backup_set import join_stream_indexes
+def _stream_images(master, img, parts):
+    """The stream images of a set, in the order of its sources; refuses when the index of
+    one does not read back."""
     order = {iid: k for k, iid in enumerate(img["sources"])}
     images = sorted((master.image(p) for p in parts),
                     key=lambda i: (order.get(i["id"], len(order)), i["created"], i["id"]))
-    ctx.log(f"image {img['id']} is the set of a multi-stream backup: its index is joined "
-            f"again from its {len(images)} stream images' indexes "
-            f"({', '.join(i['id'] for i in images)})")
     for part in images:
         problems = check_index(master.home.index_path(part["id"]))
         if problems:
@@ -348,6 +367,14 @@ def _run_set(master, ctx, img, parts, index_path, old_problems):
                              f"damaged ({problems[0]})", status_code=st.IMAGE_DAMAGED,
                              hint=f"rebuild that one first: `{rebuild_command(part['id'])}`, "
                                   "then this one again")
+    return images
+
+
+def _run_set(master, ctx, img, images, index_path, old_problems):
+    from app.jobs.backup_set import join_stream_indexes
+    ctx.log(f"image {img['id']} is the set of a multi-stream backup: its index is joined "
+            f"again from its {len(images)} stream images' indexes "
+            f"({', '.join(i['id'] for i in images)})")
     ctx.flush()
     started = time.monotonic()
     writer = IndexWriter(index_path)

@@ -5,6 +5,7 @@ import os
 
 from app.config import check_abs_path
 from app.errors import NotFound, ValidationError
+from app.jobs.restore_plan import chosen_paths
 from app.relocate import join_target, plan_targets, Relocation
 
 
@@ -85,16 +86,11 @@ class RestoresAPI:
                                        "(auto)")
         img, norm, to, host, relocation = self._restore_request(
             image_id, paths, to, to_host, overwrite, relocate)
+        # The job checks them again, on everything below them, when it builds its plan.
         with self.open_index(img) as idx:
-            kinds = []
-            for p in norm:
-                e = idx.lookup(p) if p != "/" else None
-                if p != "/" and e is None:
-                    raise NotFound(f"{p} is not in image {image_id}",
-                                   hint=f"see `cairn browse {image_id} {os.path.dirname(p)}`")
-                kinds.append((p, e.kind if e is not None else "d"))
-        if relocation:
-            plan_targets(relocation, kinds)
+            chosen_paths(idx, norm, relocation, below=False, missing=lambda p: NotFound(
+                f"{p} is not in image {image_id}",
+                hint=f"see `cairn browse {image_id} {os.path.dirname(p)}`"))
         # "reads": every image whose data the restore may read, so none expires under it.
         params = {"image": img["id"], "reads": [img["id"]] + img["sources"], "paths": norm,
                   "to": to, "to_host": host["name"],

@@ -21,6 +21,7 @@ from PySide6.QtCore import QEventLoop, QObject, QTimer, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.errors import CairnError
+from app.master import Master
 from app.paths import Home
 from app.store.db import catalog_error
 from app.terminal_text import escape
@@ -259,7 +260,6 @@ def main(home=None, screenshot=None, view=None):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     app = _application()
 
-    from app.master import Master
     master = None
     try:
         try:

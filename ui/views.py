@@ -17,6 +17,7 @@ from ui.object_actions import ObjectActions
 from ui.polled import PolledPage
 from ui.resources import icon
 from ui.tables import data_table, select_keys, selected_rows, sorting_proxy
+from ui.wizards.schedule_text import summary as schedule_summary
 from ui.qtcompat import emit
 
 # ---- what each list shows --------------------------------------------------------------------
@@ -55,8 +56,7 @@ def _schedules_text(policy):
 
 
 def _schedules_tooltip(policy):
-    from ui.wizards.schedule_text import summary
-    return "\n".join(summary(s) for s in policy.get("schedules") or []) or None
+    return "\n".join(schedule_summary(s) for s in policy.get("schedules") or []) or None
 
 
 HOSTS = ListSpec(

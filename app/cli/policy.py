@@ -131,6 +131,7 @@ def _add_selection(m, args):
 
 
 def _add_schedule(m, args):
+    # app.config loads for the commands that parse with it, not for every `cairn` command.
     from app.config import calendar_from_text, parse_windows_text
     return _policy_out(args, m.config.add_schedule(
         args.policy, args.name, type=args.type, retention=args.retention,
@@ -164,6 +165,7 @@ def schedule_commands(sub, cmd):
 
 
 def _schedule_runs(m, args):
+    # The scheduler loads for this command only, not for every `cairn` command.
     from app.scheduler import Scheduler
     horizon = timeutil.parse_duration(args.horizon, what="horizon")
     if horizon is None:

@@ -28,6 +28,7 @@ from app.catalog_index import (IndexCorrupt, IndexReader, IndexWriter, check_ind
                                 rebuild_command)
 from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.formats import entry as E
+from app.jobs.backup_set import join_stream_indexes
 from app.jobs.context import JobContext, results
 from app.jobs.incremental import Completer
 from app.jobs.storage import image_storage
@@ -334,7 +335,6 @@ def _log_installed(ctx, img, info, aside):
 # ---- set images -----------------------------------------------------------------------------
 
 def _run_set(master, ctx, img, parts, index_path, old_problems):
-    from app.jobs.backup_set import join_stream_indexes
     order = {iid: k for k, iid in enumerate(img["sources"])}
     images = sorted((master.image(p) for p in parts),
                     key=lambda i: (order.get(i["id"], len(order)), i["created"], i["id"]))

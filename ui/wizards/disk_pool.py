@@ -24,6 +24,7 @@ from ui.qtcompat import emit
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_combo, \
     name_problem, narrow, note
+from ui.wizards.storage_unit import StorageUnitWizard
 
 SERVER_PAGE, VOLUMES_PAGE, DEDUP_VOLUME_PAGE, SETTINGS_PAGE, SUMMARY_PAGE, RESULT_PAGE = \
     range(6)
@@ -732,7 +733,6 @@ class DiskPoolWizard(WizardBase):
 
     def _go_on(self):
         if self.created_result is not None and self.summary_page.make_unit.isChecked():
-            from ui.wizards.storage_unit import StorageUnitWizard
             self.follow_up = StorageUnitWizard(self.bridge, self.parentWidget(),
                                                pool=self.created_name())
             emit(self.continued, self.follow_up)

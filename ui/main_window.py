@@ -54,12 +54,12 @@ VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 def status_summary(m):
-    active = m.jobs.list(state="active")
+    active = m.job_list(state="active")
     return {
         "catalog": m.home.catalog,
-        "hosts": len(m.config.hosts()),
+        "hosts": len(m.host_list()),
         "running": len(active),
-        "queued": len(m.jobs.list(state="queued")),
+        "queued": len(m.job_list(state="queued")),
         # jobs this console's dispatcher runs: closing the console stops them
         "mine": sum(j.get("runner") == m.dispatcher.id for j in active),
     }

@@ -126,7 +126,7 @@ def next_backups_text(runs):
 def editor_values(m, kind):
     """Choices some editors need from the catalog (a policy's storage units)."""
     if kind == "policy":
-        return {"storage_units": [u["name"] for u in m.config.storage_units()]}
+        return {"storage_units": [u["name"] for u in m.storage_units()]}
     return {}
 
 

@@ -49,7 +49,7 @@ def jobs_result(m, args, ids):
         jobs = m.wait_for(ids)
     else:
         _ensure_dispatcher(m, args)
-        jobs = [m.jobs.get(j) for j in ids]
+        jobs = [m.job(j) for j in ids]
     codes = [j["status"] for j in jobs if j["status"] is not None]
     worst = max(codes, key=lambda x: (x != 0, x != 1, x)) if codes else 0
     doc = {"jobs": jobs, "status": worst}

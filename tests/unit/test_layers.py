@@ -212,3 +212,31 @@ def test_every_import_inside_a_function_says_why():
                                    f"inside {function.name}() without a comment saying why "
                                    f"it is not at the top")
     assert unexplained == [], "\n".join(sorted(set(unexplained)))
+
+
+# ---- the console and the CLI use the master's API --------------------------------------------
+
+# The master's configuration (Config) and job store (JobStore) are its own: the console and
+# the CLI read and change them through Master's methods (app/master/), never as
+# `m.config.X` or `m.jobs.X`. What else is named `config` or `jobs` there is no master: a
+# widget's own attribute (`self.jobs`, the overview's jobs label and the storage unit
+# wizard's spin box: no class of ui/ or app/cli/ is the master, which they reach as `m`,
+# `master` or `self.master`) and the spin box read through its page, `sp.jobs`.
+NOT_THE_MASTER = {("ui/wizards/storage_unit.py", "sp.jobs")}
+
+
+def test_the_console_and_the_cli_go_through_the_master_api():
+    reached = []
+    for name, path in sorted(MODULES.items()):
+        if not (name == "ui" or name.startswith(("ui.", "app.cli"))):
+            continue
+        rel = str(path.relative_to(REPO))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr in ("config", "jobs")):
+                continue
+            held = ast.unparse(node.value)
+            if held == "self" or (rel, f"{held}.{node.attr}") in NOT_THE_MASTER:
+                continue
+            reached.append(f"{rel}:{node.lineno} reaches {held}.{node.attr}: use a method "
+                           f"of the master (app/master/)")
+    assert reached == [], "\n".join(reached)

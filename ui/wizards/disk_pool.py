@@ -45,9 +45,9 @@ def _sentence(message):
 def _load_volumes(m, server):
     """The storage server's host's file systems, marked with its cluster's GPFS file systems
     (one probe of the host gives both), and the volumes other pools already use."""
-    srv = m.config.storage_server(server)
+    srv = m.storage_server(server)
     used = {}
-    for pool in m.config.disk_pools():
+    for pool in m.disk_pools():
         if pool["server"] == server:
             for v in pool["volumes"]:
                 used[v] = pool["name"]
@@ -117,7 +117,7 @@ class ServerPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage servers…")
-        self.call(lambda m: (m.config.storage_servers(), m.config.disk_pools()),
+        self.call(lambda m: (m.storage_servers(), m.disk_pools()),
                   done=self._servers, failed=self.loaded)
 
     def _servers(self, result):
@@ -633,7 +633,7 @@ class SettingsPage(Page):
             self._suggested = f"{server}-pool" if server else ""
             self.name.setText(self._suggested)
         self.start_loading("Loading the disk pools…")
-        self.call(lambda m: [p["name"] for p in m.config.disk_pools()],
+        self.call(lambda m: [p["name"] for p in m.disk_pools()],
                   done=self._names, failed=self.loaded)
 
     def _names(self, names):

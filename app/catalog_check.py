@@ -24,7 +24,7 @@ import pathlib
 import sqlite3
 
 from app.catalog_index import IndexReader, check_index, rebuild_command
-from app.store.db import DAMAGED_HINT, MIGRATIONS
+from app.store.db import DAMAGED_HINT, MIGRATIONS, CatalogError
 
 #: problems sqlite's integrity check lists at most
 MAX_SQLITE_PROBLEMS = 100
@@ -39,7 +39,6 @@ def check_not_truncated(home):
     """Refuses to start on a catalog file of 0 bytes beside file indexes: sqlite would take it
     for a new, empty catalog and every image the indexes stand for would be forgotten. (A
     missing catalog.db is a deliberate fresh start.)"""
-    from app.store.db import CatalogError
     if _empty_beside_indexes(home):
         raise CatalogError(
             f"the catalog {home.catalog} is empty (0 bytes) while {home.indexes} holds "

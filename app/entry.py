@@ -1,6 +1,7 @@
 """The `cairn` command's entry point (the installed script, `python -m app` and the frozen
 build): `cairn agent` runs the agent, as a host does, without loading anything of the
-master; everything else is the CLI (app/cli/)."""
+master; everything else is the CLI (app/cli/). Both are imported lazily, in main(), so that
+each loads only its own side."""
 
 import sys
 

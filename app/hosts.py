@@ -25,9 +25,11 @@ class HostPool:
 
     def transport(self, host, trust_unknown_key=False):
         if host["kind"] == "local":
+            # Each transport loads when a host of its kind is first reached, not with every
+            # master: a command that reaches no host (or only this one) skips ssh.py.
             from app.transport.local import LocalTransport
             return LocalTransport(env=host.get("agent_env") or None)
-        from app.transport.ssh import SSHTransport
+        from app.transport.ssh import SSHTransport  # as LocalTransport above
         return SSHTransport(host["address"], port=host["port"] or 22, user=host["user"],
                             key_file=host["key_file"], known_hosts=self.home.known_hosts,
                             trust_unknown_key=trust_unknown_key,

@@ -49,7 +49,7 @@ EMPTY_TEXT = ("No jobs yet: start a backup with <code>cairn backup POLICY</code>
 
 def poll(m, cursor, plot_window):
     """The jobs changed since `cursor`, and the summed throughput of the last minutes."""
-    changes = m.jobs.changes(cursor)
+    changes = m.job_changes(cursor)
     if changes["jobs"]:
         tries = m.setting("backup_tries")
         for job in changes["jobs"]:

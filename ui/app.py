@@ -21,6 +21,7 @@ from PySide6.QtCore import QEventLoop, QObject, QTimer, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.errors import CairnError
+from app.master import Master
 from app.paths import Home
 from app.store.db import catalog_error
 from app.terminal_text import escape
@@ -85,9 +86,9 @@ class Console(QObject):
             m.dispatcher.stop()
             t = self.dispatcher_thread
             if t is not None and t.is_alive():
-                for job in m.jobs.list(state="active"):
+                for job in m.job_list(state="active"):
                     if job.get("runner") == m.dispatcher.id:
-                        m.jobs.request_cancel(job["id"])
+                        m.cancel_job(job["id"])
                 t.join(SHUTDOWN_TIMEOUT_S)
                 if t.is_alive():
                     log.warning("the dispatcher did not stop within %d s", SHUTDOWN_TIMEOUT_S)
@@ -245,8 +246,8 @@ def take_wizard_screenshot(console, kind, path):
 
 def first_view(master):
     """Getting started until the four setup steps are done, then the activity monitor."""
-    c = master.config
-    done = c.storage_servers() and c.disk_pools() and c.storage_units() and c.policies()
+    done = master.storage_servers() and master.disk_pools() and master.storage_units() \
+        and master.policies()
     return "activity" if done else "getting-started"
 
 
@@ -259,7 +260,6 @@ def main(home=None, screenshot=None, view=None):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     app = _application()
 
-    from app.master import Master
     master = None
     try:
         try:

@@ -5,7 +5,7 @@ back to the UI thread as a Qt signal. The UI thread never waits for the catalog 
 a locked catalog or a slow SSH agent then shows up as a view that is still loading, never as
 a frozen window.
 
-    bridge.call(lambda m: m.config.hosts(), done=view.show_rows, failed=view.show_error,
+    bridge.call(lambda m: m.host_list(), done=view.show_rows, failed=view.show_error,
                 context=view)
 
 `fn` gets the master as its first argument. `done(result)` or `failed(error)` then runs on the

@@ -52,7 +52,7 @@ def dot_icon(name):
 # ---- master calls (on the bridge's threads) ------------------------------------------------
 
 def host_names(m):
-    return [h["name"] for h in m.config.hosts()]
+    return [h["name"] for h in m.host_list()]
 
 
 def read_cluster(m, host):

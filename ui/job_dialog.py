@@ -58,7 +58,7 @@ FIGURES = (
 def _job_and_log(m, job_id, after_log, after_t):
     """The job, its new log lines, its new samples and (once ended) its figures."""
     s = m.job_stats(job_id, after=after_t)
-    return s["job"], m.jobs.logs(job_id, after=after_log), s["samples"], s["stats"]
+    return s["job"], m.job_logs(job_id, after=after_log), s["samples"], s["stats"]
 
 
 def figure_texts(figures):

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
     QTreeWidget, QTreeWidgetItem
 
 from app import __version__
+from ui import wizards
 from ui.pages import make_pages
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
@@ -53,12 +54,12 @@ VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 def status_summary(m):
-    active = m.jobs.list(state="active")
+    active = m.job_list(state="active")
     return {
         "catalog": m.home.catalog,
-        "hosts": len(m.config.hosts()),
+        "hosts": len(m.host_list()),
         "running": len(active),
-        "queued": len(m.jobs.list(state="queued")),
+        "queued": len(m.job_list(state="queued")),
         # jobs this console's dispatcher runs: closing the console stops them
         "mine": sum(j.get("runner") == m.dispatcher.id for j in active),
     }
@@ -298,7 +299,6 @@ class MainWindow(QMainWindow):
     # ---- wizards and catalog changes --------------------------------------------------------
     def open_wizard(self, kind, **preset):
         """The wizard that creates an object of `kind` (the add-host dialog for a host)."""
-        from ui import wizards
         if self.wizard is not None and self.wizard.isVisible():
             self.wizard.raise_()
             self.wizard.activateWindow()

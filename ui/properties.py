@@ -9,12 +9,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, \
     QLabel, QLineEdit, QSpinBox, QVBoxLayout
 
-from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW
+from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW, FILE_LIST_MODES, SNAPSHOT_MODES
 from app.config_edit import EDITABLE
+from app.scheduler import Scheduler
 from plugins.storage import registry
 from ui import fmt
 from ui.resources import icon
 from ui.wizards.schedule_text import summary as schedule_summary
+from ui.wizards.storage_server import CIPHER, chunk_text
 
 KIND_LABELS = {"host": "Host", "storage-server": "Storage server", "disk-pool": "Disk pool",
                "storage-unit": "Storage unit", "policy": "Policy"}
@@ -67,7 +69,6 @@ def _options_text(options):
     """A dedup storage server's options in words; other types have none."""
     if not options or "avg_size" not in options:
         return "—"
-    from ui.wizards.storage_server import CIPHER, chunk_text
     return (f"chunks of {chunk_text(options)}; "
             + (f"encrypted at rest ({CIPHER}, the key is kept on the master)"
                if options.get("encrypted") else "not encrypted"))
@@ -107,7 +108,6 @@ NEXT_BACKUPS = 5
 
 def next_backups(m, policy):
     """The policy's next scheduled backups within a week (those that run, soonest first)."""
-    from app.scheduler import Scheduler
     return [r for r in Scheduler(m).next_runs(policy=policy) if r["runs"]][:NEXT_BACKUPS]
 
 
@@ -126,7 +126,7 @@ def next_backups_text(runs):
 def editor_values(m, kind):
     """Choices some editors need from the catalog (a policy's storage units)."""
     if kind == "policy":
-        return {"storage_units": [u["name"] for u in m.config.storage_units()]}
+        return {"storage_units": [u["name"] for u in m.storage_units()]}
     return {}
 
 
@@ -254,7 +254,6 @@ class PropertiesDialog(QDialog):
             w.setChecked(bool(value))
             w.toggled.connect(self._changed)
         elif key in ("snapshot", "file_list"):
-            from app.config import FILE_LIST_MODES, SNAPSHOT_MODES
             w = QComboBox()
             w.addItems(SNAPSHOT_MODES if key == "snapshot" else FILE_LIST_MODES)
             w.setCurrentText(value or ("none" if key == "snapshot" else "auto"))

@@ -56,7 +56,7 @@ def _preview(m, image, paths, to, to_host, overwrite, relocate):
 def _start(m, image, paths, to, to_host, overwrite, relocate, direct_io="auto", streams=None):
     jid = m.start_restore(image, paths, to, to_host=to_host, overwrite=overwrite,
                           relocate=relocate, direct_io=direct_io, streams=streams)
-    return m.jobs.get(jid)
+    return m.job(jid)
 
 
 class RestoreDialog(QDialog):
@@ -85,7 +85,7 @@ class RestoreDialog(QDialog):
         self._watch_the_form()
         self._show_destination()
         self._show_streams()
-        self.bridge.call(lambda m: [h["name"] for h in m.config.hosts()],
+        self.bridge.call(lambda m: [h["name"] for h in m.host_list()],
                          done=self._hosts, context=self)
         self.resize(860, 700)
         self._timer.start()  # the first preview, or what it still needs

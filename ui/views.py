@@ -17,6 +17,7 @@ from ui.object_actions import ObjectActions
 from ui.polled import PolledPage
 from ui.resources import icon
 from ui.tables import data_table, select_keys, selected_rows, sorting_proxy
+from ui.wizards.schedule_text import summary as schedule_summary
 from ui.qtcompat import emit
 
 # ---- what each list shows --------------------------------------------------------------------
@@ -55,8 +56,7 @@ def _schedules_text(policy):
 
 
 def _schedules_tooltip(policy):
-    from ui.wizards.schedule_text import summary
-    return "\n".join(summary(s) for s in policy.get("schedules") or []) or None
+    return "\n".join(schedule_summary(s) for s in policy.get("schedules") or []) or None
 
 
 HOSTS = ListSpec(
@@ -67,7 +67,7 @@ HOSTS = ListSpec(
      Column("address", "Address", _host_address, sort=lambda r: _host_address(r).lower()),
      number_column("port", "Port"),
      text_column("user", "User")],
-    lambda m: m.config.hosts(),
+    lambda m: m.host_list(),
     "No hosts yet. This machine is registered by itself when the console starts; add another "
     "one with " + _cmd("cairn host add NAME --address ADDRESS") + ".",
     kind="host")
@@ -79,7 +79,7 @@ STORAGE_SERVERS = ListSpec(
      text_column("type", "Type"),
      text_column("host", "Host"),
      text_column("path", "Path")],
-    lambda m: m.config.storage_servers(),
+    lambda m: m.storage_servers(),
     "No storage servers yet: create one with "
     + _cmd("cairn storage-server create NAME --type advanced-disk --host HOST") + ".",
     kind="storage-server")
@@ -107,7 +107,7 @@ DISK_POOLS = ListSpec(
             numeric=True,
             help="deduplicating pools: space reclaim compacts a container whose live data is "
                  "below this share of its size")],
-    lambda m: m.config.disk_pools(),
+    lambda m: m.disk_pools(),
     "No disk pools yet: create one on a storage server with "
     + _cmd("cairn disk-pool create NAME --server SERVER --volume PATH") + ".",
     kind="disk-pool")
@@ -120,7 +120,7 @@ STORAGE_UNITS = ListSpec(
      text_column("host", "Host"),
      number_column("max_concurrent_jobs", "Max concurrent jobs"),
      number_column("active_jobs", "Active jobs")],
-    lambda m: m.config.storage_units(),
+    lambda m: m.storage_units(),
     "No storage units yet: create one with "
     + _cmd("cairn storage-unit create NAME --pool POOL") + ".",
     kind="storage-unit")
@@ -136,7 +136,7 @@ POLICIES = ListSpec(
      Column("schedules", "Schedules", _schedules_text,
             sort=lambda r: _schedules_text(r).lower(),
             tooltip=_schedules_tooltip)],
-    lambda m: m.config.policies(),
+    lambda m: m.policies(),
     "No policies yet: create one with "
     + _cmd("cairn policy create NAME --storage-unit UNIT") + ", then give it clients and "
     "backup selections with " + _cmd("cairn policy add-client POLICY HOST") + " and "
@@ -378,14 +378,14 @@ STEPS = (
 
 
 def overview_counts(m):
-    jobs = m.jobs.list()
+    jobs = m.job_list()
     return {
         "catalog": m.home.catalog,
-        "hosts": len(m.config.hosts()),
-        "storage_servers": len(m.config.storage_servers()),
-        "disk_pools": len(m.config.disk_pools()),
-        "storage_units": len(m.config.storage_units()),
-        "policies": len(m.config.policies()),
+        "hosts": len(m.host_list()),
+        "storage_servers": len(m.storage_servers()),
+        "disk_pools": len(m.disk_pools()),
+        "storage_units": len(m.storage_units()),
+        "policies": len(m.policies()),
         "images": len(m.images()),
         "running": sum(j["state"] == "active" for j in jobs),
         "queued": sum(j["state"] == "queued" for j in jobs),

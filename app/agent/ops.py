@@ -1,5 +1,12 @@
 """What an agent can be asked to do. Each handler takes the request (for emit and cancel) and
-the request's arguments, and returns the result dict or raises CairnError."""
+the request's arguments, and returns the result dict or raises CairnError.
+
+The modules of one operation (the archiver, the restore, the index reader, Storage Scale's
+commands and snapshots, pool files) are imported lazily, by the handler that needs them: the
+agent starts once per job over SSH and answers its hello before it loads what backups and
+restores need (app/agent/server.py, PRELOAD), and nothing else until a request asks for it.
+What it loads at its start anyway (the restore I/O checks, the file systems, the image
+format) is imported here at the top."""
 
 import os
 import platform
@@ -12,6 +19,8 @@ from app.agent import dataplane
 from app.errors import CairnError, Canceled, ValidationError
 from app.agent.restore_io import suits_target
 from app.formats import private
+from app.formats.tarfmt import PIECE_HASHES
+from plugins.filesystems import posix
 from plugins.storage import agents
 
 HANDLERS = {}
@@ -63,7 +72,7 @@ def ping(req):
 
 @handler
 def probe(req):
-    from plugins.filesystems import posix, storage_scale
+    from plugins.filesystems import storage_scale
     u = platform.uname()
     # A cluster that cannot be read is reported, never a reason for the probe to fail; the
     # short per-command timeout keeps the whole probe within the master's wait.
@@ -92,7 +101,6 @@ def probe(req):
 @handler
 def check_volumes(req, paths, create=False):
     """For each path: exists, is a directory, writable, size, free, file system."""
-    from plugins.filesystems import posix
     out = []
     for p in paths:
         v = {"path": p, "ok": False, "size": None, "free": None, "error": None}
@@ -388,7 +396,6 @@ def index_image(req, image_path, checksum, storage=None):
     "rows" events in batches (see app/agent/reindex.py): for `cairn images rebuild-index`.
     storage: the pool's storage spec, whose type says how the image is read."""
     from app.agent import reindex
-    from app.formats.tarfmt import PIECE_HASHES
     if checksum not in PIECE_HASHES:
         raise ValidationError(f"unknown checksum algorithm {checksum!r}")
     reading = agents.get(storage).reading(storage)

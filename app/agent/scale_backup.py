@@ -14,6 +14,7 @@ import time
 from app import status
 from app.agent import filelist
 from app.errors import CairnError, Canceled
+from plugins.filesystems import storage_scale as ss
 
 SNAPSHOT_PREFIX = "cairn-"
 # A change time this close to the previous scan's start counts as a change: the kernel's file
@@ -61,7 +62,6 @@ class Preparation:
     # ---- before ---------------------------------------------------------------------------
 
     def start(self):
-        from plugins.filesystems import storage_scale as ss
         started = time.time()
         on_scale = self.mode != "none" or self.file_list == "auto"
         if on_scale and ss.find_bin() is not None:
@@ -192,7 +192,6 @@ class Preparation:
         """Delete every snapshot taken; a failure to delete is a warning naming it."""
         if not self.snapshots:
             return []
-        from plugins.filesystems import storage_scale as ss
         left = []
         for snap in self.snapshots:
             try:
@@ -217,7 +216,6 @@ class Preparation:
 def delete_snapshots(snapshots):
     """Delete snapshots a backup left behind (its agent was killed): [(device, name,
     fileset)]. Returns [{"name", "deleted": bool, "error"}]."""
-    from plugins.filesystems import storage_scale as ss
     out = []
     for device, name, fileset in snapshots:
         if not name.startswith(SNAPSHOT_PREFIX):

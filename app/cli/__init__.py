@@ -10,12 +10,14 @@ or with the arguments alone where a command must not open the master (`opens_mas
 import argparse
 import json
 import os
+import sqlite3
 import sys
 
 from app import __version__, status as st
 from app.cli import backup, catalog, host, images, jobs, master, policy, report, restore, storage
 from app.cli.shared import open_master
 from app.errors import CairnError
+from app.store.db import catalog_error
 from app.terminal_text import escape
 
 # The nouns, in the order `cairn --help` lists them; each adds its parser and its actions'.
@@ -87,8 +89,6 @@ def _unknown_command(m, args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    import sqlite3
-    from app.store.db import catalog_error
     # Whatever a name holds, printing it must never crash the command.
     sys.stdout.reconfigure(errors="backslashreplace")
     ap = build_parser()
@@ -101,6 +101,7 @@ def main(argv=None):
             rc = run(args)
         except sqlite3.Error as e:
             # What the catalog layer did not turn into a message already: still one.
+            # app.paths (platformdirs) loads on this error only, not at every `cairn` start.
             from app.paths import Home
             raise catalog_error(Home(getattr(args, "home", None)).catalog, e,
                                 any_error=True) from None

@@ -25,6 +25,7 @@ def _no_action(args):
 def _check(args):
     """`cairn catalog check` opens the catalog on its own, without the master: it must also
     report on a catalog the master refuses."""
+    # The catalog's modules load for this command only: the others start without them.
     from app.catalog_check import check_catalog
     from app.paths import Home
     doc = check_catalog(Home(getattr(args, "home", None)))

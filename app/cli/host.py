@@ -48,7 +48,7 @@ def _add(m, args):
 
 
 def _list(m, args):
-    return out(args, {"hosts": m.config.hosts()},
+    return out(args, {"hosts": m.host_list()},
                lambda d: table(d["hosts"], ["name", "kind", "address", "port", "user"]))
 
 

@@ -26,26 +26,26 @@ def jobs_commands(sub, cmd):
 
 
 def _list(m, args):
-    return out(args, {"jobs": m.jobs.list(state=getattr(args, "state", None))},
+    return out(args, {"jobs": m.job_list(state=getattr(args, "state", None))},
                lambda d: table(d["jobs"], ["id", "type", "state", "status", "client",
                                            "policy", "schedule", "files", "bytes",
                                            "percent", "wait_reason"]))
 
 
 def _show(m, args):
-    j = m.jobs.get(args.id)
-    j["log"] = m.jobs.logs(args.id)
+    j = m.job(args.id)
+    j["log"] = m.job_logs(args.id)
     return out(args, j, _print_job)
 
 
 def _log(m, args):
-    logs = m.jobs.logs(args.id)
+    logs = m.job_logs(args.id)
     return out(args, {"id": args.id, "log": logs},
                lambda d: [print(f"{x['ts']} {x['level']:7} {x['message']}") for x in d["log"]])
 
 
 def _cancel(m, args):
-    j = m.jobs.request_cancel(args.id)
+    j = m.cancel_job(args.id)
     return out(args, j, lambda d: print(f"job {d['id']}: cancel requested "
                                         f"(state {d['state']})"))
 

@@ -110,7 +110,7 @@ def _policy_out(args, r):
 
 
 def _create(m, args):
-    return _policy_out(args, m.config.add_policy(
+    return _policy_out(args, m.create_policy(
         args.name, storage_unit=args.storage_unit, priority=args.priority,
         compression=args.compression, encryption=args.encryption,
         multiple_streams=args.multiple_streams, checksum=args.checksum, snapshot=args.snapshot,
@@ -123,16 +123,17 @@ def _set(m, args):
 
 
 def _add_client(m, args):
-    return _policy_out(args, m.config.add_policy_client(args.policy, args.host))
+    return _policy_out(args, m.add_policy_client(args.policy, args.host))
 
 
 def _add_selection(m, args):
-    return _policy_out(args, m.config.add_policy_selection(args.policy, args.path))
+    return _policy_out(args, m.add_policy_selection(args.policy, args.path))
 
 
 def _add_schedule(m, args):
+    # app.config loads for the commands that parse with it, not for every `cairn` command.
     from app.config import calendar_from_text, parse_windows_text
-    return _policy_out(args, m.config.add_schedule(
+    return _policy_out(args, m.add_schedule(
         args.policy, args.name, type=args.type, retention=args.retention,
         frequency=args.frequency,
         windows=parse_windows_text(args.window) if args.window else None,
@@ -141,11 +142,11 @@ def _add_schedule(m, args):
 
 
 def _show(m, args):
-    return _policy_out(args, m.config.policy(args.name))
+    return _policy_out(args, m.policy(args.name))
 
 
 def _list(m, args):
-    return out(args, {"policies": m.config.policies()},
+    return out(args, {"policies": m.policies()},
                lambda d: table(d["policies"], ["name", "storage_unit", "clients",
                                                "selections"]))
 
@@ -164,6 +165,7 @@ def schedule_commands(sub, cmd):
 
 
 def _schedule_runs(m, args):
+    # The scheduler loads for this command only, not for every `cairn` command.
     from app.scheduler import Scheduler
     horizon = timeutil.parse_duration(args.horizon, what="horizon")
     if horizon is None:

@@ -17,7 +17,7 @@ def report_commands(sub, cmd):
 
 
 def _backups(m, args):
-    from app import reports
+    from app import reports  # for this command only, not for every `cairn` command
     doc = reports.backup_report(m, since=args.since, until=args.until, client=args.client,
                                 policy=args.policy)
     if args.csv:

@@ -10,6 +10,8 @@ from app.errors import ValidationError
 
 
 def open_master(args):
+    # The master (some 0.2 s of imports) loads only for the commands that open it: `cairn
+    # --help`, `status-codes` and `catalog check` run without it.
     from app.master import Master
     return Master(getattr(args, "home", None), password_provider=_password_prompt)
 
@@ -47,7 +49,7 @@ def jobs_result(m, args, ids):
         jobs = m.wait_for(ids)
     else:
         _ensure_dispatcher(m, args)
-        jobs = [m.jobs.get(j) for j in ids]
+        jobs = [m.job(j) for j in ids]
     codes = [j["status"] for j in jobs if j["status"] is not None]
     worst = max(codes, key=lambda x: (x != 0, x != 1, x)) if codes else 0
     doc = {"jobs": jobs, "status": worst}
@@ -69,13 +71,15 @@ def jobs_result(m, args, ids):
 def _ensure_dispatcher(m, args):
     """Without --wait the jobs still have to run: start a headless master for them when no
     console or master is dispatching already."""
+    # Loaded with the master already; imported here, not at the top, for the same reason as
+    # open_master's import.
     from app.jobs.dispatcher import Dispatcher
     if Dispatcher.lease_holder(m.db) is not None:
         return
     cmd = [sys.executable, "-m", "app", "--home", m.home.root, "master", "run", "--until-idle"]
     if getattr(sys, "frozen", False):
         cmd = [sys.executable, "--home", m.home.root, "master", "run", "--until-idle"]
-    from app.formats import private
+    from app.formats import private  # as the dispatcher above
     log = os.fdopen(private.create(os.path.join(m.home.root, "master.log"),
                                    os.O_WRONLY | os.O_APPEND), "ab")
     subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

@@ -60,7 +60,7 @@ def _server_create(m, args):
 
 
 def _server_list(m, args):
-    return out(args, {"storage_servers": m.config.storage_servers()},
+    return out(args, {"storage_servers": m.storage_servers()},
                lambda d: table(d["storage_servers"], ["name", "type", "host", "path"]))
 
 
@@ -125,7 +125,7 @@ def _pool_create(m, args):
 
 
 def _pool_list(m, args):
-    return out(args, {"disk_pools": m.config.disk_pools()},
+    return out(args, {"disk_pools": m.disk_pools()},
                lambda d: table(d["disk_pools"], ["name", "server", "volumes", "high_water",
                                                  "low_water"]))
 
@@ -180,12 +180,12 @@ def storage_unit_commands(sub, cmd):
 
 
 def _unit_create(m, args):
-    r = m.config.add_storage_unit(args.name, pool=args.pool,
-                                  max_concurrent_jobs=args.max_concurrent_jobs)
+    r = m.create_storage_unit(args.name, pool=args.pool,
+                              max_concurrent_jobs=args.max_concurrent_jobs)
     return out(args, r, lambda d: print(f"storage unit {d['name']} created"))
 
 
 def _unit_list(m, args):
-    return out(args, {"storage_units": m.config.storage_units()},
+    return out(args, {"storage_units": m.storage_units()},
                lambda d: table(d["storage_units"], ["name", "pool", "host",
                                                     "max_concurrent_jobs"]))

@@ -229,6 +229,7 @@ class Dispatcher:
             self._next_schedule = now + SCHEDULE_EVERY
             try:
                 if self.scheduler is None:
+                    # loaded by a dispatcher that ticks, not by every master that opens
                     from app.scheduler import Scheduler
                     self.scheduler = Scheduler(self.master, clock=self.clock)
                 self.scheduler.tick(now)

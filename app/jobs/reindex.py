@@ -28,6 +28,7 @@ from app.catalog_index import (IndexCorrupt, IndexReader, IndexWriter, check_ind
                                 rebuild_command)
 from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.formats import entry as E
+from app.jobs.backup_set import join_stream_indexes
 from app.jobs.context import JobContext, results
 from app.jobs.incremental import Completer
 from app.jobs.storage import image_storage
@@ -371,7 +372,6 @@ def _stream_images(master, img, parts):
 
 
 def _run_set(master, ctx, img, images, index_path, old_problems):
-    from app.jobs.backup_set import join_stream_indexes
     ctx.log(f"image {img['id']} is the set of a multi-stream backup: its index is joined "
             f"again from its {len(images)} stream images' indexes "
             f"({', '.join(i['id'] for i in images)})")

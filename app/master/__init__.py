@@ -4,14 +4,19 @@ the configuration objects, the agent connections and the job queue.
 Master is a facade: what it does is written in focused modules, one per concern, each a
 part of the API that Master is made of:
 
-  hosts.py          registering hosts, their SSH host keys, reaching and probing them
-  configuration.py  policies, editing and deleting configuration objects, settings
+  hosts.py          registering and listing hosts, their SSH host keys, reaching and
+                    probing them
+  configuration.py  policies (with their clients, selections and schedules), editing and
+                    deleting configuration objects, settings
   storage.py        storage servers, disk pools, storage units; verify, cleanup, reclaim
   images.py         images: listing, browsing and searching their indexes, expiring them
   restores.py       checking, previewing and queueing restores
-  jobs.py           queueing backups, waiting for jobs, restart, cancel, suspend, statistics
+  jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
+                    restart, cancel, suspend, statistics
 
-The jobs themselves run in app/jobs/ (the dispatcher); the catalog is app/store/."""
+The jobs themselves run in app/jobs/ (the dispatcher); the catalog is app/store/. The
+console and the CLI use these methods only, never the configuration (`config`) or the job
+store (`jobs`) that they delegate to (tests/unit/test_layers.py holds them to it)."""
 
 from app.catalog_check import check_not_truncated
 from app.config import Config

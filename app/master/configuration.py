@@ -8,11 +8,14 @@ from app.errors import NotFound, ValidationError
 class ConfigurationAPI:
     def create_policy(self, name, *, storage_unit, priority=0, multiple_streams=False,
                       checksum="crc32", snapshot="none", file_list="auto", dedup="server",
-                      skip_nodump=False, clients=(), selections=(), schedules=(), comment=""):
+                      skip_nodump=False, clients=(), selections=(), schedules=(), comment="",
+                      compression=False, encryption=False):
         """A policy with its clients, backup selections and schedules (dicts of
         add_schedule's arguments plus `name`), all or nothing: when a later part is
-        refused, the policy is removed again and the error raised."""
+        refused, the policy is removed again and the error raised. compression and
+        encryption are refused with the reason (Config.add_policy)."""
         self.config.add_policy(name, storage_unit=storage_unit, priority=priority,
+                               compression=compression, encryption=encryption,
                                multiple_streams=multiple_streams, checksum=checksum,
                                snapshot=snapshot, file_list=file_list, dedup=dedup,
                                skip_nodump=skip_nodump, comment=comment)
@@ -28,6 +31,31 @@ class ConfigurationAPI:
             self._remove_policy(name)
             raise
         return self.config.policy(name)
+
+    def policy(self, name):
+        """One policy with its clients, backup selections and schedules."""
+        return self.config.policy(name)
+
+    def policies(self):
+        """Every policy, by name, as policy() gives it."""
+        return self.config.policies()
+
+    def add_policy_client(self, policy, host):
+        """Adds a registered host to a policy's clients; returns the policy."""
+        return self.config.add_policy_client(policy, host)
+
+    def add_policy_selection(self, policy, path):
+        """Adds a backup selection (an absolute path, or NEW_STREAM) to a policy; returns
+        the policy."""
+        return self.config.add_policy_selection(policy, path)
+
+    def add_schedule(self, policy, name, *, type, retention="2w", frequency=None, windows=None,
+                     calendar=None, read_all=False):
+        """Adds a schedule to a policy (when it runs and what it keeps: Config.add_schedule);
+        returns the policy."""
+        return self.config.add_schedule(policy, name, type=type, retention=retention,
+                                        frequency=frequency, windows=windows,
+                                        calendar=calendar, read_all=read_all)
 
     def _remove_policy(self, name):
         # Clients, selections and schedules go with it (ON DELETE CASCADE).

@@ -10,6 +10,11 @@ from app.transport import hostkeys
 
 class HostsAPI:
     # ---- hosts ----------------------------------------------------------------------------
+    def host_list(self):
+        """Every registered host, by name (dicts as Config.host gives them). Not `hosts`:
+        that is the master's pool of agent connections (app/hosts.py)."""
+        return self.config.hosts()
+
     def add_host(self, name, *, local=False, address=None, port=22, user=None, key_file=None,
                  trust_host_key=False, data_address=None, check=True):
         """Registers a host. An SSH host is connected once first (unless check=False), so

@@ -78,6 +78,26 @@ class JobsAPI:
                              note=f"stream {', '.join(sel)} of job {parent}", **common)
         return parent
 
+    # ---- reading them ---------------------------------------------------------------------
+    def job(self, job_id):
+        """One job; NotFound when there is none."""
+        return self.jobs.get(job_id)
+
+    def job_list(self, state=None):
+        """Every job (or those in `state`: queued, active, done), newest first. Not `jobs`:
+        that is the master's job store (app/jobs/store.py)."""
+        return self.jobs.list(state=state)
+
+    def job_logs(self, job_id, after=0):
+        """A job's log entries, oldest first; those after the entry id `after` when given."""
+        return self.jobs.logs(job_id, after=after)
+
+    def job_changes(self, since=0):
+        """The jobs written after the change counter's value `since` and every active one,
+        with the ids of jobs removed since and the cursor to ask from next time
+        (JobStore.changes)."""
+        return self.jobs.changes(since)
+
     # ---- running jobs ---------------------------------------------------------------------
     def wait_for(self, job_ids, timeout=None, poll=0.3):
         """Run the jobs here if no other dispatcher is active, else wait for them."""

@@ -7,6 +7,24 @@ from plugins.storage import registry
 
 
 class StorageAPI:
+    # ---- reading them ---------------------------------------------------------------------
+    def storage_server(self, name):
+        """One storage server, with its host's name and its type's options; NotFound names
+        the command that creates one."""
+        return self.config.storage_server(name)
+
+    def storage_servers(self):
+        """Every storage server, by name."""
+        return self.config.storage_servers()
+
+    def disk_pools(self):
+        """Every disk pool, by name, with its volumes, server, server type and host."""
+        return self.config.disk_pools()
+
+    def storage_units(self):
+        """Every storage unit, by name, with its pool, server, host and running jobs."""
+        return self.config.storage_units()
+
     # ---- storage --------------------------------------------------------------------------
     def create_storage_server(self, name, *, type, host, path=None, options=None, check=True):
         """A new storage server. A type that makes its storage path (dedup) has it created on

@@ -3,7 +3,9 @@ the top of a module or inside a function, runs down the layers, and no modules i
 other in a circle. A change that crosses a layer the wrong way fails here, naming the import."""
 
 import ast
+import io
 import sys
+import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,19 +27,21 @@ def _modules():
 MODULES = _modules()
 
 
-def _imports(name, path):
-    """[(imported module, line, inside a function)] of one module; a `from X import Y` of a
-    submodule Y counts as an import of X.Y."""
-    tree = ast.parse(path.read_text())
+def _import_nodes(name, path, tree=None):
+    """[(import statement, imported module, the function it is in or None)] of one module,
+    for the modules of the product; a `from X import Y` of a submodule Y counts as an import
+    of X.Y."""
+    tree = tree or ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
 
-    def visit(node, in_function):
+    def visit(node, function):
         for child in ast.iter_child_nodes(node):
-            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                else function
             if isinstance(child, ast.Import):
                 for a in child.names:
-                    found.append((a.name, child.lineno, in_function))
+                    found.append((child, a.name, function))
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
@@ -46,10 +50,15 @@ def _imports(name, path):
                     base = ".".join(up + ([base] if base else []))
                 for a in child.names:
                     sub = f"{base}.{a.name}"
-                    found.append((sub if sub in MODULES else base, child.lineno, in_function))
+                    found.append((child, sub if sub in MODULES else base, function))
             visit(child, inner)
-    visit(tree, False)
-    return [(m, line, f) for m, line, f in found if m.split(".")[0] in PACKAGES]
+    visit(tree, None)
+    return [(n, m, f) for n, m, f in found if m.split(".")[0] in PACKAGES]
+
+
+def _imports(name, path):
+    """[(imported module, line, inside a function)] of one module."""
+    return [(m, n.lineno, f is not None) for n, m, f in _import_nodes(name, path)]
 
 
 def layer(mod):
@@ -155,3 +164,79 @@ def test_no_modules_import_each_other_in_a_circle():
         if v not in index:
             visit(v)
     assert circles == [], circles
+
+
+# ---- imports inside functions ---------------------------------------------------------------
+
+def _comment_lines(source):
+    """(lines that hold a comment, lines that hold only a comment) of a module's source."""
+    anywhere, alone = set(), set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            anywhere.add(tok.start[0])
+            if not tok.line[:tok.start[1]].strip():
+                alone.add(tok.start[0])
+    return anywhere, alone
+
+
+def _says_why(node, function, comments, alone, import_lines):
+    """An import inside a function says why it is there when a comment stands on its own
+    line(s), or right above it in that function (other imports of the group between)."""
+    if any(line in comments for line in range(node.lineno, node.end_lineno + 1)):
+        return True
+    line = node.lineno - 1
+    while line in import_lines:
+        line -= 1
+    return line > function.lineno and line in alone
+
+
+def test_every_import_inside_a_function_says_why():
+    """An import of Cairn's own modules belongs at the top of its module, where it shows what
+    the module depends on. One inside a function (to keep a process's start light, to load an
+    optional or heavy library only where it is needed, to break a circle) says why: a comment
+    on its line or right above it, or, for a module whose handlers import lazily as a rule,
+    the module's docstring, which then says "lazily" and why."""
+    unexplained = []
+    for name, path in sorted(MODULES.items()):
+        source = path.read_text()
+        tree = ast.parse(source)
+        found = [(n, m, f) for n, m, f in _import_nodes(name, path, tree) if f is not None]
+        if not found or "lazily" in (ast.get_docstring(tree) or ""):
+            continue
+        comments, alone = _comment_lines(source)
+        import_lines = {line for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        for line in range(n.lineno, n.end_lineno + 1)}
+        for node, mod, function in found:
+            if not _says_why(node, function, comments, alone, import_lines):
+                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno} imports {mod} "
+                                   f"inside {function.name}() without a comment saying why "
+                                   f"it is not at the top")
+    assert unexplained == [], "\n".join(sorted(set(unexplained)))
+
+
+# ---- the console and the CLI use the master's API --------------------------------------------
+
+# The master's configuration (Config) and job store (JobStore) are its own: the console and
+# the CLI read and change them through Master's methods (app/master/), never as
+# `m.config.X` or `m.jobs.X`. What else is named `config` or `jobs` there is no master: a
+# widget's own attribute (`self.jobs`, the overview's jobs label and the storage unit
+# wizard's spin box: no class of ui/ or app/cli/ is the master, which they reach as `m`,
+# `master` or `self.master`) and the spin box read through its page, `sp.jobs`.
+NOT_THE_MASTER = {("ui/wizards/storage_unit.py", "sp.jobs")}
+
+
+def test_the_console_and_the_cli_go_through_the_master_api():
+    reached = []
+    for name, path in sorted(MODULES.items()):
+        if not (name == "ui" or name.startswith(("ui.", "app.cli"))):
+            continue
+        rel = str(path.relative_to(REPO))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr in ("config", "jobs")):
+                continue
+            held = ast.unparse(node.value)
+            if held == "self" or (rel, f"{held}.{node.attr}") in NOT_THE_MASTER:
+                continue
+            reached.append(f"{rel}:{node.lineno} reaches {held}.{node.attr}: use a method "
+                           f"of the master (app/master/)")
+    assert reached == [], "\n".join(reached)

@@ -24,6 +24,7 @@ from ui.qtcompat import emit
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_combo, \
     name_problem, narrow, note
+from ui.wizards.storage_unit import StorageUnitWizard
 
 SERVER_PAGE, VOLUMES_PAGE, DEDUP_VOLUME_PAGE, SETTINGS_PAGE, SUMMARY_PAGE, RESULT_PAGE = \
     range(6)
@@ -44,9 +45,9 @@ def _sentence(message):
 def _load_volumes(m, server):
     """The storage server's host's file systems, marked with its cluster's GPFS file systems
     (one probe of the host gives both), and the volumes other pools already use."""
-    srv = m.config.storage_server(server)
+    srv = m.storage_server(server)
     used = {}
-    for pool in m.config.disk_pools():
+    for pool in m.disk_pools():
         if pool["server"] == server:
             for v in pool["volumes"]:
                 used[v] = pool["name"]
@@ -116,7 +117,7 @@ class ServerPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage servers…")
-        self.call(lambda m: (m.config.storage_servers(), m.config.disk_pools()),
+        self.call(lambda m: (m.storage_servers(), m.disk_pools()),
                   done=self._servers, failed=self.loaded)
 
     def _servers(self, result):
@@ -632,7 +633,7 @@ class SettingsPage(Page):
             self._suggested = f"{server}-pool" if server else ""
             self.name.setText(self._suggested)
         self.start_loading("Loading the disk pools…")
-        self.call(lambda m: [p["name"] for p in m.config.disk_pools()],
+        self.call(lambda m: [p["name"] for p in m.disk_pools()],
                   done=self._names, failed=self.loaded)
 
     def _names(self, names):
@@ -732,7 +733,6 @@ class DiskPoolWizard(WizardBase):
 
     def _go_on(self):
         if self.created_result is not None and self.summary_page.make_unit.isChecked():
-            from ui.wizards.storage_unit import StorageUnitWizard
             self.follow_up = StorageUnitWizard(self.bridge, self.parentWidget(),
                                                pool=self.created_name())
             emit(self.continued, self.follow_up)

@@ -116,7 +116,7 @@ class AddHostDialog(QDialog):
             w.textChanged.connect(self._revalidate)
         self._show_fields()
         self.status.busy("Loading the registered hosts…")
-        self.calls.run(lambda m: [h["name"] for h in m.config.hosts()],
+        self.calls.run(lambda m: [h["name"] for h in m.host_list()],
                        done=self._hosts_loaded, failed=self._hosts_failed, context=self)
 
     # ---- input ------------------------------------------------------------------------------

@@ -144,8 +144,8 @@ class AttributesPage(Page):
 
 def _load_lists(m):
     """The storage units, the policies' names and the deduplicating storage servers."""
-    return (m.config.storage_units(), [p["name"] for p in m.config.policies()],
-            {s["name"] for s in m.config.storage_servers() if registry.can(s["type"], "dedup")})
+    return (m.storage_units(), [p["name"] for p in m.policies()],
+            {s["name"] for s in m.storage_servers() if registry.can(s["type"], "dedup")})
 
 
 class SchedulesPage(Page):
@@ -263,7 +263,7 @@ class ClientsPage(Page):
     def load(self, check=()):
         keep = set(self.clients()) | set(check)
         self.start_loading("Loading the registered hosts…")
-        self.call(lambda m: m.config.hosts(), done=lambda h: self._hosts(h, keep),
+        self.call(lambda m: m.host_list(), done=lambda h: self._hosts(h, keep),
                   failed=self.loaded)
 
     def _hosts(self, hosts, keep):

@@ -127,7 +127,7 @@ class HostPicker:
 
     def load(self, select=None):
         self.page.start_loading("Loading the registered hosts…")
-        self.page.call(lambda m: m.config.hosts(), done=lambda hosts: self._loaded(hosts, select),
+        self.page.call(lambda m: m.host_list(), done=lambda hosts: self._loaded(hosts, select),
                        failed=self.page.loaded)
 
     def _loaded(self, hosts, select):
@@ -275,7 +275,7 @@ class NamePage(Page):
             self._suggested = f"{host}-{kind}" if host else ""
             self.name.setText(self._suggested)
         self.start_loading("Loading the storage servers…")
-        self.call(lambda m: [s["name"] for s in m.config.storage_servers()],
+        self.call(lambda m: [s["name"] for s in m.storage_servers()],
                   done=self._names, failed=self.loaded)
 
     def _names(self, names):

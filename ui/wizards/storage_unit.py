@@ -41,7 +41,7 @@ class SettingsPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the disk pools and storage units…")
-        self.call(lambda m: (m.config.disk_pools(), [u["name"] for u in m.config.storage_units()]),
+        self.call(lambda m: (m.disk_pools(), [u["name"] for u in m.storage_units()]),
                   done=self._loaded_lists, failed=self.loaded)
 
     def _loaded_lists(self, result):

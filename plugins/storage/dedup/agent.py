@@ -4,9 +4,10 @@ read by restores through recipes (recipe.py), read back whole by verify and clea
 reclaim (pool.py). A client cuts its own chunks for client-side deduplication (wire.py's
 client sink). Standard library only (zstandard, cryptography and pyfastcdc when present).
 
-The pool's modules are imported when a request needs them, as before a job: a client's agent
-never loads the chunk store, and an agent says hello without waiting for them
-(app/agent/server.py preloads `preload` afterwards)."""
+The pool's modules are imported lazily, when a request needs them, as before a job: a
+client's agent never loads the chunk store, an agent says hello without waiting for them
+(app/agent/server.py preloads `preload` afterwards), and a host that cannot load them (a
+missing optional library) still runs the requests of other types."""
 
 import os
 

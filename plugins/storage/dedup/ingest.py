@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from plugins.storage.dedup.chunker import Params
 from plugins.storage.dedup.pool import IMAGE_DIR
-from plugins.storage.dedup.recipe import RecipeWriter
+from plugins.storage.dedup.recipe import RecipeDamaged, RecipeWriter, read_recipe
 from plugins.storage.dedup.segmenter import GATHER, Segmenter
 from plugins.storage.dedup.store import POOL_FILE, ChunkStore, fsync_dir
 from app.errors import CairnError
@@ -189,7 +189,6 @@ class Ingest:
         self._seen = set()  # fingerprints this image stores or asked for
 
     def _load_bases(self, paths):
-        from plugins.storage.dedup.recipe import RecipeDamaged, read_recipe
         try:
             # "": an image the catalog no longer has; nothing refers to it
             bases = [read_recipe(p) if p else None for p in paths]

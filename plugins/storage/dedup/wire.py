@@ -22,7 +22,7 @@ side stores a batch the client already cuts and hashes the next."""
 import hashlib
 import struct
 
-from plugins.storage.dedup.chunker import Params
+from plugins.storage.dedup.chunker import ACCELERATOR, Params
 from plugins.storage.dedup.segmenter import Segmenter
 from app.errors import CairnError, Canceled
 
@@ -122,7 +122,6 @@ def client_sink(chan, mode, params=None, accelerated=None):
     if mode != "client":
         return ServerSink(chan), None
     if accelerated is None:
-        from plugins.storage.dedup.chunker import ACCELERATOR
         accelerated = ACCELERATOR is not None
     if not accelerated:
         return ServerSink(chan), ("client-side deduplication needs the pyfastcdc package on "

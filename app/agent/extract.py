@@ -27,8 +27,8 @@ from collections import deque
 
 from app.agent.restore_finish import _Finishing
 from app.agent.restore_io import (_DIRECT_REFUSED, _O_DIRECT, CHUNK, DIRECT_MIN, NBUF,
-                                  WRITE_THREADS, WRITE_THREADS_DIRECT, _damaged, _Pending, _Source,
-                                  _Writer)
+                                  WRITE_THREADS, WRITE_THREADS_DIRECT, _damaged, _DirectChoice,
+                                  _Pending, _Source, _Writer)
 from app.agent.restore_meta import _ACCESS_ACL, _DEFAULT_ACL, _Metadata
 from app.agent.restore_tally import _Tally, damage_note
 from app.agent.restore_target import (_CLOEXEC, _DIR_FLAGS, NAME_MAX, _Chain, _Links, _member_key,
@@ -57,21 +57,15 @@ class _Restore(_Finishing, _Metadata):
     def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum, direct,
                  direct_for=None):
         self.checksum = checksum
-        self.direct = direct and bool(_O_DIRECT)
         self.tally = _Tally(emit)
         self.is_cancelled = is_cancelled
         self.overwrite = overwrite
-        self.target = target.path
         self.root = os.dup(target.fd)
         self.now_ns = time.time_ns()
         self.links = _Links(self.now_ns, target.from_root)
-        # Whether files may be written with O_DIRECT, by the device of their directory: a
-        # file system mounted below the target (NFS, tmpfs) is asked about on its own.
-        self.direct_for = direct_for if self.direct else None
-        self.device_direct = {os.fstat(self.root).st_dev: True}
-        self.here_direct = True  # for the directory of the chain
+        self.direct_io = _DirectChoice(direct, direct_for, self.root, target.path)
         self.worker = tarfmt.HashWorker(
-            NBUF, CHUNK, threads=WRITE_THREADS_DIRECT if self.direct else WRITE_THREADS)
+            NBUF, CHUNK, threads=WRITE_THREADS_DIRECT if self.direct_io.on else WRITE_THREADS)
         self.src = _Source(src, worker=self.worker)
         self.chain = _Chain(self.root, self.links)
         self.chain_key = None
@@ -197,7 +191,7 @@ class _Restore(_Finishing, _Metadata):
         self.blocked = other.blocked
         self.fresh = other.fresh
         self.plain = other.plain
-        self.device_direct = other.device_direct
+        self.direct_io.devices = other.direct_io.devices
         self.now_ns = other.now_ns
         self.links.since_ns = other.now_ns
 
@@ -256,8 +250,7 @@ class _Restore(_Finishing, _Metadata):
             self.chain_key = None
             self.chain.get(parent)
             self.chain_key = key
-            if self.direct_for is not None:
-                self.here_direct = self.direct_at(key)
+            self.direct_io.enter(self.chain.fds[-1] if self.chain.fds else self.root, key)
             for made in self.chain.made:
                 self.implicit.append(made)
                 self.fresh[made] = set()
@@ -266,21 +259,6 @@ class _Restore(_Finishing, _Metadata):
                 self.note_made(made[:-1], made[-1])
             del self.chain.made[:]
         return self.chain.fds[-1] if self.chain.fds else self.root
-
-    def direct_at(self, key):
-        """Whether the chain's directory (components `key`) lies on a file system that
-        takes direct writes: the target's does (else self.direct is off); another is asked
-        about once (direct_for)."""
-        fd = self.chain.fds[-1] if self.chain.fds else self.root
-        dev = os.fstat(fd).st_dev
-        ok = self.device_direct.get(dev)
-        if ok is None:
-            try:
-                ok = bool(self.direct_for(os.path.join(self.target, *key)))
-            except Exception:  # noqa: BLE001 - not knowing means the page cache, never wrong
-                ok = False
-            self.device_direct[dev] = ok
-        return ok
 
     def note_made(self, parent, name):
         """`name` now stands in directory `parent` (components), put there by this restore."""
@@ -350,7 +328,7 @@ class _Restore(_Finishing, _Metadata):
             names.add(final)
         src = self.src
         tmp = self.tmp_name()
-        direct = self.direct and self.here_direct and m.size >= DIRECT_MIN
+        direct = self.direct_io.here and m.size >= DIRECT_MIN
         # created with its own mode where that comes out exact (see self.plain), else 0600
         # until it is finished
         mode = m.mode & 0o7777
@@ -363,7 +341,8 @@ class _Restore(_Finishing, _Metadata):
             except OSError as e:
                 if not direct or e.errno not in _DIRECT_REFUSED:
                     raise
-                self.direct = direct = False
+                self.direct_io.refused()
+                direct = False
                 fd = os.open(tmp, _NEW_FILE, mode, dir_fd=dfd)
         except OSError as e:
             self.full(e)

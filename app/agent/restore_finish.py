@@ -128,7 +128,7 @@ class _Finishing:
         tally = self.tally
         try:
             if p.writer.refused:
-                self.direct = False
+                self.direct_io.refused()
             tally.direct_bytes += p.writer.direct_bytes
             e = p.writer.error
             if e is not None:

@@ -54,6 +54,11 @@ _NODE_TYPES = {entry.KIND_FIFO: stat.S_IFIFO, entry.KIND_CHAR: stat.S_IFCHR,
 
 
 class _Restore(_Finishing, _Metadata):
+    """The restore of a member stream into one target: the plan's checks and the ways to the
+    items (here), the finishing of written files (_Finishing) and their metadata (_Metadata);
+    its counts and events in `tally` (restore_tally._Tally), which files are written with
+    O_DIRECT in `direct_io` (restore_io._DirectChoice)."""
+
     def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum, direct,
                  direct_for=None):
         self.checksum = checksum

@@ -27,16 +27,16 @@ from collections import deque
 
 from app.agent.restore_finish import _Finishing
 from app.agent.restore_io import (_DIRECT_REFUSED, _O_DIRECT, CHUNK, DIRECT_MIN, NBUF,
-                                  WRITE_THREADS, WRITE_THREADS_DIRECT, _damaged, _Pending, _Source,
-                                  _Writer)
+                                  WRITE_THREADS, WRITE_THREADS_DIRECT, _damaged, _DirectChoice,
+                                  _Pending, _Source, _Writer)
 from app.agent.restore_meta import _ACCESS_ACL, _DEFAULT_ACL, _Metadata
+from app.agent.restore_tally import _Tally, damage_note
 from app.agent.restore_target import (_CLOEXEC, _DIR_FLAGS, NAME_MAX, _Chain, _Links, _member_key,
                                       _plain_dir, _plan_components, _Refused, _umask, _why, opened)
 from app.errors import Canceled, ValidationError
 from app.formats import entry, tarfmt
 
 
-PROGRESS_EVERY = 0.25
 MAX_PENDING = 64
 OVERWRITE_MODES = ("skip", "overwrite", "rename")
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
@@ -54,24 +54,23 @@ _NODE_TYPES = {entry.KIND_FIFO: stat.S_IFIFO, entry.KIND_CHAR: stat.S_IFCHR,
 
 
 class _Restore(_Finishing, _Metadata):
+    """The restore of a member stream into one target: the plan's checks and the ways to the
+    items (here), the finishing of written files (_Finishing) and their metadata (_Metadata);
+    its counts and events in `tally` (restore_tally._Tally), which files are written with
+    O_DIRECT in `direct_io` (restore_io._DirectChoice)."""
+
     def __init__(self, src, target, overwrite, emit, is_cancelled, plan, checksum, direct,
                  direct_for=None):
         self.checksum = checksum
-        self.direct = direct and bool(_O_DIRECT)
-        self.emit = emit
+        self.tally = _Tally(emit)
         self.is_cancelled = is_cancelled
         self.overwrite = overwrite
-        self.target = target.path
         self.root = os.dup(target.fd)
         self.now_ns = time.time_ns()
         self.links = _Links(self.now_ns, target.from_root)
-        # Whether files may be written with O_DIRECT, by the device of their directory: a
-        # file system mounted below the target (NFS, tmpfs) is asked about on its own.
-        self.direct_for = direct_for if self.direct else None
-        self.device_direct = {os.fstat(self.root).st_dev: True}
-        self.here_direct = True  # for the directory of the chain
+        self.direct_io = _DirectChoice(direct, direct_for, self.root, target.path)
         self.worker = tarfmt.HashWorker(
-            NBUF, CHUNK, threads=WRITE_THREADS_DIRECT if self.direct else WRITE_THREADS)
+            NBUF, CHUNK, threads=WRITE_THREADS_DIRECT if self.direct_io.on else WRITE_THREADS)
         self.src = _Source(src, worker=self.worker)
         self.chain = _Chain(self.root, self.links)
         self.chain_key = None
@@ -108,46 +107,9 @@ class _Restore(_Finishing, _Metadata):
                 to = item.get("link_to") or item["link"]
                 if isinstance(to, str):
                     self.link_targets.add(to)
-        self.counter = 0
-        self.files = 0
-        self.ndirs = 0
-        self.bytes = 0
-        self.direct_bytes = 0
-        self.warnings = 0
-        self.skipped = 0
-        self.errors = 0
-        self.damaged = 0  # of the errors, items whose data in the image is damaged
+        self.counter = 0  # numbers the temporary names (tmp_name)
         self.span = (0, 0)  # where the member of the item being restored is in the stream
-        self.once = set()
-        self.last_progress = 0.0
         self.can_chown = True
-
-    # -- events
-
-    def warn(self, path, message):
-        self.warnings += 1
-        self.emit("warning", {"path": path, "message": message})
-
-    def warn_once(self, key, path, message):
-        if key not in self.once:
-            self.once.add(key)
-            self.warn(path, message)
-
-    def log(self, message):
-        self.emit("log", {"message": message})
-
-    def progress(self, force=False):
-        now = time.monotonic()
-        if force or now - self.last_progress >= PROGRESS_EVERY:
-            self.last_progress = now
-            self.emit("progress", {"files": self.files, "bytes": self.bytes})
-
-    def progress_at_end(self):
-        """The last progress of a restore that fails: what is in place is counted."""
-        try:
-            self.progress(force=True)
-        except Exception:  # noqa: BLE001 - the failure itself is what is reported
-            pass
 
     # -- the plan
 
@@ -162,10 +124,11 @@ class _Restore(_Finishing, _Metadata):
         next one begins. Without them, damage that puts the stream out of step with the
         plan ends the restore."""
         src = self.src
+        tally = self.tally
         for k, item in enumerate(plan):
             if self.is_cancelled():
                 raise Canceled()
-            self.progress()
+            tally.progress()
             path = item.get("path", "")
             start = src.offset
             stop = None if lengths is None else start + lengths[k]
@@ -182,20 +145,20 @@ class _Restore(_Finishing, _Metadata):
                 if stop is None:
                     raise _damaged("the image stream is damaged at the member for %s: %s"
                                    % (path, e))
-                self.lost(path, "not restored: its header in the image is damaged (%s)%s"
-                          % (e, self.damage_note(src.src, start, stop)))
+                tally.lost(path, "not restored: its header in the image is damaged (%s)%s"
+                           % (e, damage_note(src.src, start, stop)))
                 src.skip(stop - src.offset)
                 continue
             self.span = (start, end)
             try:
                 self.item(item, m)
             except _Refused as e:
-                self.errors += 1
-                self.warn(path, "not restored: %s" % e)
+                tally.errors += 1
+                tally.warn(path, "not restored: %s" % e)
             except OSError as e:
                 self.full(e)
-                self.errors += 1
-                self.warn(path, "not restored: %s" % _why(e))
+                tally.errors += 1
+                tally.warn(path, "not restored: %s" % _why(e))
             remaining = end - src.offset
             if remaining < 0:
                 raise _damaged("the member for %s is longer than its header says" % path)
@@ -213,43 +176,13 @@ class _Restore(_Finishing, _Metadata):
             return src.read_exact(n)
         return read_exact
 
-    def lost(self, path, message):
-        """An item not restored because the image's data for it is damaged."""
-        self.errors += 1
-        self.damaged += 1
-        self.warn(path, message)
-
-    @staticmethod
-    def damage_note(reader, start, stop):
-        """What the image's reader found damaged in stream bytes start..stop, as a clause
-        for a message ("" when it knows of nothing: the data itself is wrong)."""
-        between = getattr(reader, "damage_between", None)
-        found = between(start, stop) if between is not None else []
-        return ": " + "; ".join(found) if found else ""
-
     def complete(self):
         """Directory metadata, the last progress event, and the summary."""
         self.publish_implicit()
         self.apply_file_flags()
         self.apply_dirs()
-        self.progress(force=True)
-        return self.counts()
-
-    def counts(self):
-        return {"files": self.files, "dirs": self.ndirs, "bytes": self.bytes,
-                "direct_bytes": self.direct_bytes, "warnings": self.warnings,
-                "skipped": self.skipped, "errors": self.errors, "damaged": self.damaged}
-
-    def add_counts(self, counts):
-        """Adds what another process restored for this restore (see restore_streams)."""
-        self.files += counts["files"]
-        self.ndirs += counts["dirs"]
-        self.bytes += counts["bytes"]
-        self.direct_bytes += counts["direct_bytes"]
-        self.warnings += counts["warnings"]
-        self.skipped += counts["skipped"]
-        self.errors += counts["errors"]
-        self.damaged += counts["damaged"]
+        self.tally.progress(force=True)
+        return self.tally.counts()
 
     def use_source(self, src):
         """Reads the next items from another stream (the first one is done with)."""
@@ -263,7 +196,7 @@ class _Restore(_Finishing, _Metadata):
         self.blocked = other.blocked
         self.fresh = other.fresh
         self.plain = other.plain
-        self.device_direct = other.device_direct
+        self.direct_io.devices = other.direct_io.devices
         self.now_ns = other.now_ns
         self.links.since_ns = other.now_ns
 
@@ -288,7 +221,7 @@ class _Restore(_Finishing, _Metadata):
                            % (m.type.decode("latin-1"), kind))
         comps = self.map_dirs(comps)
         if comps is None:
-            self.skipped += 1
+            self.tally.skipped += 1
             return
         parent = comps[:-1]
         name = comps[-1]
@@ -322,8 +255,7 @@ class _Restore(_Finishing, _Metadata):
             self.chain_key = None
             self.chain.get(parent)
             self.chain_key = key
-            if self.direct_for is not None:
-                self.here_direct = self.direct_at(key)
+            self.direct_io.enter(self.chain.fds[-1] if self.chain.fds else self.root, key)
             for made in self.chain.made:
                 self.implicit.append(made)
                 self.fresh[made] = set()
@@ -332,21 +264,6 @@ class _Restore(_Finishing, _Metadata):
                 self.note_made(made[:-1], made[-1])
             del self.chain.made[:]
         return self.chain.fds[-1] if self.chain.fds else self.root
-
-    def direct_at(self, key):
-        """Whether the chain's directory (components `key`) lies on a file system that
-        takes direct writes: the target's does (else self.direct is off); another is asked
-        about once (direct_for)."""
-        fd = self.chain.fds[-1] if self.chain.fds else self.root
-        dev = os.fstat(fd).st_dev
-        ok = self.device_direct.get(dev)
-        if ok is None:
-            try:
-                ok = bool(self.direct_for(os.path.join(self.target, *key)))
-            except Exception:  # noqa: BLE001 - not knowing means the page cache, never wrong
-                ok = False
-            self.device_direct[dev] = ok
-        return ok
 
     def note_made(self, parent, name):
         """`name` now stands in directory `parent` (components), put there by this restore."""
@@ -382,13 +299,13 @@ class _Restore(_Finishing, _Metadata):
         if st is None and names is None:
             return name, False
         if self.overwrite == "skip":
-            self.skipped += 1
-            self.log("skipped %s: it already exists" % path)
+            self.tally.skipped += 1
+            self.tally.log("skipped %s: it already exists" % path)
             return None, False
         if self.overwrite == "rename":
             new = self.free_name(dfd, name, names)
-            self.log("restored %s as %s: the original name is taken"
-                     % (path, os.fsdecode(new)))
+            self.tally.log("restored %s as %s: the original name is taken"
+                           % (path, os.fsdecode(new)))
             return new, False
         if st is not None and stat.S_ISDIR(st.st_mode):
             try:
@@ -416,7 +333,7 @@ class _Restore(_Finishing, _Metadata):
             names.add(final)
         src = self.src
         tmp = self.tmp_name()
-        direct = self.direct and self.here_direct and m.size >= DIRECT_MIN
+        direct = self.direct_io.here and m.size >= DIRECT_MIN
         # created with its own mode where that comes out exact (see self.plain), else 0600
         # until it is finished
         mode = m.mode & 0o7777
@@ -429,7 +346,8 @@ class _Restore(_Finishing, _Metadata):
             except OSError as e:
                 if not direct or e.errno not in _DIRECT_REFUSED:
                     raise
-                self.direct = direct = False
+                self.direct_io.refused()
+                direct = False
                 fd = os.open(tmp, _NEW_FILE, mode, dir_fd=dfd)
         except OSError as e:
             self.full(e)
@@ -482,6 +400,7 @@ class _Restore(_Finishing, _Metadata):
     def copy(self, w, length, h, off):
         """Queue `length` bytes of the stream to be written at `off` of the file and hashed."""
         src = self.src
+        tally = self.tally
         first = True
         while length > 0:
             if not first and self.is_cancelled():
@@ -493,9 +412,9 @@ class _Restore(_Finishing, _Metadata):
             src.write(w, off, mv)
             off += n
             src.hash(h, mv)
-            self.bytes += n
+            tally.bytes += n
             if length:
-                self.progress()
+                tally.progress()
 
     def check_plain(self, fd, mode):
         """The first file made where owner and mode are expected to come out right shows
@@ -511,7 +430,7 @@ class _Restore(_Finishing, _Metadata):
 
     def restored_one(self, path, where):
         """Count a restored non-directory; remember where it went if a hard link follows."""
-        self.files += 1
+        self.tally.files += 1
         if path in self.link_targets:
             self.restored[path] = where
 
@@ -527,15 +446,15 @@ class _Restore(_Finishing, _Metadata):
             made = False
         elif st is not None:
             if self.overwrite == "skip":
-                self.skipped += 1
+                self.tally.skipped += 1
                 self.blocked.add(tuple(comps))
-                self.log("skipped %s and everything below it: a file of another type is "
-                         "in the way" % path)
+                self.tally.log("skipped %s and everything below it: a file of another type "
+                               "is in the way" % path)
                 return
             if self.overwrite == "rename":
                 real = self.free_name(dfd, name)
-                self.log("restored %s as %s: the original name is taken"
-                         % (path, os.fsdecode(real)))
+                self.tally.log("restored %s as %s: the original name is taken"
+                               % (path, os.fsdecode(real)))
             else:
                 try:
                     os.unlink(name, dir_fd=dfd)
@@ -550,7 +469,7 @@ class _Restore(_Finishing, _Metadata):
             made = True
         if real != name:
             self.dirmap[tuple(comps)] = tuple(parent) + (real,)
-        self.ndirs += 1
+        self.tally.dirs += 1
         key = tuple(parent) + (real,)
         self.note_made(parent, real)
         if made:
@@ -655,7 +574,7 @@ class _Restore(_Finishing, _Metadata):
             if replace:
                 self.discard(None, dfd, tmp)
                 raise _Refused("cannot put it in place: %s" % _why(e))
-            self.warn(path, "cannot set its metadata: %s" % _why(e))
+            self.tally.warn(path, "cannot set its metadata: %s" % _why(e))
         self.note_made(parent, final)
         self.restored_one(path, tuple(parent) + (final,))
 
@@ -712,7 +631,7 @@ def restore_from(src, target_dir, plan, *, overwrite, emit, is_cancelled,
         try:
             summary = r.run(plan, lengths)
         except BaseException:
-            r.progress_at_end()
+            r.tally.progress_at_end()
             raise
         finally:
             r.close()

@@ -9,6 +9,7 @@ import os
 from collections import deque
 
 from app.agent.restore_meta import _ACCESS_ACL, member_flags
+from app.agent.restore_tally import damage_note
 from app.agent.restore_target import _why, rename_noreplace
 from app.errors import RestoreTargetInvalid
 
@@ -124,21 +125,22 @@ class _Finishing:
             self.release_dir(p.dfd)
 
     def _finish(self, p, fd):
+        tally = self.tally
         try:
             if p.writer.refused:
-                self.direct = False
-            self.direct_bytes += p.writer.direct_bytes
+                self.direct_io.refused()
+            tally.direct_bytes += p.writer.direct_bytes
             e = p.writer.error
             if e is not None:
                 self.discard(fd, p.dfd, p.tmp)
                 self.full(e)
-                self.errors += 1
-                self.warn(p.path, "not restored: cannot write the file: %s" % _why(e))
+                tally.errors += 1
+                tally.warn(p.path, "not restored: cannot write the file: %s" % _why(e))
                 return
             if p.expected and p.digest != p.expected:
                 self.discard(fd, p.dfd, p.tmp)
-                self.lost(p.path, "checksum mismatch: the file was not restored, its data in "
-                          "the image is damaged%s" % self.damage_note(p.reader, *p.span))
+                tally.lost(p.path, "checksum mismatch: the file was not restored, its data in "
+                           "the image is damaged%s" % damage_note(p.reader, *p.span))
                 return
             m = p.member
             plain = p.key[:-1] in self.plain
@@ -150,19 +152,19 @@ class _Finishing:
                 try:
                     os.fchmod(fd, m.mode & 0o7777)
                 except OSError as e:
-                    self.warn(p.path, "cannot set the permissions: %s" % _why(e))
+                    tally.warn(p.path, "cannot set the permissions: %s" % _why(e))
             self.set_xattrs(fd, m, p.path)
             try:
                 os.utime(fd, ns=(self.now_ns, m.mtime_ns))
             except OSError as e:
-                self.warn(p.path, "cannot set the modification time: %s" % _why(e))
+                tally.warn(p.path, "cannot set the modification time: %s" % _why(e))
             try:
                 if not self.put_in_place(p):
                     self.discard(fd, p.dfd, p.tmp)
                     return
             except OSError as e:
-                self.errors += 1
-                self.warn(p.path, "cannot put the file in place: %s" % _why(e))
+                tally.errors += 1
+                tally.warn(p.path, "cannot put the file in place: %s" % _why(e))
                 self.discard(fd, p.dfd, p.tmp)
                 return
             os.close(fd)
@@ -188,13 +190,13 @@ class _Finishing:
             except FileExistsError:
                 taken = p.final
             if self.overwrite == "skip":
-                self.skipped += 1
-                self.log("skipped %s: %s was made while it was restored"
-                         % (p.path, os.fsdecode(taken)))
+                self.tally.skipped += 1
+                self.tally.log("skipped %s: %s was made while it was restored"
+                               % (p.path, os.fsdecode(taken)))
                 return False
             names = self.fresh.get(p.key[:-1])
             p.final = self.free_name(p.dfd, p.key[-1], names)
             if names is not None:
                 names.add(p.final)
-            self.log("restored %s as %s: %s was taken while it was restored"
-                     % (p.path, os.fsdecode(p.final), os.fsdecode(taken)))
+            self.tally.log("restored %s as %s: %s was taken while it was restored"
+                           % (p.path, os.fsdecode(p.final), os.fsdecode(taken)))

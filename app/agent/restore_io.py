@@ -1,7 +1,7 @@
 """How a restore moves its bytes: the image stream read through the hash worker's buffer
 ring (_Source), files written at explicit offsets on the worker's threads, past the page
-cache where the device takes it (_Writer), and a file waiting for its checksum before it is
-put in place (_Pending).
+cache where the device takes it (_Writer, for the files _DirectChoice picks), and a file
+waiting for its checksum before it is put in place (_Pending).
 
 Standard library only: this runs on client hosts."""
 
@@ -225,3 +225,38 @@ def suits_target(path):
         return False
     kind = fs["type"]
     return fs["class"] != "network" and kind not in _NOT_FOR and not kind.startswith("fuse")
+
+
+class _DirectChoice:
+    """Which files a restore writes with O_DIRECT (see _Writer): those of at least DIRECT_MIN
+    bytes in a directory whose file system takes direct writes, until one refuses them (from
+    then on every file goes through the page cache)."""
+
+    def __init__(self, direct, direct_for, root, target):
+        self.on = direct and bool(_O_DIRECT)
+        # Whether files may be written with O_DIRECT, by the device of their directory: a
+        # file system mounted below the target (NFS, tmpfs) is asked about on its own.
+        self.ask = direct_for if self.on else None
+        self.devices = {os.fstat(root).st_dev: True}
+        self.target = target  # the target's path, for `ask`
+        self.here = self.on  # for the directory of the restore's chain
+
+    def refused(self):
+        """A file system refused a direct write: no more files are opened with O_DIRECT."""
+        self.on = self.here = False
+
+    def enter(self, fd, key):
+        """The restore's chain is now at directory `fd` (components `key` below the target):
+        whether it lies on a file system that takes direct writes. The target's does (else
+        direct writes are off); another is asked about once (`ask`)."""
+        if self.ask is None:
+            return
+        dev = os.fstat(fd).st_dev
+        ok = self.devices.get(dev)
+        if ok is None:
+            try:
+                ok = bool(self.ask(os.path.join(self.target, *key)))
+            except Exception:  # noqa: BLE001 - not knowing means the page cache, never wrong
+                ok = False
+            self.devices[dev] = ok
+        self.here = self.on and ok

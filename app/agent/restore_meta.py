@@ -31,10 +31,10 @@ class _Metadata:
         except OSError as e:
             if e.errno == errno.EPERM:
                 self.can_chown = False
-                self.warn(path, "owners are not restored: this agent may not change them "
-                                "(run it as root to restore owners)")
+                self.tally.warn(path, "owners are not restored: this agent may not change them "
+                                      "(run it as root to restore owners)")
             else:
-                self.warn(path, "cannot set the owner: %s" % _why(e))
+                self.tally.warn(path, "cannot set the owner: %s" % _why(e))
 
     def set_xattrs(self, target, m, path, follow=True):
         for k, v in m.xattrs:
@@ -45,16 +45,16 @@ class _Metadata:
                     os.setxattr(target, k, v, follow_symlinks=False)
             except OSError as e:
                 if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
-                    self.warn_once("xattr-unsupported", path,
-                                   "extended attributes are not restored: the target file "
-                                   "system does not support them")
+                    self.tally.warn_once("xattr-unsupported", path,
+                                         "extended attributes are not restored: the target file "
+                                         "system does not support them")
                 elif e.errno in (errno.EPERM, errno.EACCES):
-                    self.warn_once("xattr-perm", path,
-                                   "some extended attributes are not restored: %s (%s)"
-                                   % (_why(e), os.fsdecode(k)))
+                    self.tally.warn_once("xattr-perm", path,
+                                         "some extended attributes are not restored: %s (%s)"
+                                         % (_why(e), os.fsdecode(k)))
                 else:
-                    self.warn(path, "cannot set extended attribute %s: %s"
-                              % (os.fsdecode(k), _why(e)))
+                    self.tally.warn(path, "cannot set extended attribute %s: %s"
+                                    % (os.fsdecode(k), _why(e)))
 
     def drop_inherited_acls(self, target, m, path, names, follow=True):
         """Removes the ACLs that a new entry inherited from its directory's default ACL where
@@ -71,9 +71,9 @@ class _Metadata:
                     os.removexattr(target, name, follow_symlinks=False)
             except OSError as e:
                 if e.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
-                    self.errors += 1
-                    self.warn(path, "an ACL inherited from the target directory could not be "
-                                    "removed: %s" % _why(e))
+                    self.tally.errors += 1
+                    self.tally.warn(path, "an ACL inherited from the target directory could "
+                                          "not be removed: %s" % _why(e))
 
     def publish_implicit(self):
         """The directories made on the way to items, private while the restore ran, get the
@@ -109,7 +109,7 @@ class _Metadata:
                     if stat.S_ISREG(os.fstat(fd).st_mode):
                         self.set_flags(fd, flags, path)
                 except (_Refused, OSError) as e:
-                    self.warn(path, "cannot set its inode flags: %s" % (
+                    self.tally.warn(path, "cannot set its inode flags: %s" % (
                         _why(e) if isinstance(e, OSError) else e))
                 finally:
                     if fd is not None:
@@ -122,13 +122,13 @@ class _Metadata:
             fflags.set_kept(fd, flags)
         except OSError as e:
             if e.errno in fflags.UNSUPPORTED:
-                self.warn_once("fflags-unsupported", path, "inode flags (chattr) are not "
-                               "restored: the target file system does not have them")
+                self.tally.warn_once("fflags-unsupported", path, "inode flags (chattr) are not "
+                                     "restored: the target file system does not have them")
             elif e.errno == errno.EPERM:
-                self.warn_once("fflags-perm", path, "inode flags such as immutable and "
-                               "append-only are not restored: only root may set them")
+                self.tally.warn_once("fflags-perm", path, "inode flags such as immutable and "
+                                     "append-only are not restored: only root may set them")
             else:
-                self.warn(path, "cannot set its inode flags: %s" % _why(e))
+                self.tally.warn(path, "cannot set its inode flags: %s" % _why(e))
 
     def apply_dirs(self):
         """Directory modes, owners and times last, deepest first: a read-only directory mode
@@ -142,17 +142,17 @@ class _Metadata:
                 try:
                     fd = chain.get(list(key), create=False)
                 except _Refused as e:
-                    self.warn(path, "cannot set the directory's metadata: %s" % e)
+                    self.tally.warn(path, "cannot set the directory's metadata: %s" % e)
                     continue
                 except OSError as e:
-                    self.warn(path, "cannot set the directory's metadata: %s" % _why(e))
+                    self.tally.warn(path, "cannot set the directory's metadata: %s" % _why(e))
                     continue
                 self.set_owner(fd, None, None, m, path)
                 try:
                     os.fchmod(fd, m.mode & 0o7777)
                     os.utime(fd, ns=(self.now_ns, m.mtime_ns))
                 except OSError as e:
-                    self.warn(path, "cannot set the directory's metadata: %s" % _why(e))
+                    self.tally.warn(path, "cannot set the directory's metadata: %s" % _why(e))
                 flags = member_flags(m)
                 if flags:
                     self.set_flags(fd, flags, path)

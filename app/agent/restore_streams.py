@@ -31,7 +31,8 @@ import struct
 import time
 
 from app import status
-from app.agent.extract import PROGRESS_EVERY, _Restore, check_request, restore_from
+from app.agent.extract import _Restore, check_request, restore_from
+from app.agent.restore_tally import PROGRESS_EVERY
 from app.agent.restore_target import (_DIR_FLAGS, _plan_components, _plan_name, _Refused,
                                       opened)
 from app.errors import CairnError, Canceled
@@ -235,8 +236,8 @@ class _Streams:
             else:
                 # no part had begun: this process restores their files itself
                 self.parts = []
-                r.log("the files were restored in one process: the processes for %d "
-                      "parallel streams could not be started (%s)" % (len(parts), failure))
+                r.tally.log("the files were restored in one process: the processes for %d "
+                            "parallel streams could not be started (%s)" % (len(parts), failure))
                 for k, indexes in enumerate(parts):
                     r.use_source(sources[1 + k])
                     self.run_items(r, indexes)
@@ -335,8 +336,8 @@ class _Streams:
                 try:
                     r.take_directories(parent)
                     self.run_items(r, indexes)
-                    r.progress(force=True)
-                    result = (r.counts(), r.restored, r.implicit, r.flagged)
+                    r.tally.progress(force=True)
+                    result = (r.tally.counts(), r.restored, r.implicit, r.flagged)
                 finally:
                     r.close()
             finally:
@@ -393,8 +394,9 @@ class _Streams:
         now = time.monotonic()
         if force or now - self.last_progress >= PROGRESS_EVERY:
             self.last_progress = now
-            self.emit("progress", {"files": r.files + sum(p.progress[0] for p in self.parts),
-                                   "bytes": r.bytes + sum(p.progress[1] for p in self.parts)})
+            tally = r.tally
+            self.emit("progress", {"files": tally.files + sum(p.progress[0] for p in self.parts),
+                                   "bytes": tally.bytes + sum(p.progress[1] for p in self.parts)})
 
     def end_parts(self, r):
         """Waits for every part; on the way out after an error in the parent itself, the
@@ -414,8 +416,8 @@ class _Streams:
                 if st:
                     removed = self.sweep(r, p)
                     if removed:
-                        r.log("removed %d half-written file(s) of the restore stream that "
-                              "ended (%s)" % (removed, _exit_text(st)))
+                        r.tally.log("removed %d half-written file(s) of the restore stream "
+                                    "that ended (%s)" % (removed, _exit_text(st)))
 
     def sweep(self, r, p):
         """Removes the temporary files part p left in the directories of its items; returns
@@ -463,7 +465,7 @@ class _Streams:
             raise CairnError(own[0]["message"], status_code=own[0]["code"])
         for p in self.parts:
             counts, restored, implicit, flagged = p.result
-            r.add_counts(counts)
+            r.tally.add_counts(counts)
             r.restored.update(restored)
             r.implicit.extend(implicit)
             r.flagged.extend(flagged)

@@ -1,6 +1,8 @@
 """The restore page's two searches: files by name in the chosen image, and the versions of
 a file in every image of the client. Each is a SearchPane (pattern, Find / Stop, status line,
-results) whose search runs on a worker thread and can be stopped."""
+results) whose search runs on a worker thread and can be stopped: ImageSearch, whose files
+found can be checked for restore or shown in the tree, and VersionSearch, whose versions
+open their image at that file."""
 
 import threading
 
@@ -239,3 +241,105 @@ def counted(r, noun, limit):
         text += " (stopped: there may be more)"
     return text
 
+
+
+class ImageSearch(SearchPane):
+    """Search this image: names or patterns in the selected image (`image()`, its dict or
+    None), the files found checkable for restore, with Check all, Uncheck all and Show in
+    tree."""
+
+    #: Show in tree, or a file found activated: the path to open in the image's tree
+    show_requested = Signal(str)
+
+    def __init__(self, bridge, image, parent=None):
+        super().__init__(bridge, FOUND_COLUMNS, True,
+                         "Name or pattern in this image: *.log, report, "
+                         "/data/*/raw/*.dat", "Search", self._show_found, parent)
+        self.image = image
+        self.table.setObjectName("search-results")
+        self.check_all = QPushButton("Check all")
+        self.uncheck_all = QPushButton("Uncheck all")
+        self.show_in_tree = QPushButton(icon("files"), "Show in tree")
+        for b in (self.check_all, self.uncheck_all, self.show_in_tree):
+            b.setEnabled(False)
+            self.extra.addWidget(b)
+        self.find_button.clicked.connect(self.run_search)
+        self.check_all.clicked.connect(lambda: self.results.set_all_checked(True))
+        self.uncheck_all.clicked.connect(lambda: self.results.set_all_checked(False))
+        self.show_in_tree.clicked.connect(self._show_found_in_tree)
+        self.table.activated.connect(lambda _i: self._show_found_in_tree())
+
+    def image_changed(self, image):
+        """Another image is shown: what was found in the last one goes."""
+        self.reset("" if image else "Select an image to search it.")
+        self._found_buttons()
+
+    def run_search(self):
+        image = self.image()
+        if image is None:
+            self.status.setText("Select an image to search it.")
+            return
+        self.run(search_image, image["id"], self.pattern.text(), self.case.isChecked())
+
+    def _show_found(self, r):
+        self.results.set_rows(r["matches"])
+        self.status.setText(counted(r, "match", SEARCH_LIMIT) + (
+            ". Check the ones to restore." if r["matches"] else "."))
+        self.size_columns()
+        self._found_buttons()
+
+    def _found_buttons(self):
+        has = bool(self.results.rows)
+        for b in (self.check_all, self.uncheck_all, self.show_in_tree):
+            b.setEnabled(has)
+
+    def _show_found_in_tree(self):
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return
+        row = self.proxy.data(rows[0], ROW_ROLE)
+        emit(self.show_requested, row["path"])
+
+
+class VersionSearch(SearchPane):
+    """Find in every image: the versions of a path or pattern in every image of the client
+    (`client()`, its name or None); choosing one asks for its image, open at that file."""
+
+    #: a version was chosen: its image's id and its path
+    version_chosen = Signal(str, str)
+
+    def __init__(self, bridge, client, parent=None):
+        super().__init__(bridge, VERSION_COLUMNS, False,
+                         "Path (/data/report.pdf) or pattern (report*.pdf) to find "
+                         "in every image of the client", "Find versions",
+                         self._show_versions, parent)
+        self.client = client
+        self.table.setObjectName("version-results")
+        self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
+        self.find_button.clicked.connect(self.run_find_versions)
+        self.table.activated.connect(self._version_chosen)
+        self.table.clicked.connect(self._version_chosen)
+
+    def run_find_versions(self):
+        client = self.client()
+        if client is None:
+            self.status.setText("Choose a client first.")
+            return
+        self.run(find_versions, client, self.pattern.text(), self.case.isChecked())
+
+    def _show_versions(self, r):
+        self.results.set_rows(r["versions"])
+        text = counted(r, "version", VERSIONS_LIMIT)
+        if r["versions"]:
+            text += ". Click one to open its image at that file."
+        if r["errors"]:
+            text += f" {len(r['errors'])} image(s) could not be searched: " + "; ".join(
+                f"{e['image']}: {e['message']}" for e in r["errors"][:3])
+        self.status.setText(text)
+        self.size_columns()
+
+    def _version_chosen(self, index):
+        row = self.proxy.data(index, ROW_ROLE)
+        if row is None:
+            return
+        emit(self.version_chosen, row["image"], row["path"])

@@ -47,28 +47,28 @@ def alpha_listed(v):
 
 def test_a_client_and_its_images_of_the_last_backups(page, master):
     v = page
-    assert v.client.currentText() == master.test_host
+    assert v.images.client.currentText() == master.test_host
     ids = [i["id"] for i in master.images()]
     assert v.model.rowCount() == 2
     # the test images are two months old: the range ends at the newest one, not today
-    assert v.until.date() == QDate.currentDate()
-    assert v.since.date() <= QDate(2026, 9, 21)
+    assert v.images.until.date() == QDate.currentDate()
+    assert v.images.since.date() <= QDate(2026, 9, 21)
     assert v.image["id"] == ids[0]         # newest first, chosen at once
 
 
 def test_the_date_range_filters_images(page, master, qtbot):
     v = page
-    v.since.setDate(QDate(2026, 9, 22))
+    v.images.since.setDate(QDate(2026, 9, 22))
     qtbot.waitUntil(lambda: v.model.rowCount() == 1, timeout=5000)
     assert v.model.row_dict(0)["created"].startswith("2026-09-22")
-    v.until.setDate(QDate(2026, 9, 22))
-    v.since.setDate(QDate(2026, 9, 1))
-    v.until.setDate(QDate(2026, 9, 10))
+    v.images.until.setDate(QDate(2026, 9, 22))
+    v.images.since.setDate(QDate(2026, 9, 1))
+    v.images.until.setDate(QDate(2026, 9, 10))
     qtbot.waitUntil(lambda: v.model.rowCount() == 0, timeout=5000)
     assert v.placeholder.isVisible() and "All dates" in v.placeholder.text()
-    v.all_dates.setChecked(True)
+    v.images.all_dates.setChecked(True)
     qtbot.waitUntil(lambda: v.model.rowCount() == 2, timeout=5000)
-    assert not v.since.isEnabled()
+    assert not v.images.since.isEnabled()
 
 
 def test_selecting_an_image_lists_its_files_lazily(page, master, qtbot, browse_calls):
@@ -117,8 +117,8 @@ def test_a_missing_index_is_reported_not_raised(page, master, qtbot):
     old = master.images()[1]["id"]
     os.unlink(master.home.index_path(old))
     v.select_key(old)
-    qtbot.waitUntil(lambda: v.files_error.isVisible(), timeout=5000)
-    assert "Could not list /" in v.files_error.text()
+    qtbot.waitUntil(lambda: v.file_pane.error.isVisible(), timeout=5000)
+    assert "Could not list /" in v.file_pane.error.text()
     assert v.files.rowCount() == 0
 
 
@@ -226,7 +226,7 @@ def test_search_lists_matches_that_can_be_checked(page, qtbot):
     paths = sorted(r["path"] for r in v.search.results.rows)
     assert paths == ["/data/projects/alpha/raw/run-001.dat",
                      "/data/projects/alpha/raw/run-002.dat"]
-    v.check_all.click()
+    v.search.check_all.click()
     assert sorted(v.chosen_paths()) == paths
     assert v.restore_button.isEnabled()
 
@@ -284,7 +284,7 @@ def test_find_in_every_image_opens_the_chosen_version(page, master, qtbot):
 def test_find_versions_outside_the_dates_widens_them(page, master, qtbot):
     v = page
     old = master.images()[1]["id"]
-    v.since.setDate(QDate(2026, 9, 22))
+    v.images.since.setDate(QDate(2026, 9, 22))
     qtbot.waitUntil(lambda: v.model.rowCount() == 1, timeout=5000)
     v.versions.pattern.setText("README")
     v.versions.find_button.click()
@@ -293,4 +293,4 @@ def test_find_versions_outside_the_dates_widens_them(page, master, qtbot):
     v.versions.table.clicked.emit(v.versions.proxy.index(r, 0))
     qtbot.waitUntil(lambda: v.image and v.image["id"] == old
                     and v.chosen_paths() == ["/data/projects/alpha/README.md"], timeout=5000)
-    assert v.all_dates.isChecked()
+    assert v.images.all_dates.isChecked()

@@ -85,53 +85,53 @@ def test_a_point_in_time_selects_the_image_newest_then(make_console, two_backups
     m, src, full, diff = two_backups
     c, v = open_page(make_console, m, qtbot)
     # at first: the newest image of the last 30 days, with the tree of now
-    assert v.image["id"] == diff["id"] and v.point.currentData() is None
+    assert v.image["id"] == diff["id"] and v.as_of.point.currentData() is None
     assert v.model.row_of(full["id"]) is None
     assert level_of(v, diff["id"]) == "Differential"
     assert names_in(v, qtbot, src + "/docs") == ["b.txt", "keep.txt"]
 
     # a day after the full: the full, found beyond the dates listed, with the tree of then
-    v.set_point_in_time(timeutil.parse_iso(full["created"]) + DAY)
+    v.as_of.set_point_in_time(timeutil.parse_iso(full["created"]) + DAY)
     qtbot.waitUntil(lambda: v.image is not None and v.image["id"] == full["id"],
                     timeout=5000)
-    assert v.all_dates.isChecked()
+    assert v.images.all_dates.isChecked()
     assert level_of(v, full["id"]) == "Full"
     assert names_in(v, qtbot, src + "/docs") == ["a.txt", "keep.txt"]
     assert f"is {full['id']}" in v.message.text()
-    assert "Full" in v.files_title.text()
+    assert "Full" in v.file_pane.title.text()
 
     # Newest again
-    v.point.setCurrentIndex(v.point.findData(None))
+    v.as_of.point.setCurrentIndex(v.as_of.point.findData(None))
     qtbot.waitUntil(lambda: v.image["id"] == diff["id"], timeout=5000)
     assert names_in(v, qtbot, src + "/docs") == ["b.txt", "keep.txt"]
-    assert not v.at.isEnabled()
+    assert not v.as_of.at.isEnabled()
 
     # before the first backup there is nothing: said, and the image shown stays
-    v.set_point_in_time(timeutil.parse_iso(full["created"]) - DAY)
+    v.as_of.set_point_in_time(timeutil.parse_iso(full["created"]) - DAY)
     qtbot.waitUntil(lambda: "has no image at or before" in v.message.text(), timeout=5000)
     assert v.image["id"] == diff["id"]
-    assert v.at.isEnabled()
+    assert v.as_of.at.isEnabled()
 
 
 def test_expiring_the_full_names_the_differential_that_depends_on_it(make_console,
                                                                      two_backups, qtbot):
     m, src, full, diff = two_backups
     c, v = open_page(make_console, m, qtbot, run_dispatcher=True)
-    v.all_dates.setChecked(True)
+    v.images.all_dates.setChecked(True)
     qtbot.waitUntil(lambda: v.model.row_of(full["id"]) is not None, timeout=5000)
     assert v.select_key(full["id"])
-    assert v.expire_action.isEnabled()
+    assert v.images.expire_action.isEnabled()
 
     # from the image list's context menu
     rect = v.table.visualRect(v.proxy.mapFromSource(v.model.index(v.model.row_of(full["id"]),
                                                                   0)))
     v.table.customContextMenuRequested.emit(rect.center())
-    assert v.expire_action in v.context_menu.actions()
-    v.context_menu.close()
-    v.expire_action.trigger()
-    qtbot.waitUntil(lambda: v.expire_box is not None and v.expire_box.isVisible(),
+    assert v.images.expire_action in v.images.context_menu.actions()
+    v.images.context_menu.close()
+    v.images.expire_action.trigger()
+    qtbot.waitUntil(lambda: v.images.expire_box is not None and v.images.expire_box.isVisible(),
                     timeout=5000)
-    box = v.expire_box
+    box = v.images.expire_box
     assert full["id"] in box.text() and "and the image that depends on it?" in box.text()
     info = box.informativeText()
     assert info.index(full["id"]) < info.index("will be expired with it") < info.index(diff["id"])
@@ -158,10 +158,10 @@ def test_cancelling_the_confirmation_expires_nothing(make_console, two_backups, 
     m, src, full, diff = two_backups
     c, v = open_page(make_console, m, qtbot)
     assert v.image["id"] == diff["id"]
-    v.expire_selected()
-    qtbot.waitUntil(lambda: v.expire_box is not None and v.expire_box.isVisible(),
+    v.images.expire_selected()
+    qtbot.waitUntil(lambda: v.images.expire_box is not None and v.images.expire_box.isVisible(),
                     timeout=5000)
-    assert "No other image depends on it." in v.expire_box.informativeText()
-    v.expire_box.button(v.expire_box.StandardButton.Cancel).click()
+    assert "No other image depends on it." in v.images.expire_box.informativeText()
+    v.images.expire_box.button(v.images.expire_box.StandardButton.Cancel).click()
     assert [j for j in m.jobs.list() if j["type"] == "expire"] == []
     assert len(m.images()) == 2

@@ -71,7 +71,7 @@ def test_restore_a_directory_and_a_file_to_a_new_directory(make_console, backed_
     m.add_host("other", address=sshd.host, port=sshd.port, user=sshd.user,
                key_file=sshd.key_file, trust_host_key=True)
     c, v = open_page(make_console, m, qtbot)
-    assert v.client.currentText() == "me"
+    assert v.images.client.currentText() == "me"
     image = m.images()[0]
     assert v.image["id"] == image["id"]
 

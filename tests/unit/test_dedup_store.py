@@ -250,6 +250,45 @@ def test_a_process_forked_while_a_thread_holds_the_lock_does_not_keep_it(tmp_pat
         os.waitpid(pid, 0)
 
 
+def test_a_forked_child_keeps_a_file_whose_inode_a_removed_lock_file_had(tmp_path, monkeypatch):
+    """A lock file once registered may be removed with its pool, and its inode number given to
+    another file, a container a restore's stream reads through: the child of a fork keeps that
+    file open and closes only what really is a store's lock file."""
+    from plugins.storage.dedup import locks
+    store = st.ChunkStore(tmp_path / "pool")
+    other = tmp_path / "container"
+    other.write_bytes(b"data")
+    keep = os.open(str(other), os.O_RDONLY)
+    lock = os.open(store._lock_path, os.O_RDWR)
+    o = os.fstat(keep)
+    # the inode of a lock file of a pool removed since, now the container's
+    monkeypatch.setitem(locks._lock_files, (o.st_dev, o.st_ino),
+                        ("/gone/index/lock", "/gone/index/lock"))
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            alive = []
+            for fd in (keep, lock):
+                try:
+                    os.fstat(fd)
+                    alive.append(b"1")
+                except OSError:
+                    alive.append(b"0")
+            os.write(w, b"".join(alive))
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 2) == b"10"  # the container open, the store's lock file closed
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+        os.close(keep)
+        os.close(lock)
+
+
 def test_threads_share_one_store(tmp_path):
     import threading
     store = st.ChunkStore(tmp_path, container_size=8192)

@@ -172,17 +172,35 @@ class PoolSession:
 # not in the child and never releases it there, so the lock would stay taken, for every
 # process using the pool, until the child ends. The child therefore closes at once every
 # descriptor of a store's lock file: all are known by inode, registered before the first
-# lock is taken (a fork may come between another thread's open and its lock).
-_lock_files = set()  # (st_dev, st_ino) of the store lock files this process opened
+# lock is taken (a fork may come between another thread's open and its lock). An inode
+# number is used again once its file is gone (a pool removed), so a descriptor counts as a
+# lock file's only if it also names that file's path: a container or an index file that
+# happens to get the number stays open (closing it would fail the child's reads with EBADF).
+# (st_dev, st_ino) -> (path, real path) of the store lock files this process opened.
+_lock_files = {}
 _held_locks = set()  # the _FileLocks held now, whose fd the child forgets
 _lock_files_mutex = threading.Lock()
 
 
-def _register_lock_file(fd):
+def _register_lock_file(fd, path):
     st = os.fstat(fd)
-    if (st.st_dev, st.st_ino) not in _lock_files:
+    key = (st.st_dev, st.st_ino)
+    known = _lock_files.get(key)
+    if known is None or known[0] != path:
+        # as /proc names an open file: absolute, no symbolic link on the way
+        real = os.path.realpath(path)
         with _lock_files_mutex:
-            _lock_files.add((st.st_dev, st.st_ino))
+            _lock_files[key] = (path, real)
+
+
+def _is_lock_file(fd, path):
+    """Whether descriptor fd is open on the lock file at path (or on one that was there and
+    has been removed or replaced since: its flock must be let go all the same)."""
+    try:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return True  # no /proc: the inode alone says so, as nothing better can
+    return name == path or name.startswith(path + " (deleted)")
 
 
 def _close_inherited_locks():
@@ -200,7 +218,8 @@ def _close_inherited_locks():
             st = os.fstat(fd)
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) in _lock_files:
+        known = _lock_files.get((st.st_dev, st.st_ino))
+        if known is not None and _is_lock_file(fd, known[1]):
             try:
                 os.close(fd)
             except OSError:
@@ -225,7 +244,7 @@ class _FileLock:
         try:
             _held_locks.add(self)
             self.fd = private.create(self.path, os.O_RDWR)
-            _register_lock_file(self.fd)  # the lock file may have been made anew
+            _register_lock_file(self.fd, self.path)  # the lock file may have been made anew
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except BaseException:
             self._close()

@@ -148,7 +148,7 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
             pass  # a pool this host may not lock: whatever locks it fails on its own
         else:
             try:
-                _register_lock_file(fd)
+                _register_lock_file(fd, self._lock_path)
             finally:
                 os.close(fd)
         config = self._load_config(key, existed)

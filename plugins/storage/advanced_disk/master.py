@@ -1,6 +1,6 @@
 """AdvancedDisk, the master half: backup images as plain pax tar files on the mounted file
 systems of a storage server (for example a GPFS mount). The image format is documented in
-docs/image-format.md; the data movers live in the agent (app/agent/archiver.py) and this type's
+docs/image-format.md; the data movers live in the agent (app/agent/archiver/) and this type's
 agent half (plugins/storage/advanced_disk/agent.py).
 
 Master-side decisions only: where an image goes, whether the pool may take it."""

@@ -240,3 +240,52 @@ def test_the_console_and_the_cli_go_through_the_master_api():
             reached.append(f"{rel}:{node.lineno} reaches {held}.{node.attr}: use a method "
                            f"of the master (app/master/)")
     assert reached == [], "\n".join(reached)
+
+
+# The names of the storage types. Outside a type's own package, code asks the type's
+# interface and capabilities (plugins/storage/base.py), never which type it is.
+TYPE_NAMES = {"dedup", "advanced-disk", "advanced_disk"}
+TYPE_PACKAGES = ("plugins/storage/dedup/", "plugins/storage/advanced_disk/")
+
+
+def type_tests(source):
+    """[(line, text)] of the places in a module's source that test a storage type by name: a
+    comparison of a type's name with something that says type or kind, and an `if` on a
+    name such as `dedup` or `is_dedup`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            names = set()
+            for side in sides:
+                elts = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                names |= {e.value for e in elts if isinstance(e, ast.Constant)
+                          and isinstance(e.value, str)}
+            others = " ".join(ast.unparse(s) for s in sides if not isinstance(s, ast.Constant))
+            if names & TYPE_NAMES and ("type" in others or "kind" in others):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, (ast.If, ast.IfExp, ast.While)):
+            test = node.test.operand if isinstance(node.test, ast.UnaryOp) else node.test
+            if isinstance(test, ast.Name) and "dedup" in test.id:
+                found.append((node.lineno, f"if {ast.unparse(node.test)}"))
+    return found
+
+
+def test_no_code_outside_a_storage_type_asks_which_type_it_is():
+    asked = []
+    for name, path in sorted(MODULES.items()):
+        rel = str(path.relative_to(REPO))
+        if rel.startswith(TYPE_PACKAGES):
+            continue
+        asked += [f"{rel}:{line} {text}: ask the type's interface or capabilities "
+                  f"(plugins/storage/base.py)" for line, text in type_tests(path.read_text())]
+    assert asked == [], "\n".join(asked)
+
+
+def test_the_type_check_finds_a_test_of_a_type_by_name():
+    assert [t for _, t in type_tests("if pool['type'] == 'dedup':\n    pass\n")] == \
+        ["pool['type'] == 'dedup'"]
+    assert [t for _, t in type_tests("if not dedup:\n    pass\n")] == ["if not dedup"]
+    assert type_tests("x = storage_type in ('advanced-disk', 'tape')\n")
+    # the dedup setting of a host or policy (where data is deduplicated) is no type test
+    assert type_tests("if 'dedup' in changes:\n    pass\n") == []

@@ -68,7 +68,7 @@ def _create_pool(m, s):
                               max_io_streams=s["max_io_streams"], comment=s["comment"])
 
 
-def is_dedup(server):
+def holds_one_pool(server):
     """Whether the server holds one pool, whose volume is its storage path (a deduplicating
     server)."""
     return bool(server) and registry.can(server.get("type"), "one_pool")
@@ -140,7 +140,7 @@ class ServerPage(Page):
         s = self.server()
         if not s:
             text = ""
-        elif is_dedup(s):
+        elif holds_one_pool(s):
             text = (f"dedup on host {s['host']}: a deduplicating pool in {s['path']}"
                     + (", encrypted at rest" if (s.get("options") or {}).get("encrypted")
                        else ""))
@@ -156,7 +156,7 @@ class ServerPage(Page):
         s = self.server()
         if not s:
             return "Choose a storage server."
-        if is_dedup(s) and s["name"] in self.pool_of:
+        if holds_one_pool(s) and s["name"] in self.pool_of:
             return (f"Dedup storage server {s['name']} already has its disk pool "
                     f"'{self.pool_of[s['name']]}': a deduplicating server holds one pool. "
                     "Choose another server, or create another dedup storage server for "
@@ -164,7 +164,7 @@ class ServerPage(Page):
         return None
 
     def nextId(self):
-        return DEDUP_VOLUME_PAGE if is_dedup(self.server()) else VOLUMES_PAGE
+        return DEDUP_VOLUME_PAGE if holds_one_pool(self.server()) else VOLUMES_PAGE
 
 
 class VolumesPage(Page):
@@ -691,7 +691,7 @@ class DiskPoolWizard(WizardBase):
         return s["name"] if s else None
 
     def dedup(self):
-        return is_dedup(self.server_page.server())
+        return holds_one_pool(self.server_page.server())
 
     def host(self):
         s = self.server_page.server()

@@ -226,10 +226,10 @@ class PathPage(Page):
         self.chunk_size.currentIndexChanged.connect(self.revalidate)
 
     def initializePage(self):
-        is_dedup = has_chunks(self.wizard().type_page.type_name())
-        self.setTitle("Storage path and deduplication" if is_dedup else "Storage path")
+        chunked = has_chunks(self.wizard().type_page.type_name())
+        self.setTitle("Storage path and deduplication" if chunked else "Storage path")
         for row in self.dedup_rows:
-            self.form.setRowVisible(row, is_dedup)
+            self.form.setRowVisible(row, chunked)
         self.revalidate()
 
     def options(self):

@@ -10,6 +10,7 @@ import os
 
 import json
 
+from app import timeutil
 from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUMS, \
     id_of, check_agent_env, check_compact_below, check_file_list, check_int, \
     check_snapshot_mode
@@ -29,11 +30,36 @@ EDITABLE = {
     "host": ("port", "user", "key_file", "data_address", "max_jobs", "agent_env", "dedup",
              "comment"),
     "storage-server": ("comment",),
-    "disk-pool": ("high_water", "low_water", "max_io_streams", "compact_below", "comment"),
+    "disk-pool": ("high_water", "low_water", "max_io_streams", "compact_below", "verify_every",
+                  "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
     "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "snapshot",
                "file_list", "dedup", "skip_nodump", "active", "comment"),
 }
+
+
+# Scheduled verify reads a whole pool back; more often than this it would leave the pool
+# little time for backups.
+MIN_VERIFY_EVERY_S = 3600
+NO_VERIFY = ("", "0", "off", "no", "none", "never")
+
+
+def check_verify_every(value):
+    """A pool's verify interval in seconds from a duration such as `7d`, or None (verify only
+    by hand) for `never`, `off` or 0."""
+    if value is None or str(value).strip().lower() in NO_VERIFY:
+        return None
+    if isinstance(value, bool):
+        raise ValidationError(f"verify interval {value!r} is not a duration")
+    seconds = value if isinstance(value, int) else \
+        timeutil.parse_duration(value, "verify interval")
+    if seconds is None:
+        return None
+    if seconds < MIN_VERIFY_EVERY_S:
+        raise ValidationError(f"a verify every {timeutil.format_duration(seconds)} is too often",
+                              hint="verify at most every hour (1h); 7d is usual, or 'never'")
+    timeutil.check_limit(seconds, "verify interval")
+    return seconds
 
 
 def _check_kind(kind):
@@ -176,6 +202,8 @@ def update(db, config, kind, name, **changes):
         if "compact_below" in changes:
             values["compact_below"] = check_compact_below(changes["compact_below"],
                                                           pool["server_type"])
+        if "verify_every" in changes:
+            values["verify_every"] = check_verify_every(changes["verify_every"])
     elif kind == "storage-unit":
         if "max_concurrent_jobs" in changes:
             values["max_concurrent_jobs"] = check_int(

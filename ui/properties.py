@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, Q
 from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW, FILE_LIST_MODES, SNAPSHOT_MODES
 from app.config_edit import EDITABLE
 from app.scheduler import Scheduler
+from app.timeutil import format_duration
 from plugins.storage import registry
 from ui import fmt
 from ui.resources import icon
@@ -45,6 +46,7 @@ LABELS = {
     "file_list": "File list", "agent_env": "Agent environment",
     "max_jobs": "Maximum jobs", "options": "Deduplication", "dedup": "Deduplication",
     "compact_below": "Compact containers below",
+    "verify_every": "Verify the whole pool every",
     "skip_nodump": "Leave out files marked nodump",
 }
 
@@ -140,6 +142,11 @@ def value_label(text="", name=None):
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     label.setWordWrap(True)
     return label
+
+
+def verify_text(seconds):
+    """A pool's verify interval as the editor shows it: `7d`, or empty for never."""
+    return "" if seconds is None else format_duration(seconds)
 
 class PropertiesDialog(QDialog):
     def __init__(self, bridge, kind, obj, parent=None):
@@ -274,6 +281,14 @@ class PropertiesDialog(QDialog):
             w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
             w.setToolTip(DEDUP_TIPS[self.kind])
             w.currentIndexChanged.connect(self._changed)
+        elif key == "verify_every":
+            w = QLineEdit(verify_text(value))
+            w.setPlaceholderText("never")
+            w.setToolTip("How often the whole pool is read back and checked, e.g. 7d or 12h "
+                         "(never: only when started by hand). Scheduled verify jobs wait "
+                         "behind every other job.")
+            w.setClearButtonEnabled(True)
+            w.textChanged.connect(self._changed)
         elif key == "agent_env":
             text = ",".join(f"{k}={v}" for k, v in sorted((value or {}).items()))
             w = QLineEdit(text)
@@ -333,6 +348,8 @@ class PropertiesDialog(QDialog):
             new = self.value(key)
             if key == "agent_env":
                 old = ",".join(f"{k}={v}" for k, v in sorted((old or {}).items()))
+            elif key == "verify_every":
+                old = verify_text(old)
             elif isinstance(self.editors[key], QLineEdit):
                 old = old or ""
             if new != old:

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, \
     QMenu, QSizePolicy, QVBoxLayout
 
 from app.jobs.rules import category
+from app.timeutil import format_duration
 from plugins.storage import registry
 from ui.models import ROW_ROLE, Column, ObjectTableModel, list_column, \
     number_column, text_column
@@ -106,7 +107,13 @@ DISK_POOLS = ListSpec(
             else r.get("compact_below"),
             numeric=True,
             help="deduplicating pools: space reclaim compacts a container whose live data is "
-                 "below this share of its size")],
+                 "below this share of its size"),
+     Column("verify_every", "Verify",
+            lambda r: "by hand" if not r.get("verify_every")
+            else f"every {format_duration(r['verify_every'])}",
+            sort=lambda r: r.get("verify_every") or 1 << 62, numeric=True,
+            help="how often the whole pool is read back and checked (disk-pool set POOL "
+                 "verify_every 7d)")],
     lambda m: m.disk_pools(),
     "No disk pools yet: create one on a storage server with "
     + _cmd("cairn disk-pool create NAME --server SERVER --volume PATH") + ".",

@@ -85,8 +85,9 @@ def disk_pool_commands(sub, cmd):
     p = cmd(dp, "set", "change a disk pool's attribute", handler=_pool_set,
             description="Change one attribute of a disk pool: high_water, low_water, "
                         "max_io_streams (0: no limit), compact_below (deduplicating pools: "
-                        "percent of live data below which reclaim compacts a container) or "
-                        "comment.")
+                        "percent of live data below which reclaim compacts a container), "
+                        "verify_every (how often the whole pool is read back and checked, "
+                        "e.g. 7d; never: only by hand) or comment.")
     p.add_argument("name")
     p.add_argument("key")
     p.add_argument("value")

@@ -5,13 +5,15 @@ when its start window closes ends as missed (status 196); a failed backup is tri
 a delay, up to the master's number of tries, each attempt a job of its own.
 
 Where it runs for good (the console, `cairn master run`), the dispatcher also runs the
-scheduler and queues expiry of images whose retention has ended.
+scheduler, queues expiry of images whose retention has ended and verify of pools whose verify
+interval has passed.
 
 Only one dispatcher acts on a catalog at a time: it holds a lease row that it renews, so a
 console and a headless master (or a CLI with --wait) never run the same job twice. A job
 left `active` by a dispatcher that died (its heartbeat stopped) is ended with a status that
 says so."""
 
+import json
 import os
 import socket
 import threading
@@ -131,6 +133,10 @@ class Dispatcher:
             "SELECT client, count(*) AS n FROM jobs WHERE state=? AND type='backup' "
             "AND storage_unit IS NOT NULL GROUP BY client", (ACTIVE,))}
         limits = self._client_limits() if queued else {}
+        # Pools that backups and restores use or wait for: a scheduled verify yields to them.
+        in_use = {p for p, n in active_per_pool.items() if n} | {
+            pools["of_stu"][j["storage_unit"]] for j in queued
+            if j["storage_unit"] in pools["of_stu"]}
         now = self.clock()
         for job in queued:
             if job["not_after"] is not None and now > job["not_after"]:
@@ -143,6 +149,12 @@ class Dispatcher:
                 if limit is not None and per_client.get(job["client"], 0) >= limit:
                     reason = (f"client {job['client']} is at its limit of {limit} "
                               f"job{'s' if limit != 1 else ''}")
+            if reason is None and job["type"] == "verify" and job["params"]:
+                params = json.loads(job["params"])
+                pool = params.get("pool")
+                if params.get("scheduled") and pool in in_use:
+                    reason = (f"a scheduled verify waits until no backup or restore uses or "
+                              f"waits for pool {pool}")
             if reason is None:
                 reason = self._wait_reason(job, active_per_stu, active_per_pool, pools)
             if reason:
@@ -223,7 +235,8 @@ class Dispatcher:
         return new
 
     def housekeeping(self):
-        """The scheduler and automatic expiry, at their own pace, under the lease."""
+        """The scheduler, automatic expiry and scheduled verify of pools, at their own pace,
+        under the lease."""
         now = self.clock()
         if now >= self._next_schedule:
             self._next_schedule = now + SCHEDULE_EVERY
@@ -239,6 +252,10 @@ class Dispatcher:
             self._next_expire = now + EXPIRE_EVERY
             try:
                 self.master.expire_due(now)
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
+            try:
+                self.master.verify_due(now)
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
 

@@ -8,6 +8,7 @@ import json
 import time
 
 from app import status as st
+from app import timeutil
 from app.errors import CairnError, ValidationError
 from app.jobs import chunk_verify, cleanup, disk_verify
 from app.jobs.context import JobContext, results
@@ -143,7 +144,13 @@ class ReclaimJob:
             waited += _pause(ctx, BUSY_RETRY_S)
 
 
-def make_verify_job(master, *, image=None, pool=None):
+# A scheduled verify comes after every other queued job (backups have priority 0 or more),
+# and the dispatcher holds it while a backup or restore uses or waits for its pool, so that
+# reading a whole pool back never slows the backups down.
+SCHEDULED_VERIFY_PRIORITY = -1
+
+
+def make_verify_job(master, *, image=None, pool=None, scheduled=False, why=None):
     if bool(image) == bool(pool):
         raise ValidationError("verify needs an image or a disk pool (not both)")
     img = verify_target(master, image=image, pool=pool)[0]
@@ -151,8 +158,39 @@ def make_verify_job(master, *, image=None, pool=None):
         return master.jobs.create("verify", client=img["client"], policy=img["policy"],
                                   params={"image": img["id"]},
                                   note=f"verify job queued for image {img['id']}")
-    return master.jobs.create("verify", params={"pool": pool},
-                              note=f"verify job queued for pool {pool}")
+    params = {"pool": pool, **({"scheduled": True} if scheduled else {})}
+    return master.jobs.create("verify", params=params,
+                              priority=SCHEDULED_VERIFY_PRIORITY if scheduled else 0,
+                              note=f"verify job queued for pool {pool}"
+                                   + (f": {why}" if why else ""))
+
+
+def verify_due(master, now=None):
+    """Queues a verify job of each pool whose verify interval (`disk-pool set POOL
+    verify_every 7d`) has passed since its last verify of the whole pool was queued, or that
+    has none yet; never a second one while one is queued or running. Returns the job ids."""
+    now = time.time() if now is None else now
+    pools = master.db.all("SELECT name, verify_every FROM disk_pools "
+                          "WHERE verify_every IS NOT NULL ORDER BY name")
+    if not pools:
+        return []
+    last, busy = {}, set()
+    for r in master.db.all("SELECT params, state, created FROM jobs WHERE type='verify'"):
+        pool = json.loads(r["params"] or "{}").get("pool")
+        if pool is None:
+            continue
+        if r["state"] != "done":
+            busy.add(pool)
+        last[pool] = max(last.get(pool, 0.0), timeutil.parse_iso(r["created"]))
+    queued = []
+    for p in pools:
+        name, every = p["name"], p["verify_every"]
+        if name in busy or (name in last and now - last[name] < every):
+            continue
+        queued.append(make_verify_job(
+            master, pool=name, scheduled=True,
+            why=f"scheduled, every {timeutil.format_duration(every)}"))
+    return queued
 
 
 def make_reclaim_job(master, pool, reason="started by the administrator"):

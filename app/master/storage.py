@@ -93,6 +93,10 @@ class StorageAPI:
         """Queues a verify job of an image or a whole disk pool (every pool type)."""
         return pool_jobs.make_verify_job(self, image=image, pool=pool)
 
+    def verify_due(self, now=None):
+        """Queues the scheduled verify jobs of pools whose verify interval has passed."""
+        return pool_jobs.verify_due(self, now)
+
     def start_cleanup(self, pool, dry_run=False):
         """Queues a cleanup job of a disk pool (any type): removes the pool files that no
         catalog image owns and that are older than every running backup (app/jobs/cleanup.py);

@@ -290,6 +290,10 @@ MIGRATIONS = [
         started TEXT NOT NULL
     )
     """,
+    # 10: verify on a schedule: a pool's verify interval in seconds (NULL: only by hand)
+    """
+    ALTER TABLE disk_pools ADD COLUMN verify_every INTEGER
+    """,
 ]
 
 

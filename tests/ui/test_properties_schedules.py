@@ -59,3 +59,28 @@ def test_wrapped_values_stay_whole_when_a_late_value_arrives(qtbot, bridge, mast
     for label in dlg.findChildren(QLabel):
         if label.wordWrap() and label.isVisible() and label.text():
             assert label.height() >= label.heightForWidth(label.width()), label.text()
+
+
+def test_a_pools_verify_interval_is_set_and_cleared_in_its_properties(qtbot, bridge, master):
+    m = master
+    pool = m.disk_pools()[0]["name"]
+    dlg = PropertiesDialog(bridge, "disk-pool", m.config.disk_pool(pool))
+    qtbot.addWidget(dlg)
+    dlg.show()
+    field = dlg.editors["verify_every"]
+    assert field.text() == "" and field.placeholderText() == "never"
+    field.setText("10m")
+    dlg.save()
+    qtbot.waitUntil(lambda: dlg.error.isVisible(), timeout=5000)
+    assert "too often" in dlg.error.text()
+    field.setText("3d")
+    dlg.save()
+    qtbot.waitUntil(lambda: m.config.disk_pool(pool)["verify_every"] == 3 * 86400,
+                    timeout=5000)
+    dlg = PropertiesDialog(bridge, "disk-pool", m.config.disk_pool(pool))
+    qtbot.addWidget(dlg)
+    assert dlg.editors["verify_every"].text() == "3d"
+    dlg.editors["verify_every"].setText("")
+    assert dlg.changes() == {"verify_every": ""}
+    dlg.save()
+    qtbot.waitUntil(lambda: m.config.disk_pool(pool)["verify_every"] is None, timeout=5000)

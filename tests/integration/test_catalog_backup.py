@@ -17,6 +17,7 @@ from app import status as st
 from app.catalog_backup import archive
 from app.master import Master
 from clihelp import cairn, cairn_json
+from killhelp import killed, next_master_run
 from treegen import assert_trees_equal, make_tree
 
 PASSPHRASE = b"granite-cairn-passphrase-7Qx"
@@ -251,6 +252,32 @@ def test_a_catalog_backup_that_never_finished_is_skipped(tmp_path, small_master)
     partial.write_bytes(good[:len(good) // 3])
     doc, p = _recover(tmp_path, tmp_path / "new")
     assert p.returncode == 0 and doc["backup"] == str(folder / name), doc
+
+
+def test_a_catalog_backup_killed_before_its_commit_leaves_nothing_that_looks_complete(
+        tmp_path, small_master):
+    """kill -9 of the master right before the host's agent commits the archive: its whole
+    content is written, under the partial name only; recover takes the older, complete one,
+    and the next catalog backup is not hindered."""
+    small_master.close()
+    home = str(tmp_path / "home")
+    folder = tmp_path / "vol" / "catalog-backups"
+    [older] = archives(folder)
+    jid = killed(home, "commit_file", "before", "catalog", "backup", "--storage-unit", "astu",
+                 "--passphrase-file", passphrase_file(tmp_path), "--wait")
+    assert archives(folder) == [older]
+    [partial] = [n for n in os.listdir(folder) if n.endswith(".partial")]
+    assert partial.startswith(".") and stat.S_IMODE(os.stat(folder / partial).st_mode) == 0o600
+    doc, p = _recover(tmp_path, tmp_path / "new")
+    assert p.returncode == 0 and doc["backup"] == str(folder / older), doc
+    next_master_run(home)
+    m = Master(home)
+    try:
+        assert m.job(jid)["state"] == "done" and m.job(jid)["status"] != st.OK
+        catalog_backup(m, "astu")
+    finally:
+        m.close()
+    assert len(archives(folder)) == 2
 
 
 def test_a_catalog_backup_to_a_pool_on_an_ssh_host(tmp_path, sshd):

@@ -49,8 +49,9 @@ def make_job(master, storage_unit, passphrase):
 def snapshot_catalog(source, dest, job_id):
     """sqlite's online backup of the catalog into `dest`: the catalog as of one moment,
     whatever other jobs write meanwhile. In the copy this job has ended well (it has, if the
-    copy is ever read: the archive exists only when the job succeeded). Returns (images,
-    jobs, schema version) of the copy."""
+    copy is ever read: the archive exists only when the job succeeded), and no dispatcher
+    holds the lease (a recovered master would wait for this one's to run out). Returns
+    (images, jobs, schema version) of the copy."""
     src = sqlite3.connect(source, timeout=30)
     try:
         dst = sqlite3.connect(dest)
@@ -62,6 +63,7 @@ def snapshot_catalog(source, dest, job_id):
                             (st.OK, now, job_id))
                 dst.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
                             (job_id, now, "info", "the catalog was copied for this backup"))
+                dst.execute("DELETE FROM leases")
             dst.execute("PRAGMA journal_mode=DELETE")
             images = dst.execute("SELECT id FROM images ORDER BY id").fetchall()
             jobs = dst.execute("SELECT count(*) FROM jobs").fetchone()[0]

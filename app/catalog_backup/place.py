@@ -34,6 +34,13 @@ class Target:
     def open(self):
         try:
             if self.sftp is None:
+                volume = posixpath.dirname(self.folder)
+                if not os.path.isdir(volume):
+                    # never made here: an unmounted volume would be filled on the disk below
+                    raise CairnError(f"the pool's volume {volume} is not there",
+                                     hint="mount it (or fix the pool's volume), then run the "
+                                          "catalog backup again",
+                                     status_code=st.VOLUME_UNAVAILABLE)
                 os.close(private.makedirs(self.folder, own=1))
                 self.f = os.fdopen(private.create(self.partial, os.O_WRONLY | os.O_EXCL), "wb")
             else:

@@ -56,7 +56,9 @@ def snapshot_catalog(source, dest, job_id):
     try:
         dst = sqlite3.connect(dest)
         try:
-            src.backup(dst, pages=1024)
+            # One step: a read transaction on the WAL catalog, which blocks no writer; in
+            # steps, each write by another job would start the copy again.
+            src.backup(dst)
             now = timeutil.iso(time.time())
             with dst:
                 dst.execute("UPDATE jobs SET state='done', status=?, ended=? WHERE id=?",
@@ -83,6 +85,7 @@ class CatalogBackupJob:
         self.job = job
         self.ctx = JobContext(master.jobs, job["id"])
         self.stu = self.pool = self.host = self.escrow = None
+        self._last_flush = 0.0
 
     def prepare(self):
         self.stu, self.pool, self.host = target(self.master, self.job["params"]["storage_unit"])
@@ -139,6 +142,17 @@ class CatalogBackupJob:
                                       "pool-key:" + server)
         return out
 
+    def _tick(self):
+        """Between two members: a member more, the job's progress written now and then (its
+        heartbeat), and whether it was canceled."""
+        ctx = self.ctx
+        ctx.files += 1
+        now = time.monotonic()
+        if now - self._last_flush >= 1.0:
+            self._last_flush = now
+            ctx.flush(sample=True)
+        return ctx.check_cancel()
+
     def _write(self, members, images, njobs, version, key_names):
         ctx, job_id = self.ctx, self.job["id"]
         created = time.time()
@@ -153,12 +167,13 @@ class CatalogBackupJob:
         folder = place.folder_of(self.pool)
         partial, final = archive.file_names(created, job_id)
         t = place.Target(self.master, self.host, folder, partial, final)
+        ctx.total_files = len(members)
         ctx.log(f"catalog backup of {len(images)} image(s), {njobs} job(s), "
                 f"{manifest['indexes']} file index(es) and {len(key_names)} pool key(s) to "
                 f"{t.final} on host {self.host['name']}")
         ctx.flush()
         try:
-            done = archive.write(t.open(), manifest, members, ctx.check_cancel)
+            done = archive.write(t.open(), manifest, members, self._tick)
             if not done:
                 raise Canceled()
             r = t.commit()

@@ -255,6 +255,25 @@ def test_a_catalog_backup_that_never_finished_is_skipped(tmp_path, small_master)
     assert p.returncode == 0 and doc["backup"] == str(folder / name), doc
 
 
+def test_a_catalog_backup_runs_beside_a_backup(tmp_path, small_master):
+    """Queued together, the two jobs run at once; the catalog copy is consistent (sqlite's
+    integrity check on recovery) whatever the backup wrote meanwhile."""
+    m = small_master
+    src = tmp_path / "big"
+    make_tree(str(src))
+    m.config.add_policy_selection("pa", str(src))
+    [b] = m.start_backup("pa")
+    c = m.start_catalog_backup("astu", PASSPHRASE)
+    jobs = m.wait_for([b, c])
+    assert [j["status"] for j in jobs] == [st.OK, st.OK], [log_text(m, j["id"]) for j in jobs]
+    started = {j["id"]: j["started"] for j in jobs}
+    ended = {j["id"]: j["ended"] for j in jobs}
+    assert started[c] <= ended[b], "the catalog backup waited for the backup to end"
+    doc, p = _recover(tmp_path, tmp_path / "new")
+    assert p.returncode == 0 and doc["backup"].endswith(f"-{c}.tar"), doc
+    assert doc["images"] in (1, 2)
+
+
 def test_a_catalog_backup_killed_before_its_commit_leaves_nothing_that_looks_complete(
         tmp_path, small_master):
     """kill -9 of the master right before the host's agent commits the archive: its whole

@@ -72,6 +72,15 @@ class HostPool:
             self._conns[name] = conn
             return conn
 
+    def sftp(self, host):
+        """The SFTP session of an SSH host, on the connection its agent uses (the agent is
+        started first, so the host key was checked as for any job); None for the local host,
+        whose files the master reaches itself."""
+        if host["kind"] == "local":
+            return None
+        self.connect(host)
+        return self._transports[host["name"]].sftp()
+
     def data_address(self, storage_host, peer_host):
         """The address at which peer_host's agent reaches storage_host's data plane."""
         if storage_host.get("data_address"):

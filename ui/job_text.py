@@ -30,6 +30,8 @@ def type_text(job):
             return f"{t} pool {p['pool']}"
     if t == "rebuild-index" and p.get("image"):
         return f"{t} image {p['image']}"
+    if t == "catalog-backup" and p.get("storage_unit"):
+        return f"{t} to {p['storage_unit']}"
     return t
 
 
@@ -43,6 +45,9 @@ TYPE_TIPS = {
     "rebuild-index": "Rebuilds the image's catalog index (what browsing and restoring read) "
                      "from the image itself; the job's log names any damage found in the "
                      "image.",
+    "catalog-backup": "Backs up the catalog, its file indexes, known_hosts and the pool keys "
+                      "(sealed) to the folder catalog-backups of the storage unit's pool; "
+                      "`cairn catalog recover` brings a lost master back from it.",
 }
 
 

@@ -301,6 +301,41 @@ def remove_image(req, path):
 
 
 @handler
+def commit_file(req, partial, final):
+    """Makes a plain file the master wrote on this host (a catalog backup: over SFTP, or by
+    the master itself on its own machine) durable under its final name: its data synced,
+    renamed, the folder synced. The partial name starts with a dot in the same folder, so
+    that a writer killed half-way leaves nothing that looks complete."""
+    if not (isinstance(partial, str) and isinstance(final, str) and final.startswith("/")
+            and os.path.dirname(partial) == os.path.dirname(final)
+            and os.path.basename(partial).startswith(".")
+            and not os.path.basename(final).startswith(".")):
+        raise ValidationError("commit_file needs a partial name starting with a dot and a "
+                              "final name in the same folder")
+    try:
+        fd = os.open(partial, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise CairnError(f"{partial} is gone; it cannot be committed",
+                         status_code=status.STORAGE_WRITE_FAILED) from None
+    try:
+        os.fsync(fd)
+        os.fchmod(fd, private.FILE_MODE)
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    if os.path.lexists(final):
+        raise CairnError(f"{final} exists already; {partial} was not committed",
+                         status_code=status.STORAGE_WRITE_FAILED)
+    os.rename(partial, final)
+    dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return {"path": final, "bytes": size}
+
+
+@handler
 def stat_path(req, path):
     try:
         st = os.stat(path)

@@ -1,7 +1,11 @@
-"""`cairn catalog check`: whether the catalog is sound, without changing it."""
+"""`cairn catalog check`: whether the catalog is sound, without changing it. `cairn catalog
+backup`: the master's own state written to a pool (app/jobs/catalog_backup.py). `cairn catalog
+recover`: a master recovered from such a backup into an empty home
+(app/catalog_backup/recover.py)."""
 
 from app import status as st
 from app.cli.output import out
+from app.cli.shared import jobs_result
 from app.errors import CairnError
 
 
@@ -15,10 +19,38 @@ def catalog_commands(sub, cmd):
                     "block intact), the images each image reads data from, and the image "
                     "files of pools on this machine. No host is contacted. Exits 0 when "
                     "nothing is wrong, else 70 with each problem and its fix.")
+    p = cmd(ca, "backup", "back up the catalog, its file indexes, known_hosts and the pool "
+                          "keys to a storage unit's pool", handler=_backup,
+            description="Queue a catalog backup: a consistent copy of the catalog (taken while "
+                        "jobs run), the file indexes of its images, known_hosts and the keys "
+                        "of encrypted pools, written as one archive to the folder "
+                        "catalog-backups at the pool's path. The pool keys in it are sealed; "
+                        "the passphrase opens them at recovery time and is stored nowhere. "
+                        "The first catalog backup sets the passphrase; later ones must give "
+                        "the same.")
+    p.add_argument("--storage-unit", required=True, metavar="STU",
+                   help="the storage unit whose pool holds the backup")
+    p.add_argument("--passphrase-file", required=True, metavar="F",
+                   help="a file whose first line is the passphrase (at least 8 characters)")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(ca, "recover", "recover a master into an empty CAIRN_HOME from the newest "
+                           "catalog backup under a folder", handler=_recover,
+            opens_master=False,
+            description="Recover a master on a new machine: the newest complete catalog "
+                        "backup under DIR (a pool's path as this machine sees it, or its "
+                        "catalog-backups folder) is checked member by member and restored "
+                        "into CAIRN_HOME (or --home), which must be empty or not exist yet: "
+                        "the catalog, its file indexes, known_hosts and the pool keys. A "
+                        "damaged backup or a wrong passphrase leaves the home untouched.")
+    p.add_argument("--from", required=True, dest="from_dir", metavar="DIR",
+                   help="the pool's path or its catalog-backups folder")
+    p.add_argument("--passphrase-file", required=True, metavar="F",
+                   help="a file whose first line is the catalog backups' passphrase")
 
 
 def _no_action(args):
-    raise CairnError("name what to do with the catalog: cairn catalog check",
+    raise CairnError("name what to do with the catalog: cairn catalog check, backup or "
+                     "recover",
                      status_code=st.INVALID_REQUEST)
 
 
@@ -52,3 +84,42 @@ def _print_catalog_check(d):
            n(c["image_files"], "image file", "image files") + " on this machine"]
     verdict = "no problems" if d["ok"] else n(len(d["problems"]), "problem", "problems")
     print(f"catalog {d['catalog']}: {verdict}; checked {', '.join(done)}")
+
+
+def _backup(m, args):
+    # The escrow's module loads for this command only, as the master does for the others.
+    from app.catalog_backup.escrow import read_passphrase
+    return jobs_result(m, args, [m.start_catalog_backup(
+        args.storage_unit, read_passphrase(args.passphrase_file))])
+
+
+def _recover(args):
+    """`cairn catalog recover` opens no master: there is no catalog until it is done."""
+    # The recovery's modules load for this command only: the others start without them.
+    from app.catalog_backup.escrow import read_passphrase
+    from app.catalog_backup.recover import recover
+    from app.paths import Home
+    doc = recover(Home(getattr(args, "home", None)).root, args.from_dir,
+                  read_passphrase(args.passphrase_file))
+    out(args, doc, _print_recovered)
+    return doc["status"]
+
+
+def _age_text(seconds):
+    if seconds is None:
+        return "of unknown age"
+    for unit, n in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= n:
+            k = seconds // n
+            return f"{k} {unit}{'' if k == 1 else 's'} old"
+    return f"{seconds} seconds old"
+
+
+def _print_recovered(d):
+    print(f"recovered {d['home']} from {d['backup']}")
+    print(f"  made {d['created']} on {d['master_host']} (Cairn {d['cairn_version']}), "
+          f"{_age_text(d['age_s'])}")
+    print(f"  {d['images']} image(s), {d['jobs']} job(s), {d['indexes']} file index(es)"
+          + (", known_hosts" if d["known_hosts"] else ""))
+    print("  pool keys restored: " + (", ".join(d["keys_restored"]) or "none"))
+    print("  images written after this catalog backup are not in it")

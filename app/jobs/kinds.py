@@ -14,6 +14,7 @@ from typing import Protocol
 
 from app.jobs.backup import BackupJob
 from app.jobs.backup_set import BackupSetJob
+from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP, CatalogBackupJob
 from app.jobs.cleanup import CleanupJob
 from app.jobs.expire import ExpireJob
 from app.jobs.pool_jobs import ReclaimJob, VerifyJob
@@ -40,7 +41,8 @@ class JobKind(Protocol):
 #: {kind: class}; a kind is the job's type but for the parent of a multi-stream backup
 KINDS = {"backup": BackupJob, "backup-set": BackupSetJob, "restore": RestoreJob,
          "expire": ExpireJob, "verify": VerifyJob, "reclaim": ReclaimJob,
-         "cleanup": CleanupJob, REBUILD_INDEX: RebuildIndexJob}
+         "cleanup": CleanupJob, REBUILD_INDEX: RebuildIndexJob,
+         CATALOG_BACKUP: CatalogBackupJob}
 
 
 def kind_of(job):

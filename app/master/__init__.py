@@ -11,6 +11,7 @@ part of the API that Master is made of:
   storage.py        storage servers, disk pools, storage units; verify, cleanup, reclaim
   images.py         images: listing, browsing and searching their indexes, expiring them
   restores.py       checking, previewing and queueing restores
+  catalog.py        queueing catalog backups of the master's own state
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
                     restart, cancel, suspend, statistics
 
@@ -23,6 +24,7 @@ from app.config import Config
 from app.hosts import HostPool
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import JobStore
+from app.master.catalog import CatalogAPI
 from app.master.configuration import ConfigurationAPI
 from app.master.hosts import HostsAPI
 from app.master.images import ImagesAPI
@@ -34,7 +36,8 @@ from app.paths import Home
 from app.store.db import Database
 
 
-class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI):
+class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
+             CatalogAPI):
     def __init__(self, home=None, password_provider=None):
         self.home = Home(home).ensure()
         check_not_truncated(self.home)

@@ -6,7 +6,8 @@ import time
 from app import status, timeutil
 from app.config import STREAM_MARKER
 from app.errors import CairnError, NotFound, ValidationError
-from app.jobs import stats
+from app.jobs import catalog_backup, stats
+from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP
 from app.jobs.backup_set import split_streams, stream_key
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import DONE
@@ -154,6 +155,13 @@ class JobsAPI:
                                         overwrite=p.get("overwrite", "skip"),
                                         direct_io=p.get("direct_io", "auto"),
                                         streams=p.get("parallel_streams"), **extra)
+        elif old["type"] == CATALOG_BACKUP:
+            # The escrow made when the first one was queued seals the keys: no passphrase.
+            catalog_backup.target(self, p["storage_unit"])
+            new_id = self.jobs.create(CATALOG_BACKUP, params=p, attempt=old["attempt"] + 1,
+                                      retry_of=old["retry_of"] or job_id,
+                                      note=f"attempt {old['attempt'] + 1}: restart of job "
+                                           f"{job_id}")
         else:
             raise ValidationError(f"a {old['type']} job cannot be restarted")
         self.jobs.log(new_id, f"restart of job {job_id}")

@@ -4,7 +4,8 @@ A key never lives in the pool it protects: the master holds it in its state dire
 (CAIRN_HOME/keys/SERVER.key, 64 hex digits, mode 0600) and hands it to the storage server's
 agent with each request that reads or writes chunks, over the SSH channel. Whoever restores
 the master must restore this file too: without it the pool's data cannot be read
-(docs/dedup-pool.md)."""
+(docs/dedup-pool.md). A catalog backup (app/jobs/catalog_backup.py) holds it, sealed, and
+`cairn catalog recover` writes it back as create() does."""
 
 import os
 

@@ -1,0 +1,174 @@
+"""The passphrase of catalog backups and the escrow key pair that lets a catalog backup run
+without it.
+
+The pool keys in a catalog backup are never written in clear. They are sealed to an escrow
+public key (an X25519 key pair: an ephemeral key agreement, HKDF-SHA256, AES-256-GCM), and
+the escrow's private key is kept only sealed with a key derived from the administrator's
+passphrase (scrypt, then AES-256-GCM). The catalog holds the public key and the sealed
+private key (the settings table), never the passphrase, so that a catalog backup queued now,
+run later by the dispatcher (another process: `cairn master run`) or, later still, by a
+schedule, seals the keys without anyone typing the passphrase again, and a stolen catalog
+backup or catalog opens no pool without it. Each archive carries the sealed private key in
+its manifest: a recovery needs the archive and the passphrase, nothing else.
+
+A wrong passphrase is refused where it is given: when a catalog backup is queued (once the
+escrow exists, the passphrase must open it) and when a master is recovered."""
+
+import hashlib
+import json
+import os
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from app import status as st
+from app.errors import CairnError, ValidationError
+
+FORMAT = "cairn-catalog-escrow"
+VERSION = 1
+# scrypt's cost: 2**15 x 8 x 128 bytes = 32 MiB and some 0.1 s per try on a server, as
+# RFC 7914 suggests for interactive use; kept in each escrow so that it can be raised later.
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 1 << 15, 8, 1
+SCRYPT_MAXMEM = 1 << 26
+SETTING = "catalog_escrow"
+_ESCROW_AAD = b"cairn catalog escrow private key v1"
+_SEAL_INFO = b"cairn catalog backup seal v1"
+MIN_PASSPHRASE = 8
+
+
+class WrongPassphrase(CairnError):
+    status = st.AUTH_FAILED
+
+
+def read_passphrase(path):
+    """The passphrase in a file (its first line; the newline is not part of it)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().split(b"\n", 1)[0].rstrip(b"\r")
+    except OSError as e:
+        raise ValidationError(f"the passphrase file {path} cannot be read: {e.strerror}",
+                              hint="--passphrase-file names a file whose first line is the "
+                                   "passphrase") from None
+    if len(text) < MIN_PASSPHRASE:
+        raise ValidationError(f"the passphrase in {path} is shorter than {MIN_PASSPHRASE} "
+                              "characters", hint="choose a longer passphrase and keep it "
+                                                 "apart from the master (it opens the pool "
+                                                 "keys of every catalog backup)")
+    return text
+
+
+def _derive(passphrase, kdf):
+    return hashlib.scrypt(passphrase, salt=bytes.fromhex(kdf["salt"]), n=kdf["n"], r=kdf["r"],
+                          p=kdf["p"], maxmem=SCRYPT_MAXMEM, dklen=32)
+
+
+def _raw_public(private):
+    """The raw 32 bytes of a private key's public half."""
+    return private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def make(passphrase):
+    """A new escrow: a key pair whose private half is sealed with the passphrase."""
+    private = X25519PrivateKey.generate()
+    raw = private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                serialization.NoEncryption())
+    kdf = {"name": "scrypt", "salt": os.urandom(16).hex(), "n": SCRYPT_N, "r": SCRYPT_R,
+           "p": SCRYPT_P}
+    nonce = os.urandom(12)
+    sealed = AESGCM(_derive(passphrase, kdf)).encrypt(nonce, raw, _ESCROW_AAD)
+    return {"format": FORMAT, "version": VERSION, "public": _raw_public(private).hex(),
+            "kdf": kdf, "nonce": nonce.hex(), "sealed_private": sealed.hex()}
+
+
+def check(escrow):
+    """Refuses an escrow this Cairn cannot read (a damaged or newer one)."""
+    try:
+        ok = escrow["format"] == FORMAT and escrow["version"] == VERSION \
+            and escrow["kdf"]["name"] == "scrypt" and len(bytes.fromhex(escrow["public"])) == 32
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise CairnError("the catalog backup escrow is damaged or of a newer Cairn",
+                         status_code=st.IMAGE_DAMAGED)
+    return escrow
+
+
+def open_private(escrow, passphrase):
+    """The escrow's private key, unsealed with the passphrase; WrongPassphrase if it does not
+    open it."""
+    check(escrow)
+    try:
+        raw = AESGCM(_derive(passphrase, escrow["kdf"])).decrypt(
+            bytes.fromhex(escrow["nonce"]), bytes.fromhex(escrow["sealed_private"]),
+            _ESCROW_AAD)
+    except (InvalidTag, ValueError):
+        raise WrongPassphrase(
+            "the passphrase does not open the catalog backup key",
+            hint="give the passphrase the first catalog backup was made with; it is stored "
+                 "nowhere, so it cannot be looked up") from None
+    private = X25519PrivateKey.from_private_bytes(raw)
+    if _raw_public(private).hex() != escrow["public"]:
+        raise CairnError("the catalog backup escrow is damaged: its keys do not match",
+                         status_code=st.IMAGE_DAMAGED)
+    return private
+
+
+def _seal_key(shared, ephemeral_public, public):
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=_SEAL_INFO + ephemeral_public + public).derive(shared)
+
+
+def seal(public_hex, plaintext, label):
+    """`plaintext` sealed to the escrow's public key; `label` (what it is, e.g. the storage
+    server a key belongs to) is bound to it, so that a sealed key cannot be passed off as
+    another's."""
+    public = bytes.fromhex(public_hex)
+    ephemeral = X25519PrivateKey.generate()
+    eph_pub = _raw_public(ephemeral)
+    key = _seal_key(ephemeral.exchange(X25519PublicKey.from_public_bytes(public)), eph_pub,
+                    public)
+    nonce = os.urandom(12)
+    return {"ephemeral": eph_pub.hex(), "nonce": nonce.hex(),
+            "sealed": AESGCM(key).encrypt(nonce, plaintext, label.encode()).hex()}
+
+
+def unseal(private, sealed, label):
+    """What seal() sealed, with the escrow's private key; a damaged seal is refused."""
+    try:
+        eph_pub = bytes.fromhex(sealed["ephemeral"])
+        key = _seal_key(private.exchange(X25519PublicKey.from_public_bytes(eph_pub)), eph_pub,
+                        _raw_public(private))
+        return AESGCM(key).decrypt(bytes.fromhex(sealed["nonce"]),
+                                   bytes.fromhex(sealed["sealed"]), label.encode())
+    except (InvalidTag, KeyError, TypeError, ValueError):
+        raise CairnError(f"the sealed key of {label!r} in the catalog backup is damaged",
+                         status_code=st.IMAGE_DAMAGED) from None
+
+
+# ---- the escrow in the catalog -------------------------------------------------------------
+
+def load(db):
+    """The catalog's escrow, or None before the first catalog backup."""
+    row = db.one("SELECT value FROM settings WHERE key=?", (SETTING,))
+    return check(json.loads(row[0])) if row else None
+
+
+def ensure(db, passphrase):
+    """The catalog's escrow: made with the passphrase on first use (kept in the settings
+    table); afterwards the passphrase must open it (WrongPassphrase)."""
+    escrow = load(db)
+    if escrow is not None:
+        open_private(escrow, passphrase)
+        return escrow
+    made = make(passphrase)
+    with db.tx() as c:
+        # Two first backups queued at once: the first escrow wins, the second is checked.
+        c.execute("INSERT INTO settings(key, value) VALUES (?,?) ON CONFLICT(key) DO NOTHING",
+                  (SETTING, json.dumps(made)))
+    escrow = load(db)
+    if escrow != made:
+        open_private(escrow, passphrase)
+    return escrow

@@ -1,0 +1,353 @@
+"""Catalog protection end to end: a catalog backup of a master with an encrypted
+deduplicating pool and an AdvancedDisk pool, CAIRN_HOME lost entirely, the master recovered
+into a new home from the pool alone, and every image restored byte for byte; a wrong
+passphrase, a damaged archive, a home that is not empty and a backup that never finished are
+refused or skipped, with the home left as it was; the passphrase is written nowhere; a pool
+on a host reached over SSH takes its catalog backup over SFTP."""
+
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import tarfile
+
+import pytest
+
+from app import status as st
+from app.catalog_backup import archive
+from app.master import Master
+from clihelp import cairn, cairn_json
+from killhelp import killed, next_master_run
+from treegen import assert_trees_equal, make_tree
+
+PASSPHRASE = b"granite-cairn-passphrase-7Qx"
+
+
+def log_text(m, job_id):
+    return "\n".join(x["message"] for x in m.jobs.logs(job_id))
+
+
+def backup(m, policy, schedule):
+    [job] = m.wait_for(m.start_backup(policy, schedule=schedule))
+    assert job["status"] == st.OK, log_text(m, job["id"])
+    return job["image_id"]
+
+
+def catalog_backup(m, stu, passphrase=PASSPHRASE):
+    [job] = m.wait_for([m.start_catalog_backup(stu, passphrase)])
+    assert job["status"] == st.OK, log_text(m, job["id"])
+    return job
+
+
+def passphrase_file(tmp_path, text=PASSPHRASE, name="pass"):
+    p = tmp_path / name
+    p.write_bytes(text + b"\n")
+    return p
+
+
+def archives(folder):
+    return sorted(n for n in os.listdir(folder) if archive.is_complete_name(n))
+
+
+def setup_master(tmp_path, home):
+    """A master with an encrypted dedup pool (a full and a differential of one tree) and an
+    AdvancedDisk pool (a full of another). Returns (master, {image id: its source dir})."""
+    src_d, src_a = str(tmp_path / "src-d"), str(tmp_path / "src-a")
+    make_tree(src_d)
+    make_tree(src_a)
+    m = Master(str(home))
+    m.config.add_host("me", local=True)
+    m.create_storage_server("dd", type="dedup", host="me", path=str(tmp_path / "dedup"),
+                            options={"encrypted": True})
+    m.create_disk_pool("ddp", server="dd", volumes=[])
+    m.create_storage_unit("dstu", pool="ddp")
+    (tmp_path / "vol").mkdir()
+    m.create_storage_server("ad", type="advanced-disk", host="me")
+    m.create_disk_pool("adp", server="ad", volumes=[str(tmp_path / "vol")])
+    m.create_storage_unit("astu", pool="adp")
+    for pol, stu, src in (("pd", "dstu", src_d), ("pa", "astu", src_a)):
+        m.config.add_policy(pol, storage_unit=stu)
+        m.config.add_policy_client(pol, "me")
+        m.config.add_policy_selection(pol, src)
+        m.config.add_schedule(pol, "full", type="full", retention="2w")
+        m.config.add_schedule(pol, "incr", type="differential", retention="2w")
+    trees = {backup(m, "pd", "full"): src_d, backup(m, "pa", "full"): src_a}
+    # the incremental of the dedup pool's tree sees a new file
+    with open(os.path.join(src_d, "changed-later.txt"), "w") as f:
+        f.write("written between the full and the incremental\n")
+    trees[backup(m, "pd", "incr")] = src_d
+    return m, trees
+
+
+def all_bytes_under(*tops):
+    for top in tops:
+        for d, _, files in os.walk(top):
+            for f in files:
+                p = os.path.join(d, f)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    with open(p, "rb") as fh:
+                        yield p, fh.read()
+
+
+def test_lose_the_home_and_recover_every_image_from_a_catalog_backup(tmp_path):
+    home = tmp_path / "home"
+    m, trees = setup_master(tmp_path, home)
+    full_d = next(i for i in trees if m.image(i)["policy"] == "pd")
+    # the first image restored now, before anything is lost: what every later restore of it
+    # must give again (the source tree has changed since)
+    [job] = m.wait_for([m.start_restore(full_d, [trees[full_d]], str(tmp_path / "before"))])
+    assert job["status"] == st.OK, log_text(m, job["id"])
+    key_before = (home / "keys" / "dd.key").read_bytes()
+    ids = sorted(i["id"] for i in m.images())
+    m.close()
+
+    pp = passphrase_file(tmp_path)
+    doc, _ = cairn_json(home, "catalog", "backup", "--storage-unit", "dstu",
+                        "--passphrase-file", pp, "--wait")
+    assert doc["status"] == st.OK, doc
+    [job] = doc["jobs"]
+    assert job["type"] == "catalog-backup" and job["status"] == st.OK
+    m = Master(str(home))
+    catalog_backup(m, "astu")  # a second catalog backup, to the AdvancedDisk pool
+    m.close()
+
+    folder = tmp_path / "dedup" / "catalog-backups"
+    [name] = archives(folder)
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(folder / name).st_mode) == 0o600
+    assert archives(tmp_path / "vol" / "catalog-backups")
+    with tarfile.open(folder / name) as tf:
+        names = tf.getnames()
+        manifest = json.loads(tf.extractfile("manifest.json").read())
+    assert names[0] == "manifest.json" and "catalog.db" in names and "keys.json" in names
+    assert manifest["format"] == archive.FORMAT and manifest["images"] == len(ids)
+    assert manifest["keys"] == ["dd"]
+    assert {m_["name"] for m_ in manifest["members"]} == set(names[1:])
+
+    # the passphrase is in no file of the home, of the pools or of the catalog backups, and
+    # the pool key travels only sealed
+    for path, data in all_bytes_under(home, tmp_path / "dedup", tmp_path / "vol"):
+        assert PASSPHRASE not in data, path
+        if "catalog-backups" in path:
+            assert key_before.strip() not in data, path
+
+    shutil.rmtree(home)  # the master's disk is lost
+    new_home = tmp_path / "new-home"
+    doc, _ = cairn_json(new_home, "catalog", "recover", "--from", tmp_path / "dedup",
+                        "--passphrase-file", pp)
+    assert doc["status"] == st.OK
+    assert doc["backup"] == str(folder / name)
+    assert doc["images"] == len(ids) and doc["keys_restored"] == ["dd"]
+    assert doc["age_s"] is not None and doc["age_s"] < 600 and doc["created"]
+    assert (new_home / "keys" / "dd.key").read_bytes() == key_before
+    assert stat.S_IMODE(os.stat(new_home / "keys" / "dd.key").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(new_home).st_mode) == 0o700
+
+    m = Master(str(new_home))
+    try:
+        assert sorted(i["id"] for i in m.images()) == ids
+        for image_id, src in trees.items():
+            out = tmp_path / f"restored-{image_id}"
+            [job] = m.wait_for([m.start_restore(image_id, [src], str(out))])
+            assert job["status"] == st.OK, log_text(m, job["id"])
+            if image_id == full_d:
+                assert_trees_equal(str(tmp_path / "before") + src, str(out) + src)
+            else:
+                assert_trees_equal(src, str(out) + src)  # the newest image of its tree
+        # the recovered master backs up again, into the encrypted pool, with the old key
+        backup(m, "pd", "full")
+    finally:
+        m.close()
+
+
+@pytest.fixture
+def small_master(tmp_path):
+    """A master with one AdvancedDisk pool, one image and one catalog backup."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("the data\n")
+    (tmp_path / "vol").mkdir()
+    m = Master(str(tmp_path / "home"))
+    m.config.add_host("me", local=True)
+    m.create_storage_server("ad", type="advanced-disk", host="me")
+    m.create_disk_pool("adp", server="ad", volumes=[str(tmp_path / "vol")])
+    m.create_storage_unit("astu", pool="adp")
+    m.config.add_policy("pa", storage_unit="astu")
+    m.config.add_policy_client("pa", "me")
+    m.config.add_policy_selection("pa", str(src))
+    backup(m, "pa", None)
+    catalog_backup(m, "astu")
+    yield m
+    m.close()
+
+
+def _recover(tmp_path, home, passphrase=PASSPHRASE, check=False):
+    pp = passphrase_file(tmp_path, passphrase, name="pass-" + os.path.basename(str(home)))
+    return cairn_json(home, "catalog", "recover", "--from", tmp_path / "vol",
+                      "--passphrase-file", pp, check=check)
+
+
+def _nothing_beside(home):
+    """No staging folder of a recovery is left beside the home."""
+    return not [n for n in os.listdir(os.path.dirname(home)) if n.startswith(".cairn-recover")]
+
+
+def test_a_wrong_passphrase_is_refused_when_queued_and_when_recovering(tmp_path, small_master):
+    with pytest.raises(Exception) as e:
+        small_master.start_catalog_backup("astu", b"not the passphrase")
+    assert e.value.status == st.AUTH_FAILED
+    doc, p = cairn_json(tmp_path / "home", "catalog", "backup", "--storage-unit", "astu",
+                        "--passphrase-file", passphrase_file(tmp_path, b"another-one", "w"),
+                        "--wait", check=False)
+    assert p.returncode == st.AUTH_FAILED and "passphrase" in doc["error"]
+    home = tmp_path / "new"
+    doc, p = _recover(tmp_path, home, b"wrong passphrase!")
+    assert p.returncode == st.AUTH_FAILED and doc["kind"] == "WrongPassphrase"
+    assert not home.exists() and _nothing_beside(str(home))
+
+
+def test_a_home_that_is_not_empty_is_refused(tmp_path, small_master):
+    home = tmp_path / "busy"
+    home.mkdir()
+    (home / "catalog.db").write_bytes(b"someone's catalog")
+    doc, p = _recover(tmp_path, home)
+    assert p.returncode == st.INVALID_REQUEST and "catalog.db" in doc["error"]
+    assert doc["hint"] and "empty" in doc["hint"]
+    assert os.listdir(home) == ["catalog.db"]
+    assert (home / "catalog.db").read_bytes() == b"someone's catalog"
+    # an empty folder is a home to recover into
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    doc, p = _recover(tmp_path, empty)
+    assert p.returncode == 0 and doc["images"] == 1, doc
+
+
+@pytest.mark.parametrize("damage", ["truncated", "altered"])
+def test_a_damaged_catalog_backup_is_refused_and_nothing_is_written(tmp_path, small_master,
+                                                                    damage):
+    folder = tmp_path / "vol" / "catalog-backups"
+    [name] = archives(folder)
+    path = folder / name
+    data = bytearray(path.read_bytes())
+    if damage == "truncated":
+        data = data[:len(data) // 2]
+    else:
+        with tarfile.open(path) as tf:
+            ti = tf.getmember("catalog.db")
+        data[ti.offset_data + ti.size // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    home = tmp_path / "new"
+    doc, p = _recover(tmp_path, home)
+    assert p.returncode == st.IMAGE_DAMAGED, doc
+    assert "damaged" in doc["error"] and name in doc["error"]
+    assert not home.exists() and _nothing_beside(str(home))
+
+
+def test_a_catalog_backup_that_never_finished_is_skipped(tmp_path, small_master):
+    folder = tmp_path / "vol" / "catalog-backups"
+    [name] = archives(folder)
+    # what a writer killed half-way leaves: a newer file under its partial name
+    good = (folder / name).read_bytes()
+    partial = folder / ".cairn-catalog-20991231T235959Z-999.tar.partial"
+    partial.write_bytes(good[:len(good) // 3])
+    doc, p = _recover(tmp_path, tmp_path / "new")
+    assert p.returncode == 0 and doc["backup"] == str(folder / name), doc
+
+
+def test_a_catalog_backup_runs_beside_a_backup(tmp_path, small_master):
+    """Queued together, the two jobs run at once; the catalog copy is consistent (sqlite's
+    integrity check on recovery) whatever the backup wrote meanwhile."""
+    m = small_master
+    src = tmp_path / "big"
+    make_tree(str(src))
+    m.config.add_policy_selection("pa", str(src))
+    [b] = m.start_backup("pa")
+    c = m.start_catalog_backup("astu", PASSPHRASE)
+    jobs = m.wait_for([b, c])
+    assert [j["status"] for j in jobs] == [st.OK, st.OK], [log_text(m, j["id"]) for j in jobs]
+    started = {j["id"]: j["started"] for j in jobs}
+    ended = {j["id"]: j["ended"] for j in jobs}
+    assert started[c] <= ended[b], "the catalog backup waited for the backup to end"
+    doc, p = _recover(tmp_path, tmp_path / "new")
+    assert p.returncode == 0 and doc["backup"].endswith(f"-{c}.tar"), doc
+    assert doc["images"] in (1, 2)
+
+
+def test_a_catalog_backup_killed_before_its_commit_leaves_nothing_that_looks_complete(
+        tmp_path, small_master):
+    """kill -9 of the master right before the host's agent commits the archive: its whole
+    content is written, under the partial name only; recover takes the older, complete one,
+    and the next catalog backup is not hindered."""
+    small_master.close()
+    home = str(tmp_path / "home")
+    folder = tmp_path / "vol" / "catalog-backups"
+    [older] = archives(folder)
+    jid = killed(home, "commit_file", "before", "catalog", "backup", "--storage-unit", "astu",
+                 "--passphrase-file", passphrase_file(tmp_path), "--wait")
+    assert archives(folder) == [older]
+    [partial] = [n for n in os.listdir(folder) if n.endswith(".partial")]
+    assert partial.startswith(".") and stat.S_IMODE(os.stat(folder / partial).st_mode) == 0o600
+    doc, p = _recover(tmp_path, tmp_path / "new")
+    assert p.returncode == 0 and doc["backup"] == str(folder / older), doc
+    next_master_run(home)
+    m = Master(home)
+    try:
+        assert m.job(jid)["state"] == "done" and m.job(jid)["status"] != st.OK
+        # restarted, it needs no passphrase: the escrow in the catalog seals the keys
+        [again] = m.restart_job(jid)
+        [job] = m.wait_for([again["id"]])
+        assert job["status"] == st.OK, log_text(m, job["id"])
+    finally:
+        m.close()
+    assert len(archives(folder)) == 2
+    # in the archive's catalog, its own job has ended well and no dispatcher holds the lease
+    # (the one that ran it did, while the copy was taken)
+    with tarfile.open(folder / archives(folder)[-1]) as tf:
+        (tmp_path / "copy.db").write_bytes(tf.extractfile("catalog.db").read())
+    with sqlite3.connect(tmp_path / "copy.db") as db:
+        assert db.execute("SELECT count(*) FROM leases").fetchone()[0] == 0
+        assert db.execute("SELECT state, status FROM jobs WHERE id=?",
+                          (again["id"],)).fetchone() == ("done", st.OK)
+
+
+def test_a_catalog_backup_to_a_pool_on_an_ssh_host(tmp_path, sshd):
+    """The pool's host is reached over SSH: the archive goes over SFTP and its host's agent
+    commits it; it is recovered from the pool's folder (the loopback host's disk is this
+    machine's)."""
+    src = tmp_path / "src"
+    make_tree(str(src))
+    vol = tmp_path / "remote-vol"
+    vol.mkdir()
+    home = tmp_path / "home"
+    m = Master(str(home))
+    try:
+        m.config.add_host("me", local=True)
+        m.add_host("far", address=sshd.host, port=sshd.port, user=sshd.user,
+                   key_file=sshd.key_file, trust_host_key=True)
+        m.create_storage_server("ad", type="advanced-disk", host="far")
+        m.create_disk_pool("adp", server="ad", volumes=[str(vol)])
+        m.create_storage_unit("astu", pool="adp")
+        m.config.add_policy("pa", storage_unit="astu")
+        m.config.add_policy_client("pa", "me")
+        m.config.add_policy_selection("pa", str(src))
+        image_id = backup(m, "pa", None)
+        job = catalog_backup(m, "astu")
+        assert job["result"]["host"] == "far"
+    finally:
+        m.close()
+    [name] = archives(vol / "catalog-backups")
+    assert stat.S_IMODE(os.stat(vol / "catalog-backups" / name).st_mode) == 0o600
+    assert not [n for n in os.listdir(vol / "catalog-backups") if n.endswith(".partial")]
+    shutil.rmtree(home)
+    doc, _ = cairn_json(tmp_path / "new", "catalog", "recover", "--from", vol,
+                        "--passphrase-file", passphrase_file(tmp_path))
+    assert doc["known_hosts"] is True and doc["images"] == 1
+    m = Master(str(tmp_path / "new"))
+    try:
+        out = tmp_path / "out"
+        [job] = m.wait_for([m.start_restore(image_id, [str(src)], str(out))])
+        assert job["status"] == st.OK, log_text(m, job["id"])
+        assert_trees_equal(str(src), str(out) + str(src))
+    finally:
+        m.close()

@@ -30,8 +30,10 @@ from app.store.db import DAMAGED_HINT, MIGRATIONS, CatalogError
 MAX_SQLITE_PROBLEMS = 100
 
 RESTORE_COPY = ("stop every Cairn console and master, then put back a copy of catalog.db "
-                "(the copy made before a schema upgrade is catalog.db.bak-vN beside it); "
-                "without a copy, `sqlite3 catalog.db .recover | sqlite3 recovered.db` saves "
+                "(the copy made before a schema upgrade is catalog.db.bak-vN beside it), or "
+                "recover the newest catalog backup (`cairn catalog recover --from POOL "
+                "--passphrase-file F` into an empty state directory); without either, "
+                "`sqlite3 catalog.db .recover | sqlite3 recovered.db` saves "
                 "what can be read, to be checked again before it replaces catalog.db")
 
 

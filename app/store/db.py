@@ -303,7 +303,9 @@ class CatalogError(CairnError):
 
 DAMAGED_HINT = ("`cairn catalog check` lists what is damaged; stop every Cairn console and "
                 "master, then put back a copy of catalog.db (the copy made before a schema "
-                "upgrade is catalog.db.bak-vN beside it)")
+                "upgrade is catalog.db.bak-vN beside it), or move this state directory aside "
+                "and run `cairn catalog recover --from POOL --passphrase-file F` to bring back "
+                "the newest catalog backup on a pool (README, Disaster recovery)")
 
 # sqlite's primary result codes (the low byte of an extended code): what each says about
 # the catalog file, and what to do about it.

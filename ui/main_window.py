@@ -62,7 +62,27 @@ def status_summary(m):
         "queued": len(m.job_list(state="queued")),
         # jobs this console's dispatcher runs: closing the console stops them
         "mine": sum(j.get("runner") == m.dispatcher.id for j in active),
+        "catalog_backup": m.catalog_backup_state(),
     }
+
+
+def ago(seconds):
+    """An age in the largest whole unit: 5 min ago, 3 h ago, 2 days ago, just now."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            n = seconds // size
+            return f"{n} {unit}{'s' if unit == 'day' and n != 1 else ''} ago"
+    return "just now"
+
+
+def catalog_backup_text(state):
+    """The status bar's words on the catalog backup: None while there is nothing to protect
+    and none was ever made; else (text, overdue)."""
+    if state["last"] is None and not state["images"]:
+        return None
+    text = "Catalog backup: " + ("none" if state["last"] is None else ago(state["age_s"]))
+    return text, state["overdue"]
 
 
 class MainWindow(QMainWindow):
@@ -124,11 +144,15 @@ class MainWindow(QMainWindow):
         self.master_label = QLabel("Master: …")
         self.hosts_label = QLabel("Hosts: …")
         self.jobs_label = QLabel("Jobs: …")
-        for label in (self.master_label, self.hosts_label, self.jobs_label):
+        self.catalog_backup_label = QLabel()
+        self.catalog_backup_label.hide()
+        for label in (self.master_label, self.hosts_label, self.jobs_label,
+                      self.catalog_backup_label):
             label.setContentsMargins(6, 0, 6, 0)
             label.setTextFormat(Qt.TextFormat.PlainText)
         sb = self.statusBar()
         sb.addWidget(self.master_label, 1)
+        sb.addPermanentWidget(self.catalog_backup_label)
         sb.addPermanentWidget(self.hosts_label)
         sb.addPermanentWidget(self.jobs_label)
 
@@ -255,11 +279,26 @@ class MainWindow(QMainWindow):
         self.master_label.setToolTip(s["catalog"])
         self._show_hosts()
         self.jobs_label.setText(f"Jobs: {s['running']} running, {s['queued']} queued")
+        self._show_catalog_backup(s["catalog_backup"])
         now = time.monotonic()
         if not self._reach_busy and (self.reachability is None or
                                      now - self._reach_last >= REACHABILITY_S):
             self.check_hosts()
 
+    def _show_catalog_backup(self, state):
+        shown = catalog_backup_text(state)
+        self.catalog_backup_label.setVisible(shown is not None)
+        if shown is None:
+            return
+        text, overdue = shown
+        self.catalog_backup_label.setText(text)
+        self.catalog_backup_label.setStyleSheet("color: #c0392b;" if overdue else "")
+        self.catalog_backup_label.setToolTip(
+            ("No catalog backup for over a day: a lost state directory would lose every "
+             "image's record and the keys of encrypted pools. " if overdue else
+             "The newest catalog backup that ended well. ")
+            + "Run `cairn catalog backup --storage-unit STU --passphrase-file F --wait` "
+              "(README, Disaster recovery).")
     def check_hosts(self):
         """Asks every host's agent whether it answers, off the UI thread."""
         if self._reach_busy:

@@ -2,10 +2,29 @@
 the master API (app/master/__init__.py). Recovering a master (app/catalog_backup/recover.py)
 is no method: there is no master to open until it is done."""
 
+import time
+
+from app import timeutil
 from app.jobs import catalog_backup
+
+# With images in the catalog and no catalog backup for this long, the console warns: a lost
+# CAIRN_HOME would lose them (README, Disaster recovery).
+CATALOG_BACKUP_DUE_S = 86400
 
 
 class CatalogAPI:
+    def catalog_backup_state(self, now=None):
+        """When the newest catalog backup that ended well ran, and whether one is overdue (none
+        for CATALOG_BACKUP_DUE_S while the catalog holds images): {"last": ISO time or None,
+        "age_s", "images", "overdue"}."""
+        now = time.time() if now is None else now
+        last = self.db.one("SELECT max(ended) FROM jobs WHERE type=? AND status=0",
+                           (catalog_backup.JOB_TYPE,))[0]
+        images = self.db.one("SELECT count(*) FROM images")[0]
+        age = now - timeutil.parse_iso(last) if last else None
+        return {"last": last, "age_s": age, "images": images,
+                "overdue": bool(images) and (age is None or age > CATALOG_BACKUP_DUE_S)}
+
     def start_catalog_backup(self, storage_unit, passphrase):
         """Queues a catalog backup to a storage unit's pool (app/jobs/catalog_backup.py). The
         passphrase (bytes) makes the escrow key pair on first use and must open it after; it

@@ -1,9 +1,12 @@
 """The main window against a real catalog: navigation, the lists, the activity monitor's
 live refresh, the job details dialog, the status bar and the remembered layout."""
 
+import time
+
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
+from app import timeutil
 from ui.job_dialog import JobDetailsDialog
 from ui.main_window import VIEW_NAMES
 
@@ -209,6 +212,38 @@ def test_status_bar(console, master, qtbot):
     master.jobs.create("backup", client=master.test_host, policy="p1", schedule="daily",
                        storage_unit="stu1")
     qtbot.waitUntil(lambda: w.jobs_label.text() == "Jobs: 1 running, 2 queued", timeout=4000)
+
+
+def test_status_bar_warns_when_no_catalog_backup_protects_the_images(console, master, qtbot):
+    w = console.window
+    assert master.catalog_backup_state()["images"] > 0
+    qtbot.waitUntil(lambda: w.catalog_backup_label.text() == "Catalog backup: none",
+                    timeout=4000)
+    assert w.catalog_backup_label.isVisible()
+    assert "c0392b" in w.catalog_backup_label.styleSheet()
+    assert "cairn catalog backup" in w.catalog_backup_label.toolTip()
+    # one that ended well two hours ago: shown, no longer a warning
+    job = master.jobs.create("catalog-backup", params={"storage_unit": "stu1"})
+    master.jobs.finish(job, 0)
+    with master.db.tx() as c:
+        c.execute("UPDATE jobs SET ended=? WHERE id=?",
+                  (timeutil.iso(time.time() - 2 * 3600 - 30), job))
+    qtbot.waitUntil(lambda: w.catalog_backup_label.text() == "Catalog backup: 2 h ago",
+                    timeout=4000)
+    assert w.catalog_backup_label.styleSheet() == ""
+    # older than a day: a warning again
+    with master.db.tx() as c:
+        c.execute("UPDATE jobs SET ended=? WHERE id=?",
+                  (timeutil.iso(time.time() - 3 * 86400), job))
+    qtbot.waitUntil(lambda: w.catalog_backup_label.text() == "Catalog backup: 3 days ago",
+                    timeout=4000)
+    assert "c0392b" in w.catalog_backup_label.styleSheet()
+
+
+def test_no_catalog_backup_word_on_a_new_master(make_console, empty_master, qtbot):
+    c = make_console(empty_master)
+    qtbot.waitUntil(lambda: c.window.summary is not None, timeout=4000)
+    assert not c.window.catalog_backup_label.isVisible()
 
 
 def test_overview_counts_and_next_step(make_console, empty_master, qtbot):

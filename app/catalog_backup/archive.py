@@ -2,8 +2,11 @@
 archive is (format name and version), when and where it was made (time, master host, Cairn
 version), what it holds (images and jobs in its catalog, the storage servers whose keys it
 carries) and the size and sha256 of every other member; the escrow (escrow.py) that opens
-its sealed keys travels in it too. A reader needs nothing but the archive and the
-passphrase: not the catalog, not the pool's key, not Cairn's storage engine.
+its sealed keys travels in it too. The second member, manifest.mac, authenticates the
+manifest's exact bytes (escrow.manifest_mac: a key only the passphrase or the master's own
+catalog opens), and so, through the digests it lists, every member. A reader needs nothing
+but the archive and the passphrase: not the catalog, not the pool's key, not Cairn's
+storage engine; it checks the manifest's code before it keeps any member.
 
 Members: catalog.db (sqlite's online backup of the catalog), known_hosts, indexes/ID.cidx
 (the file index of every image in that catalog) and keys.json (the pool keys, each sealed
@@ -24,9 +27,10 @@ from app import status as st
 from app.errors import CairnError
 
 FORMAT = "cairn-catalog-backup"
-VERSION = 1
+VERSION = 2  # 2: manifest.mac
 FOLDER = "catalog-backups"
 MANIFEST = "manifest.json"
+MAC = "manifest.mac"
 CATALOG = "catalog.db"
 KNOWN_HOSTS = "known_hosts"
 KEYS = "keys.json"
@@ -95,15 +99,17 @@ def _info(name, size, mtime):
     return ti
 
 
-def write(out, manifest, members, is_cancelled=lambda: False):
-    """Writes the archive to the file object `out`: the manifest first, then `members`
-    ([(name, path on this machine)]), whose sha256 and size the manifest already lists (taken
-    by describe()). A member that changed since is refused: the archive would not match its
-    own manifest."""
+def write(out, manifest, members, mac_of, is_cancelled=lambda: False):
+    """Writes the archive to the file object `out`: the manifest first, its authentication
+    code (mac_of(the manifest's bytes)), then `members` ([(name, path on this machine)]),
+    whose sha256 and size the manifest already lists (taken by describe()). A member that
+    changed since is refused: the archive would not match its own manifest."""
     listed = {m["name"]: m for m in manifest["members"]}
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tf:
         body = json.dumps(manifest, indent=1, sort_keys=True).encode()
         tf.addfile(_info(MANIFEST, len(body), manifest["created_epoch"]), io.BytesIO(body))
+        mac = json.dumps({"algorithm": "hmac-sha256", "mac": mac_of(body)}).encode()
+        tf.addfile(_info(MAC, len(mac), manifest["created_epoch"]), io.BytesIO(mac))
         for name, path in members:
             if is_cancelled():
                 return False
@@ -140,16 +146,31 @@ def _damaged(path, why):
                         "this one out of the folder) or from another copy of it")
 
 
+_SMALL = 1 << 20  # the manifest and its code: never near this
+
+
+def _small_member(tf, path, name):
+    ti = tf.next()
+    if ti is None or ti.name != name or not ti.isfile() or ti.size > _SMALL:
+        raise _damaged(path, f"it has no {name} where it belongs")
+    return tf.extractfile(ti).read()
+
+
 def read_manifest(tf, path):
-    first = tf.next()
-    if first is None or first.name != MANIFEST or not first.isfile():
-        raise _damaged(path, f"its first member is not {MANIFEST}")
+    """(manifest, its exact bytes, its authentication code) of an open archive."""
+    body = _small_member(tf, path, MANIFEST)
     try:
-        manifest = json.loads(tf.extractfile(first).read())
+        manifest = json.loads(body)
     except ValueError:
         raise _damaged(path, f"{MANIFEST} is not JSON") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _damaged(path, "it is not a Cairn catalog backup")
+    if manifest.get("version") == 1:
+        raise CairnError(f"the catalog backup {path} is of the first format, whose manifest "
+                         "is not authenticated; it is not read any more",
+                         hint="recover from a newer catalog backup (every catalog backup "
+                              "made since is authenticated)",
+                         status_code=st.INVALID_REQUEST)
     if manifest.get("version") != VERSION:
         raise CairnError(f"the catalog backup {path} has format version "
                          f"{manifest.get('version')}, which this Cairn does not read",
@@ -161,17 +182,24 @@ def read_manifest(tf, path):
             and isinstance(m.get("size"), int) and isinstance(m.get("sha256"), str)
             for m in members) or len({m["name"] for m in members}) != len(members):
         raise _damaged(path, "its manifest's member list is not valid")
-    return manifest
-
-
-def extract(path, store):
-    """Reads the archive at `path`, checking every member's size and sha256 against the
-    manifest; each good member's bytes go to store(name, chunks) (an iterator of bytes; the
-    caller writes them, and forgets them if a later member turns out damaged). Returns the
-    manifest. A damaged archive raises Damaged."""
     try:
-        with tarfile.open(path, mode="r:", format=tarfile.PAX_FORMAT) as tf:
-            manifest = read_manifest(tf, path)
+        mac = json.loads(_small_member(tf, path, MAC))["mac"]
+    except (ValueError, KeyError, TypeError):
+        raise _damaged(path, f"{MAC} is not valid") from None
+    return manifest, body, mac
+
+
+def extract(f, path, authenticate, store):
+    """Reads the archive in the open file `f` (found at `path`): authenticate(manifest,
+    bytes, code) must accept the manifest before anything else is read; then every member's
+    size and sha256 is checked against the manifest, and each good member's bytes go to
+    store(name, chunks) (an iterator of bytes; the caller writes them, and forgets them if a
+    later member turns out damaged). Returns the manifest. A damaged archive raises
+    Damaged."""
+    try:
+        with tarfile.open(fileobj=f, mode="r:", format=tarfile.PAX_FORMAT) as tf:
+            manifest, body, mac = read_manifest(tf, path)
+            authenticate(manifest, body, mac)
             listed = {m["name"]: m for m in manifest["members"]}
             seen = set()
             while True:

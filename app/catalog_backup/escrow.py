@@ -11,10 +11,17 @@ schedule, seals the keys without anyone typing the passphrase again, and a stole
 backup or catalog opens no pool without it. Each archive carries the sealed private key in
 its manifest: a recovery needs the archive and the passphrase, nothing else.
 
+Each archive's manifest is authenticated too (HMAC-SHA256 with a key made with the escrow):
+the key is kept in clear only in the master's private catalog (never in the catalog copy an
+archive carries) and, in the escrow, sealed with the passphrase. Whoever can write to a
+pool's folder but does not know the passphrase cannot make an archive that a recovery
+accepts, not even one built around a genuine escrow copied from another archive.
+
 A wrong passphrase is refused where it is given: when a catalog backup is queued (once the
 escrow exists, the passphrase must open it) and when a master is recovered."""
 
 import hashlib
+import hmac
 import json
 import os
 
@@ -28,13 +35,15 @@ from app import status as st
 from app.errors import CairnError, ValidationError
 
 FORMAT = "cairn-catalog-escrow"
-VERSION = 1
+VERSION = 2  # 2: the manifest key, sealed beside the private key
 # scrypt's cost: 2**15 x 8 x 128 bytes = 32 MiB and some 0.1 s per try on a server, as
 # RFC 7914 suggests for interactive use; kept in each escrow so that it can be raised later.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 1 << 15, 8, 1
 SCRYPT_MAXMEM = 1 << 26
 SETTING = "catalog_escrow"
+MAC_SETTING = "catalog_backup_mac_key"  # in clear: never copied into an archive's catalog
 _ESCROW_AAD = b"cairn catalog escrow private key v1"
+_MAC_AAD = b"cairn catalog backup manifest key v1"
 _SEAL_INFO = b"cairn catalog backup seal v1"
 MIN_PASSPHRASE = 8
 
@@ -71,49 +80,86 @@ def _raw_public(private):
 
 
 def make(passphrase):
-    """A new escrow: a key pair whose private half is sealed with the passphrase."""
+    """A new escrow: a key pair whose private half is sealed with the passphrase, and the
+    manifest key, sealed likewise. Returns (escrow, manifest key)."""
     private = X25519PrivateKey.generate()
     raw = private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
                                 serialization.NoEncryption())
     kdf = {"name": "scrypt", "salt": os.urandom(16).hex(), "n": SCRYPT_N, "r": SCRYPT_R,
            "p": SCRYPT_P}
-    nonce = os.urandom(12)
-    sealed = AESGCM(_derive(passphrase, kdf)).encrypt(nonce, raw, _ESCROW_AAD)
+    key = _derive(passphrase, kdf)
+    nonce, mac_nonce, mac_key = os.urandom(12), os.urandom(12), os.urandom(32)
     return {"format": FORMAT, "version": VERSION, "public": _raw_public(private).hex(),
-            "kdf": kdf, "nonce": nonce.hex(), "sealed_private": sealed.hex()}
+            "kdf": kdf, "nonce": nonce.hex(),
+            "sealed_private": AESGCM(key).encrypt(nonce, raw, _ESCROW_AAD).hex(),
+            "mac_nonce": mac_nonce.hex(),
+            "sealed_mac": AESGCM(key).encrypt(mac_nonce, mac_key, _MAC_AAD).hex()}, mac_key
 
 
 def check(escrow):
-    """Refuses an escrow this Cairn cannot read (a damaged or newer one)."""
+    """Refuses an escrow this Cairn cannot read (a damaged or newer one, or one of the first
+    version, which had no manifest key)."""
     try:
-        ok = escrow["format"] == FORMAT and escrow["version"] == VERSION \
-            and escrow["kdf"]["name"] == "scrypt" and len(bytes.fromhex(escrow["public"])) == 32
+        ok = escrow["format"] == FORMAT and escrow["kdf"]["name"] == "scrypt" \
+            and len(bytes.fromhex(escrow["public"])) == 32
+        version = escrow["version"]
     except (KeyError, TypeError, ValueError):
-        ok = False
-    if not ok:
+        ok = version = False
+    if ok and version == 1:
+        raise CairnError("the catalog backup key is of the first version, which does not "
+                         "authenticate its archives",
+                         hint="queue a catalog backup with the passphrase (cairn catalog "
+                              "backup --storage-unit STU --passphrase-file F): that renews it",
+                         status_code=st.INVALID_REQUEST)
+    if not ok or version != VERSION or not isinstance(escrow.get("sealed_mac"), str):
         raise CairnError("the catalog backup escrow is damaged or of a newer Cairn",
                          status_code=st.IMAGE_DAMAGED)
     return escrow
 
 
-def open_private(escrow, passphrase):
-    """The escrow's private key, unsealed with the passphrase; WrongPassphrase if it does not
-    open it."""
-    check(escrow)
+def _open(escrow, passphrase):
+    """(private key, manifest key) of an escrow, unsealed with the passphrase."""
+    key = _derive(passphrase, escrow["kdf"])
     try:
-        raw = AESGCM(_derive(passphrase, escrow["kdf"])).decrypt(
-            bytes.fromhex(escrow["nonce"]), bytes.fromhex(escrow["sealed_private"]),
-            _ESCROW_AAD)
+        raw = AESGCM(key).decrypt(bytes.fromhex(escrow["nonce"]),
+                                  bytes.fromhex(escrow["sealed_private"]), _ESCROW_AAD)
     except (InvalidTag, ValueError):
         raise WrongPassphrase(
             "the passphrase does not open the catalog backup key",
             hint="give the passphrase the first catalog backup was made with; it is stored "
                  "nowhere, so it cannot be looked up") from None
+    try:
+        mac_key = AESGCM(key).decrypt(bytes.fromhex(escrow["mac_nonce"]),
+                                      bytes.fromhex(escrow["sealed_mac"]), _MAC_AAD)
+    except (InvalidTag, KeyError, ValueError):
+        raise CairnError("the catalog backup escrow is damaged: its manifest key does not "
+                         "open", status_code=st.IMAGE_DAMAGED) from None
     private = X25519PrivateKey.from_private_bytes(raw)
-    if _raw_public(private).hex() != escrow["public"]:
+    if _raw_public(private).hex() != escrow["public"] or len(mac_key) != 32:
         raise CairnError("the catalog backup escrow is damaged: its keys do not match",
                          status_code=st.IMAGE_DAMAGED)
-    return private
+    return private, mac_key
+
+
+def open_private(escrow, passphrase):
+    """The escrow's private key, unsealed with the passphrase; WrongPassphrase if it does not
+    open it."""
+    return _open(check(escrow), passphrase)[0]
+
+
+def open_keys(escrow, passphrase):
+    """(private key, manifest key), unsealed with the passphrase."""
+    return _open(check(escrow), passphrase)
+
+
+def manifest_mac(mac_key, body):
+    """The authentication code of a manifest's exact bytes."""
+    return hmac.new(mac_key, b"cairn catalog backup manifest\0" + body,
+                    hashlib.sha256).hexdigest()
+
+
+def mac_matches(mac_key, body, mac):
+    return isinstance(mac, str) and hmac.compare_digest(manifest_mac(mac_key, body), mac)
 
 
 def _seal_key(shared, ephemeral_public, public):
@@ -156,19 +202,62 @@ def load(db):
     return check(json.loads(row[0])) if row else None
 
 
+def mac_key(db):
+    """The manifest key in the catalog, or None (an escrow of the first version)."""
+    row = db.one("SELECT value FROM settings WHERE key=?", (MAC_SETTING,))
+    return bytes.fromhex(row[0]) if row else None
+
+
+def _stored(db):
+    row = db.one("SELECT value FROM settings WHERE key=?", (SETTING,))
+    return json.loads(row[0]) if row else None
+
+
+def _first_version_opens(escrow, passphrase):
+    """Whether the passphrase opens an escrow of the first version (no manifest key)."""
+    try:
+        AESGCM(_derive(passphrase, escrow["kdf"])).decrypt(
+            bytes.fromhex(escrow["nonce"]), bytes.fromhex(escrow["sealed_private"]),
+            _ESCROW_AAD)
+        return True
+    except (InvalidTag, KeyError, TypeError, ValueError):
+        return False
+
+
+def store(db, escrow, key, replace=False):
+    """Keeps an escrow and its manifest key in the catalog; without `replace`, the first one
+    stored wins (two first backups queued at once)."""
+    with db.tx() as c:
+        if replace:
+            c.execute("DELETE FROM settings WHERE key IN (?,?)", (SETTING, MAC_SETTING))
+        c.execute("INSERT INTO settings(key, value) VALUES (?,?) ON CONFLICT(key) DO NOTHING",
+                  (SETTING, json.dumps(escrow)))
+        if json.loads(c.execute("SELECT value FROM settings WHERE key=?",
+                                (SETTING,)).fetchone()[0]) == escrow:
+            c.execute("INSERT INTO settings(key, value) VALUES (?,?) "
+                      "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                      (MAC_SETTING, key.hex()))
+
+
 def ensure(db, passphrase):
     """The catalog's escrow: made with the passphrase on first use (kept in the settings
-    table); afterwards the passphrase must open it (WrongPassphrase)."""
+    table); afterwards the passphrase must open it (WrongPassphrase). An escrow of the first
+    version is replaced by a new one with the same passphrase (its archives are not read any
+    more: their manifests are not authenticated). A manifest key missing from the catalog is
+    put back from the escrow."""
+    stored = _stored(db)
+    if isinstance(stored, dict) and stored.get("version") == 1 \
+            and stored.get("format") == FORMAT:
+        if not _first_version_opens(stored, passphrase):
+            raise WrongPassphrase("the passphrase does not open the catalog backup key",
+                                  hint="give the passphrase the first catalog backup was made "
+                                       "with; it is stored nowhere, so it cannot be looked up")
+        store(db, *make(passphrase), replace=True)
     escrow = load(db)
-    if escrow is not None:
-        open_private(escrow, passphrase)
-        return escrow
-    made = make(passphrase)
-    with db.tx() as c:
-        # Two first backups queued at once: the first escrow wins, the second is checked.
-        c.execute("INSERT INTO settings(key, value) VALUES (?,?) ON CONFLICT(key) DO NOTHING",
-                  (SETTING, json.dumps(made)))
-    escrow = load(db)
-    if escrow != made:
-        open_private(escrow, passphrase)
+    if escrow is None:
+        store(db, *make(passphrase))
+        escrow = load(db)
+    key = open_keys(escrow, passphrase)[1]
+    if mac_key(db) != key:
+        store(db, escrow, key)
     return escrow

@@ -6,12 +6,20 @@ it and moved into place only when everything checked out: a damaged archive or a
 passphrase leaves the home as it was.
 
 This runs without a master (there is no catalog to open yet) and reads nothing but the
-archive: not the pool's key, not its storage engine."""
+archive: not the pool's key, not its storage engine.
+
+Whoever recovers a master trusts what it restores (the hosts it reaches, their host keys, the
+pool keys), so an archive is read only when nobody else could have put it there: the folder
+and every folder above it belong to root or to the user recovering and are writable by no one
+else (unless sticky, as /tmp), and so does the archive; its manifest must carry the code only
+the passphrase opens (archive.py), and its name must be the one its manifest gives it (an
+older archive renamed to look newest is refused)."""
 
 import os
 import re
 import shutil
 import sqlite3
+import stat
 import tempfile
 import time
 
@@ -36,6 +44,7 @@ def find(from_dir):
                                    "folder) as this machine sees it") from None
     except OSError as e:
         raise ValidationError(f"{folder} cannot be read: {e.strerror}") from None
+    check_trusted_folder(folder)
     found = sorted((n for n in names if archive.is_complete_name(n)
                     and os.path.isfile(os.path.join(folder, n))),
                    key=archive.sort_key, reverse=True)
@@ -45,6 +54,94 @@ def find(from_dir):
                                    "pool's path; files ending in .partial were never "
                                    "completed")
     return [os.path.join(folder, n) for n in found]
+
+
+def _trusted_owner(uid):
+    return uid in (0, os.geteuid())
+
+
+def _owner_name(uid):
+    import pwd  # the name only for the message
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+_UNTRUSTED_HINT = ("copy the archive into a folder of your own that only you can write "
+                   "(cp, then chown and chmod 0600 it) after checking where it came from, "
+                   "and give that folder to --from")
+
+
+def check_trusted_folder(folder):
+    """Refuses a folder that someone other than root or this user could have put an archive
+    into: it, or any folder above it, owned by another user, or writable by group or others
+    without the sticky bit."""
+    path = os.path.realpath(folder)
+    while True:
+        try:
+            s = os.stat(path)
+        except OSError as e:
+            raise ValidationError(f"{path} cannot be read: {e.strerror}") from None
+        if not _trusted_owner(s.st_uid):
+            raise CairnError(f"{path} belongs to {_owner_name(s.st_uid)}, who could have put "
+                             "a catalog backup there; it is not read",
+                             hint=_UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
+        if s.st_mode & 0o022 and not s.st_mode & stat.S_ISVTX:
+            raise CairnError(f"{path} can be written by other users, who could have put a "
+                             "catalog backup there; it is not read",
+                             hint=_UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
+        if path == "/":
+            return
+        path = os.path.dirname(path)
+
+
+def open_trusted(path):
+    """The archive at `path` opened for reading, if it is a regular file (not a link) of root
+    or this user that no one else can write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise CairnError(f"the catalog backup {path} cannot be opened: {e.strerror}",
+                         status_code=st.IMAGE_DAMAGED) from None
+    s = os.fstat(fd)
+    why = None
+    if not stat.S_ISREG(s.st_mode):
+        why = "it is not a regular file"
+    elif not _trusted_owner(s.st_uid):
+        why = f"it belongs to {_owner_name(s.st_uid)}"
+    elif s.st_mode & 0o022:
+        why = "other users can write it"
+    if why:
+        os.close(fd)
+        raise CairnError(f"the catalog backup {path} is not read: {why}",
+                         hint=_UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
+    return os.fdopen(fd, "rb")
+
+
+def _authenticator(path, passphrase, keys):
+    """What checks an archive's manifest before any member is kept: the passphrase opens its
+    escrow, the escrow's manifest key accepts its code, and its name is the one the manifest
+    gives. The escrow's private key goes into `keys`."""
+    def authenticate(manifest, body, mac):
+        private, mac_key = escrow.open_keys(escrow.check(manifest.get("escrow") or {}),
+                                            passphrase)
+        if not escrow.mac_matches(mac_key, body, mac):
+            raise archive.Damaged(
+                f"the catalog backup {path} is not authentic: its manifest was altered or "
+                "made without this passphrase's key",
+                hint="nothing was restored; recover from another catalog backup, and find out "
+                     "who could write this one")
+        created, job_id = manifest.get("created_epoch"), manifest.get("job_id")
+        named = archive.file_names(created, job_id)[1] \
+            if isinstance(created, int) and isinstance(job_id, int) else None
+        if named != os.path.basename(path):
+            raise archive.Damaged(
+                f"the catalog backup {path} was renamed: its manifest names it {named}",
+                hint="nothing was restored; an older catalog backup under a newer name is not "
+                     "taken for the newest")
+        keys.update(private=private, mac=mac_key)
+    return authenticate
 
 
 def check_empty(root):
@@ -130,14 +227,20 @@ def _unseal_keys(staging, manifest, private_key, path):
     return sorted(sealed)
 
 
-def _check_catalog(staging, path):
-    """The restored catalog opens and is sound; (images, jobs)."""
+def _check_catalog(staging, path, mac_key):
+    """The restored catalog opens and is sound; (images, jobs). The manifest key goes back
+    into it (an archive's catalog never holds it)."""
     try:
         conn = sqlite3.connect(os.path.join(staging.dir, archive.CATALOG))
         try:
             ok = conn.execute("PRAGMA integrity_check").fetchone()[0]
             images = conn.execute("SELECT count(*) FROM images").fetchone()[0]
             jobs = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+            if ok == "ok":
+                with conn:
+                    conn.execute("INSERT INTO settings(key, value) VALUES (?,?) ON "
+                                 "CONFLICT(key) DO UPDATE SET value=excluded.value",
+                                 (escrow.MAC_SETTING, mac_key.hex()))
         finally:
             conn.close()
     except sqlite3.Error as e:
@@ -153,17 +256,18 @@ def recover(root, from_dir, passphrase):
     root = os.path.abspath(root)
     check_empty(root)
     path = find(from_dir)[0]
-    staging = _Staging(root)
-    try:
-        manifest = archive.extract(path, staging.store)
-        private_key = escrow.open_private(escrow.check(manifest.get("escrow") or {}),
-                                          passphrase)
-        images, jobs = _check_catalog(staging, path)
-        restored = _unseal_keys(staging, manifest, private_key, path)
-        staging.move_into_place()
-    except BaseException:
-        staging.remove()
-        raise
+    keys = {}
+    with open_trusted(path) as f:
+        staging = _Staging(root)
+        try:
+            manifest = archive.extract(f, path, _authenticator(path, passphrase, keys),
+                                       staging.store)
+            images, jobs = _check_catalog(staging, path, keys["mac"])
+            restored = _unseal_keys(staging, manifest, keys["private"], path)
+            staging.move_into_place()
+        except BaseException:
+            staging.remove()
+            raise
     created = manifest.get("created_epoch")
     return {"status": st.OK, "home": root, "backup": path, "created": manifest.get("created"),
             "age_s": int(time.time() - created) if isinstance(created, int) else None,
@@ -173,5 +277,5 @@ def recover(root, from_dir, passphrase):
             "indexes": sum(1 for m in manifest["members"]
                            if m["name"].startswith(archive.INDEX_DIR + "/")),
             "known_hosts": any(m["name"] == archive.KNOWN_HOSTS for m in manifest["members"]),
-            "keys_restored": restored,
+            "keys_restored": restored, "authenticated": True,
             "recovered_at": timeutil.iso(time.time())}

@@ -66,6 +66,8 @@ def snapshot_catalog(source, dest, job_id):
                 dst.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
                             (job_id, now, "info", "the catalog was copied for this backup"))
                 dst.execute("DELETE FROM leases")
+                # the manifest key goes only where the passphrase opens it (the escrow)
+                dst.execute("DELETE FROM settings WHERE key=?", (escrow.MAC_SETTING,))
             dst.execute("PRAGMA journal_mode=DELETE")
             images = dst.execute("SELECT id FROM images ORDER BY id").fetchall()
             jobs = dst.execute("SELECT count(*) FROM jobs").fetchone()[0]
@@ -84,13 +86,14 @@ class CatalogBackupJob:
         self.master = master
         self.job = job
         self.ctx = JobContext(master.jobs, job["id"])
-        self.stu = self.pool = self.host = self.escrow = None
+        self.stu = self.pool = self.host = self.escrow = self.mac_key = None
         self._last_flush = 0.0
 
     def prepare(self):
         self.stu, self.pool, self.host = target(self.master, self.job["params"]["storage_unit"])
         self.escrow = escrow.load(self.master.db)
-        if self.escrow is None:
+        self.mac_key = escrow.mac_key(self.master.db)
+        if self.escrow is None or self.mac_key is None:
             raise CairnError("there is no catalog backup key yet",
                              hint="queue the catalog backup with `cairn catalog backup "
                                   "--storage-unit STU --passphrase-file F`",
@@ -173,7 +176,9 @@ class CatalogBackupJob:
                 f"{t.final} on host {self.host['name']}")
         ctx.flush()
         try:
-            done = archive.write(t.open(), manifest, members, self._tick)
+            done = archive.write(t.open(), manifest, members,
+                                 lambda body: escrow.manifest_mac(self.mac_key, body),
+                                 self._tick)
             if not done:
                 raise Canceled()
             r = t.commit()

@@ -123,7 +123,8 @@ def test_lose_the_home_and_recover_every_image_from_a_catalog_backup(tmp_path):
     assert names[0] == "manifest.json" and "catalog.db" in names and "keys.json" in names
     assert manifest["format"] == archive.FORMAT and manifest["images"] == len(ids)
     assert manifest["keys"] == ["dd"]
-    assert {m_["name"] for m_ in manifest["members"]} == set(names[1:])
+    assert names[1] == "manifest.mac"
+    assert {m_["name"] for m_ in manifest["members"]} == set(names[2:])
 
     # the passphrase is in no file of the home, of the pools or of the catalog backups, and
     # the pool key travels only sealed

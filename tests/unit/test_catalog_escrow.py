@@ -16,7 +16,7 @@ KEY = bytes(range(32)).hex().encode()
 
 
 def test_the_passphrase_opens_the_escrow_and_a_wrong_one_is_refused():
-    e = escrow.make(PASS)
+    e = escrow.make(PASS)[0]
     text = json.dumps(e).encode()
     assert PASS not in text and PASS.hex().encode() not in text
     private = escrow.open_private(e, PASS)
@@ -29,7 +29,7 @@ def test_the_passphrase_opens_the_escrow_and_a_wrong_one_is_refused():
 
 
 def test_a_sealed_key_opens_under_its_own_name_only_and_not_when_altered():
-    e = escrow.make(PASS)
+    e = escrow.make(PASS)[0]
     private = escrow.open_private(e, PASS)
     sealed = escrow.seal(e["public"], KEY, "pool-key:dd")
     with pytest.raises(CairnError) as x:
@@ -39,7 +39,7 @@ def test_a_sealed_key_opens_under_its_own_name_only_and_not_when_altered():
     with pytest.raises(CairnError):
         escrow.unseal(private, bad, "pool-key:dd")
     # another escrow's private key opens nothing of this one's
-    other = escrow.open_private(escrow.make(PASS), PASS)
+    other = escrow.open_private(escrow.make(PASS)[0], PASS)
     with pytest.raises(CairnError):
         escrow.unseal(other, sealed, "pool-key:dd")
 
@@ -56,3 +56,39 @@ def test_a_short_or_missing_passphrase_file_is_refused(tmp_path):
     good = tmp_path / "good"
     good.write_bytes(PASS + b"\nsecond line\n")
     assert escrow.read_passphrase(str(good)) == PASS
+
+
+def test_the_manifest_key_opens_with_the_passphrase_and_codes_only_its_bytes():
+    e, key = escrow.make(PASS)
+    assert key.hex() not in json.dumps(e)
+    assert escrow.open_keys(e, PASS)[1] == key
+    body = b'{"format": "cairn-catalog-backup"}'
+    mac = escrow.manifest_mac(key, body)
+    assert escrow.mac_matches(key, body, mac)
+    assert not escrow.mac_matches(key, body + b" ", mac)
+    assert not escrow.mac_matches(escrow.make(PASS)[1], body, mac)
+
+
+def test_an_escrow_of_the_first_version_is_renewed_with_the_same_passphrase(tmp_path):
+    """The first version had no manifest key: the next catalog backup queued with the
+    passphrase replaces it; a wrong passphrase does not."""
+    from app.master import Master
+    m = Master(str(tmp_path / "home"))
+    try:
+        first = escrow.make(PASS)[0]
+        first = {k: v for k, v in first.items() if k not in ("mac_nonce", "sealed_mac")}
+        first["version"] = 1
+        with m.db.tx() as c:
+            c.execute("INSERT INTO settings(key, value) VALUES (?,?)",
+                      (escrow.SETTING, json.dumps(first)))
+        with pytest.raises(CairnError) as x:
+            escrow.load(m.db)  # a job would say what to do
+        assert "first version" in x.value.message and "passphrase" in x.value.hint
+        with pytest.raises(escrow.WrongPassphrase):
+            escrow.ensure(m.db, PASS + b"?")
+        renewed = escrow.ensure(m.db, PASS)
+        assert renewed["version"] == escrow.VERSION and renewed["public"] != first["public"]
+        assert escrow.mac_key(m.db) == escrow.open_keys(renewed, PASS)[1]
+        assert escrow.ensure(m.db, PASS) == renewed  # from now on, kept
+    finally:
+        m.close()

@@ -78,11 +78,14 @@ def ago(seconds):
 
 def catalog_backup_text(state):
     """The status bar's words on the catalog backup: None while there is nothing to protect
-    and none was ever made; else (text, overdue)."""
-    if state["last"] is None and not state["images"]:
+    and none was ever made; else (text, warning)."""
+    keys = state.get("keys_not_escrowed") or []
+    if state["last"] is None and not state["images"] and not keys:
         return None
     text = "Catalog backup: " + ("none" if state["last"] is None else ago(state["age_s"]))
-    return text, state["overdue"]
+    if keys:
+        text += f" · key of {', '.join(keys)} in none"
+    return text, state["overdue"] or bool(keys)
 
 
 class MainWindow(QMainWindow):
@@ -290,13 +293,17 @@ class MainWindow(QMainWindow):
         self.catalog_backup_label.setVisible(shown is not None)
         if shown is None:
             return
-        text, overdue = shown
+        text, warn = shown
+        keys = state.get("keys_not_escrowed") or []
         self.catalog_backup_label.setText(text)
-        self.catalog_backup_label.setStyleSheet("color: #c0392b;" if overdue else "")
+        self.catalog_backup_label.setStyleSheet("color: #c0392b;" if warn else "")
         self.catalog_backup_label.setToolTip(
             ("No catalog backup for over a day: a lost state directory would lose every "
-             "image's record and the keys of encrypted pools. " if overdue else
+             "image's record and the keys of encrypted pools. " if state["overdue"] else
              "The newest catalog backup that ended well. ")
+            + (f"No catalog backup holds the key of the encrypted pool(s) of "
+               f"{', '.join(keys)} yet: without it their images cannot be read after a lost "
+               "state directory. " if keys else "")
             + "Run `cairn catalog backup --storage-unit STU --passphrase-file F --wait` "
               "(README, Disaster recovery).")
     def check_hosts(self):

@@ -42,6 +42,7 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P = 1 << 15, 8, 1
 SCRYPT_MAXMEM = 1 << 26
 SETTING = "catalog_escrow"
 MAC_SETTING = "catalog_backup_mac_key"  # in clear: never copied into an archive's catalog
+ESCROWED_SETTING = "catalog_backup_escrowed_keys"  # storage servers whose key an archive holds
 _ESCROW_AAD = b"cairn catalog escrow private key v1"
 _MAC_AAD = b"cairn catalog backup manifest key v1"
 _SEAL_INFO = b"cairn catalog backup seal v1"
@@ -261,3 +262,25 @@ def ensure(db, passphrase):
     if mac_key(db) != key:
         store(db, escrow, key)
     return escrow
+
+
+def escrowed(db):
+    """The storage servers whose pool key a catalog backup that ended well holds."""
+    row = db.one("SELECT value FROM settings WHERE key=?", (ESCROWED_SETTING,))
+    try:
+        return set(json.loads(row[0])) if row else set()
+    except ValueError:
+        return set()
+
+
+def record_escrowed(db, servers):
+    """Adds `servers` to those whose key a committed catalog backup holds."""
+    with db.tx() as c:
+        row = c.execute("SELECT value FROM settings WHERE key=?", (ESCROWED_SETTING,)).fetchone()
+        try:
+            known = set(json.loads(row[0])) if row else set()
+        except ValueError:
+            known = set()
+        c.execute("INSERT INTO settings(key, value) VALUES (?,?) "
+                  "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                  (ESCROWED_SETTING, json.dumps(sorted(known | set(servers)))))

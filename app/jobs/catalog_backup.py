@@ -79,6 +79,15 @@ def snapshot_catalog(source, dest, job_id):
     return [r[0] for r in images], jobs, version
 
 
+def pool_key_names(home):
+    """The storage servers whose pool key is in the home, sorted."""
+    try:
+        return sorted(n[:-4] for n in os.listdir(home.keys)
+                      if n.endswith(".key") and not n.startswith("."))
+    except FileNotFoundError:
+        return []
+
+
 class CatalogBackupJob:
     """A catalog backup job (app/jobs/kinds.py)."""
 
@@ -134,12 +143,7 @@ class CatalogBackupJob:
     def _sealed_keys(self):
         """{storage server: its pool key sealed to the escrow}."""
         out = {}
-        try:
-            names = sorted(n[:-4] for n in os.listdir(self.master.home.keys)
-                           if n.endswith(".key") and not n.startswith("."))
-        except FileNotFoundError:
-            names = []
-        for server in names:
+        for server in pool_key_names(self.master.home):
             key = pool_keys.load(self.master.home, server)
             out[server] = escrow.seal(self.escrow["public"], key.hex().encode(),
                                       "pool-key:" + server)
@@ -185,6 +189,7 @@ class CatalogBackupJob:
         except BaseException:
             t.discard()
             raise
+        escrow.record_escrowed(self.master.db, key_names)
         ctx.bytes, ctx.files = r["bytes"], len(members)
         ctx.log(f"catalog backup written: {r['path']} ({r['bytes']} bytes)")
         self.master.jobs.set_result(job_id, {"path": r["path"], "bytes": r["bytes"],

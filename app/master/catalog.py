@@ -5,6 +5,7 @@ is no method: there is no master to open until it is done."""
 import time
 
 from app import timeutil
+from app.catalog_backup import escrow
 from app.jobs import catalog_backup
 
 # With images in the catalog and no catalog backup for this long, the console warns: a lost
@@ -15,15 +16,20 @@ CATALOG_BACKUP_DUE_S = 86400
 class CatalogAPI:
     def catalog_backup_state(self, now=None):
         """When the newest catalog backup that ended well ran, and whether one is overdue (none
-        for CATALOG_BACKUP_DUE_S while the catalog holds images): {"last": ISO time or None,
-        "age_s", "images", "overdue"}."""
+        for CATALOG_BACKUP_DUE_S while the catalog holds images), and the storage servers
+        whose pool key no catalog backup holds yet: {"last": ISO time or None, "age_s",
+        "images", "overdue", "keys_not_escrowed"}."""
         now = time.time() if now is None else now
         last = self.db.one("SELECT max(ended) FROM jobs WHERE type=? AND status=0",
                            (catalog_backup.JOB_TYPE,))[0]
         images = self.db.one("SELECT count(*) FROM images")[0]
         age = now - timeutil.parse_iso(last) if last else None
+        servers = {r[0] for r in self.db.all("SELECT name FROM storage_servers")}
+        done = escrow.escrowed(self.db)
         return {"last": last, "age_s": age, "images": images,
-                "overdue": bool(images) and (age is None or age > CATALOG_BACKUP_DUE_S)}
+                "overdue": bool(images) and (age is None or age > CATALOG_BACKUP_DUE_S),
+                "keys_not_escrowed": [n for n in catalog_backup.pool_key_names(self.home)
+                                      if n in servers and n not in done]}
 
     def start_catalog_backup(self, storage_unit, passphrase):
         """Queues a catalog backup to a storage unit's pool (app/jobs/catalog_backup.py). The

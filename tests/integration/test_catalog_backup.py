@@ -352,3 +352,23 @@ def test_a_catalog_backup_to_a_pool_on_an_ssh_host(tmp_path, sshd):
         assert_trees_equal(str(src), str(out) + str(src))
     finally:
         m.close()
+
+
+def test_a_pool_key_no_catalog_backup_holds_is_named_until_one_does(tmp_path):
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        m.create_storage_server("dd", type="dedup", host="me", path=str(tmp_path / "dedup"),
+                                options={"encrypted": True})
+        m.create_disk_pool("ddp", server="dd", volumes=[])
+        m.create_storage_unit("dstu", pool="ddp")
+        state = m.catalog_backup_state()
+        assert state["keys_not_escrowed"] == ["dd"] and state["last"] is None
+        catalog_backup(m, "dstu")
+        assert m.catalog_backup_state()["keys_not_escrowed"] == []
+        # a second encrypted pool made since: its key is in no catalog backup yet
+        m.create_storage_server("d2", type="dedup", host="me", path=str(tmp_path / "d2"),
+                                options={"encrypted": True})
+        assert m.catalog_backup_state()["keys_not_escrowed"] == ["d2"]
+    finally:
+        m.close()

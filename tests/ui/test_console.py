@@ -240,6 +240,17 @@ def test_status_bar_warns_when_no_catalog_backup_protects_the_images(console, ma
     assert "c0392b" in w.catalog_backup_label.styleSheet()
 
 
+def test_status_bar_names_a_pool_key_no_catalog_backup_holds():
+    from ui.main_window import catalog_backup_text
+    state = {"last": None, "age_s": None, "images": 0, "overdue": False,
+             "keys_not_escrowed": ["dd"]}
+    assert catalog_backup_text(state) == ("Catalog backup: none · key of dd in none", True)
+    state.update(last="2026-11-26T10:00:00Z", age_s=7200, images=3)
+    assert catalog_backup_text(state) == ("Catalog backup: 2 h ago · key of dd in none", True)
+    state["keys_not_escrowed"] = []
+    assert catalog_backup_text(state) == ("Catalog backup: 2 h ago", False)
+
+
 def test_no_catalog_backup_word_on_a_new_master(make_console, empty_master, qtbot):
     c = make_console(empty_master)
     qtbot.waitUntil(lambda: c.window.summary is not None, timeout=4000)

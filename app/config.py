@@ -220,9 +220,12 @@ def check_windows(windows):
 
 # ---- schedules: frequency, calendar, start windows as admins write them -------------------
 
-SCHEDULE_TYPES = ("full", "differential", "cumulative")
+#: a catalog schedule's runs back up the master itself to the policy's storage unit
+CATALOG_SCHEDULE = "catalog"
+SCHEDULE_TYPES = ("full", "differential", "cumulative", CATALOG_SCHEDULE)
 #: how often a schedule with start windows but neither a frequency nor a calendar is due
-DEFAULT_FREQUENCY = {"full": 7 * 86400, "differential": 86400, "cumulative": 86400}
+DEFAULT_FREQUENCY = {"full": 7 * 86400, "differential": 86400, "cumulative": 86400,
+                     CATALOG_SCHEDULE: 86400}
 #: shorter than this, back-up jobs would queue behind each other all day
 MIN_FREQUENCY_S = 15 * 60
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -703,7 +706,7 @@ class Config:
         check_name("schedule", name)
         if type not in SCHEDULE_TYPES:
             raise ValidationError(f"schedule type {type!r} is unknown",
-                                  hint="choose full, differential or cumulative")
+                                  hint="choose full, differential, cumulative or catalog")
         if self.db.one("SELECT 1 FROM schedules WHERE policy_id=? AND name=?", (pid, name)):
             raise ValidationError(f"policy {policy!r} already has a schedule named {name!r}")
         ret = timeutil.parse_duration(retention)

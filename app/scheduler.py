@@ -8,6 +8,10 @@ queues, so two masters on one catalog (a console and a headless master) never qu
 run twice. A window that closed while no master was running is recorded as missed, with a job
 that ended with status 196, so the activity monitor shows it.
 
+A catalog schedule (type catalog) runs catalog backups of the master's own state to its
+policy's storage unit instead, once per due time whatever the policy's clients (its runs are
+recorded with an empty client).
+
 Every time comes from the injected clock; windows and calendar days are read in the
 scheduler's time zone (the master's local one unless given)."""
 
@@ -20,7 +24,8 @@ from bisect import bisect_left
 
 from app import status as st
 from app import timeutil
-from app.config import DEFAULT_FREQUENCY, STREAM_MARKER, calendar_matches
+from app.config import CATALOG_SCHEDULE, DEFAULT_FREQUENCY, STREAM_MARKER, calendar_matches
+from app.jobs import catalog_backup
 from app.jobs.store import ACTIVE, DONE, QUEUED
 
 LAST_TICK = "scheduler_last_tick"   # settings key: when the scheduler last looked
@@ -32,11 +37,12 @@ _OK = (st.OK, st.PARTIAL)
 
 class _Schedule:
     __slots__ = ("name", "type", "rank", "order", "windows", "span_s", "freq", "calendar",
-                 "read_all")
+                 "read_all", "retention_s")
 
     def __init__(self, row):
         self.name = row["name"]
         self.type = row["type"]
+        self.retention_s = row["retention_s"]
         self.read_all = bool(row["read_all"])
         self.rank = TYPE_RANK.get(row["type"], len(TYPE_RANK))
         self.order = row["id"]
@@ -120,7 +126,8 @@ class Scheduler:
                              "checksum": r["checksum"], "storage_unit": r["storage_unit"],
                              "multiple_streams": bool(r["multiple_streams"]),
                              "created": _epoch_or_none(r["created"]),
-                             "clients": [], "selections": [], "schedules": []}
+                             "clients": [], "selections": [], "schedules": [],
+                             "catalog": []}
         if not pols:
             return []
         for r in self.db.all("SELECT c.policy_id, h.name FROM policy_clients c "
@@ -136,16 +143,17 @@ class Scheduler:
             if p is not None:
                 s = _Schedule(r)
                 if s.windows:
-                    p["schedules"].append(s)
-        return [p for p in pols.values() if p["schedules"] and p["clients"]]
+                    p["catalog" if s.type == CATALOG_SCHEDULE else "schedules"].append(s)
+        return [p for p in pols.values() if (p["schedules"] and p["clients"]) or p["catalog"]]
 
-    def _last_ok(self, since):
+    def _last_ok(self, since, job_type="backup"):
         """{(policy, schedule, client): start of the newest successful backup} over backups
-        started at or after `since`."""
+        (or catalog backups: client "") started at or after `since`."""
         return {(r[0], r[1], r[2]): timeutil.parse_iso(r[3]) for r in self.db.all(
-            "SELECT policy, schedule, client, max(started) FROM jobs WHERE type='backup' "
-            "AND state=? AND status IN (?, ?) AND started>=? "
-            "GROUP BY policy, schedule, client", (DONE, *_OK, timeutil.iso(since)))}
+            "SELECT policy, schedule, coalesce(client, ''), max(started) FROM jobs "
+            "WHERE type=? AND state=? AND status IN (?, ?) AND started>=? "
+            "GROUP BY policy, schedule, client",
+            (job_type, DONE, *_OK, timeutil.iso(since)))}
 
     def _ok_starts(self, since):
         """{(policy, schedule, client): sorted starts of successful backups} since `since`."""
@@ -186,6 +194,7 @@ class Scheduler:
         to_queue, to_skip = self._choose(policies, now)
         missed = self._missed(policies, since, now) if since is not None else []
         queued, made_missed = self._record(now, to_queue, to_skip, missed)
+        queued += self._queue_catalog(self._catalog_due(policies, now), now)
         for jid, s, inst in made_missed:
             self.jobs.finish(jid, st.WINDOW_CLOSED,
                              f"schedule {s.name}: its start window {_span(inst)} closed while "
@@ -293,6 +302,50 @@ class Scheduler:
                       "DO UPDATE SET value=excluded.value", (LAST_TICK, repr(float(now))))
         return queued, made_missed
 
+    # ---- catalog schedules ----------------------------------------------------------------
+    def _catalog_due(self, policies, now):
+        """[(policy, schedule, due, window)] of the catalog schedules due now."""
+        scheds = [(p, s) for p in policies for s in p["catalog"]]
+        open_inst = {s: self._open(s, now) for _, s in scheds}
+        if not any(open_inst.values()):
+            return []
+        longest = max(s.freq or 0 for _, s in scheds)
+        span = max(s.span_s for _, s in scheds)
+        last_ok = self._last_ok(now - span - longest, catalog_backup.JOB_TYPE)
+        out = []
+        for p, s in scheds:
+            inst = open_inst[s]
+            if inst is None:
+                continue
+            due = self._due(s, inst, last_ok.get((p["name"], s.name, "")))
+            if due is not None and due <= now and \
+                    not self._recorded(p["name"], s.name, "", timeutil.iso(due)):
+                out.append((p, s, due, inst))
+        return out
+
+    def _queue_catalog(self, due, now):
+        """Queues a catalog backup per due catalog schedule, unless one of the same schedule
+        is queued or running; recorded as the backups' runs are. Returns the job ids."""
+        queued = []
+        with self.db.tx() as c:
+            for p, s, at, inst in due:
+                if c.execute("SELECT 1 FROM jobs WHERE type=? AND policy=? AND schedule=? "
+                             "AND state IN (?, ?) LIMIT 1",
+                             (catalog_backup.JOB_TYPE, p["name"], s.name, QUEUED,
+                              ACTIVE)).fetchone():
+                    continue
+                run_id = self._insert_run(c, p, s, "", at, inst, "queued", timeutil.iso(now))
+                if run_id is None:
+                    continue
+                jid = catalog_backup.queue(
+                    self.master, p["storage_unit"], retention_s=s.retention_s,
+                    policy=p["name"], schedule=s.name, not_after=inst[1], c=c,
+                    note=f"catalog backup queued by the scheduler: schedule {s.name}, "
+                         f"window {_span(inst)}")
+                c.execute("UPDATE schedule_runs SET job_id=? WHERE id=?", (jid, run_id))
+                queued.append(jid)
+        return queued
+
     def _missed(self, policies, since, now):
         """Window instances that ended in (since, now] in which a schedule was due for a
         client while no master looked (nothing recorded for that due time, and the last
@@ -344,8 +397,8 @@ class Scheduler:
         client, soonest first: {policy, schedule, type, client, due (when it would be
         queued), window_start, window_end, runs (how many times in that window, for a
         frequency shorter than the window; 0 when skipped), note (set when another schedule
-        of the policy runs instead)}. Frequency schedules are projected as if each backup
-        succeeded when queued."""
+        of the policy runs instead)}; a catalog schedule's runs have the client "". Frequency
+        schedules are projected as if each backup succeeded when queued."""
         if policy is not None:
             self.master.config.policy(policy)   # an unknown name is an error, not "nothing"
         now = self.clock() if now is None else now
@@ -357,6 +410,12 @@ class Scheduler:
         last_ok = self._last_ok(now - span - longest) if scheds else {}
         out = []
         for p in policies:
+            if p["catalog"]:
+                cs = p["catalog"]
+                cat_ok = self._last_ok(now - max(s.span_s for s in cs)
+                                       - max(s.freq or 0 for s in cs), catalog_backup.JOB_TYPE)
+                out.extend(self._project(p, "", {s: self.instances(s, now, hi)
+                                                 for s in p["catalog"]}, cat_ok, now))
             if not p["selections"]:
                 continue
             plan = {s: self.instances(s, now, hi) for s in p["schedules"]}

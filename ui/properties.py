@@ -120,7 +120,8 @@ def next_backups_text(runs):
     lines = []
     for r in runs:
         when = time.strftime("%a %Y-%m-%d %H:%M", time.localtime(fmt.epoch(r["due"])))
-        lines.append(f"{when}  {r['schedule']} ({r['type']}) of {r['client']}"
+        lines.append(f"{when}  {r['schedule']} ({r['type']}) of "
+                     f"{r['client'] or 'the master catalog'}"
                      + (f", {r['runs']} times in that window" if r["runs"] > 1 else ""))
     return "\n".join(lines)
 

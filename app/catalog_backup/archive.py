@@ -16,6 +16,7 @@ File names: cairn-catalog-YYYYmmddTHHMMSSZ-JOB.tar once complete; written first 
 name starting with a dot and ending in .partial, so that a writer killed half-way leaves no
 file that looks complete (find() skips them)."""
 
+import calendar
 import hashlib
 import io
 import json
@@ -37,6 +38,7 @@ KEYS = "keys.json"
 INDEX_DIR = "indexes"
 _INDEX = re.compile(r"^indexes/[A-Za-z0-9_][A-Za-z0-9._-]*\.cidx$")
 _NAME = re.compile(r"^cairn-catalog-(\d{8}T\d{6}Z)-(\d+)\.tar$")
+_PARTIAL = re.compile(r"^\.cairn-catalog-(\d{8}T\d{6}Z)-(\d+)\.tar\.partial$")
 _CHUNK = 1 << 20
 
 
@@ -55,6 +57,16 @@ def sort_key(name):
     """Newest last: by the time in the name, then the job."""
     m = _NAME.match(name)
     return (m.group(1), int(m.group(2)))
+
+
+def made_at(name):
+    """(epoch the name's time says, whether it is a partial name), or None for a name that
+    is not a catalog backup's."""
+    for pattern, partial in ((_NAME, False), (_PARTIAL, True)):
+        m = pattern.match(name)
+        if m:
+            return calendar.timegm(time.strptime(m.group(1), "%Y%m%dT%H%M%SZ")), partial
+    return None
 
 
 def allowed_member(name):

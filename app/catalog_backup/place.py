@@ -15,6 +15,10 @@ from app.errors import CairnError
 from app.formats import private
 
 
+# a partial file this old belongs to no catalog backup still writing: removed
+PARTIAL_AGE_S = 86400
+
+
 def folder_of(pool):
     """The folder of a pool's catalog backups, as the storage host sees it."""
     return posixpath.join(pool["volumes"][0], archive.FOLDER)
@@ -87,6 +91,35 @@ class Target:
         conn = self.master.hosts.connect(self.host)
         return conn.call("commit_file", {"partial": self.partial, "final": self.final},
                          timeout=600)
+
+    def prune(self, keep_s, now):
+        """Removes from the folder the catalog backups made more than keep_s ago (None: none)
+        and what backups killed more than a day ago left under partial names; never the
+        archive just written, nor anything whose name is not a catalog backup's. Returns the
+        names removed."""
+        try:
+            names = os.listdir(self.folder) if self.sftp is None else self.sftp.listdir(self.folder)
+        except OSError:
+            return []
+        removed = []
+        for name in sorted(names):
+            made = archive.made_at(name)
+            if made is None or name == posixpath.basename(self.final):
+                continue
+            at, partial = made
+            if (at < now - PARTIAL_AGE_S) if partial else \
+                    (keep_s is not None and at < now - keep_s):
+                path = posixpath.join(self.folder, name)
+                try:
+                    if self.sftp is None:
+                        if stat.S_ISREG(os.lstat(path).st_mode):
+                            os.unlink(path)
+                    else:
+                        self.sftp.remove(path)
+                except OSError:
+                    continue  # gone already, or not ours to remove: left
+                removed.append(name)
+        return removed
 
     def discard(self):
         """Removes the partial file (a failed or canceled backup); what cannot be removed is

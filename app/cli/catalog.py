@@ -32,6 +32,9 @@ def catalog_commands(sub, cmd):
                    help="the storage unit whose pool holds the backup")
     p.add_argument("--passphrase-file", required=True, metavar="F",
                    help="a file whose first line is the passphrase (at least 8 characters)")
+    p.add_argument("--retention", metavar="DURATION",
+                   help="once written, remove the catalog backups in the same folder made "
+                        "more than this long ago (e.g. 4w; the newest is always kept)")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
     p = cmd(ca, "recover", "recover a master into an empty CAIRN_HOME from the newest "
                            "catalog backup under a folder", handler=_recover,
@@ -90,7 +93,7 @@ def _backup(m, args):
     # The escrow's module loads for this command only, as the master does for the others.
     from app.catalog_backup.escrow import read_passphrase
     return jobs_result(m, args, [m.start_catalog_backup(
-        args.storage_unit, read_passphrase(args.passphrase_file))])
+        args.storage_unit, read_passphrase(args.passphrase_file), retention=args.retention)])
 
 
 def _recover(args):

@@ -82,8 +82,10 @@ def _add_schedule_command(po, cmd):
     p.add_argument("policy")
     p.add_argument("name")
     p.add_argument("--type", required=True,
-                   help="full, differential (changes since the last backup of any type) or "
-                        "cumulative (changes since the last full)")
+                   help="full, differential (changes since the last backup of any type), "
+                        "cumulative (changes since the last full) or catalog (a catalog "
+                        "backup of the master to the policy's storage unit; --retention says "
+                        "how long its archives are kept)")
     p.add_argument("--retention", default="2w")
     p.add_argument("--frequency", metavar="DURATION",
                    help="run when no backup of this schedule succeeded for this long: 12h, "
@@ -100,6 +102,9 @@ def _add_schedule_command(po, cmd):
     p.add_argument("--read-every-file", action="store_true",
                    help="full schedules into deduplicating pools: read every file instead of "
                         "trusting the files cache (e.g. a monthly full beside nightly ones)")
+    p.add_argument("--passphrase-file", metavar="F",
+                   help="catalog schedules: the catalog backups' passphrase, needed once "
+                        "(not if a catalog backup was made before); it is stored nowhere")
 
 
 def _policy_out(args, r):
@@ -133,12 +138,17 @@ def _add_selection(m, args):
 def _add_schedule(m, args):
     # app.config loads for the commands that parse with it, not for every `cairn` command.
     from app.config import calendar_from_text, parse_windows_text
+    passphrase = None
+    if args.passphrase_file:
+        # The escrow's module loads for this option only.
+        from app.catalog_backup.escrow import read_passphrase
+        passphrase = read_passphrase(args.passphrase_file)
     return _policy_out(args, m.add_schedule(
         args.policy, args.name, type=args.type, retention=args.retention,
         frequency=args.frequency,
         windows=parse_windows_text(args.window) if args.window else None,
         calendar=calendar_from_text(args.weekdays, args.monthdays, args.exclude_date),
-        read_all=args.read_every_file))
+        read_all=args.read_every_file, passphrase=passphrase))
 
 
 def _show(m, args):

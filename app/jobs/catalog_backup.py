@@ -36,14 +36,37 @@ def target(master, storage_unit):
     return stu, pool, master.config.host(stu["host"])
 
 
-def make_job(master, storage_unit, passphrase):
+def make_job(master, storage_unit, passphrase, retention_s=None):
     """Queues a catalog backup to a storage unit. The passphrase makes the escrow on first
     use and must open it afterwards (a mistyped one is refused now, not at recovery time);
-    it is not kept, nor put in the job."""
+    it is not kept, nor put in the job. retention_s: older catalog backups in the same
+    folder are removed once this one is written."""
     target(master, storage_unit)
     escrow.ensure(master.db, passphrase)
-    return master.jobs.create(JOB_TYPE, params={"storage_unit": storage_unit},
-                              note=f"catalog backup queued to storage unit {storage_unit}")
+    return queue(master, storage_unit, retention_s=retention_s)
+
+
+def queue(master, storage_unit, *, retention_s=None, policy=None, schedule=None,
+          not_after=None, note=None, c=None):
+    """A catalog backup job in the queue (by hand, or by a catalog schedule of `policy`)."""
+    params = {"storage_unit": storage_unit}
+    if retention_s is not None and retention_s >= 0:
+        params["retention_s"] = int(retention_s)
+    return master.jobs.create(
+        JOB_TYPE, policy=policy, schedule=schedule, params=params, not_after=not_after,
+        note=note or f"catalog backup queued to storage unit {storage_unit}", c=c)
+
+
+def check_schedulable(master, passphrase):
+    """A catalog schedule needs the catalog backup key: made (or checked) with the
+    passphrase when one is given, else it must exist already."""
+    if passphrase is not None:
+        escrow.ensure(master.db, passphrase)
+    elif escrow.load(master.db) is None:
+        raise ValidationError("a catalog schedule needs the catalog backup passphrase once",
+                              hint="give --passphrase-file F (it makes the key that scheduled "
+                                   "catalog backups seal the pool keys to; the passphrase is "
+                                   "stored nowhere), or run `cairn catalog backup` first")
 
 
 def snapshot_catalog(source, dest, job_id):
@@ -192,10 +215,15 @@ class CatalogBackupJob:
         escrow.record_escrowed(self.master.db, key_names)
         ctx.bytes, ctx.files = r["bytes"], len(members)
         ctx.log(f"catalog backup written: {r['path']} ({r['bytes']} bytes)")
+        removed = t.prune(self.job["params"].get("retention_s"), time.time())
+        if removed:
+            ctx.log(f"removed {len(removed)} older catalog backup file(s) from {t.folder}: "
+                    + ", ".join(removed))
         self.master.jobs.set_result(job_id, {"path": r["path"], "bytes": r["bytes"],
                                              "images": len(images), "jobs": njobs,
                                              "indexes": manifest["indexes"],
                                              "keys": key_names, "created": manifest["created"],
+                                             "removed": removed,
                                              "host": self.host["name"]})
         ctx.flush(sample=True)
         return JobResult(bytes=r["bytes"], files=len(members))

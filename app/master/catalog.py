@@ -31,9 +31,11 @@ class CatalogAPI:
                 "keys_not_escrowed": [n for n in catalog_backup.pool_key_names(self.home)
                                       if n in servers and n not in done]}
 
-    def start_catalog_backup(self, storage_unit, passphrase):
+    def start_catalog_backup(self, storage_unit, passphrase, retention=None):
         """Queues a catalog backup to a storage unit's pool (app/jobs/catalog_backup.py). The
         passphrase (bytes) makes the escrow key pair on first use and must open it after; it
-        is not kept anywhere."""
-        return catalog_backup.make_job(self, storage_unit, passphrase)
+        is not kept anywhere. retention (a duration such as "4w"): older catalog backups in
+        the same folder are removed once this one is written."""
+        keep = timeutil.parse_duration(retention) if retention else None
+        return catalog_backup.make_job(self, storage_unit, passphrase, retention_s=keep)
 

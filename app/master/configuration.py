@@ -2,6 +2,8 @@
 master API (app/master/__init__.py)."""
 
 from app import config_edit, timeutil
+from app.config import CATALOG_SCHEDULE
+from app.jobs import catalog_backup
 from app.errors import NotFound, ValidationError
 
 
@@ -13,7 +15,10 @@ class ConfigurationAPI:
         """A policy with its clients, backup selections and schedules (dicts of
         add_schedule's arguments plus `name`), all or nothing: when a later part is
         refused, the policy is removed again and the error raised. compression and
-        encryption are refused with the reason (Config.add_policy)."""
+        encryption are refused with the reason (Config.add_policy). A catalog schedule
+        needs the catalog backup key to exist (add_schedule)."""
+        if any(s.get("type") == CATALOG_SCHEDULE for s in schedules):
+            catalog_backup.check_schedulable(self, None)
         self.config.add_policy(name, storage_unit=storage_unit, priority=priority,
                                compression=compression, encryption=encryption,
                                multiple_streams=multiple_streams, checksum=checksum,
@@ -50,9 +55,13 @@ class ConfigurationAPI:
         return self.config.add_policy_selection(policy, path)
 
     def add_schedule(self, policy, name, *, type, retention="2w", frequency=None, windows=None,
-                     calendar=None, read_all=False):
+                     calendar=None, read_all=False, passphrase=None):
         """Adds a schedule to a policy (when it runs and what it keeps: Config.add_schedule);
-        returns the policy."""
+        returns the policy. A catalog schedule's backups run without the passphrase, so the
+        catalog backup key must exist: made now from `passphrase` (bytes), or by an earlier
+        catalog backup."""
+        if type == CATALOG_SCHEDULE:
+            catalog_backup.check_schedulable(self, passphrase)
         return self.config.add_schedule(policy, name, type=type, retention=retention,
                                         frequency=frequency, windows=windows,
                                         calendar=calendar, read_all=read_all)

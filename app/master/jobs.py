@@ -4,7 +4,7 @@ cancel, suspend, resume, statistics). Part of the master API (app/master/__init_
 import time
 
 from app import status, timeutil
-from app.config import STREAM_MARKER
+from app.config import CATALOG_SCHEDULE, STREAM_MARKER
 from app.errors import CairnError, NotFound, ValidationError
 from app.jobs import catalog_backup, stats
 from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP
@@ -20,6 +20,20 @@ class JobsAPI:
         files_cache=False: a full into a deduplication pool reads every file, even those the
         previous image shows unchanged."""
         pol = self.config.policy(policy)
+        catalog = [s for s in pol["schedules"] if s["type"] == CATALOG_SCHEDULE]
+        chosen = next((s for s in catalog if s["name"] == schedule), None)
+        if chosen is None and schedule is None and catalog and not pol["clients"] \
+                and len(catalog) == len(pol["schedules"]):
+            chosen = catalog[0]  # a policy that only backs up the catalog
+        if chosen is not None:
+            if client is not None:
+                raise ValidationError(f"schedule {chosen['name']!r} backs up the master's "
+                                      "catalog, not a client", hint="leave out --client")
+            return [catalog_backup.queue(self, pol["storage_unit"],
+                                         retention_s=chosen["retention_s"], policy=policy,
+                                         schedule=chosen["name"],
+                                         note=f"catalog backup started by hand: schedule "
+                                              f"{chosen['name']} of policy {policy}")]
         if not pol["clients"]:
             raise ValidationError(f"policy {policy!r} has no clients",
                                   hint=f"add one with `cairn policy add-client {policy} HOST`")
@@ -29,7 +43,7 @@ class JobsAPI:
         if client is not None and client not in pol["clients"]:
             raise ValidationError(f"{client!r} is not a client of policy {policy!r}",
                                   hint=f"its clients: {', '.join(pol['clients'])}")
-        scheds = pol["schedules"]
+        scheds = [s for s in pol["schedules"] if s["type"] != CATALOG_SCHEDULE]
         if schedule is None:
             full = [s for s in scheds if s["type"] == "full"]
             if not scheds:

@@ -294,6 +294,28 @@ MIGRATIONS = [
     """
     ALTER TABLE disk_pools ADD COLUMN verify_every INTEGER
     """,
+    # 11: catalog schedules (their runs are catalog backups of the master): the schedule
+    # type's check names them, which sqlite changes only by making the table anew.
+    """
+    CREATE TABLE schedules_new (
+        id INTEGER PRIMARY KEY,
+        policy_id INTEGER NOT NULL REFERENCES policies(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        type TEXT NOT NULL CHECK (type IN ('full', 'differential', 'cumulative', 'catalog')),
+        retention_s INTEGER NOT NULL,
+        frequency_s INTEGER,
+        windows TEXT NOT NULL DEFAULT '[]',
+        calendar TEXT,
+        read_all INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (policy_id, name)
+    );
+    INSERT INTO schedules_new(id, policy_id, name, type, retention_s, frequency_s, windows,
+                              calendar, read_all)
+        SELECT id, policy_id, name, type, retention_s, frequency_s, windows, calendar, read_all
+        FROM schedules;
+    DROP TABLE schedules;
+    ALTER TABLE schedules_new RENAME TO schedules
+    """,
 ]
 
 

@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import stat
 import tarfile
+import time
 
 import pytest
 
@@ -372,3 +373,37 @@ def test_a_pool_key_no_catalog_backup_holds_is_named_until_one_does(tmp_path):
         assert m.catalog_backup_state()["keys_not_escrowed"] == ["d2"]
     finally:
         m.close()
+
+
+def test_a_catalog_schedule_runs_by_itself_and_keeps_its_retention(tmp_path, small_master):
+    """A catalog schedule with a window open now queues a catalog backup at the scheduler's
+    tick; once written, the archives in its folder older than the schedule's retention are
+    removed (the newest always stays), and partial files older than a day; a partial file of
+    today (a backup perhaps still writing) and files that are not catalog backups stay."""
+    from datetime import timezone
+
+    from app.scheduler import Scheduler
+    m = small_master
+    folder = tmp_path / "vol" / "catalog-backups"
+    [genuine] = archives(folder)
+    data = (folder / genuine).read_bytes()
+    old = ["cairn-catalog-20260901T000000Z-900.tar", "cairn-catalog-20261001T120000Z-901.tar"]
+    for name in old:
+        (folder / name).write_bytes(data)
+    old_partial = ".cairn-catalog-20261001T000000Z-902.tar.partial"
+    young_partial = archive.file_names(time.time(), 903)[0]
+    for name in (old_partial, young_partial, "notes.txt"):
+        (folder / name).write_bytes(b"x")
+    m.config.add_policy("cat", storage_unit="astu")
+    m.add_schedule("cat", "daily", type="catalog", retention="1w",
+                   windows=[{"day": d, "start": "00:00", "hours": 24} for d in range(7)])
+    [jid] = Scheduler(m, tz=timezone.utc).tick()
+    [job] = m.wait_for([jid])
+    assert job["status"] == st.OK and job["schedule"] == "daily", log_text(m, jid)
+    left = sorted(os.listdir(folder))
+    new = [n for n in archives(folder) if n != genuine]
+    assert len(new) == 1
+    assert left == sorted([genuine, new[0], young_partial, "notes.txt"])
+    assert sorted(job["result"]["removed"]) == sorted(old + [old_partial])
+    assert "removed 3 older catalog backup file(s)" in log_text(m, jid)
+    assert Scheduler(m, tz=timezone.utc).tick() == []     # not again within its frequency

@@ -470,7 +470,7 @@ def test_policy_wizard_with_schedule_client_and_browsed_selection(open_wizard, e
     assert "started by hand" in sp.hint.text()
     qtbot.mouseClick(sp.add_button, Qt.MouseButton.LeftButton)
     dlg = sp.dialog
-    assert list(dlg.type_buttons) == ["full", "differential", "cumulative"]
+    assert list(dlg.type_buttons) == ["full", "differential", "cumulative", "catalog"]
     assert all(b.isEnabled() for b in dlg.type_buttons.values())
     assert dlg.type_buttons["full"].isChecked()
     assert "manual backups only" in dlg.windows_text.text()

@@ -212,6 +212,35 @@ def test_upgrade_from_version_1_keeps_data_and_marks_old_images_sha256(tmp_path,
         cfg.add_policy("p2", storage_unit="stu1", checksum="md5")
 
 
+def test_upgrade_to_catalog_schedules_keeps_every_schedule(tmp_path, monkeypatch):
+    """Migration 11 makes the schedules table anew (sqlite changes a check no other way):
+    every schedule, its calendar and read_all survive; catalog schedules are allowed."""
+    path = str(tmp_path / "c.db")
+    monkeypatch.setattr("app.store.db.MIGRATIONS", MIGRATIONS[:10])
+    cfg = Config(Database(path))
+    cfg.add_host("me", local=True)
+    cfg.add_storage_server("ss1", type="advanced-disk", host="me")
+    cfg.add_disk_pool("dp1", server="ss1", volumes=["/v"])
+    cfg.add_storage_unit("stu1", pool="dp1")
+    cfg.add_policy("p1", storage_unit="stu1")
+    cfg.add_schedule("p1", "monthly", type="full", read_all=True,
+                     calendar={"weekdays": [], "monthdays": [1], "exclude": []},
+                     windows=[{"day": d, "start": "22:00", "hours": 8} for d in range(7)])
+    cfg.add_schedule("p1", "nightly", type="differential", frequency="1d", retention="1w")
+    before = cfg.policy("p1")["schedules"]
+    cfg.db.close()
+    monkeypatch.setattr("app.store.db.MIGRATIONS", MIGRATIONS)
+    cfg = Config(Database(path))
+    assert cfg.policy("p1")["schedules"] == before
+    cfg.add_schedule("p1", "catalog", type="catalog", retention="4w")
+    assert [s["type"] for s in cfg.policy("p1")["schedules"]] == \
+        ["full", "differential", "catalog"]
+    # the table's cascade still holds: removing the policy takes its schedules
+    with cfg.db.tx() as c:
+        c.execute("DELETE FROM policies WHERE name='p1'")
+    assert cfg.db.one("SELECT count(*) FROM schedules")[0] == 0
+
+
 def test_a_migration_another_process_applied_meanwhile_is_not_applied_again(tmp_path,
                                                                            monkeypatch):
     """Two processes open an old catalog at once: the second reads the old version, waits for

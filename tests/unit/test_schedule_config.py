@@ -46,7 +46,7 @@ def test_incremental_types_are_accepted_and_unknown_ones_refused(master):
         {"diff": "differential", "cum": "cumulative", "full": "full"}
     with pytest.raises(ValidationError, match="schedule type 'weekly' is unknown") as e:
         cfg.add_schedule("p1", "w", type="weekly")
-    assert "full, differential or cumulative" in e.value.hint
+    assert "full, differential, cumulative or catalog" in e.value.hint
 
 
 def test_frequency_schedules_and_their_defaults(master):

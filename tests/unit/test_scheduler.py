@@ -535,3 +535,65 @@ def test_only_a_full_schedule_reads_every_file(master):
         m.config.add_schedule("p1", "d", type="differential", read_all=True)
     with pytest.raises(ValidationError, match="not yes or no"):
         m.config.add_schedule("p1", "f", type="full", read_all="sometimes")
+
+
+# ---- catalog schedules -----------------------------------------------------------------------
+
+CATALOG_PASS = b"catalog passphrase for the tests"
+
+
+def test_a_catalog_schedule_needs_the_catalog_backup_key_once(master):
+    m = master
+    m.config.add_policy("cat", storage_unit="stu1")
+    with pytest.raises(ValidationError) as e:
+        m.add_schedule("cat", "nightly", type="catalog", windows=daily("06:00", 2))
+    assert "passphrase" in e.value.message and "--passphrase-file" in e.value.hint
+    m.add_schedule("cat", "nightly", type="catalog", windows=daily("06:00", 2),
+                   retention="1w", passphrase=CATALOG_PASS)
+    # the key exists now: another catalog schedule needs no passphrase
+    m.add_schedule("cat", "weekly", type="catalog", retention="8w")
+    [n, w] = m.policy("cat")["schedules"]
+    assert (n["type"], n["retention_s"], w["type"]) == ("catalog", 7 * DAY, "catalog")
+
+
+def test_a_catalog_schedule_queues_catalog_backups_without_clients(master):
+    m = master
+    m.config.add_policy("cat", storage_unit="stu1")   # no clients, no selections
+    m.add_schedule("cat", "nightly", type="catalog", windows=daily("06:00", 2),
+                   retention="1w", passphrase=CATALOG_PASS)
+    s = scheduler(m)
+    assert s.tick(MON + 5 * HOUR) == []
+    [jid] = s.tick(MON + 6 * HOUR)
+    job = m.jobs.get(jid)
+    assert (job["type"], job["policy"], job["schedule"], job["client"]) == \
+        ("catalog-backup", "cat", "nightly", None)
+    assert job["params"] == {"storage_unit": "stu1", "retention_s": 7 * DAY}
+    assert m.db.one("SELECT not_after FROM jobs WHERE id=?", (jid,))[0] == MON + 8 * HOUR
+    assert s.tick(MON + 6 * HOUR + 60) == []           # queued already
+    succeed(m, jid, MON + 6 * HOUR)
+    assert s.tick(MON + 7 * HOUR) == []                # done for today
+    [r] = [r for r in s.runs("cat")]
+    assert (r["client"], r["outcome"], r["job_id"]) == ("", "queued", jid)
+    upcoming = s.next_runs("cat", now=MON + 7 * HOUR)
+    assert upcoming and upcoming[0]["client"] == "" and upcoming[0]["type"] == "catalog"
+    assert upcoming[0]["due"] == timeutil.iso(MON + DAY + 6 * HOUR)
+    [nxt] = s.tick(MON + DAY + 6 * HOUR)               # the next day's window
+    assert m.jobs.get(nxt)["type"] == "catalog-backup"
+    assert not backups(m)
+
+
+def test_backup_now_of_a_catalog_schedule_queues_a_catalog_backup(master):
+    m = master
+    policy(m, "mixed", nightly=dict(type="differential", windows=daily()))
+    m.add_schedule("mixed", "cat", type="catalog", passphrase=CATALOG_PASS)
+    [jid] = m.start_backup("mixed", schedule="cat")
+    assert m.jobs.get(jid)["type"] == "catalog-backup"
+    with pytest.raises(ValidationError):
+        m.start_backup("mixed", client=m.host, schedule="cat")
+    # without a schedule: the policy's backups, never its catalog schedule
+    [b] = m.start_backup("mixed")
+    assert m.jobs.get(b)["type"] == "backup" and m.jobs.get(b)["schedule"] == "nightly"
+    m.config.add_policy("only", storage_unit="stu1")
+    m.add_schedule("only", "cat", type="catalog")
+    [c] = m.start_backup("only")
+    assert m.jobs.get(c)["type"] == "catalog-backup"

@@ -15,7 +15,7 @@ from ui.wizards.schedule_text import DAYS, TYPE_HELP, TYPE_LABELS, describe_cale
 from ui.wizards.common import StatusLine, note
 from ui.wizards.week_grid import WeekGrid, daily_windows, describe
 
-TYPES = ("full", "differential", "cumulative")
+TYPES = ("full", "differential", "cumulative", "catalog")
 RETENTION_UNITS = (("d", "days"), ("w", "weeks"), ("y", "years"), ("h", "hours"))
 FREQUENCY_UNITS = (("h", "hours"), ("d", "days"), ("w", "weeks"))
 _UNIT_SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}

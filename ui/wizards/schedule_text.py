@@ -8,12 +8,13 @@ from ui.wizards.week_grid import describe as describe_windows
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 TYPE_LABELS = {"full": "Full", "differential": "Differential incremental",
-               "cumulative": "Cumulative incremental"}
+               "cumulative": "Cumulative incremental", "catalog": "Catalog backup"}
 #: what each level copies, in one line
 TYPE_HELP = {
     "full": "every file of the backup selections",
     "differential": "only the changes since the last backup of any type",
     "cumulative": "only the changes since the last full backup",
+    "catalog": "the master's own state: catalog, file indexes, host keys, sealed pool keys",
 }
 #: an image's level as the image list shows it
 LEVEL_LABELS = {"full": "Full", "differential": "Differential", "cumulative": "Cumulative"}

@@ -68,7 +68,7 @@ def _owner_name(uid):
         return f"uid {uid}"
 
 
-_UNTRUSTED_HINT = ("copy the archive into a folder of your own that only you can write "
+UNTRUSTED_HINT = ("copy the archive into a folder of your own that only you can write "
                    "(cp, then chown and chmod 0600 it) after checking where it came from, "
                    "and give that folder to --from")
 
@@ -86,11 +86,11 @@ def check_trusted_folder(folder):
         if not _trusted_owner(s.st_uid):
             raise CairnError(f"{path} belongs to {_owner_name(s.st_uid)}, who could have put "
                              "a catalog backup there; it is not read",
-                             hint=_UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
+                             hint=UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
         if s.st_mode & 0o022 and not s.st_mode & stat.S_ISVTX:
             raise CairnError(f"{path} can be written by other users, who could have put a "
                              "catalog backup there; it is not read",
-                             hint=_UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
+                             hint=UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
         if path == "/":
             return
         path = os.path.dirname(path)
@@ -115,7 +115,7 @@ def open_trusted(path):
     if why:
         os.close(fd)
         raise CairnError(f"the catalog backup {path} is not read: {why}",
-                         hint=_UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
+                         hint=UNTRUSTED_HINT, status_code=st.INVALID_REQUEST)
     return os.fdopen(fd, "rb")
 
 
@@ -250,12 +250,17 @@ def _check_catalog(staging, path, mac_key):
     return images, jobs
 
 
-def recover(root, from_dir, passphrase):
+def recover(root, from_dir, passphrase, archive_path=None):
     """Recovers a master into the empty home `root` from the newest catalog backup under
-    `from_dir`. Returns what it recovered (stable keys: see the CLI's --json)."""
+    `from_dir` (or from `archive_path` in it). Returns what it recovered (stable keys: see
+    the CLI's --json)."""
     root = os.path.abspath(root)
     check_empty(root)
-    path = find(from_dir)[0]
+    if archive_path is None:
+        path = find(from_dir)[0]
+    else:
+        check_trusted_folder(from_dir)
+        path = archive_path
     keys = {}
     with open_trusted(path) as f:
         staging = _Staging(root)

@@ -46,7 +46,15 @@ def catalog_commands(sub, cmd):
                         "the catalog, its file indexes, known_hosts and the pool keys. A "
                         "damaged backup or a wrong passphrase leaves the home untouched.")
     p.add_argument("--from", required=True, dest="from_dir", metavar="DIR",
-                   help="the pool's path or its catalog-backups folder")
+                   help="the pool's path or its catalog-backups folder (on --host if given)")
+    p.add_argument("--host", metavar="[USER@]HOST[:PORT]",
+                   help="the storage host that holds the pool, reached over SSH; the newest "
+                        "catalog backup is copied from it over SFTP")
+    p.add_argument("--key", metavar="FILE", help="the SSH private key for --host")
+    p.add_argument("--trust-host-key", action="store_true",
+                   help="accept --host's key although no known_hosts holds it yet (check its "
+                        "fingerprint first); a key that differs from the recovered "
+                        "known_hosts' is refused all the same")
     p.add_argument("--passphrase-file", required=True, metavar="F",
                    help="a file whose first line is the catalog backups' passphrase")
 
@@ -102,8 +110,14 @@ def _recover(args):
     from app.catalog_backup.escrow import read_passphrase
     from app.catalog_backup.recover import recover
     from app.paths import Home
-    doc = recover(Home(getattr(args, "home", None)).root, args.from_dir,
-                  read_passphrase(args.passphrase_file))
+    root = Home(getattr(args, "home", None)).root
+    passphrase = read_passphrase(args.passphrase_file)
+    if args.host:
+        from app.catalog_backup.remote import recover_from_host  # loads SSH for --host only
+        doc = recover_from_host(root, args.host, args.from_dir, passphrase, key_file=args.key,
+                                trust_host_key=args.trust_host_key)
+    else:
+        doc = recover(root, args.from_dir, passphrase)
     out(args, doc, _print_recovered)
     return doc["status"]
 
@@ -119,7 +133,8 @@ def _age_text(seconds):
 
 
 def _print_recovered(d):
-    print(f"recovered {d['home']} from {d['backup']}")
+    print(f"recovered {d['home']} from {d['backup']}"
+          + (f" (host key {d['host_key_fingerprint']})" if d.get("host") else ""))
     print(f"  made {d['created']} on {d['master_host']} (Cairn {d['cairn_version']}), "
           f"{_age_text(d['age_s'])}")
     print(f"  {d['images']} image(s), {d['jobs']} job(s), {d['indexes']} file index(es)"

@@ -345,6 +345,25 @@ def test_a_catalog_backup_to_a_pool_on_an_ssh_host(tmp_path, sshd):
     doc, _ = cairn_json(tmp_path / "new", "catalog", "recover", "--from", vol,
                         "--passphrase-file", passphrase_file(tmp_path))
     assert doc["known_hosts"] is True and doc["images"] == 1
+
+    # the same, read from the storage host over SSH (--host): the host key is checked as
+    # for any host (unknown: refused with its fingerprint until trusted)
+    target = f"{sshd.user}@{sshd.host}:{sshd.port}"
+    far_home = tmp_path / "from-far"
+    doc, p = cairn_json(far_home, "catalog", "recover", "--from", vol, "--host", target,
+                        "--key", sshd.key_file, "--passphrase-file",
+                        passphrase_file(tmp_path), check=False)
+    assert p.returncode == st.HOST_KEY_UNKNOWN, doc
+    assert sshd.host_key_fingerprint in doc["error"] + (doc.get("hint") or "")
+    assert not far_home.exists() and not [n for n in os.listdir(tmp_path)
+                                          if n.startswith(".cairn-recover")]
+    doc, _ = cairn_json(far_home, "catalog", "recover", "--from", vol, "--host", target,
+                        "--key", sshd.key_file, "--trust-host-key", "--passphrase-file",
+                        passphrase_file(tmp_path))
+    assert doc["backup"] == f"{sshd.host}:{vol / 'catalog-backups' / name}"
+    assert doc["host_key_fingerprint"] == sshd.host_key_fingerprint and doc["images"] == 1
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".cairn-recover")]
+    assert sorted(os.listdir(far_home)) == sorted(os.listdir(tmp_path / "new"))
     m = Master(str(tmp_path / "new"))
     try:
         out = tmp_path / "out"

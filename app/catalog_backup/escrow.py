@@ -83,18 +83,23 @@ def _raw_public(private):
 def make(passphrase):
     """A new escrow: a key pair whose private half is sealed with the passphrase, and the
     manifest key, sealed likewise. Returns (escrow, manifest key)."""
-    private = X25519PrivateKey.generate()
+    mac_key = os.urandom(32)
+    return _sealed(X25519PrivateKey.generate(), mac_key, passphrase), mac_key
+
+
+def _sealed(private, mac_key, passphrase):
+    """The escrow of a private key and a manifest key, sealed with the passphrase."""
     raw = private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
                                 serialization.NoEncryption())
     kdf = {"name": "scrypt", "salt": os.urandom(16).hex(), "n": SCRYPT_N, "r": SCRYPT_R,
            "p": SCRYPT_P}
     key = _derive(passphrase, kdf)
-    nonce, mac_nonce, mac_key = os.urandom(12), os.urandom(12), os.urandom(32)
+    nonce, mac_nonce = os.urandom(12), os.urandom(12)
     return {"format": FORMAT, "version": VERSION, "public": _raw_public(private).hex(),
             "kdf": kdf, "nonce": nonce.hex(),
             "sealed_private": AESGCM(key).encrypt(nonce, raw, _ESCROW_AAD).hex(),
             "mac_nonce": mac_nonce.hex(),
-            "sealed_mac": AESGCM(key).encrypt(mac_nonce, mac_key, _MAC_AAD).hex()}, mac_key
+            "sealed_mac": AESGCM(key).encrypt(mac_nonce, mac_key, _MAC_AAD).hex()}
 
 
 def check(escrow):
@@ -238,6 +243,24 @@ def store(db, escrow, key, replace=False):
             c.execute("INSERT INTO settings(key, value) VALUES (?,?) "
                       "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                       (MAC_SETTING, key.hex()))
+
+
+def change_passphrase(db, old, new):
+    """Seals the catalog's escrow with a new passphrase (the same keys: archives written
+    before still open with the old one, as they carry the escrow of their day). Returns the
+    new escrow."""
+    escrow = load(db)
+    if escrow is None:
+        raise ValidationError("there is no catalog backup passphrase yet",
+                              hint="the first `cairn catalog backup` (or catalog schedule) "
+                                   "sets it")
+    if old == new:
+        raise ValidationError("the new passphrase is the old one")
+    private, mac_key = open_keys(escrow, old)
+    renewed = _sealed(private, mac_key, new)
+    with db.tx() as c:
+        c.execute("UPDATE settings SET value=? WHERE key=?", (json.dumps(renewed), SETTING))
+    return renewed
 
 
 def ensure(db, passphrase):

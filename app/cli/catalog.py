@@ -36,6 +36,17 @@ def catalog_commands(sub, cmd):
                    help="once written, remove the catalog backups in the same folder made "
                         "more than this long ago (e.g. 4w; the newest is always kept)")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(ca, "set-passphrase", "seal the catalog backup key with a new passphrase",
+            handler=_set_passphrase,
+            description="Change the catalog backups' passphrase: the key that seals the pool "
+                        "keys in every catalog backup is sealed anew with the new passphrase. "
+                        "Catalog backups made before keep needing the old one (each carries "
+                        "the key as sealed on its day); make a new catalog backup at once.")
+    p.add_argument("--passphrase-file", required=True, metavar="F",
+                   help="a file whose first line is the current passphrase")
+    p.add_argument("--new-passphrase-file", required=True, metavar="F",
+                   help="a file whose first line is the new passphrase (at least 8 "
+                        "characters)")
     p = cmd(ca, "recover", "recover a master into an empty CAIRN_HOME from the newest "
                            "catalog backup under a folder", handler=_recover,
             opens_master=False,
@@ -60,8 +71,8 @@ def catalog_commands(sub, cmd):
 
 
 def _no_action(args):
-    raise CairnError("name what to do with the catalog: cairn catalog check, backup or "
-                     "recover",
+    raise CairnError("name what to do with the catalog: cairn catalog check, backup, "
+                     "set-passphrase or recover",
                      status_code=st.INVALID_REQUEST)
 
 
@@ -102,6 +113,17 @@ def _backup(m, args):
     from app.catalog_backup.escrow import read_passphrase
     return jobs_result(m, args, [m.start_catalog_backup(
         args.storage_unit, read_passphrase(args.passphrase_file), retention=args.retention)])
+
+
+def _set_passphrase(m, args):
+    # The escrow's module loads for this command only, as the master does for the others.
+    from app.catalog_backup.escrow import read_passphrase
+    doc = m.change_catalog_passphrase(read_passphrase(args.passphrase_file),
+                                      read_passphrase(args.new_passphrase_file))
+    out(args, doc, lambda d: print("the catalog backup passphrase was changed; catalog "
+                                   "backups made before still need the old one: make a new "
+                                   "catalog backup now"))
+    return doc["status"]
 
 
 def _recover(args):

@@ -31,6 +31,13 @@ class CatalogAPI:
                 "keys_not_escrowed": [n for n in catalog_backup.pool_key_names(self.home)
                                       if n in servers and n not in done]}
 
+    def change_catalog_passphrase(self, old, new):
+        """Seals the catalog backup key with a new passphrase (bytes both). Catalog backups
+        made before still need the old one; those made from now on need the new one."""
+        escrow.change_passphrase(self.db, old, new)
+        return {"status": 0, "changed": timeutil.iso(time.time()),
+                "older_archives_need": "the old passphrase"}
+
     def start_catalog_backup(self, storage_unit, passphrase, retention=None):
         """Queues a catalog backup to a storage unit's pool (app/jobs/catalog_backup.py). The
         passphrase (bytes) makes the escrow key pair on first use and must open it after; it

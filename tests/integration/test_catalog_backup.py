@@ -426,3 +426,36 @@ def test_a_catalog_schedule_runs_by_itself_and_keeps_its_retention(tmp_path, sma
     assert sorted(job["result"]["removed"]) == sorted(old + [old_partial])
     assert "removed 3 older catalog backup file(s)" in log_text(m, jid)
     assert Scheduler(m, tz=timezone.utc).tick() == []     # not again within its frequency
+
+
+def test_the_passphrase_changes_and_older_archives_keep_the_old_one(tmp_path, small_master):
+    m = small_master
+    home = tmp_path / "home"
+    new_pass = b"a brand new passphrase 42"
+    old_file, new_file = passphrase_file(tmp_path), passphrase_file(tmp_path, new_pass, "np")
+    doc, p = cairn_json(home, "catalog", "set-passphrase", "--passphrase-file",
+                        passphrase_file(tmp_path, b"not the passphrase", "wrong"),
+                        "--new-passphrase-file", new_file, check=False)
+    assert p.returncode == st.AUTH_FAILED, doc
+    doc, _ = cairn_json(home, "catalog", "set-passphrase", "--passphrase-file", old_file,
+                        "--new-passphrase-file", new_file)
+    assert doc["status"] == 0
+    with pytest.raises(Exception) as e:
+        m.start_catalog_backup("astu", PASSPHRASE)
+    assert e.value.status == st.AUTH_FAILED
+    folder = tmp_path / "vol" / "catalog-backups"
+    [older] = archives(folder)
+    catalog_backup(m, "astu", new_pass)
+    # the older archive, kept apart, opens with the old passphrase only
+    apart = tmp_path / "apart"
+    apart.mkdir(mode=0o700)
+    os.replace(folder / older, apart / older)
+    doc, p = cairn_json(tmp_path / "a", "catalog", "recover", "--from", apart,
+                        "--passphrase-file", new_file, check=False)
+    assert p.returncode == st.AUTH_FAILED, doc
+    doc, _ = cairn_json(tmp_path / "b", "catalog", "recover", "--from", apart,
+                        "--passphrase-file", old_file)
+    assert doc["backup"] == str(apart / older)
+    doc, _ = cairn_json(tmp_path / "c", "catalog", "recover", "--from", folder,
+                        "--passphrase-file", new_file)
+    assert doc["status"] == 0 and doc["images"] == 1

@@ -100,9 +100,16 @@ class _Hashing(io.RawIOBase):
         return True
 
     def read(self, n=-1):
-        b = self.f.read(n)
+        try:
+            b = self.f.read(n)
+        except OSError as e:
+            raise _ReadFailed(e) from None  # not taken for a failed write by write()
         self.h.update(b)
         return b
+
+
+class _ReadFailed(Exception):
+    pass
 
 
 def _info(name, size, mtime):
@@ -130,10 +137,16 @@ def write(out, manifest, members, mac_of, is_cancelled=lambda: False):
                 src = _Hashing(f)
                 try:
                     tf.addfile(_info(name, want["size"], manifest["created_epoch"]), src)
-                except OSError as e:
-                    raise CairnError(f"{path} changed while the catalog backup read it ({e})",
+                except _ReadFailed as e:
+                    raise CairnError(f"{path} cannot be read: {e.args[0]}",
                                      hint="run the catalog backup again",
                                      status_code=st.STORAGE_WRITE_FAILED) from None
+                except OSError as e:
+                    if e.errno is None:  # tarfile: the member ended before its size
+                        raise CairnError(f"{path} changed while the catalog backup read it",
+                                         hint="run the catalog backup again",
+                                         status_code=st.STORAGE_WRITE_FAILED) from None
+                    raise
             if src.h.hexdigest() != want["sha256"]:
                 raise CairnError(f"{path} changed while the catalog backup read it",
                                  hint="run the catalog backup again",

@@ -5,6 +5,7 @@ pool's key. On the master's own machine the master writes it itself; on another 
 goes over SFTP on the host's SSH connection. Either way it is written under a partial name
 and then committed by the host's agent (commit_file: synced, renamed, the folder synced)."""
 
+import errno
 import os
 import posixpath
 import stat
@@ -53,7 +54,7 @@ class Target:
                 self.f.chmod(private.FILE_MODE)
                 self.f.set_pipelined(True)
         except OSError as e:
-            raise self._failed(e) from None
+            raise self.failed(e) from None
         return self.f
 
     def _sftp_folder(self):
@@ -64,7 +65,7 @@ class Target:
         try:
             mode = self.sftp.lstat(self.folder).st_mode
         except OSError as e:
-            raise self._failed(e) from None
+            raise self.failed(e) from None
         if not stat.S_ISDIR(mode):
             raise CairnError(f"{self.folder} on host {self.host['name']} is not a folder",
                              hint="move it away: catalog backups go into a folder of that name",
@@ -72,10 +73,13 @@ class Target:
         if mode & private.OPEN_BITS:
             self.sftp.chmod(self.folder, private.DIR_MODE)
 
-    def _failed(self, e):
+    def failed(self, e):
+        full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
         return CairnError(f"the catalog backup cannot be written to {self.partial} on host "
                           f"{self.host['name']}: {e.strerror or e}",
-                          hint="check that the pool's volume is mounted and writable for the "
+                          hint="the pool's volume is full: free space on it, or back up the "
+                               "catalog to another storage unit" if full else
+                               "check that the pool's volume is mounted and writable for the "
                                "agent's user", status_code=st.STORAGE_WRITE_FAILED)
 
     def commit(self):
@@ -87,7 +91,7 @@ class Target:
                 os.fsync(self.f.fileno())
             self.f.close()
         except OSError as e:
-            raise self._failed(e) from None
+            raise self.failed(e) from None
         conn = self.master.hosts.connect(self.host)
         return conn.call("commit_file", {"partial": self.partial, "final": self.final},
                          timeout=600)
@@ -123,10 +127,13 @@ class Target:
 
     def discard(self):
         """Removes the partial file (a failed or canceled backup); what cannot be removed is
-        left, and recover skips it by its name."""
+        left, and recover skips it by its name (a later catalog backup removes it a day on)."""
         try:
             if self.f is not None:
-                self.f.close()
+                self.f.close()  # on a full volume its last flush fails again: still remove
+        except (OSError, CairnError):
+            pass
+        try:
             if self.sftp is None:
                 os.unlink(self.partial)
             else:

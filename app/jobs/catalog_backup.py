@@ -209,6 +209,9 @@ class CatalogBackupJob:
             if not done:
                 raise Canceled()
             r = t.commit()
+        except OSError as e:  # writing the archive: a full or failing volume
+            t.discard()
+            raise t.failed(e) from None
         except BaseException:
             t.discard()
             raise

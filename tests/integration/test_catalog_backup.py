@@ -459,3 +459,36 @@ def test_the_passphrase_changes_and_older_archives_keep_the_old_one(tmp_path, sm
     doc, _ = cairn_json(tmp_path / "c", "catalog", "recover", "--from", folder,
                         "--passphrase-file", new_file)
     assert doc["status"] == 0 and doc["images"] == 1
+
+
+def test_a_full_volume_fails_the_catalog_backup_cleanly(tmp_path, small_tmpfs):
+    """The pool's volume fills up while the archive is written: the job fails with the
+    reason, leaves no partial file, and the catalog backup before it stays the newest."""
+    vol = small_tmpfs("1m")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("the data\n")
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        m.create_storage_server("ad", type="advanced-disk", host="me")
+        m.create_disk_pool("adp", server="ad", volumes=[str(vol)])
+        m.create_storage_unit("astu", pool="adp")
+        m.config.add_policy("pa", storage_unit="astu")
+        m.config.add_policy_client("pa", "me")
+        m.config.add_policy_selection("pa", str(src))
+        backup(m, "pa", None)
+        catalog_backup(m, "astu")
+        folder = vol / "catalog-backups"
+        [before] = archives(folder)
+        size = (folder / before).stat().st_size
+        free = os.statvfs(vol).f_bavail * os.statvfs(vol).f_frsize
+        (vol / "filler").write_bytes(b"\0" * max(0, free - size // 2))
+        [job] = m.wait_for([m.start_catalog_backup("astu", PASSPHRASE)])
+        log = log_text(m, job["id"])
+        assert job["status"] == st.STORAGE_WRITE_FAILED, log
+        assert "no space" in log.lower() or "full" in log.lower(), log
+        assert "changed while" not in log
+        assert sorted(os.listdir(folder)) == [before]
+    finally:
+        m.close()

@@ -31,7 +31,7 @@ EDITABLE = {
              "comment"),
     "storage-server": ("comment",),
     "disk-pool": ("high_water", "low_water", "max_io_streams", "compact_below", "verify_every",
-                  "comment"),
+                  "verify_max_mb_s", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
     "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "snapshot",
                "file_list", "dedup", "skip_nodump", "active", "comment"),
@@ -60,6 +60,20 @@ def check_verify_every(value):
                               hint="verify at most every hour (1h); 7d is usual, or 'never'")
     timeutil.check_limit(seconds, "verify interval")
     return seconds
+
+
+MAX_VERIFY_MB_S = 1_000_000
+
+
+def check_verify_pace(value):
+    """A pool's verify pace in MB/s (10**6 bytes), or None (no limit) for `unlimited`, 0 or
+    empty."""
+    if value is None or str(value).strip().lower() in NO_VERIFY + ("unlimited",):
+        return None
+    text = str(value).strip().lower()
+    if text.endswith("mb/s"):
+        text = text[:-4].strip()
+    return check_int("verify pace (MB/s)", text, 1, MAX_VERIFY_MB_S)
 
 
 def _check_kind(kind):
@@ -204,6 +218,8 @@ def update(db, config, kind, name, **changes):
                                                           pool["server_type"])
         if "verify_every" in changes:
             values["verify_every"] = check_verify_every(changes["verify_every"])
+        if "verify_max_mb_s" in changes:
+            values["verify_max_mb_s"] = check_verify_pace(changes["verify_max_mb_s"])
     elif kind == "storage-unit":
         if "max_concurrent_jobs" in changes:
             values["max_concurrent_jobs"] = check_int(

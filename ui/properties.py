@@ -47,6 +47,7 @@ LABELS = {
     "max_jobs": "Maximum jobs", "options": "Deduplication", "dedup": "Deduplication",
     "compact_below": "Compact containers below",
     "verify_every": "Verify the whole pool every",
+    "verify_max_mb_s": "Verify reads at most",
     "skip_nodump": "Leave out files marked nodump",
 }
 
@@ -247,6 +248,15 @@ class PropertiesDialog(QDialog):
                          "is below this share of its size into new containers, then deletes "
                          "it. Higher frees more space per reclaim and copies more data.")
             w.valueChanged.connect(self._changed)
+        elif key == "verify_max_mb_s":
+            w = QSpinBox()
+            w.setRange(0, 100000)
+            w.setSuffix(" MB/s")
+            w.setSpecialValueText("no limit")
+            w.setValue(int(value or 0))
+            w.setToolTip("The most a verify of this pool (scheduled or by hand) reads back per "
+                         "second, so that backups and restores keep their share of its disks")
+            w.valueChanged.connect(self._changed)
         elif key in ("max_io_streams", "max_concurrent_jobs", "priority", "port"):
             w = QSpinBox()
             hi = {"priority": 99999, "port": 65535}.get(key, 1000)
@@ -333,7 +343,7 @@ class PropertiesDialog(QDialog):
         w = self.editors[key]
         if isinstance(w, QSpinBox):
             v = w.value()
-            return None if key == "max_io_streams" and v == 0 else v
+            return None if key in ("max_io_streams", "verify_max_mb_s") and v == 0 else v
         if isinstance(w, QCheckBox):
             return w.isChecked()
         if isinstance(w, QComboBox):

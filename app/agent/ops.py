@@ -18,7 +18,7 @@ from app import status
 from app.agent import dataplane
 from app.errors import CairnError, Canceled, ValidationError
 from app.agent.restore_io import suits_target
-from app.formats import private
+from app.formats import pace, private
 from app.formats.tarfmt import PIECE_HASHES
 from plugins.filesystems import posix
 from plugins.storage import agents
@@ -476,10 +476,16 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
 # ---- pools: verify, space reclaim, usage, chunk index -----------------------------------------
 
 @handler
-def pool_verify(req, storage, images=None):
+def pool_verify(req, storage, images=None, max_bytes_per_s=None):
     """Reads images (or, where the type can, the whole pool) back and reports the damage
-    found, as the storage spec's type does (its verifier, plugins/storage/base.py)."""
-    return agents.get(storage).verify(req, storage, images)
+    found, as the storage spec's type does (its verifier, plugins/storage/base.py), at most
+    max_bytes_per_s (the pool's verify pace) when given."""
+    if max_bytes_per_s is not None and (not isinstance(max_bytes_per_s, int)
+                                        or isinstance(max_bytes_per_s, bool)
+                                        or max_bytes_per_s <= 0):
+        raise ValidationError("max_bytes_per_s must be a positive number of bytes")
+    return agents.get(storage).verify(req, storage, images,
+                                      pace.make(max_bytes_per_s, req.is_cancelled))
 
 
 @handler

@@ -87,7 +87,9 @@ def disk_pool_commands(sub, cmd):
                         "max_io_streams (0: no limit), compact_below (deduplicating pools: "
                         "percent of live data below which reclaim compacts a container), "
                         "verify_every (how often the whole pool is read back and checked, "
-                        "e.g. 7d; never: only by hand) or comment.")
+                        "e.g. 7d; never: only by hand), verify_max_mb_s (the most a verify of "
+                        "the pool reads per second, in MB/s, so that backups keep their share "
+                        "of the disks; unlimited: as fast as it goes) or comment.")
     p.add_argument("name")
     p.add_argument("key")
     p.add_argument("value")

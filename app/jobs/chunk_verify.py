@@ -12,6 +12,7 @@ from app.jobs import cleanup
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
 from app.jobs.result import JobResult
+from app.jobs.verify_pace import pace_args
 
 # How many damaged files of one image the job log names; the job's result keeps them all.
 LOG_FILES = 20
@@ -58,7 +59,8 @@ def run(master, job, ctx, *, image, pool, server, host, storage_type, spec):
             "and checked against its fingerprint")
     ctx.flush()
     conn = master.hosts.connect(host)
-    call = conn.start("pool_verify", {"storage": spec, "images": recipes},
+    call = conn.start("pool_verify", {"storage": spec, "images": recipes,
+                                      **pace_args(ctx, pool)},
                       on_event=ctx.on_event)
     ctx.supervise([call])
     result = results([call])[0]

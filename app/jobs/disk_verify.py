@@ -18,6 +18,7 @@ from app.errors import CairnError, NotFound
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
 from app.jobs.result import JobResult
+from app.jobs.verify_pace import pace_args
 from plugins.storage.advanced_disk import image_check
 
 LOG_FILES = 20
@@ -113,6 +114,7 @@ def run(master, job, ctx, *, image, pool, server, host, storage_type, spec):
         else:
             ctx.on_event(event, data)
 
+    paced = pace_args(ctx, pool)
     damaged, checked = [], 0
     for img in images:
         entry = {"image": img["id"], "path": img["path"], "files": [], "damage": [],
@@ -128,7 +130,8 @@ def run(master, job, ctx, *, image, pool, server, host, storage_type, spec):
             if image is not None:
                 ctx.set_totals(None, sum(m[1] for _, f in files for m in f["members"]))
             call = conn.start("pool_verify", {"storage": spec,
-                                              "images": [f for _, f in files]},
+                                              "images": [f for _, f in files],
+                                              **paced},
                               on_event=on_event)
             ctx.supervise([call])
             r = results([call])[0]

@@ -316,6 +316,10 @@ MIGRATIONS = [
     DROP TABLE schedules;
     ALTER TABLE schedules_new RENAME TO schedules
     """,
+    # 12: a pool's verify pace: at most this many MB/s read back (NULL: as fast as it goes)
+    """
+    ALTER TABLE disk_pools ADD COLUMN verify_max_mb_s INTEGER
+    """,
 ]
 
 

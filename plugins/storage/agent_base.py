@@ -77,8 +77,9 @@ class AgentStorage:
         """A Reading of the pool's images."""
         return Reading()
 
-    def verify(self, req, spec, images):
-        """Reads images back and reports damage (the type's own report; see its verifier)."""
+    def verify(self, req, spec, images, pace=None):
+        """Reads images back and reports damage (the type's own report; see its verifier).
+        pace: an app.formats.pace.Pace to call with the bytes read so far, or None."""
         raise self.lacks("verify")
 
     def reclaim(self, req, spec, compact_below, known, min_age_s):

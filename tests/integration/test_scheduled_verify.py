@@ -130,3 +130,36 @@ def test_cli_sets_shows_and_clears_the_interval(tmp_path):
     cairn(home, "disk-pool", "set", "dp", "verify_every", "never")
     doc, _ = cairn_json(home, "disk-pool", "list")
     assert doc["disk_pools"][0]["verify_every"] is None
+
+
+def test_a_verify_keeps_to_the_pools_pace(m, tmp_path):
+    """At 1 MB/s, a verify of an image of 3 MB of data takes some 3 s (without a pace,
+    a fraction of a second) and says so in its log; the pace is checked and shown."""
+    import time as _time
+
+    with pytest.raises(ValidationError):
+        m.update_object("disk-pool", "dp", verify_max_mb_s="fast")
+    m.update_object("disk-pool", "dp", verify_max_mb_s="1")
+    assert m.config.disk_pool("dp")["verify_max_mb_s"] == 1
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"f{i}").write_bytes(os.urandom(1 << 20))
+    m.create_storage_unit("stu", pool="dp")
+    m.config.add_policy("p", storage_unit="stu")
+    m.config.add_policy_client("p", m.host_list()[0]["name"])
+    m.config.add_policy_selection("p", str(src))
+    [b] = m.wait_for(m.start_backup("p"))
+    assert b["status"] == 0
+    t0 = _time.monotonic()
+    [v] = m.wait_for([m.start_verify(image=b["image_id"])])
+    paced = _time.monotonic() - t0
+    assert v["status"] == 0
+    assert any("at most 1 MB/s" in x["message"] for x in m.job_logs(v["id"]))
+    assert paced >= 2.5, paced
+    m.update_object("disk-pool", "dp", verify_max_mb_s="unlimited")
+    assert m.config.disk_pool("dp")["verify_max_mb_s"] is None
+    t0 = _time.monotonic()
+    [v] = m.wait_for([m.start_verify(image=b["image_id"])])
+    assert v["status"] == 0 and _time.monotonic() - t0 < paced
+    assert not any("at most" in x["message"] for x in m.job_logs(v["id"]))

@@ -84,3 +84,23 @@ def test_a_pools_verify_interval_is_set_and_cleared_in_its_properties(qtbot, bri
     assert dlg.changes() == {"verify_every": ""}
     dlg.save()
     qtbot.waitUntil(lambda: m.config.disk_pool(pool)["verify_every"] is None, timeout=5000)
+
+
+def test_a_pools_verify_pace_is_set_and_cleared_in_its_properties(qtbot, bridge, master):
+    m = master
+    pool = m.disk_pools()[0]["name"]
+    dlg = PropertiesDialog(bridge, "disk-pool", m.config.disk_pool(pool))
+    qtbot.addWidget(dlg)
+    field = dlg.editors["verify_max_mb_s"]
+    assert field.value() == 0 and field.specialValueText() == "no limit"
+    field.setValue(250)
+    assert dlg.changes() == {"verify_max_mb_s": 250}
+    dlg.save()
+    qtbot.waitUntil(lambda: m.config.disk_pool(pool)["verify_max_mb_s"] == 250, timeout=5000)
+    dlg = PropertiesDialog(bridge, "disk-pool", m.config.disk_pool(pool))
+    qtbot.addWidget(dlg)
+    assert dlg.editors["verify_max_mb_s"].value() == 250
+    dlg.editors["verify_max_mb_s"].setValue(0)
+    assert dlg.changes() == {"verify_max_mb_s": None}
+    dlg.save()
+    qtbot.waitUntil(lambda: m.config.disk_pool(pool)["verify_max_mb_s"] is None, timeout=5000)

@@ -150,7 +150,7 @@ def commit_file(partial, final):
     return {"path": final, "bytes": os.stat(final).st_size}
 
 
-def verify_files(req, files):
+def verify_files(req, files, pace=None):
     """Reads image files back and checks every member the catalog lists in them (headers,
     lengths, checksums; see image_check.py). files: [{"path", "checksum", "whole",
     "members": [[offset, length, kind, checksum, path], ...]}]. A file that cannot be read
@@ -166,7 +166,9 @@ def verify_files(req, files):
 
     out = []
     for spec in files:
-        r = image_check.check_file(spec, progress=progress, is_cancelled=req.is_cancelled)
+        r = image_check.check_file(spec, progress=progress, is_cancelled=req.is_cancelled,
+                                   pace=None if pace is None else
+                                   (lambda n: pace(done["bytes"] + n)))
         done["bytes"] += r["bytes"]
         done["members"] += r["members"]
         out.append(r)
@@ -185,8 +187,8 @@ class AdvancedDiskAgent(AgentStorage):
     def commit(self, spec, partial, final):
         return commit_file(partial, final)
 
-    def verify(self, req, spec, images):
-        return verify_files(req, images)
+    def verify(self, req, spec, images, pace=None):
+        return verify_files(req, images, pace)
 
 
 HALF = AdvancedDiskAgent()

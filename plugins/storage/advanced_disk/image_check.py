@@ -211,12 +211,13 @@ def _metadata(r, start, end, damage):
                        "end where the next file's member begins"})
 
 
-def check_file(spec, *, progress=None, is_cancelled=None):
+def check_file(spec, *, progress=None, is_cancelled=None, pace=None):
     """Checks one image file. spec: {"path", "checksum" (the piece algorithm), "whole" (the
     metadata and end marker too), "members": [[offset, length, kind, checksum, path], ...]}.
     Returns {"path", "error" (the file cannot be read at all), "damage": [{"path", "offset",
     "reason"}], "structure": [{"offset", "reason"}], "modes": [private.tighten's changes],
-    "bytes", "members"}. progress(bytes read, members checked) is called as it goes."""
+    "bytes", "members"}. progress(bytes read, members checked) is called as it goes;
+    pace(bytes read) holds the reading back to a rate."""
     path = spec["path"]
     out = {"path": path, "error": None, "damage": [], "structure": [], "modes": [],
            "bytes": 0, "members": 0}
@@ -249,6 +250,8 @@ def check_file(spec, *, progress=None, is_cancelled=None):
         def tick(reader):
             if is_cancelled is not None and is_cancelled():
                 raise Canceled()
+            if pace is not None:
+                pace(reader.read_bytes)
             if progress is not None and time.monotonic() - last[0] > PROGRESS_EVERY:
                 last[0] = time.monotonic()
                 progress(reader.read_bytes, out["members"])
@@ -274,6 +277,8 @@ def check_file(spec, *, progress=None, is_cancelled=None):
         if spec.get("whole"):
             _metadata(r, pos, None, out["structure"])
         out["bytes"] = r.read_bytes
+        if pace is not None:
+            pace(r.read_bytes)  # the last read too: reads are large
     finally:
         os.close(fd)
     return out

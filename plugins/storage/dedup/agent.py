@@ -186,7 +186,7 @@ class DedupAgent(AgentStorage):
     def reading(self, spec):
         return RecipeReading(spec)
 
-    def verify(self, req, spec, images):
+    def verify(self, req, spec, images, pace=None):
         """Reads images (recipes given) or the whole pool back and checks every chunk;
         damage is reported per image as byte ranges of its stream."""
         from plugins.storage.dedup import pool
@@ -199,10 +199,11 @@ class DedupAgent(AgentStorage):
         with store.session(timeout=SESSION_TIMEOUT) as session:
             if images:
                 out = pool.verify_images(store, images, emit=req.emit,
-                                         is_cancelled=req.is_cancelled, session=session)
+                                         is_cancelled=req.is_cancelled, session=session,
+                                         pace=pace)
             else:
                 out = pool.verify_pool(store, root, emit=req.emit,
-                                       is_cancelled=req.is_cancelled)
+                                       is_cancelled=req.is_cancelled, pace=pace)
         out["modes"] = modes
         return out
 

@@ -110,7 +110,7 @@ def _missing(fp, notes):
             f"{note['offset']}), not stored again since")
 
 
-def verify_images(store, paths, *, emit=None, is_cancelled=None, session=None):
+def verify_images(store, paths, *, emit=None, is_cancelled=None, session=None, pace=None):
     """Reads every chunk of the given recipes back and checks it (crc32, decoding, SHA-256).
     Damaged chunks are set aside (store.set_aside), so the next backup of their data stores
     them again. Returns {"images": [{"path", "damage": [{"offset", "length", "fingerprint",
@@ -139,6 +139,8 @@ def verify_images(store, paths, *, emit=None, is_cancelled=None, session=None):
                     checked[fp] = None
                     out["chunks"] += 1
                     out["bytes"] += len(data)
+                    if pace is not None:
+                        pace(out["bytes"])
                 except ChunkNotFound:
                     checked[fp] = _missing(fp, notes)
                 except ChunkDamaged as e:
@@ -158,7 +160,7 @@ def verify_images(store, paths, *, emit=None, is_cancelled=None, session=None):
     return out
 
 
-def verify_pool(store, root, *, emit=None, is_cancelled=None):
+def verify_pool(store, root, *, emit=None, is_cancelled=None, pace=None):
     """Reads every container of the pool and checks every record, then names the images that
     reference a damaged or missing chunk; the damaged chunks are set aside as by
     verify_images. Returns {"containers", "damage": [container findings], "images": [as
@@ -167,7 +169,7 @@ def verify_pool(store, root, *, emit=None, is_cancelled=None):
     found = []  # Damage of the records images use, for set_aside
     bad = {}
     broken_from = {}  # container path -> offset from which no record can be found
-    for d in store.verify():
+    for d in store.verify(pace=pace):
         if is_cancelled is not None and is_cancelled():
             raise Canceled()
         findings.append({"container": d.container, "offset": d.offset,

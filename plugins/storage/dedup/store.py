@@ -378,17 +378,21 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
             containers += 1
         return {"chunks": chunks, "stored_bytes": stored, "containers": containers,
                 "container_bytes": size, "encrypted": self.encrypted}
-    def verify(self):
+    def verify(self, pace=None):
         """Yields a Damage(fingerprint, container, offset, reason) for every record of every
         committed container that does not read back intact (crc32, decryption, decoding,
         length, sha256) and for every cut or unreadable container structure (fingerprint None
-        when unknown)."""
+        when unknown). pace(bytes read so far) is called after each record."""
+        done = 0
         for number in self.committed_containers():
             path = self.container_path(number)
             try:
                 for offset, header, error in self._scan(number, decode=True):
                     if error:
                         yield Damage(header[1] if header else None, path, offset, error)
+                    if pace is not None and header:
+                        done += header[4]  # the record's stored bytes
+                        pace(done)
             except FileNotFoundError:
                 continue  # reclaimed since the listing (a verify outside a session)
     # ------------------------------------------------------------------ space reclaim

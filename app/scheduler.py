@@ -155,13 +155,14 @@ class Scheduler:
             "GROUP BY policy, schedule, client",
             (job_type, DONE, *_OK, timeutil.iso(since)))}
 
-    def _ok_starts(self, since):
-        """{(policy, schedule, client): sorted starts of successful backups} since `since`."""
+    def _ok_starts(self, since, job_type="backup"):
+        """{(policy, schedule, client): sorted starts of successful backups} since `since`
+        (catalog backups: client "")."""
         out = {}
-        for r in self.db.all("SELECT policy, schedule, client, started FROM jobs "
-                             "WHERE type='backup' AND state=? AND status IN (?, ?) "
+        for r in self.db.all("SELECT policy, schedule, coalesce(client, ''), started FROM jobs "
+                             "WHERE type=? AND state=? AND status IN (?, ?) "
                              "AND started>=? ORDER BY started",
-                             (DONE, *_OK, timeutil.iso(since))):
+                             (job_type, DONE, *_OK, timeutil.iso(since))):
             out.setdefault((r[0], r[1], r[2]), []).append(timeutil.parse_iso(r[3]))
         return out
 
@@ -337,13 +338,10 @@ class Scheduler:
                 run_id = self._insert_run(c, p, s, "", at, inst, "queued", timeutil.iso(now))
                 if run_id is None:
                     continue
-                jid = catalog_backup.queue(
-                    self.master, p["storage_unit"], retention_s=s.retention_s,
-                    policy=p["name"], schedule=s.name, not_after=inst[1], c=c,
-                    note=f"catalog backup queued by the scheduler: schedule {s.name}, "
-                         f"window {_span(inst)}")
-                c.execute("UPDATE schedule_runs SET job_id=? WHERE id=?", (jid, run_id))
-                queued.append(jid)
+                queued.append(self._create_job(
+                    c, p, s, "", inst, run_id,
+                    f"catalog backup queued by the scheduler: schedule {s.name}, "
+                    f"window {_span(inst)}"))
         return queued
 
     def _missed(self, policies, since, now):
@@ -352,9 +350,9 @@ class Scheduler:
         tick before was earlier)."""
         found, ended = [], []
         for p in policies:
-            if not p["selections"]:
-                continue
-            for s in p["schedules"]:
+            # a catalog schedule's runs need neither selections nor clients
+            scheds = p["catalog"] + (p["schedules"] if p["selections"] else [])
+            for s in scheds:
                 for inst in self.instances(s, since, now):
                     if since < inst[1] <= now and \
                             (p["created"] is None or inst[0] >= p["created"]):
@@ -364,8 +362,10 @@ class Scheduler:
         oldest = min(inst[0] for _, _, inst in ended)
         longest = max((s.freq or 0) for _, s, _ in ended)
         starts = self._ok_starts(oldest - longest)
+        if any(s.type == CATALOG_SCHEDULE for _, s, _ in ended):
+            starts.update(self._ok_starts(oldest - longest, catalog_backup.JOB_TYPE))
         for p, s, inst in ended:
-            for client in p["clients"]:
+            for client in ([""] if s.type == CATALOG_SCHEDULE else p["clients"]):
                 ok = starts.get((p["name"], s.name, client), [])
                 i = bisect_left(ok, inst[1])
                 due = self._due(s, inst, ok[i - 1] if i else None)
@@ -384,10 +384,16 @@ class Scheduler:
 
     def _create_job(self, c, p, s, client, inst, run_id, note):
         """A backup job as Master.start_backup makes it (with its stream jobs when the policy
-        has multiple data streams), bound to the window's end."""
-        jid = self.master.queue_backup(p, client, {"name": s.name, "type": s.type,
-                                                   "read_all": s.read_all},
-                                       not_after=inst[1], note=note, c=c)
+        has multiple data streams), or a catalog schedule's catalog backup, bound to the
+        window's end."""
+        if s.type == CATALOG_SCHEDULE:
+            jid = catalog_backup.queue(self.master, p["storage_unit"],
+                                       retention_s=s.retention_s, policy=p["name"],
+                                       schedule=s.name, not_after=inst[1], note=note, c=c)
+        else:
+            jid = self.master.queue_backup(p, client, {"name": s.name, "type": s.type,
+                                                       "read_all": s.read_all},
+                                           not_after=inst[1], note=note, c=c)
         c.execute("UPDATE schedule_runs SET job_id=? WHERE id=?", (jid, run_id))
         return jid
 

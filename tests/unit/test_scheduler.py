@@ -597,3 +597,18 @@ def test_backup_now_of_a_catalog_schedule_queues_a_catalog_backup(master):
     m.add_schedule("only", "cat", type="catalog")
     [c] = m.start_backup("only")
     assert m.jobs.get(c)["type"] == "catalog-backup"
+
+
+def test_a_catalog_window_that_closed_while_no_master_ran_is_missed(master):
+    m = master
+    m.config.add_policy("cat", storage_unit="stu1")
+    m.add_schedule("cat", "nightly", type="catalog", windows=daily("06:00", 2),
+                   passphrase=CATALOG_PASS)
+    s = scheduler(m)
+    assert s.tick(MON + 12 * HOUR) == []
+    # down from Monday noon to Wednesday noon: Tuesday's and Wednesday's windows closed
+    assert s.tick(MON + 2 * DAY + 12 * HOUR) == []
+    missed = [m.jobs.get(j) for j in s.last_missed]
+    assert [(j["type"], j["schedule"], j["status"]) for j in missed] == \
+        [("catalog-backup", "nightly", st.WINDOW_CLOSED)] * 2
+    assert [(r["client"], r["outcome"]) for r in s.runs("cat")] == [("", "missed")] * 2

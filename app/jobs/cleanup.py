@@ -12,6 +12,8 @@ reports its result); the cleanup job (`cairn disk-pool cleanup POOL [--dry-run]`
 orphans; space reclaim of a deduplication pool does not keep their chunks."""
 
 import json
+import os
+import stat
 import time
 
 from app import status as st
@@ -41,6 +43,32 @@ def min_age_s(db, now=None):
     row = db.one("SELECT min(started) FROM jobs WHERE state=? AND type='backup'", (ACTIVE,))
     oldest = timeutil.parse_iso(row[0]) if row and row[0] else now
     return max(0.0, now - oldest) + MARGIN_S
+
+
+def remove_stale_index_temps(master, now=None):
+    """The catalog index files a master killed mid-write left (indexes/ID.cidx.tmp), removed
+    once they are older than every running job (plus the margin): a running job's index
+    file is younger than the job. Returns the names removed."""
+    now = time.time() if now is None else now
+    row = master.db.one("SELECT min(started) FROM jobs WHERE state=?", (ACTIVE,))
+    oldest = min(now, timeutil.parse_iso(row[0])) if row and row[0] else now
+    try:
+        names = os.listdir(master.home.indexes)
+    except FileNotFoundError:
+        return []
+    removed = []
+    for name in sorted(names):
+        if not name.endswith(".cidx.tmp"):
+            continue
+        path = os.path.join(master.home.indexes, name)
+        try:
+            s = os.lstat(path)
+            if stat.S_ISREG(s.st_mode) and s.st_mtime < oldest - MARGIN_S:
+                os.unlink(path)
+                removed.append(name)
+        except FileNotFoundError:
+            continue
+    return removed
 
 
 def unknown_files(db, files, known=None, min_age=None):

@@ -24,7 +24,7 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import commit, expire, kinds
+from app.jobs import cleanup, commit, expire, kinds
 from app.jobs.rules import retry_wanted
 from app.jobs.store import ACTIVE, QUEUED
 
@@ -252,6 +252,7 @@ class Dispatcher:
             self._next_expire = now + EXPIRE_EVERY
             try:
                 self.master.expire_due(now)
+                cleanup.remove_stale_index_temps(self.master)
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
             try:

@@ -203,3 +203,30 @@ def test_a_schedule_saved_with_an_undatable_retention_fails_before_writing(setup
     doc, _ = cairn_json(home, "backup", "p", "--wait")
     assert doc["jobs"][0]["status"] == st.OK
     assert json.loads(json.dumps(m.images()))[0]["expires"] is not None
+
+
+def test_an_index_file_a_killed_master_left_is_removed_once_no_running_job_may_own_it(
+        tmp_path):
+    from app.jobs import cleanup
+    m = Master(str(tmp_path / "home"))
+    try:
+        os.makedirs(m.home.indexes, exist_ok=True)
+        stale = os.path.join(m.home.indexes, "me_1_5.cidx.tmp")
+        young = os.path.join(m.home.indexes, "me_1_6.cidx.tmp")
+        done = os.path.join(m.home.indexes, "me_1_4.cidx")
+        for p in (stale, young, done):
+            write_file(p, b"x")
+        age(stale, 3600)
+        age(done, 3600)
+        # a job running since before the stale file was written may still own it
+        jid = m.jobs.create("verify", params={"pool": "dp"})
+        assert m.jobs.claim(jid, "test")
+        with m.db.tx() as c:
+            c.execute("UPDATE jobs SET started=? WHERE id=?",
+                      ("2000-01-01T00:00:00Z", jid))
+        assert cleanup.remove_stale_index_temps(m) == []
+        m.jobs.finish(jid, 0)
+        assert cleanup.remove_stale_index_temps(m) == ["me_1_5.cidx.tmp"]
+        assert sorted(os.listdir(m.home.indexes)) == ["me_1_4.cidx", "me_1_6.cidx.tmp"]
+    finally:
+        m.close()

@@ -108,7 +108,10 @@ def run(master, job, ctx, *, image, pool, server, host, storage_type, spec):
     if damaged_images:
         n_files = sum(len(d["files"]) for d in damaged_images)
         why = f"damage found: {len(damaged_images)} image(s), {n_files} file(s); see the log"
-        return JobResult(st.CHECKSUM_MISMATCH, message=why,
+        # a recipe missing or unreadable is a damaged image (62), as an AdvancedDisk image
+        # file is; chunks that do not match are damaged data (61)
+        lost = any(d.get("error") for d in damaged_images)
+        return JobResult(st.IMAGE_DAMAGED if lost else st.CHECKSUM_MISMATCH, message=why,
                          bytes=ctx.bytes, files=checked)
     if result.get("damage"):
         # the disk under the pool lost bytes even if no image needs them

@@ -84,7 +84,7 @@ def test_missing_image_file_is_reported(backed_up):
     assert job["status"] == status.IMAGE_DAMAGED, log
     assert img["path"] in log
     found = verify(m, img)
-    assert found["status"] in (status.IMAGE_DAMAGED, status.CHECKSUM_MISMATCH)
+    assert found["status"] == status.IMAGE_DAMAGED, log_of(m, found["id"])
     [hit] = found["result"]["images"]
     assert hit["image"] == img["id"] and img["path"] in log_of(m, found["id"])
 

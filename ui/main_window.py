@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
 from app import __version__
 from ui import wizards
 from ui.pages import make_pages
+from ui.catalog_backup_dialog import CatalogBackupDialog
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -207,6 +208,10 @@ class MainWindow(QMainWindow):
             a = QAction(icon(kind), label, self)
             a.triggered.connect(lambda _=False, k=kind: self.open_wizard(k))
             new_menu.addAction(a)
+        catalog_backup = QAction(icon("action-backup"), "Back up the &catalog…", self)
+        catalog_backup.setToolTip("A catalog backup of this master to a storage unit")
+        catalog_backup.triggered.connect(self.open_catalog_backup)
+        file_menu.addAction(catalog_backup)
         file_menu.addSeparator()
         quit_action = QAction("&Quit", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
@@ -304,8 +309,8 @@ class MainWindow(QMainWindow):
             + (f"No catalog backup holds the key of the encrypted pool(s) of "
                f"{', '.join(keys)} yet: without it their images cannot be read after a lost "
                "state directory. " if keys else "")
-            + "Run `cairn catalog backup --storage-unit STU --passphrase-file F --wait` "
-              "(README, Disaster recovery).")
+            + "File ▸ Back up the catalog…, or `cairn catalog backup --storage-unit STU "
+              "--passphrase-file F --wait` (README, Disaster recovery).")
     def check_hosts(self):
         """Asks every host's agent whether it answers, off the UI thread."""
         if self._reach_busy:
@@ -395,6 +400,14 @@ class MainWindow(QMainWindow):
     def _job_queued(self, _job_id, text):
         self.select_view("activity")
         self.statusBar().showMessage(text, 8000)
+
+    def open_catalog_backup(self):
+        dlg = CatalogBackupDialog(self.bridge, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.queued.connect(lambda jid: self._job_queued(jid, f"Catalog backup job {jid} "
+                                                             "queued"))
+        dlg.show()
+        return dlg
 
     # ---- jobs ---------------------------------------------------------------------------------
     def open_job(self, job):

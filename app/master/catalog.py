@@ -18,7 +18,8 @@ class CatalogAPI:
         """When the newest catalog backup that ended well ran, and whether one is overdue (none
         for CATALOG_BACKUP_DUE_S while the catalog holds images), and the storage servers
         whose pool key no catalog backup holds yet: {"last": ISO time or None, "age_s",
-        "images", "overdue", "keys_not_escrowed"}."""
+        "images", "overdue", "keys_not_escrowed", "has_passphrase" (whether the first
+        catalog backup set it)}."""
         now = time.time() if now is None else now
         last = self.db.one("SELECT max(ended) FROM jobs WHERE type=? AND status=0",
                            (catalog_backup.JOB_TYPE,))[0]
@@ -29,7 +30,9 @@ class CatalogAPI:
         return {"last": last, "age_s": age, "images": images,
                 "overdue": bool(images) and (age is None or age > CATALOG_BACKUP_DUE_S),
                 "keys_not_escrowed": [n for n in catalog_backup.pool_key_names(self.home)
-                                      if n in servers and n not in done]}
+                                      if n in servers and n not in done],
+                "has_passphrase": self.db.one("SELECT 1 FROM settings WHERE key=?",
+                                              (escrow.SETTING,)) is not None}
 
     def change_catalog_passphrase(self, old, new):
         """Seals the catalog backup key with a new passphrase (bytes both). Catalog backups

@@ -289,3 +289,37 @@ def test_opening_a_job_twice_brings_the_same_window_forward(console, master):
     job = master.jobs.get(master.test_jobs["done"])
     assert console.window.open_job(job) is console.window.open_job(job)
     assert len(console.window.findChildren(JobDetailsDialog)) == 1
+
+
+def test_the_catalog_backup_dialog_sets_the_passphrase_once_and_queues_the_job(
+        console, master, qtbot):
+    w = console.window
+    dlg = w.open_catalog_backup()
+    qtbot.waitUntil(lambda: dlg.ok.isEnabled(), timeout=5000)
+    assert dlg.unit.currentText() == "stu1"
+    assert dlg.form.isRowVisible(dlg.again)  # the first one sets the passphrase: twice
+    dlg.passphrase.setText("short")
+    dlg.start()
+    assert dlg.error.isVisible() and "at least 8" in dlg.error.text()
+    dlg.passphrase.setText("a good passphrase")
+    dlg.again.setText("a good passphrasf")
+    dlg.start()
+    assert "differ" in dlg.error.text()
+    dlg.again.setText("a good passphrase")
+    queued = []
+    dlg.queued.connect(queued.append)
+    dlg.start()
+    qtbot.waitUntil(lambda: bool(queued), timeout=5000)
+    job = master.job(queued[0])
+    assert job["type"] == "catalog-backup" and job["params"]["storage_unit"] == "stu1"
+    assert w.current_view is w.views["activity"]
+    assert master.catalog_backup_state()["has_passphrase"]
+    # the next time: asked once, and it must be the same passphrase
+    dlg = w.open_catalog_backup()
+    qtbot.waitUntil(lambda: dlg.ok.isEnabled(), timeout=5000)
+    assert not dlg.form.isRowVisible(dlg.again)
+    dlg.passphrase.setText("another passphrase")
+    dlg.start()
+    qtbot.waitUntil(lambda: dlg.error.isVisible(), timeout=5000)
+    assert "passphrase does not open" in dlg.error.text()
+    assert dlg.isVisible() and dlg.ok.isEnabled()

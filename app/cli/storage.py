@@ -166,9 +166,15 @@ def _pool_verify(m, args):
 def _pool_import(m, args):
     job_id = m.start_import(args.name, key_file=args.key_file)
     code = jobs_result(m, args, [job_id])
-    result = m.job(job_id).get("result")
-    if args.wait and result and not getattr(args, "json", False):
-        _print_import(escape_all(result))
+    job = m.job(job_id)
+    if args.wait and not getattr(args, "json", False):
+        if job.get("result"):
+            _print_import(escape_all(job["result"]))
+        elif job["status"] not in (0, None):
+            for x in m.job_logs(job_id):
+                if x["level"] == "error":
+                    for line in x["message"].splitlines():
+                        print(escape_all(line), file=sys.stderr)
     return code
 
 
@@ -180,8 +186,11 @@ def _print_import(r):
         print(f"not recorded, chain incomplete: {i['image']}: {i['why']}")
     for e in r["errors"]:
         print(f"not recorded: {e['image']} ({e['path']}): {e['error']}")
+    notes = {}
     for n in r["notes"]:
-        print(f"note: {n['image']}: {n['note']}")
+        notes.setdefault(n["note"], []).append(n["image"])
+    for text, images in notes.items():
+        print(f"note: {images[0] if len(images) == 1 else f'{len(images)} images'}: {text}")
     if r.get("key"):
         print(r["key"])
 

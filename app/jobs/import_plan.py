@@ -191,12 +191,14 @@ def _expiry(names, meta, created, lacks, notes):
 
 
 def record_fields(*, job_id, side, names, d, counts, host, sources):
-    """(the image's catalog row for record_image, its notes). counts: what the rows of its
-    own index gave (files and bytes, for an image without a summary)."""
+    """(the image's catalog row for record_image, its notes, the notes on names the catalog
+    lacks). counts: what the rows of its own index gave (files and bytes, for an image
+    without a summary)."""
     meta, summary = d["meta"], d.get("summary")
     version = meta["format_version"]
     lacks = ["its storage unit", "its stream and set"] if version < 2 else []
-    notes = names.notes(meta)
+    unknown = names.notes(meta)
+    notes = []
     created = _when(meta["created"])
     expires = _expiry(names, meta, created, lacks, notes)
     if summary is None:
@@ -210,7 +212,7 @@ def record_fields(*, job_id, side, names, d, counts, host, sources):
     summary = summary or {}
     set_id = (meta.get("set") or {}).get("id")
     imported = {"job": job_id, "at": timeutil.iso(time.time()), "format_version": version,
-                "job_id": meta.get("job_id"), "lacks": lacks, "notes": notes,
+                "job_id": meta.get("job_id"), "lacks": lacks, "notes": unknown + notes,
                 **({"set": set_id} if set_id else {})}
     fields = dict(
         id=d["id"], client=meta["client"], policy=meta["policy"], schedule=meta["schedule"],
@@ -224,4 +226,4 @@ def record_fields(*, job_id, side, names, d, counts, host, sources):
         snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots") else None,
         scan=json.dumps(summary["scan"]) if summary.get("scan") else None,
         imported=json.dumps(imported), **side.catalog_fields(d))
-    return fields, notes
+    return fields, notes, unknown

@@ -176,7 +176,9 @@ class ImportJob:
             if e.status == st.CANCELED:
                 raise
             raise CairnError(f"the images of disk pool {self.pool['name']} cannot be read: "
-                             f"{e.message}", status_code=e.status, hint=e.hint) from None
+                             f"{e.message}", status_code=e.status,
+                             hint=(self.side.failure_hint() if e.status == st.INVALID_REQUEST
+                                   else None) or e.hint) from None
         if ctx.cancelled:
             raise Canceled()
         ctx.files = 0
@@ -213,7 +215,7 @@ class ImportJob:
             ctx.log(f"image {iid} was recorded meanwhile (its backup committed it)")
             return
         try:
-            fields, notes = self._index_and_record(d)
+            fields, notes, unknown = self._index_and_record(d)
         except _Refused as e:
             self._error(d, str(e))
             return
@@ -223,7 +225,7 @@ class ImportJob:
             self._error(d, e.message)
             return
         self.out["imported"].append(iid)
-        for n in notes:
+        for n in unknown + notes:
             self.out["notes"].append({"image": iid, "note": n})
         ctx.files += 1
         ctx.bytes += fields["image_bytes"]
@@ -264,7 +266,7 @@ class ImportJob:
 
     def _index_and_record(self, d):
         """Writes the image's catalog index from the rows of its own index, then records it:
-        (its catalog row, notes)."""
+        (its catalog row, its notes, its notes on names the catalog lacks)."""
         base, base_index = self._base(d)
         writer = IndexWriter(self.master.home.index_path(d["id"]))
         try:
@@ -279,7 +281,7 @@ class ImportJob:
                 raise _Refused(f"the rows of its own index cannot be indexed: {rows.error}")
             if not found["rows"]:
                 raise _Refused("its own index lists no entry")
-            fields, notes = record_fields(
+            fields, notes, unknown = record_fields(
                 job_id=self.job["id"], side=self.side, names=self.names, d=d,
                 counts=found, host=self.host,
                 sources=completer.sources if completer is not None else [])
@@ -298,7 +300,7 @@ class ImportJob:
         finally:
             if base_index is not None:
                 base_index.close()
-        return fields, notes
+        return fields, notes, unknown
 
     def _rows(self, d, rows):
         call = self.conn.start("image_rows", {

@@ -300,6 +300,10 @@ class ImportSide:
         """Why what the type keeps about the image contradicts it, or None."""
         return None
 
+    def failure_hint(self):
+        """What to do when the pool's images cannot be read at all, or None."""
+        return None
+
     def catalog_fields(self, found):
         """Columns of the image's catalog row that the type fills."""
         return {"image_bytes": found["bytes"]}

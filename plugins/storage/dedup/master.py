@@ -278,6 +278,19 @@ class DedupImport(ImportSide):
         return (f"reading the recipes of deduplication pool {self.pool['name']} "
                 f"({self.server['path']}){how}")
 
+    def failure_hint(self):
+        if self.key is not None:
+            return (f"the key in {self.key_file} is refused: give the file holding the key "
+                    "this pool was created with (64 hex digits)")
+        if self.access.get("key"):
+            return ("the master's key of storage server "
+                    f"{self.server['name']} is not this pool's (a storage server created "
+                    "again makes a new key): give the pool's key with --key-file F, or "
+                    "recover the master's keys from a catalog backup (`cairn catalog "
+                    "recover`)")
+        return ("a pool encrypted at rest is read with its key: create the storage server "
+                "again with --encrypt, and import with --key-file F")
+
     def problem(self, found):
         meta = (found.get("store") or {}).get("meta") or {}
         if meta.get("image_id") != found["id"]:

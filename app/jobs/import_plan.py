@@ -53,9 +53,11 @@ def problem_of(side, d):
 class Plan:
     """The images of one import: `order` (ids, bases first), `descriptions` {id: d},
     `errors` [{"image", "path", "error"}] and `incomplete` [{"image", "path", "base",
-    "why"}]. known(id) says whether the catalog has an image; base_row(id) its row."""
+    "why"}]. known(id) says whether the catalog has an image; pending: the ids of images
+    whose commit is in progress."""
 
-    def __init__(self, side, found, known):
+    def __init__(self, side, found, known, pending=()):
+        self._pending = set(pending)
         self.descriptions = {}
         self.errors = []
         self.incomplete = []
@@ -98,6 +100,9 @@ class Plan:
                 continue
             if base in self._bad:
                 verdict = f"its base image {base} cannot be read: {self._bad[base]}"
+            elif base in self._pending:
+                verdict = (f"the commit of its base image {base} is in progress or "
+                           "unresolved: import again once it is resolved")
             else:
                 verdict = (f"its base image {base} is neither in the catalog nor on the pool "
                            "(it was removed or expired)")
@@ -190,15 +195,15 @@ def _expiry(names, meta, created, lacks, notes):
     return timeutil.iso(timeutil.parse_iso(created) + sched["retention_s"])
 
 
-def record_fields(*, job_id, side, names, d, counts, host, sources):
+def record_fields(*, job_id, side, names, d, counts, host, sources, notes=()):
     """(the image's catalog row for record_image, its notes, the notes on names the catalog
     lacks). counts: what the rows of its own index gave (files and bytes, for an image
-    without a summary)."""
+    without a summary); notes: the caller's notes on the image, kept with the others."""
     meta, summary = d["meta"], d.get("summary")
     version = meta["format_version"]
     lacks = ["its storage unit", "its stream and set"] if version < 2 else []
     unknown = names.notes(meta)
-    notes = []
+    notes = list(notes)
     created = _when(meta["created"])
     expires = _expiry(names, meta, created, lacks, notes)
     if summary is None:

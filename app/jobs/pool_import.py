@@ -131,7 +131,8 @@ class ImportJob:
                     "missing": {}, "listing_errors": listing["errors"], "key": None}
         self._known(listing["known"])
         known_ids = {r[0] for r in master.db.all("SELECT id FROM images")}
-        plan = Plan(self.side, found, known_ids.__contains__)
+        plan = Plan(self.side, found, known_ids.__contains__,
+                    pending=[k["id"] for k in self.out["commits_pending"]])
         self.out["errors"] += plan.errors
         self.out["incomplete"] += plan.incomplete
         self.failed.update(e["image"] for e in plan.errors + plan.incomplete)
@@ -284,10 +285,9 @@ class ImportJob:
             fields, notes, unknown = record_fields(
                 job_id=self.job["id"], side=self.side, names=self.names, d=d,
                 counts=found, host=self.host,
-                sources=completer.sources if completer is not None else [])
-            if rows.orphans:
-                notes.append(f"{rows.orphans} row(s) of its own index name no member of this "
-                             "full image and were left out")
+                sources=completer.sources if completer is not None else [],
+                notes=[f"{rows.orphans} row(s) of its own index name no member of this full "
+                       "image and were left out"] if rows.orphans else [])
             writer.close()
             writer = None
             self._record(fields)

@@ -274,3 +274,40 @@ def test_damaged_hostile_partial_old_and_streamed_images(tmp_path):
         assert job["result"]["imported"] == [] and job["result"]["sets"] == []
     finally:
         m.close()
+
+
+def test_images_newer_than_the_catalog_backup_come_back_with_an_import(tmp_path):
+    """A catalog recovered from a backup older than the pool's newest images: the import
+    records those with the recovered key, chained onto the images the backup has."""
+    src = str(tmp_path / "src")
+    make_tree(src)
+    home = tmp_path / "home"
+    m = Master(str(home))
+    m.config.add_host("me", local=True)
+    m.create_storage_server("dd", type="dedup", host="me", path=str(tmp_path / "dedup"),
+                            options={"encrypted": True})
+    m.create_disk_pool("ddp", server="dd", volumes=[])
+    m.create_storage_unit("dstu", pool="ddp")
+    add_policy(m, "pd", "dstu", [src])
+    full = backup(m, "pd", "full")
+    [job] = m.wait_for([m.start_catalog_backup("dstu", b"a-long-passphrase")])
+    assert job["status"] == st.OK, log_text(m, job["id"])
+    later = chain_of(m, "pd", src, tmp_path, "later")   # a full, a diff and a cum after it
+    m.close()
+    shutil.rmtree(home)
+
+    (tmp_path / "pass").write_bytes(b"a-long-passphrase\n")
+    doc, _ = cairn_json(home, "catalog", "recover", "--from", tmp_path / "dedup",
+                        "--passphrase-file", tmp_path / "pass")
+    assert doc["images"] == 1 and doc["keys_restored"] == ["dd"]
+    doc, _ = cairn_json(home, "disk-pool", "import", "ddp", "--wait")
+    r = doc["jobs"][0]["result"]
+    assert doc["status"] == st.OK and sorted(r["imported"]) == sorted(later), r
+    assert r["already_known"] == 1 and r["key"] is None and r["missing"]["hosts"] == []
+    m = Master(str(home))
+    try:
+        assert m.image(full)["imported"] is None
+        for iid, expected in later.items():
+            restore_and_compare(m, iid, src, expected, tmp_path / f"r-{iid}", "me")
+    finally:
+        m.close()

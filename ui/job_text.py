@@ -23,7 +23,7 @@ def type_text(job):
     pool (they have no storage unit, and a pool's jobs no client, to tell them apart)."""
     t = job.get("type") or ""
     p = job.get("params") or {}
-    if t in ("verify", "reclaim"):
+    if t in ("verify", "reclaim", "import"):
         if p.get("image"):
             return f"{t} image {p['image']}"
         if p.get("pool"):
@@ -45,6 +45,9 @@ TYPE_TIPS = {
     "rebuild-index": "Rebuilds the image's catalog index (what browsing and restoring read) "
                      "from the image itself; the job's log names any damage found in the "
                      "image.",
+    "import": "Records the images on the disk pool that the catalog does not know, from "
+              "what each image says about itself (its metadata and file index); the job's "
+              "details list the images recorded and those that were not, with why.",
     "catalog-backup": "Backs up the catalog, its file indexes, known_hosts and the pool keys "
                       "(sealed) to the folder catalog-backups of the storage unit's pool; "
                       "`cairn catalog recover` brings a lost master back from it.",
@@ -109,6 +112,8 @@ def result_text(job):
         return ""
     if job.get("type") == "verify":
         return verify_result_text(r)
+    if job.get("type") == "import":
+        return import_result_text(r)
     if job.get("type") == "reclaim":
         return (f"Freed {fmt.size(r.get('freed_bytes') or 0) or '0 B'}: "
                 f"{r.get('removed_chunks', 0):,} chunks no image used removed, "
@@ -116,6 +121,33 @@ def result_text(job):
                 f"{r.get('containers_compacted', 0):,} compacted; "
                 f"{r.get('live_chunks', 0):,} chunks in use.")
     return ""
+
+
+def import_result_text(r):
+    """An import job's result: what it recorded, and each image it did not record with why."""
+    n = len(r.get("imported") or [])
+    lines = [f"Imported {n:,} image{'s' if n != 1 else ''}"
+             + (f" and {len(r['sets'])} set image{'s' if len(r['sets']) != 1 else ''}"
+                if r.get("sets") else "")
+             + f" from disk pool {r.get('pool')}; {r.get('already_known', 0):,} were in the "
+               "catalog already."]
+    for what, items, key in (("Chain incomplete, not recorded", r.get("incomplete"), "why"),
+                             ("Not recorded", r.get("errors"), "error")):
+        for i in (items or [])[:RESULT_FILES]:
+            lines.append(f"{what}: {i['image']}: {i[key]}")
+        if len(items or []) > RESULT_FILES:
+            lines.append(f"    … and {len(items) - RESULT_FILES:,} more")
+    missing = r.get("missing") or {}
+    for kind, label in (("hosts", "hosts"), ("policies", "policies"),
+                        ("schedules", "schedules"), ("storage_units", "storage units")):
+        if missing.get(kind):
+            lines.append(f"Recorded with {label} the catalog does not have: "
+                         f"{', '.join(missing[kind])}"
+                         + (" (restore those images to another host)" if kind == "hosts"
+                            else ""))
+    if r.get("key"):
+        lines.append(r["key"])
+    return "\n".join(lines)
 
 
 def _damaged_files(name, damage, count=None):

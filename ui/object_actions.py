@@ -1,5 +1,6 @@
-"""New, properties, delete (and, for policies, back up now; for disk pools, verify, and for
-deduplicating ones space reclaim) on a list of configuration objects: as a toolbar above the
+"""New, properties, delete (and, for policies, back up now; for disk pools, verify, import of
+the images the catalog does not know, and for deduplicating ones space reclaim) on a list of
+configuration objects: as a toolbar above the
 list and as the list's context menu. ImageActions offers verify on a list of backup images.
 
 Deleting first asks the master what still depends on the object. If anything does, the
@@ -15,6 +16,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMessageBox, QToolBar
 
 from plugins.storage import registry
+from ui.import_dialog import ImportDialog
 from ui.properties import KIND_LABELS, PropertiesDialog
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -95,13 +97,17 @@ class ObjectActions(_JobActions):
                 "Queue a backup of every client of the selected policy; a full into a "
                 "deduplicating pool reads every file instead of taking the unchanged ones "
                 "from the newest image")
-        self.verify = self.reclaim = None
+        self.verify = self.reclaim = self.import_images = None
         if self.kind == "disk-pool":
             self.verify = action("Verify pool", "state-ok", self._verify_pool, None,
                                  "Read every image of the selected disk pool back and check "
                                  "it (every tar header and file checksum, or every chunk of "
                                  "a deduplicating pool), and make the pool's files private "
                                  "again where they are not")
+            self.import_images = action(
+                "Import images…", "versions", self._import_pool, None,
+                "Record the images on the selected disk pool that the catalog does not know "
+                "(after the catalog was lost, or images newer than its catalog backup)")
             self.reclaim = action("Reclaim space", "storage", self._reclaim, None,
                                   "Remove the chunks no image uses any more from the selected "
                                   "deduplicating pool and compact its container files")
@@ -125,8 +131,8 @@ class ObjectActions(_JobActions):
         self.update_enabled()
 
     def _ordered(self):
-        return [a for a in (self.new, self.backup, self.verify, self.reclaim, self.properties,
-                            self.delete, self.refresh)
+        return [a for a in (self.new, self.backup, self.verify, self.import_images,
+                            self.reclaim, self.properties, self.delete, self.refresh)
                 if a is not None]
 
     def selected(self):
@@ -136,7 +142,7 @@ class ObjectActions(_JobActions):
     def update_enabled(self, *_):
         row = self.selected()
         for a in (self.properties, self.delete, self.backup, self.backup_reading_all,
-                  self.verify):
+                  self.verify, self.import_images):
             if a is not None:
                 a.setEnabled(row is not None)
         if self.reclaim is not None:
@@ -232,6 +238,23 @@ class ObjectActions(_JobActions):
         name = row["name"]
         self._queue_job(lambda m: m.start_verify(pool=name),
                         lambda job_id: f"Verify job {job_id} queued for disk pool {name}")
+
+    def _import_pool(self):
+        """Asks (a dialog: with the key file of an encrypted pool whose key this master
+        lacks), then queues the import."""
+        row = self.selected()
+        if row is None:
+            return None
+        dlg = ImportDialog(row, self.view.window())
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.accepted.connect(lambda: self._start_import(row["name"], dlg.key_file()))
+        self.last_dialog = dlg
+        dlg.open()
+        return dlg
+
+    def _start_import(self, name, key_file):
+        self._queue_job(lambda m: m.start_import(name, key_file=key_file),
+                        lambda job_id: f"Import job {job_id} queued for disk pool {name}")
 
     def _reclaim(self):
         row = self.selected()

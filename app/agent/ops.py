@@ -180,11 +180,13 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
                        is_cancelled=req.is_cancelled)
     try:
         prep.start()
+        # prep.report(): what the catalog records of the snapshots and the file list, in the
+        # image too (its summary member), so that an import finds it there
         kw = dict(emit=req.emit, is_cancelled=req.is_cancelled, image_meta=image_meta,
                   checksum=checksum, excludes=dict(excludes or {}, **prep.excludes),
                   previous=previous, read_from=prep.read_from, listing=prep.listing,
                   unchanged_before_ns=prep.unchanged_before_ns, references=references,
-                  skip_nodump=skip_nodump)
+                  skip_nodump=skip_nodump, summary_extra=prep.report())
         if dest["mode"] == "file":
             summary = _write_here(req, half, dest, selections, kw)
         else:
@@ -512,6 +514,28 @@ def pool_usage(req, storage):
 def pool_rebuild_index(req, storage):
     """Rebuilds a pool's chunk index from its containers alone."""
     return agents.get(storage).rebuild_index(storage)
+
+
+# ---- importing a pool's images -------------------------------------------------------------
+
+@handler
+def pool_images(req, storage, volumes, image_dir, skip):
+    """The committed images of a pool whose ids are not in `skip`, each with what it says
+    about itself ("images" events; app/agent/pool_import.py), for an import."""
+    from app.agent import pool_import
+    _pool_place(volumes, image_dir)
+    if not isinstance(skip, list) or not all(isinstance(i, str) for i in skip):
+        raise ValidationError("skip must be a list of image ids")
+    return pool_import.list_images(req, storage, volumes, image_dir, skip)
+
+
+@handler
+def image_rows(req, storage, path, index, data_start, data_end):
+    """The rows of an image's own trailing index, for an import (app/agent/pool_import.py)."""
+    from app.agent import pool_import
+    if not isinstance(path, str) or not path.startswith("/") or not isinstance(index, dict):
+        raise ValidationError("image_rows needs an image path and its index's place")
+    return pool_import.image_rows(req, storage, path, index, data_start, data_end)
 
 
 # ---- pool files no catalog image owns ----------------------------------------------------------

@@ -30,7 +30,7 @@ import time
 
 from app import status
 from app.errors import CairnError, Canceled
-from app.formats import entry, tarfmt
+from app.formats import entry, imagemeta, tarfmt
 
 BUFSIZE = 4 << 20
 ROW_BATCH = 5000
@@ -39,9 +39,10 @@ PROGRESS_EVERY = 0.25
 LIST_LIMIT = 1000
 # The image's end: the trailing index member, then the end-of-archive marker.
 EOF_BYTES = len(tarfmt.EOF_MARKER)
-INDEX_NAME = b".cairn/index.jsonl"
-META_NAME = b".cairn/image.json"
-META_LIMIT = 1 << 20
+INDEX_NAME = imagemeta.INDEX_NAME
+META_NAME = imagemeta.META_NAME
+SUMMARY_NAME = imagemeta.SUMMARY_NAME
+META_LIMIT = imagemeta.META_LIMIT
 USTAR_MAGIC = b"ustar\x0000"
 MAGIC_AT = 257
 
@@ -450,6 +451,8 @@ class ImageIndexer:
                 pass
             elif m.name == INDEX_NAME and m.end == self.size - EOF_BYTES:
                 pass  # the trailing index itself, found only by reading forward
+            elif m.name == SUMMARY_NAME and self._is_summary(m):
+                pass  # the summary the backup wrote before its index (format 2)
             elif m.row is None:
                 self._damaged(pos, m.end, m.problem)
             else:
@@ -463,6 +466,23 @@ class ImageIndexer:
                 self._send(m.row)
             pos = m.end
         return pos
+
+    def _is_summary(self, m):
+        """Whether a member named .cairn/summary.json is the image's summary (format 2): it
+        ends where the trailing index starts, or, without a trailing index, it holds the
+        summary's counters (a backed-up file of that name does not)."""
+        if self.index_at is not None:
+            return m.end == self.index_at
+        if m.end - m.offset > imagemeta.SUMMARY_LIMIT + 2048:
+            return False
+        try:
+            self.cur.pos = m.offset
+            h = tarfmt.read_member_header(self.cur.read_exact)
+            summary = json.loads(bytes(self.cur.read_exact(h.size)).decode("utf-8"))
+        except (tarfmt.FormatError, Unreadable, ValueError, AttributeError):
+            return False
+        return isinstance(summary, dict) and imagemeta.summary_problem(summary) is None \
+            and all(k in summary for k in imagemeta.SUMMARY_COUNTS)
 
     def _check(self, r, off):
         """The member a row of the trailing index names: check it, send the row. Returns
@@ -618,7 +638,7 @@ class ImageIndexer:
             lines = (tail + data).split(b"\n")
             tail = lines.pop()
             for line in lines:
-                yield _parse_line(line)
+                yield parse_line(line)
         if tail:
             yield None  # the last line lacks its end: cut short
 
@@ -689,7 +709,8 @@ class ImageIndexer:
         }
 
 
-def _parse_line(line):
+def parse_line(line):
+    """A line of a trailing index as a row, or None when it is no row a backup writes."""
     try:
         r = json.loads(line)
     except ValueError:

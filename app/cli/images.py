@@ -84,10 +84,24 @@ def _print_image(d):
               f"{timeutil.iso(snap['created'])}")
     dd = d.get("dedup")
     if dd:
-        print(f"{'deduplication':16} {dd.get('dedup_ratio') or 0:.1f}% in the pool already "
-              f"({dd.get('mode')}); {dd.get('new_chunks')} of {dd.get('chunks')} chunks new, "
-              f"{size(dd.get('stored_bytes') or 0)} stored")
+        if dd.get("new_chunks") is None:
+            print(f"{'deduplication':16} {dd.get('chunks')} chunks (what the image added to "
+                  "the pool is not known)")
+        else:
+            print(f"{'deduplication':16} {dd.get('dedup_ratio') or 0:.1f}% in the pool "
+                  "already" + (f" ({dd['mode']})" if dd.get("mode") else "")
+                  + f"; {dd.get('new_chunks')} of {dd.get('chunks')} chunks new, "
+                  f"{size(dd.get('stored_bytes') or 0)} stored")
     scan = d.get("scan") or {}
     if scan.get("method"):
         print(f"{'file list':16} "
               + ("Storage Scale policy engine" if scan["method"] == "policy" else "tree walk"))
+    imp = d.get("imported")
+    if imp:
+        print(f"{'imported':16} from its pool by job {imp.get('job')} "
+              f"(image format {imp.get('format_version')}"
+              + (f", made by backup job {imp['job_id']}" if imp.get("job_id") else "") + ")")
+        for x in imp.get("lacks") or []:
+            print(f"{'  lacks':16} {x}")
+        for x in imp.get("notes") or []:
+            print(f"{'  note':16} {x}")

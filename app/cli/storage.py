@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from app.cli.output import out, size, table
+from app.terminal_text import escape_all
 from app.cli.shared import deleting, jobs_result, setting_value
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -106,6 +107,23 @@ def disk_pool_commands(sub, cmd):
             handler=_pool_verify)
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    p = cmd(dp, "import", "record the images on the pool that the catalog does not know "
+                          "(after losing the catalog, or images newer than its backup)",
+            handler=_pool_import,
+            description="Queue an import of a disk pool: every committed image on the pool "
+                        "that the catalog does not know is read (its own metadata and file "
+                        "index, never its file data) and recorded with its client, policy, "
+                        "schedule, times, file index and incremental chain. An incremental "
+                        "whose base image is on neither the pool nor the catalog is listed, "
+                        "not recorded; unreadable or suspect images are listed with why. "
+                        "Running it again records nothing new. Create the host, storage "
+                        "server and disk pool with their old names and paths first.")
+    p.add_argument("name")
+    p.add_argument("--key-file", metavar="F",
+                   help="an encrypted deduplicating pool whose key this master does not have: "
+                        "the file holding the key (64 hex digits, as CAIRN_HOME/keys/"
+                        "SERVER.key); kept by the master once it opened the pool")
+    p.add_argument("--wait", action="store_true", help="wait until the job ends")
     p = cmd(dp, "cleanup", "remove pool files that no catalog image owns (left by backups "
                            "that stopped before their image was recorded)",
             handler=_pool_cleanup)
@@ -145,6 +163,38 @@ def _pool_reclaim(m, args):
 
 def _pool_verify(m, args):
     return jobs_result(m, args, [m.start_verify(pool=args.name)])
+
+
+def _pool_import(m, args):
+    job_id = m.start_import(args.name, key_file=args.key_file)
+    code = jobs_result(m, args, [job_id])
+    job = m.job(job_id)
+    if args.wait and not getattr(args, "json", False):
+        if job.get("result"):
+            _print_import(escape_all(job["result"]))
+        elif job["status"] not in (0, None):
+            for x in m.job_logs(job_id):
+                if x["level"] == "error":
+                    for line in x["message"].splitlines():
+                        print(escape_all(line), file=sys.stderr)
+    return code
+
+
+def _print_import(r):
+    print(f"imported {len(r['imported'])} image(s)"
+          + (f" and {len(r['sets'])} set image(s)" if r["sets"] else "")
+          + f" from disk pool {r['pool']}; {r['already_known']} already in the catalog")
+    for i in r["incomplete"]:
+        print(f"not recorded, chain incomplete: {i['image']}: {i['why']}")
+    for e in r["errors"]:
+        print(f"not recorded: {e['image']} ({e['path']}): {e['error']}")
+    notes = {}
+    for n in r["notes"]:
+        notes.setdefault(n["note"], []).append(n["image"])
+    for text, images in notes.items():
+        print(f"note: {images[0] if len(images) == 1 else f'{len(images)} images'}: {text}")
+    if r.get("key"):
+        print(r["key"])
 
 
 def _pool_cleanup(m, args):

@@ -13,6 +13,7 @@ import time
 
 from app import status as st
 from app import timeutil
+from app.formats import imagemeta
 from app.catalog_index import IndexWriter, rebuild_hint
 from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import holds, incremental
@@ -31,6 +32,12 @@ def new_image_id(db, client, job_id):
         n += 1
         iid = f"{base}.{n}"
     return iid
+
+
+def set_image_id(parent):
+    """The id of the set image of a multi-stream backup: chosen from its parent job alone,
+    so that each stream image names its set in its metadata before the set is recorded."""
+    return f"{parent['client']}_{int(timeutil.parse_iso(parent['created']))}_{parent['id']}"
 
 
 def expiry_of(job, schedule, created):
@@ -145,6 +152,12 @@ class BackupJob:
                                                      else "full")
         self.checksum = self.p.get("checksum", "crc32")
         self.stream = self.p.get("stream")
+        self.set = None
+        if job.get("parent_id"):
+            parent = self.master.jobs.get(job["parent_id"])
+            self.set = {"id": set_image_id(parent),
+                        "streams": len(parent["params"].get("streams") or []),
+                        "selections": parent["params"].get("selections") or []}
 
     def run(self):
         try:
@@ -161,12 +174,7 @@ class BackupJob:
             self._choose_files_cache()
         created = time.time()
         expires = expiry_of(self.job, self.schedule, created)
-        meta = {"format": "cairn-image", "format_version": 1, "image_id": self.image_id,
-                "client": self.client_host["name"], "policy": self.job["policy"],
-                "schedule": self.job["schedule"], "schedule_type": self.level,
-                "base_image": self.base["id"] if self.base else None,
-                "created": timeutil.iso(created), "selections": self.selections,
-                "job_id": self.job["id"], "checksum": self.checksum}
+        meta = self._meta(created, expires)
         self.index = IndexWriter(self.master.home.index_path(self.image_id))
         try:
             summary, received = self._transfer(meta)
@@ -182,6 +190,21 @@ class BackupJob:
             if self.base_index is not None:
                 self.base_index.close()
         return self._report(summary, stats, committed, info, warnings)
+
+    def _meta(self, created, expires):
+        """The image's own metadata (its `.cairn/image.json`): everything the catalog records
+        of it that is known before the data, so that the image can be recorded again from
+        the pool alone (app/formats/imagemeta.py)."""
+        return {"format": imagemeta.FORMAT, "format_version": imagemeta.FORMAT_VERSION,
+                "image_id": self.image_id, "client": self.client_host["name"],
+                "policy": self.job["policy"], "schedule": self.job["schedule"],
+                "schedule_type": self.level,
+                "base_image": self.base["id"] if self.base else None,
+                "created": timeutil.iso(created), "expires": expires,
+                "retention_s": self.schedule["retention_s"] if self.schedule else None,
+                "selections": self.selections, "job_id": self.job["id"],
+                "checksum": self.checksum, "storage_unit": self.stu["name"],
+                "pool": self.pool["name"], "stream": self.stream, "set": self.set}
 
     def _place(self):
         """Logs what the job does, chooses the volume and names the image."""

@@ -13,7 +13,7 @@ import time
 from app import status as st
 from app.catalog_index import IndexReader, IndexWriter
 from app.errors import CairnError, Canceled
-from app.jobs.backup import new_image_id, record_image
+from app.jobs.backup import new_image_id, record_image, set_image_id
 from app.jobs.context import JobContext
 from app.jobs.store import DONE
 from app.jobs.result import JobResult
@@ -118,30 +118,42 @@ class BackupSetJob:
         """Writes the set image's index and records it, its stream images part of it:
         (set image id, the index writer's info)."""
         master, job = self.master, self.job
-        set_id, info, sources = _write_set_index(master, job, images)
-        created = min(i["created"] for i in images)
-        expires = max((i["expires"] for i in images if i["expires"]), default=None)
-        levels = {i["schedule_type"] for i in images}
-        level = levels.pop() if len(levels) == 1 else "mixed"
-        with master.db.tx() as c:
-            record_image(c, id=set_id, client=job["client"], policy=job["policy"],
-                         schedule=job["schedule"], schedule_type=level, created=created,
-                         expires=expires, bytes=sum(i["bytes"] for i in images),
-                         files=sum(i["files"] for i in images),
-                         storage_unit=images[0]["storage_unit"], pool=images[0]["pool"],
-                         storage_host=images[0]["storage_host"], path="", image_bytes=0,
-                         job_id=job["id"], selections=job["params"]["selections"],
-                         warnings=sum(i["warnings"] for i in images),
-                         checksum=images[0]["checksum"], base_image=None, sources=sources,
-                         stream=None)
-            c.executemany("UPDATE images SET part_of=? WHERE id=?",
-                          [(set_id, i["id"]) for i in images])
+        set_id = set_image_id(job)
+        if master.db.one("SELECT 1 FROM images WHERE id=?", (set_id,)):
+            set_id = new_image_id(master.db, job["client"], job["id"])
+        info, sources = write_set_index(master, set_id, images)
+        record_set(master, set_id=set_id, job_id=job["id"], client=job["client"],
+                   policy=job["policy"], schedule=job["schedule"],
+                   selections=job["params"]["selections"], images=images, sources=sources)
         return set_id, info
 
 
-def _write_set_index(master, job, images):
-    """One index over the stream images: every entry points at the image file holding it."""
-    set_id = new_image_id(master.db, job["client"], job["id"])
+def record_set(master, *, set_id, job_id, client, policy, schedule, selections, images,
+               sources, imported=None):
+    """Records the set image of stream images (catalog rows) whose index is written, and
+    makes them part of it, in one transaction."""
+    created = min(i["created"] for i in images)
+    expires = max((i["expires"] for i in images if i["expires"]), default=None)
+    levels = {i["schedule_type"] for i in images}
+    level = levels.pop() if len(levels) == 1 else "mixed"
+    with master.db.tx() as c:
+        record_image(c, id=set_id, client=client, policy=policy, schedule=schedule,
+                     schedule_type=level, created=created, expires=expires,
+                     bytes=sum(i["bytes"] for i in images),
+                     files=sum(i["files"] for i in images),
+                     storage_unit=images[0]["storage_unit"], pool=images[0]["pool"],
+                     storage_host=images[0]["storage_host"], path="", image_bytes=0,
+                     job_id=job_id, selections=selections,
+                     warnings=sum(i["warnings"] for i in images),
+                     checksum=images[0]["checksum"], base_image=None, sources=sources,
+                     stream=None, **({"imported": imported} if imported else {}))
+        c.executemany("UPDATE images SET part_of=? WHERE id=?",
+                      [(set_id, i["id"]) for i in images])
+
+
+def write_set_index(master, set_id, images):
+    """One index over the stream images: every entry points at the image file holding it.
+    Returns (the index writer's info, the set's sources)."""
     writer = IndexWriter(master.home.index_path(set_id))
     try:
         sources = join_stream_indexes(master, writer, images)
@@ -149,7 +161,7 @@ def _write_set_index(master, job, images):
     except BaseException:
         writer.abort()
         raise
-    return set_id, info, sources
+    return info, sources
 
 
 def join_stream_indexes(master, writer, images, sources=None):

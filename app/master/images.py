@@ -39,8 +39,11 @@ class ImagesAPI:
         return _image_dict(row)
 
     def image_at(self, client, policy=None, at=None):
-        """The newest image of a client (under a policy) created at or before `at`."""
-        self.config.host(client)
+        """The newest image of a client (under a policy) created at or before `at`. The
+        client need not be a configured host when the catalog has images of it (imported
+        from a pool)."""
+        if not self.db.one("SELECT 1 FROM images WHERE client=? LIMIT 1", (client,)):
+            self.config.host(client)
         sql, args = "SELECT * FROM images WHERE client=? AND part_of IS NULL", [client]
         if policy:
             sql += " AND policy=?"
@@ -241,4 +244,6 @@ def _image_dict(row):
     d["scan"] = json.loads(d["scan"]) if d.get("scan") else None
     # On a deduplication pool: what the image added to the pool and its deduplication rate.
     d["dedup"] = json.loads(d["dedup"]) if d.get("dedup") else None
+    # Recorded again from its pool by an import job: what it found (app/jobs/pool_import.py).
+    d["imported"] = json.loads(d["imported"]) if d.get("imported") else None
     return d

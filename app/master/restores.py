@@ -28,6 +28,13 @@ class RestoresAPI:
         norm = [p for p in dict.fromkeys(norm)
                 if not any(p != q and (q == "/" or p.startswith(q + "/")) for q in norm)]
         to = check_abs_path("restore target", to)
+        if not to_host and not self.db.one("SELECT 1 FROM hosts WHERE name=?",
+                                           (img["client"],)):
+            raise NotFound(f"image {img['id']} is of client {img['client']}, which is not a "
+                           "configured host (the image was imported from its pool, or the "
+                           "host was removed)",
+                           hint="restore to another host with --to-host HOST, or add the "
+                                f"host: `cairn host add {img['client']} ...`")
         host = self.config.host(to_host or img["client"])
         if overwrite not in OVERWRITE_CHOICES:
             raise ValidationError(f"overwrite choice {overwrite!r} is unknown",

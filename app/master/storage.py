@@ -1,8 +1,8 @@
 """Storage servers, disk pools and storage units, and the jobs that look after a pool (verify,
-cleanup, reclaim). Part of the master API (app/master/__init__.py)."""
+cleanup, reclaim, import). Part of the master API (app/master/__init__.py)."""
 
 from app.errors import ValidationError
-from app.jobs import cleanup, pool_jobs, reindex
+from app.jobs import cleanup, pool_import, pool_jobs, reindex
 from plugins.storage import registry
 
 
@@ -102,6 +102,13 @@ class StorageAPI:
         catalog image owns and that are older than every running backup (app/jobs/cleanup.py);
         dry_run only lists them."""
         return cleanup.make_job(self, pool, dry_run=dry_run)
+
+    def start_import(self, pool, key_file=None):
+        """Queues an import of a disk pool (any type): records every image on the pool that
+        the catalog does not know, from what the image says about itself (app/jobs/
+        pool_import.py). key_file: a file holding an encrypted pool's key the master does not
+        have; the master keeps it once it opened the pool."""
+        return pool_import.make_job(self, pool, key_file=key_file)
 
     def start_rebuild_index(self, image):
         """Queues a job that rebuilds an image's catalog index from the image itself (see

@@ -320,6 +320,12 @@ MIGRATIONS = [
     """
     ALTER TABLE disk_pools ADD COLUMN verify_max_mb_s INTEGER
     """,
+    # 13: images recorded again from a pool by an import job rather than by their backup:
+    # what the import found (its job, the image's format version and original job, what an
+    # older image format lacked, names the catalog did not know), as JSON; NULL otherwise.
+    """
+    ALTER TABLE images ADD COLUMN imported TEXT
+    """,
 ]
 
 

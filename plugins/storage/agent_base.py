@@ -16,10 +16,14 @@ The objects a half hands out:
   - a Receiver (receiver: the storage side of a backup from another host): `listening`, what
     it adds to the listening event; take(chan, is_cancelled), which reads the client's data
     connection to its end; finish() -> the result of the request; abort().
-  - a Reading (reading: how a restore, send_extents or rebuild-index reads images):
-    opener(tolerant) -> None (the image files are read as they are) or a function that opens
-    an image path as a source with size, preadinto(), close() and `damage`; forked(parts)
-    in a restore's forked process; close_streams() and close()."""
+  - a Reading (reading: how a restore, send_extents, rebuild-index or an import reads
+    images): opener(tolerant) -> None (the image files are read as they are) or a function
+    that opens an image path as a source with size, preadinto(), close() and `damage`;
+    forked(parts) in a restore's forked process; close_streams() and close().
+
+An import (`cairn disk-pool import`, app/agent/pool_import.py) finds a pool's images by their
+file names (`image_suffix`), asks image_info() what the type keeps about each beside its
+stream, and reads each image's own metadata through reading()."""
 
 from app.errors import ValidationError
 
@@ -49,6 +53,8 @@ class AgentStorage:
     # Modules a backup or restore into such a pool imports when it begins: loaded once the
     # agent has said hello (app/agent/server.py).
     preload = ()
+    # How the type's committed image files end (app/formats/poolfiles.py names them).
+    image_suffix = ""
 
     def local_write(self, spec, path, *, emit, image_id, references):
         """A LocalWrite of a new partial image at `path`. references: whether the backup
@@ -76,6 +82,12 @@ class AgentStorage:
     def reading(self, spec):
         """A Reading of the pool's images."""
         return Reading()
+
+    def image_info(self, spec, path):
+        """What the type keeps about one committed image beside its stream, for an import:
+        a dict the type's master half reads (ImportSide.catalog_fields), {} when nothing. A
+        CairnError when the image file cannot be read."""
+        return {}
 
     def verify(self, req, spec, images, pace=None):
         """Reads images back and reports damage (the type's own report; see its verifier).

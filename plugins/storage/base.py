@@ -27,8 +27,12 @@ and says.
     image's pool statistics), the commit's spec, and the job log's texts.
   - expired(image): the expire job's line for a removed image, and whether the pool wants a
     space reclaim afterwards.
-  - import_images(...): taking images written elsewhere into the catalog. No type offers it
-    yet (capabilities.import_images is False); calling it says so.
+  - import_images(server, pool, home, key_file): an ImportSide (below) for one import job,
+    which records the images of a pool that the catalog does not know from what each image
+    says about itself (`cairn disk-pool import`, app/jobs/pool_import.py): the storage spec
+    to read them with (an encrypted pool's key, the master's or one given in a key file),
+    the catalog columns the type fills from what its agent half found, what an image of an
+    older format lacks, and keeping a given key once it opened the pool.
 
 Capabilities say what a type can do, so that jobs, the CLI and the console ask for an ability,
 never for a type: dedup (chunks stored once; a backup reports its deduplication rate;
@@ -37,7 +41,7 @@ keeps), reclaim (space reclaim, chunk usage, chunk-index rebuild, a compaction t
 files_cache (a full takes unchanged files from the newest image without reading them),
 one_pool (the server holds one pool, whose volume is its storage path), suspend (a running
 backup can be suspended and resumed where it stopped: no type yet; queued jobs of every type
-can be held) and import_images.
+can be held) and import_images (a pool's images can be recorded again from the pool alone).
 
 verifier names how a verify job reads the type's images back: "members" (app/jobs/
 disk_verify.py: every member the catalog index lists, in the image files) or "chunks"
@@ -178,11 +182,18 @@ class StorageType(abc.ABC):
         return (f"image {image['id']} ({image['schedule_type']}, {image['created']}) removed: "
                 f"{image['image_bytes']} bytes freed on {image['storage_host']}", False)
 
-    def import_images(self, *args, **kwargs):
-        """Takes images written elsewhere into the catalog."""
-        raise CairnError(f"importing images into a {self.name} pool is not available in this "
-                         "version",
-                         hint="back the data up again into the pool instead")
+    def import_images(self, *, server, pool, home, key_file=None):
+        """An ImportSide for an import of the pool's images (see the module's docstring).
+        key_file: a file holding the pool's key, for a type with encryption at rest."""
+        if not self.capabilities.import_images:
+            raise CairnError(f"importing the images of a {self.name} pool is not available in "
+                             "this version",
+                             hint="back the data up again into the pool instead")
+        if key_file is not None:
+            raise ValidationError(f"disk pool {pool['name']} is not encrypted at rest: it "
+                                  "needs no key file",
+                                  hint="import it without --key-file")
+        return ImportSide(self, self.access(server, home), pool=pool)
 
 
 class BackupSide:
@@ -262,3 +273,46 @@ class BackupSide:
     def result_texts(self, stats):
         """Log lines on what the image did to the pool, once it is committed."""
         return []
+
+
+class ImportSide:
+    """The storage side of one import job, made by StorageType.import_images: how the job
+    reads the pool's images, and what the type adds to their catalog rows. `found` is what
+    the storage host's agent read of one image (app/agent/pool_import.py): its file's
+    "bytes", and under "store" what the type's agent half keeps beside the stream
+    (AgentStorage.image_info)."""
+
+    def __init__(self, storage_type, access, *, pool):
+        self.type = storage_type
+        self.access = dict(access)
+        self.pool = pool
+
+    def storage_spec(self):
+        """The spec of the storage host's agent that reads the images."""
+        return self.access
+
+    def reading_text(self):
+        """The job log's line on how the images are read."""
+        return (f"reading the images of disk pool {self.pool['name']} "
+                f"({', '.join(self.pool['volumes'])})")
+
+    def problem(self, found):
+        """Why what the type keeps about the image contradicts it, or None."""
+        return None
+
+    def failure_hint(self):
+        """What to do when the pool's images cannot be read at all, or None."""
+        return None
+
+    def catalog_fields(self, found):
+        """Columns of the image's catalog row that the type fills."""
+        return {"image_bytes": found["bytes"]}
+
+    def lacks(self, found):
+        """What an image of an older format of the type does not carry, in words."""
+        return []
+
+    def keep_key(self, home):
+        """After the import read the pool: keeps a key it was given (a log line saying so),
+        or None."""
+        return None

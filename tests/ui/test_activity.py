@@ -596,3 +596,21 @@ def test_the_dedup_rate_follows_the_storage_unit_in_a_new_table(console, qtbot):
     assert not hh.isSectionHidden(col("dedup_ratio"))
     assert "already held" in v.model.headerData(col("dedup_ratio"), Qt.Orientation.Horizontal,
                                                 Qt.ItemDataRole.ToolTipRole)
+
+
+def test_an_import_result_names_what_was_not_recorded_and_why():
+    from ui.job_text import result_text, type_text
+    r = {"pool": "dp1", "imported": ["a", "b"], "sets": ["s"], "already_known": 3,
+         "incomplete": [{"image": "c", "why": "its base image x is neither in the catalog "
+                                             "nor on the pool"}],
+         "errors": [{"image": "d", "error": "its metadata names image id '../x'"}],
+         "missing": {"hosts": ["client9"], "policies": [], "schedules": [],
+                     "storage_units": []}, "key": None}
+    lines = result_text({"type": "import", "result": r}).splitlines()
+    assert lines[0] == ("Imported 2 images and 1 set image from disk pool dp1; 3 were in the "
+                        "catalog already.")
+    assert lines[1] == ("Chain incomplete, not recorded: c: its base image x is neither in the "
+                        "catalog nor on the pool")
+    assert lines[2] == "Not recorded: d: its metadata names image id '../x'"
+    assert "client9" in lines[3] and "another host" in lines[3]
+    assert type_text({"type": "import", "params": {"pool": "dp1"}}) == "import pool dp1"

@@ -397,3 +397,53 @@ def test_the_compaction_threshold_of_a_dedup_pool_is_edited_in_its_properties(
         col = [c.key for c in view.model.columns].index("compact_below")
         return view.model.index(view.model.row_of("ddp"), col).data()
     qtbot.waitUntil(lambda: shown() == "25% live", timeout=5000)
+
+
+def test_import_images_asks_then_queues_an_import_of_the_pool(make_console, dedup_master,
+                                                               qtbot, tmp_path):
+    m = dedup_master
+    c = make_console(m)
+    view = show(c, qtbot, "disk-pools")
+    actions = view.object_actions
+    texts = [a.text() for a in actions.toolbar.actions() if a.text()]
+    assert texts.index("Verify pool") < texts.index("Import images…") < texts.index(
+        "Properties…")
+
+    # an AdvancedDisk pool: nothing to ask but whether to go on
+    select(view, "dp1", qtbot)
+    assert actions.import_images.isEnabled()
+    dlg = actions._import_pool()
+    assert dlg.isVisible() and dlg.key_edit is None and "dp1" in dlg.windowTitle()
+    before = {j["id"] for j in m.jobs.list()}
+    dlg.import_button.click()
+    qtbot.waitUntil(lambda: actions.last_queued is not None, timeout=5000)
+    [job] = new_jobs(m, before)
+    assert (job["type"], job["params"]) == ("import", {"pool": "dp1", "key_file": None})
+    assert c.window.statusBar().currentMessage() == \
+        f"Import job {job['id']} queued for disk pool dp1"
+
+    # an encrypted deduplicating pool: the key file of a pool whose key the master lacks
+    actions.last_queued = None
+    view = show(c, qtbot, "disk-pools")
+    select(view, "ddp", qtbot)
+    dlg = actions._import_pool()
+    assert dlg.key_edit is not None
+    key = tmp_path / "pool.key"
+    key.write_text("ab" * 32 + "\n")
+    dlg.key_edit.setText(str(key))
+    before = {j["id"] for j in m.jobs.list()}
+    dlg.import_button.click()
+    qtbot.waitUntil(lambda: actions.last_queued is not None, timeout=5000)
+    [job] = new_jobs(m, before)
+    assert job["params"] == {"pool": "ddp", "key_file": str(key)}
+
+    # a file that holds no key is refused when queued, and said so
+    actions.last_queued = None
+    view = show(c, qtbot, "disk-pools")
+    select(view, "ddp", qtbot)
+    dlg = actions._import_pool()
+    dlg.key_edit.setText(str(tmp_path / "no-such.key"))
+    dlg.import_button.click()
+    qtbot.waitUntil(lambda: actions.last_box is not None and actions.last_box.isVisible(),
+                    timeout=5000)
+    assert "does not exist" in actions.last_box.text()

@@ -181,8 +181,14 @@ def test_members_rows_and_trailing_index_agree(imaged):
     members = tar_members(imaged["image"])
     names = [m[0] for m in members]
     assert names[0] == b".cairn/image.json"
-    assert names[-1] == b".cairn/index.jsonl"
+    assert names[-2:] == [b".cairn/summary.json", b".cairn/index.jsonl"]
     assert json.loads(members[0][3]) == META
+    # the summary member: what the backup found, as its result says
+    summary = json.loads(members[-2][3])
+    result = imaged["result"]
+    assert {k: summary[k] for k in ("files", "dirs", "bytes", "warnings")} == \
+        {k: result[k] for k in ("files", "dirs", "bytes", "warnings")}
+    assert members[-2][2] + 512 + tarfmt.padded(len(members[-2][3])) == members[-1][2]
     index = [json.loads(line) for line in members[-1][3].decode("ascii").splitlines()]
     rows = imaged["rows"]
     assert index == rows
@@ -190,7 +196,8 @@ def test_members_rows_and_trailing_index_agree(imaged):
     with open(imaged["image"], "rb") as f:
         data = f.read()
     assert data.endswith(tarfmt.EOF_MARKER)
-    for r, (name, m, start, _) in zip(rows, members[1:-1]):
+    assert len(members) == len(rows) + 3
+    for r, (name, m, start, _) in zip(rows, members[1:-2]):
         assert start == r[entry.OFFSET]
         assert name.rstrip(b"/") == os.fsencode(entry.member_name(r[entry.PATH]))
         chunk = data[r[entry.OFFSET]:r[entry.OFFSET] + r[entry.LENGTH]]
@@ -226,7 +233,8 @@ def test_gnu_tar_lists_the_image(imaged):
     assert out.stderr == b""
     lines = out.stdout.splitlines()
     # names with a newline are listed escaped, one line per member
-    assert len(lines) == len(imaged["rows"]) + 2
+    assert len(lines) == len(imaged["rows"]) + 3
+    assert b".cairn/summary.json" in lines[-2]
     assert b".cairn/index.jsonl" in lines[-1]
 
 
@@ -246,7 +254,8 @@ def test_python_tarfile_reads_the_image(imaged, tmp_path):
         members = t.getmembers()
         names = [m.name for m in members]
         expected = [".cairn/image.json"] + [entry.member_name(r[entry.PATH])
-                                            for r in imaged["rows"]] + [".cairn/index.jsonl"]
+                                            for r in imaged["rows"]] \
+            + [".cairn/summary.json", ".cairn/index.jsonl"]
         assert names == expected
         sparse = [m for m in members if m.name.endswith("/" + imaged["info"]["sparse"])][0]
         assert sparse.sparse and sparse.size == 64 << 20

@@ -425,7 +425,7 @@ def test_entry_layout_is_the_documented_one(tmp_path):
     w.add(b"\xaa" * 32, 0x01020304, start=7)
     w.finish({"image_id": "l"})
     raw = path.read_bytes()
-    assert raw[:16] == b"CRNRCPE1" + struct.pack(">II", 1, 40)
+    assert raw[:16] == b"CRNRCPE1" + struct.pack(">II", 2, 40)
     assert raw[16:56] == b"\xaa" * 32 + struct.pack(">II", 7, 0x01020304)
     meta = b'{"image_id":"l"}'
     assert raw[56:56 + len(meta)] == meta

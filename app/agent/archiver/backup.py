@@ -128,7 +128,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
 
     # -- the backup
 
-    def run(self, selections, image_meta):
+    def run(self, selections, image_meta, summary_extra=None):
         roots = self.selected_roots(selections)
         if self.files_cache:
             self.log("files cache: the previous backup's %d entries are known; unchanged "
@@ -155,7 +155,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         self.out.flush()
         self.worker.wait()
         self.emit_rows(final=True)
-        return self.finish_image(now_ns)
+        return self.finish_image(now_ns, summary_extra)
 
     def close(self):
         if self.totals is not None:
@@ -169,7 +169,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
               checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None,
               read_from=None, listing=None, unchanged_before_ns=None, references=None,
-              skip_nodump=False):
+              skip_nodump=False, summary_extra=None):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -199,9 +199,12 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     directories it covers; with previous and unchanged_before_ns, a single-link regular file
     it shows with a change time before that is unchanged without being looked at.
 
+    summary_extra: what the `.cairn/summary.json` member holds beside the counters (the
+    snapshots read from and how the file list was made; app/formats/imagemeta.py).
+
     Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "unchanged",
-    "unchanged_bytes", "reused", "reused_bytes", "index_offset", "index_length"}; the last two locate the
-    `.cairn/index.jsonl` member in the image.
+    "unchanged_bytes", "reused", "reused_bytes", "index_offset", "index_length"}; the last two
+    locate the `.cairn/index.jsonl` member in the image.
     """
     try:
         tarfmt.piece_hash(checksum)
@@ -210,6 +213,6 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
                 unchanged_before_ns, references, skip_nodump)
     try:
-        return b.run(selections, image_meta)
+        return b.run(selections, image_meta, summary_extra)
     finally:
         b.close()

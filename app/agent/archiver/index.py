@@ -1,7 +1,8 @@
 """The file index a backup image carries: a row per entry (app/formats/entry.py) queued once
 its member is written, sent to the master in batches once `out` has accepted the member and
 its checksum is known, spooled to a temporary file, and written at the end as the
-`.cairn/index.jsonl` member before the end-of-archive marker."""
+`.cairn/index.jsonl` member before the end-of-archive marker, after the `.cairn/summary.json`
+member that says what the backup found (app/formats/imagemeta.py)."""
 
 import json
 import os
@@ -9,7 +10,7 @@ import time
 
 from app.agent.archiver.common import ROW_BATCH
 from app.errors import StorageError
-from app.formats import entry, tarfmt
+from app.formats import entry, imagemeta, tarfmt
 
 
 class IndexRows:
@@ -39,14 +40,35 @@ class IndexRows:
                 break
         self.last_rows = time.monotonic()
 
-    def finish_image(self, start_ns):
+    def summary(self):
+        """The backup's counters, as the summary member and the backup's result hold them."""
+        return {"files": self.files, "dirs": self.dirs, "bytes": self.bytes,
+                "warnings": self.warnings, "unchanged": self.unchanged,
+                "unchanged_bytes": self.unchanged_bytes, "reused": self.reused,
+                "reused_bytes": self.reused_bytes}
+
+    def put_summary(self, start_ns, extra):
+        """The `.cairn/summary.json` member: the counters and `extra` (the snapshots read
+        from, how the file list was made), so that the image can be recorded again from the
+        pool alone."""
+        data = json.dumps(dict(extra or {}, **self.summary()), indent=1,
+                          sort_keys=True).encode("utf-8") + b"\n"
         out = self.out
+        out.put(tarfmt.member_header(imagemeta.SUMMARY_NAME, tarfmt.REGTYPE, 0o644, 0, 0,
+                                     len(data), start_ns - start_ns % 1000000000,
+                                     uname=b"root", gname=b"root"))
+        out.put(data)
+        out.zeros(tarfmt.padding(len(data)))
+
+    def finish_image(self, start_ns, summary_extra=None):
+        out = self.out
+        self.put_summary(start_ns, summary_extra)
         spool = self.spool
         spool.flush()
         length = spool.seek(0, os.SEEK_END)
         spool.seek(0)
         index_offset = out.pos
-        out.put(tarfmt.member_header(b".cairn/index.jsonl", tarfmt.REGTYPE, 0o644, 0, 0,
+        out.put(tarfmt.member_header(imagemeta.INDEX_NAME, tarfmt.REGTYPE, 0o644, 0, 0,
                                      length, start_ns - start_ns % 1000000000,
                                      uname=b"root", gname=b"root"))
         remaining = length
@@ -71,8 +93,5 @@ class IndexRows:
             self.emit("totals", dict(result) if result else {"files": self.files,
                                                               "bytes": self.bytes})
         self.emit("progress", {"files": self.files, "bytes": self.bytes, "path": ""})
-        return {"files": self.files, "dirs": self.dirs, "bytes": self.bytes,
-                "warnings": self.warnings, "image_bytes": out.pos,
-                "unchanged": self.unchanged, "unchanged_bytes": self.unchanged_bytes,
-                "reused": self.reused, "reused_bytes": self.reused_bytes,
-                "index_offset": index_offset, "index_length": out.pos - 1024 - index_offset}
+        return dict(self.summary(), image_bytes=out.pos, index_offset=index_offset,
+                    index_length=out.pos - 1024 - index_offset)

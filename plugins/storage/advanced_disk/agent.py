@@ -177,6 +177,7 @@ def verify_files(req, files, pace=None):
 
 class AdvancedDiskAgent(AgentStorage):
     name = "advanced-disk"
+    image_suffix = ".tar"
 
     def local_write(self, spec, path, *, emit, image_id, references):
         return _FileWrite(path, emit)

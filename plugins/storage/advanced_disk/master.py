@@ -5,8 +5,8 @@ agent half (plugins/storage/advanced_disk/agent.py).
 
 Master-side decisions only: where an image goes, whether the pool may take it."""
 
-from plugins.storage.base import SPREAD_SLACK, BackupSide, StorageType, choose_volume, \
-    image_paths_in
+from plugins.storage.base import SPREAD_SLACK, BackupSide, Capabilities, StorageType, \
+    choose_volume, image_paths_in
 
 TYPE = "advanced-disk"
 DESCRIPTION = ("Backup images stored as plain files on the storage server's mounted file "
@@ -31,6 +31,7 @@ class AdvancedDisk(StorageType):
     needs_path = NEEDS_PATH
     image_dir = IMAGE_DIR
     verifier = "members"
+    capabilities = Capabilities(import_images=True)
 
     def image_paths(self, volume, client, image_id):
         return image_paths(volume, client, image_id)

@@ -147,6 +147,7 @@ class RecipeSource:
 class DedupAgent(AgentStorage):
     name = "dedup"
     preload = ("plugins.storage.dedup.ingest", "plugins.storage.dedup.recipe")
+    image_suffix = ".recipe"
 
     def local_write(self, spec, path, *, emit, image_id, references):
         from plugins.storage.dedup.ingest import Ingest
@@ -185,6 +186,12 @@ class DedupAgent(AgentStorage):
 
     def reading(self, spec):
         return RecipeReading(spec)
+
+    def image_info(self, spec, path):
+        """The recipe's version and meta (with, from version 2 on, what the image added to
+        the pool), its size, chunks and stream length: from its header, trailer and meta."""
+        from plugins.storage.dedup.recipe import read_meta
+        return read_meta(path)
 
     def verify(self, req, spec, images, pace=None):
         """Reads images (recipes given) or the whole pool back and checks every chunk;

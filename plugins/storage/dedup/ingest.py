@@ -450,8 +450,10 @@ class Ingest:
                 raise IngestError(f"{len(self._wanted)} chunk(s) the client was asked for never "
                                   "arrived; the image is incomplete")
             self._writer.commit()
+            # stats: what the image added to the pool, kept in its recipe too (version 2)
             info = self._recipe.finish(dict(meta, image_id=self.image_id,
-                                            chunker=self.params.as_dict()))
+                                            chunker=self.params.as_dict(),
+                                            stats=self.stats.as_dict()))
         except BaseException:
             self.abort()
             raise

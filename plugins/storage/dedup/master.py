@@ -11,7 +11,8 @@ AdvancedDisk, so browsing, incrementals and restores work alike on both types.""
 import json
 
 from app.errors import ValidationError
-from plugins.storage.base import BackupSide, Capabilities, StorageType, image_paths_in
+from plugins.storage.base import BackupSide, Capabilities, ImportSide, StorageType, \
+    image_paths_in
 from plugins.storage.dedup import keys
 from plugins.storage.dedup.chunker import DEFAULT_AVG_SIZE, DEFAULT_MAX_SIZE, \
     DEFAULT_MIN_SIZE, DEFAULT_NORMALIZATION, validate_sizes
@@ -121,7 +122,7 @@ class Dedup(StorageType):
     makes_path = True
     image_dir = IMAGE_DIR
     capabilities = Capabilities(dedup=True, encryption=True, reclaim=True, files_cache=True,
-                                one_pool=True)
+                                one_pool=True, import_images=True)
     verifier = "chunks"
     orphans_note = "in a deduplication pool their chunks are freed by the next space reclaim"
 
@@ -171,6 +172,34 @@ class Dedup(StorageType):
         return DedupBackup(self, self.access(server, home), pool=pool, volume=volume,
                            image_id=image_id,
                            mode=effective_mode(policy.get("dedup"), client_host.get("dedup")))
+
+    def import_images(self, *, server, pool, home, key_file=None):
+        """Recipes are read with the pool's key: the one in key_file when given (kept by the
+        master once it opened the pool), else the master's."""
+        opts = check_options(server.get("options"))
+        if key_file is None:
+            try:
+                access = self.access(server, home)
+            except keys.KeyMissing as e:
+                raise keys.KeyMissing(
+                    e.message, hint="give the pool's key with --key-file F (the file that "
+                                    "holds its 64 hex digits), or recover the master's keys "
+                                    "with `cairn catalog recover`") from None
+            return DedupImport(self, access, pool=pool, server=server)
+        if not opts["encrypted"]:
+            raise ValidationError(
+                f"storage server {server['name']} is not encrypted at rest: its pool needs no "
+                "key file",
+                hint="import without --key-file; if the pool on disk is encrypted, create the "
+                     "storage server again with --encrypt and give its key with --key-file")
+        key = keys.read_file(key_file)
+        access = dict(self.access_without_key(server), key=key.hex())
+        return DedupImport(self, access, pool=pool, server=server, key=key, key_file=key_file)
+
+    def access_without_key(self, server):
+        opts = check_options(server.get("options"))
+        return {"type": self.name, "root": server["path"], "params": chunk_params(opts),
+                "key": None}
 
     def expired(self, image):
         if not image.get("dedup"):
@@ -230,6 +259,70 @@ class DedupBackup(BackupSide):
 
     def result_texts(self, stats):
         return [summary_text(stats)] if stats is not None else []
+
+
+class DedupImport(ImportSide):
+    """An import of a deduplication pool's recipes: with the key given, or the master's; the
+    statistics a version 2 recipe keeps of what its image added to the pool."""
+
+    def __init__(self, storage_type, access, *, pool, server, key=None, key_file=None):
+        super().__init__(storage_type, access, pool=pool)
+        self.server = server
+        self.key = key
+        self.key_file = key_file
+
+    def reading_text(self):
+        how = (f", encrypted: read with the key in {self.key_file}" if self.key is not None
+               else ", encrypted: read with the master's key" if self.access.get("key")
+               else "")
+        return (f"reading the recipes of deduplication pool {self.pool['name']} "
+                f"({self.server['path']}){how}")
+
+    def failure_hint(self):
+        if self.key is not None:
+            return (f"the key in {self.key_file} is refused: give the file holding the key "
+                    "this pool was created with (64 hex digits)")
+        if self.access.get("key"):
+            return ("the master's key of storage server "
+                    f"{self.server['name']} is not this pool's (a storage server created "
+                    "again makes a new key): give the pool's key with --key-file F, or "
+                    "recover the master's keys from a catalog backup (`cairn catalog "
+                    "recover`)")
+        return ("a pool encrypted at rest is read with its key: create the storage server "
+                "again with --encrypt, and import with --key-file F")
+
+    def problem(self, found):
+        meta = (found.get("store") or {}).get("meta") or {}
+        if meta.get("image_id") != found["id"]:
+            return (f"its recipe is of image {meta.get('image_id')!r:.80}, not of image "
+                    f"{found['id']}")
+        stats = meta.get("stats")
+        if stats is not None and not (isinstance(stats, dict) and all(
+                type(stats.get(k)) is int and stats[k] >= 0
+                for k in ("bytes", "chunks", "new_chunks", "new_bytes", "stored_bytes"))):
+            return "its recipe's statistics are not valid"
+        return None
+
+    def catalog_fields(self, found):
+        store = found["store"]
+        stats = store["meta"].get("stats")
+        if stats is None:
+            return {"image_bytes": found["bytes"],
+                    "dedup": json.dumps({"bytes": store.get("stream_bytes"),
+                                         "chunks": store.get("chunks")})}
+        return {"image_bytes": found["bytes"] + stats["stored_bytes"],
+                "dedup": json.dumps(dict(stats, recipe_bytes=found["bytes"]))}
+
+    def lacks(self, found):
+        if found["store"]["meta"].get("stats") is None:
+            return [f"what it added to the pool (its recipe is of version "
+                    f"{found['store'].get('version')})"]
+        return []
+
+    def keep_key(self, home):
+        if self.key is None:
+            return None
+        return keys.adopt(home, self.server["name"], self.key)
 
 
 DEDUP = Dedup()

@@ -9,7 +9,10 @@ it (RecipeStream).
 File layout (big-endian):
     HEADER   magic b"CRNRCPE1", format version (u32), entry size (u32)
     ENTRY    fingerprint (32 bytes), start (u32), length (u32)         x count
-    meta     JSON object (UTF-8): image id, chunker parameters, ...
+    meta     JSON object (UTF-8): image id, chunker parameters and, from version 2 on,
+             `stats`: what the image added to the pool (stream bytes, chunks, new chunks and
+             bytes, bytes stored after compression, reused bytes, deduplication rate), so
+             that an import records it from the pool alone
     TRAILER  count (u64), stream length (u64), meta length (u32),
              SHA-256 of every byte before it, end magic b"CRNRCPE."
 
@@ -40,7 +43,9 @@ from app.formats import private
 
 MAGIC = b"CRNRCPE1"
 END_MAGIC = b"CRNRCPE."
-VERSION = 1
+VERSION = 2
+# Version 1 has the same layout; its meta lacks `stats`.
+READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct(">8sII")
 ENTRY = struct.Struct(">32sII")
 TRAILER_HEAD = struct.Struct(">QQI")   # count, stream length, meta length (hashed)
@@ -238,9 +243,11 @@ class Recipe:
         if n < HEADER.size + TRAILER.size:
             raise damaged(f"is cut short: only {n} bytes")
         _, version, entry_size = HEADER.unpack_from(data)
-        if version != VERSION or entry_size != ENTRY.size:
+        if version not in READABLE_VERSIONS or entry_size != ENTRY.size:
             raise damaged(f"has format version {version} with {entry_size}-byte entries; "
-                          f"this Cairn reads version {VERSION} with {ENTRY.size}-byte entries",
+                          f"this Cairn reads versions "
+                          f"{', '.join(map(str, READABLE_VERSIONS))} with {ENTRY.size}-byte "
+                          "entries",
                           hint="Read it with the Cairn version that wrote it.")
         count, size, meta_len, digest, end = TRAILER.unpack_from(data, n - TRAILER.size)
         if end != END_MAGIC:
@@ -320,6 +327,41 @@ class Recipe:
 def read_recipe(path):
     """Recipe.load(path)."""
     return Recipe.load(path)
+
+
+def read_meta(path):
+    """{"version", "meta", "bytes" (the file's size), "chunks", "stream_bytes"} of a recipe,
+    from its header, trailer and meta alone: what an import needs to know of it without
+    reading its entries (reading its stream loads and checks the whole recipe)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER.size)
+            size = os.fstat(f.fileno()).st_size
+            if len(head) < HEADER.size or head[:len(MAGIC)] != MAGIC \
+                    or size < HEADER.size + TRAILER.size:
+                raise RecipeDamaged(f"the recipe {path} is not a recipe or is cut short",
+                                    path=path)
+            _, version, entry_size = HEADER.unpack_from(head)
+            f.seek(size - TRAILER.size)
+            count, stream, meta_len, _digest, end = TRAILER.unpack(f.read(TRAILER.size))
+            if end != END_MAGIC or version not in READABLE_VERSIONS \
+                    or entry_size != ENTRY.size \
+                    or HEADER.size + count * ENTRY.size + meta_len + TRAILER.size != size:
+                raise RecipeDamaged(f"the recipe {path} is damaged or of an unknown version "
+                                    f"({version})", path=path)
+            f.seek(size - TRAILER.size - meta_len)
+            meta = json.loads(f.read(meta_len))
+    except OSError as e:
+        raise RecipeDamaged(f"the recipe {path} cannot be read: {e.strerror}",
+                            path=path) from None
+    except (ValueError, UnicodeDecodeError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise RecipeDamaged(f"the recipe {path} is damaged: its meta is not a JSON object",
+                            path=path)
+    return {"version": version, "meta": meta, "bytes": size, "chunks": count,
+            "stream_bytes": stream}
 
 
 class RecipeStream(io.RawIOBase):

@@ -79,7 +79,6 @@ MAX_IO_STREAMS = 1000
 DEFAULT_COMPACT_BELOW = 50
 
 
-
 #: in a policy's selection list, starts a new data stream (multiple data streams)
 STREAM_MARKER = "NEW_STREAM"
 
@@ -635,7 +634,8 @@ class Config:
     # ---- policies ------------------------------------------------------------------------
     def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
                    multiple_streams=False, checksum="crc32", snapshot="none",
-                   file_list="auto", dedup="server", skip_nodump=False, comment=""):
+                   file_list="auto", dedup="server", skip_nodump=False, comment="",
+                   lifecycle_id=None):
         _unique(self.db, "policies", "policy", name)
         check_snapshot_mode(snapshot)
         check_file_list(file_list)
@@ -658,10 +658,12 @@ class Config:
         with self.db.tx() as c:
             c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
                       "encryption, multiple_streams, checksum, snapshot, file_list, dedup, "
-                      "skip_nodump, comment, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                      "skip_nodump, comment, created, lifecycle_id) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                       (name, sid, prio, int(bool(compression)), int(bool(encryption)),
                        int(bool(multiple_streams)), checksum, snapshot, file_list, dedup,
-                       int(bool(skip_nodump)), comment, timeutil.iso(timeutil.now())))
+                       int(bool(skip_nodump)), comment, timeutil.iso(timeutil.now()),
+                       lifecycle_id))
         return self.policy(name)
 
     def add_policy_client(self, policy, host):
@@ -780,8 +782,9 @@ _STU_SQL = ("SELECT u.*, d.name AS pool, s.name AS server, h.name AS host, "
             "(SELECT count(*) FROM jobs j WHERE j.storage_unit=u.name AND j.state='active') "
             "AS active_jobs FROM storage_units u JOIN disk_pools d ON d.id=u.pool_id "
             "JOIN storage_servers s ON s.id=d.server_id JOIN hosts h ON h.id=s.host_id")
-_POLICY_SQL = ("SELECT p.*, u.name AS storage_unit FROM policies p "
-               "JOIN storage_units u ON u.id=p.storage_unit_id")
+_POLICY_SQL = ("SELECT p.*, u.name AS storage_unit, l.name AS lifecycle FROM policies p "
+               "JOIN storage_units u ON u.id=p.storage_unit_id "
+               "LEFT JOIN lifecycles l ON l.id=p.lifecycle_id")
 
 
 def _host_dict(row):

@@ -45,10 +45,15 @@ def _show(m, args):
 
 
 def _list(m, args):
-    rows = m.lifecycles()
+    """The lifecycles, and the copies they want that keep failing ("failing")."""
+    doc = {"lifecycles": m.lifecycles(), "failing": m.duplication_problems()}
 
     def human(d):
         table([{"name": r["name"], "steps": " ".join(s["text"] for s in r["steps"]),
                 "policies": ", ".join(r["policies"])} for r in d["lifecycles"]],
               ["name", "steps", "policies"])
-    return out(args, {"lifecycles": rows}, human)
+        for f in d["failing"]:
+            print(f"warning: image {f['image']} has no copy {f['copy']} in disk pool "
+                  f"{f['pool']}: duplicate job {f['job']} (attempt {f['attempts']}) ended with "
+                  f"status {f['status']}: {f['why']}; `cairn jobs restart {f['job']}`")
+    return out(args, doc, human)

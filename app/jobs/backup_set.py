@@ -15,6 +15,7 @@ from app.catalog_index import IndexReader, IndexWriter
 from app.errors import CairnError, Canceled
 from app.jobs.backup import new_image_id, record_image
 from app.jobs.context import JobContext
+from app.jobs.duplicate_queue import queue_after_backup
 from app.jobs.store import DONE
 from app.jobs.result import JobResult
 
@@ -46,7 +47,9 @@ def stream_key(selections):
 
 def _latest_attempts(db, parent_id):
     """The last attempt of each stream (a retry replaces the attempt it follows)."""
-    rows = db.all("SELECT * FROM jobs WHERE parent_id=? ORDER BY id", (parent_id,))
+    # the stream jobs (a lifecycle's duplicate jobs are of the family too)
+    rows = db.all("SELECT * FROM jobs WHERE parent_id=? AND type='backup' ORDER BY id",
+                  (parent_id,))
     latest = {}
     for r in rows:
         latest[json.loads(r["params"]).get("stream")] = r
@@ -85,11 +88,14 @@ class BackupSetJob:
             raise CairnError(f"no stream of the backup succeeded (see jobs "
                              f"{', '.join(str(r['id']) for r in bad)})", status_code=worst)
         images = [master.image(r["image_id"]) for r in good]
-        set_id, info = self._record(images)
+        set_id, info, dups = self._record(images)
         ctx.files = sum(i["files"] for i in images)
         ctx.bytes = sum(i["bytes"] for i in images)
         ctx.log(f"set image {set_id} recorded: {len(images)} stream image(s) "
                 f"({', '.join(i['id'] for i in images)}), {info['files']} entries in its index")
+        if dups:
+            ctx.log(f"lifecycle {images[0]['lifecycle']}: duplicate job(s) "
+                    f"{', '.join(map(str, dups))} queued to copy the set")
         ctx.flush(sample=True)
         if bad:
             why = f"{len(bad)} of {len(latest)} streams failed; the set image holds the others"
@@ -124,19 +130,21 @@ class BackupSetJob:
         levels = {i["schedule_type"] for i in images}
         level = levels.pop() if len(levels) == 1 else "mixed"
         with master.db.tx() as c:
-            record_image(c, id=set_id, client=job["client"], policy=job["policy"],
-                         schedule=job["schedule"], schedule_type=level, created=created,
-                         expires=expires, bytes=sum(i["bytes"] for i in images),
-                         files=sum(i["files"] for i in images),
-                         storage_unit=images[0]["storage_unit"], pool=images[0]["pool"],
-                         storage_host=images[0]["storage_host"], path="", image_bytes=0,
-                         job_id=job["id"], selections=job["params"]["selections"],
-                         warnings=sum(i["warnings"] for i in images),
-                         checksum=images[0]["checksum"], base_image=None, sources=sources,
-                         stream=None)
+            record = dict(id=set_id, client=job["client"], policy=job["policy"],
+                          schedule=job["schedule"], schedule_type=level, created=created,
+                          expires=expires, bytes=sum(i["bytes"] for i in images),
+                          files=sum(i["files"] for i in images),
+                          storage_unit=images[0]["storage_unit"], pool=images[0]["pool"],
+                          storage_host=images[0]["storage_host"], path="", image_bytes=0,
+                          job_id=job["id"], selections=job["params"]["selections"],
+                          warnings=sum(i["warnings"] for i in images),
+                          checksum=images[0]["checksum"], base_image=None, sources=sources,
+                          stream=None, lifecycle=images[0].get("lifecycle"))
+            record_image(c, **record)
             c.executemany("UPDATE images SET part_of=? WHERE id=?",
                           [(set_id, i["id"]) for i in images])
-        return set_id, info
+            dups = queue_after_backup(master, c, record)
+        return set_id, info, dups
 
 
 def _write_set_index(master, job, images):

@@ -1,7 +1,12 @@
 """Lifecycles (a backup, then duplications to other pools, each copy with its own retention)
 and the copies of images. Part of the master API (app/master/__init__.py)."""
 
+import json
+
+from app import status
 from app.jobs import copies
+from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
+from app.jobs.store import DONE
 
 
 class LifecyclesAPI:
@@ -41,3 +46,31 @@ class LifecyclesAPI:
                    and j["state"] != "done" and j["params"].get("image") == img["id"]]
         return {"image": img["id"], "copies": copies.copies(self.db, img["id"]),
                 "duplications": pending}
+
+    def duplication_problems(self):
+        """The copies a lifecycle wants that are not made and that no attempt is queued or
+        running for: the newest attempt of a duplication (an image to a disk pool) ended
+        without the copy, the image is still in the catalog and has no copy in that pool.
+        [{"image", "copy", "pool", "storage_unit", "job", "status", "status_text", "attempts",
+        "ended", "why"}], oldest first: what the console warns about."""
+        latest = {}
+        for r in self.db.all("SELECT id, params FROM jobs WHERE type=? ORDER BY id",
+                             (DUPLICATE,)):
+            p = json.loads(r["params"] or "{}")
+            latest[(p.get("image"), p.get("pool"))] = r["id"]
+        out = []
+        for (image, pool), jid in latest.items():
+            j = self.jobs.get(jid)
+            if j["state"] != DONE or j["status"] in (status.OK, status.PARTIAL):
+                continue
+            if not self.db.one("SELECT 1 FROM images WHERE id=?", (image,)) or \
+                    copies.copy_on_pool(self.db, image, pool) is not None:
+                continue
+            ended = next((x["message"] for x in reversed(self.jobs.logs(jid))
+                          if x["message"].startswith("ended with status")), "")
+            why = ended.partition(": ")[2] or j["status_text"]
+            out.append({"image": image, "copy": j["params"].get("copy"), "pool": pool,
+                        "storage_unit": j["storage_unit"], "job": jid, "status": j["status"],
+                        "status_text": j["status_text"], "attempts": j["attempt"],
+                        "ended": j["ended"], "why": why})
+        return out

@@ -110,9 +110,7 @@ class Dispatcher:
             return
         try:
             left = commit.pending(self.db) or duplicate_commit.pending(self.db) or \
-                self.db.one("SELECT 1 FROM images WHERE expiring IS NOT NULL AND NOT EXISTS "
-                            "(SELECT 1 FROM jobs j WHERE j.id=images.expiring AND "
-                            "j.state!='done')")
+                expire.left_marked(self.db)
             if left:
                 self._next_recover = now + RECOVER_RETRY
                 commit.recover(self.master)

@@ -3,11 +3,14 @@ duplicate job copies the image to a pool on another host over SSH and the data p
 copies` lists both; with the primary pool's files gone a restore falls back to the copy (and
 says so), `--copy 2` reads the copy; an unchanged second full between two deduplicating pools
 sends under 1% of the image; an incremental's copy brings its base along; the master killed
-mid-duplication leaves no copy recorded and the next master finishes or redoes it."""
+mid-duplication leaves no copy recorded and the next master finishes or redoes it; the
+primary copy expires and the image stays restorable from its copy until that one expires."""
 
 import os
 import shutil
 import sqlite3
+import sys
+import time
 
 import pytest
 
@@ -18,6 +21,9 @@ from app.master import Master
 from clihelp import cairn, cairn_json
 from killhelp import killed
 from treegen import assert_trees_equal, make_tree
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "storage"))
+from storage_sites import damage_data  # noqa: E402 - the conformance suite's way to damage a file
 
 PAIRS = [("advanced-disk", "dedup"), ("dedup", "dedup"), ("dedup", "advanced-disk")]
 
@@ -168,6 +174,37 @@ def test_an_incremental_is_copied_with_its_base_and_restores_from_the_copy(tmp_p
         m.close()
 
 
+def test_the_primary_copy_expires_first_and_the_image_stays_restorable(tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src))
+    m = two_pool_master(tmp_path, "advanced-disk", "advanced-disk")
+    try:
+        m.update_object("policy", "p", lifecycle="gold")
+        job = backup(m, "full")
+        image = job["image_id"]
+        m.wait_for([d["id"] for d in m.duplicate_jobs([job["id"]])])
+        [c1, c2] = copies.copies(m.db, image)
+        # ten days on: copy 1 (1w) has ended, copy 2 (4w) has not
+        jobs = m.expire_due(time.time() + 10 * 86400)
+        [ej] = m.wait_for(jobs)
+        assert ej["status"] == st.OK, log_text(m, ej["id"])
+        assert not os.path.exists(c1["path"]) and os.path.exists(c2["path"])
+        [left] = m.image_copies(image)["copies"]
+        assert (left["copy"], left["primary"], left["pool"]) == (2, True, "p2")
+        assert m.image(image)["expires"] == c2["expires"]
+        [r] = m.wait_for([m.start_restore(image, [str(src)], str(tmp_path / "out"))])
+        assert r["status"] == st.OK, log_text(m, r["id"])
+        assert_trees_equal(str(src), str(tmp_path / "out") + str(src))
+        # five weeks on: its last copy has ended, and the image is gone
+        [ej] = m.wait_for(m.expire_due(time.time() + 35 * 86400))
+        assert ej["status"] == st.OK, log_text(m, ej["id"])
+        assert m.images() == [] and not os.path.exists(c2["path"])
+        assert not os.path.exists(m.home.index_path(image))
+        assert m.db.one("SELECT count(*) FROM image_copies")[0] == 0
+    finally:
+        m.close()
+
+
 def queued_copy(home):
     """A backup of policy p (no lifecycle: nothing copies it yet) and the duplicate job a
     backup under lifecycle gold queues; the master closed. Returns (image, its source dir)."""
@@ -248,3 +285,33 @@ def test_a_duplication_that_keeps_failing_is_a_warning_until_it_is_made(tmp_path
     assert doc["failing"] == []
     listed, _ = cairn_json(home, "images", "copies", job["image_id"])
     assert [c["copy"] for c in listed["copies"]] == [1, 2]
+
+
+@pytest.mark.parametrize("source", ["advanced-disk", "dedup"])
+def test_a_file_damaged_in_the_primary_copy_is_read_from_the_next_copy(tmp_path, source):
+    """A byte of one file's data flipped in the primary copy: every other file comes from it,
+    that one from copy 2, and the job says so; with --copy 1 the file is not restored."""
+    src = tmp_path / "src"
+    make_tree(str(src))
+    data = os.urandom(1 << 20)
+    (src / "precious.bin").write_bytes(data)
+    m = two_pool_master(tmp_path, source, "advanced-disk")
+    try:
+        m.update_object("policy", "p", lifecycle="gold")
+        job = backup(m, "full")
+        image = job["image_id"]
+        m.wait_for([d["id"] for d in m.duplicate_jobs([job["id"]])])
+        damaged = damage_data(m, m.image(image), data)
+        assert damaged.startswith(str(tmp_path / "pool1"))
+        [r] = m.wait_for([m.start_restore(image, [str(src)], str(tmp_path / "out"))])
+        log = log_text(m, r["id"])
+        assert r["status"] == st.OK, log
+        assert "1 item(s) whose data is damaged in the copy read first are read again from " \
+               "copy 2 (disk pool p2 on me)" in log
+        assert "1 of those 1 item(s) restored from copy 2" in log
+        assert_trees_equal(str(src), str(tmp_path / "out") + str(src))
+        [r] = m.wait_for([m.start_restore(image, [str(src)], str(tmp_path / "one"), copy=1)])
+        assert r["status"] == st.CHECKSUM_MISMATCH, log_text(m, r["id"])
+        assert not (tmp_path / "one" / str(src).lstrip("/") / "precious.bin").exists()
+    finally:
+        m.close()

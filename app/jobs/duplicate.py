@@ -215,7 +215,7 @@ class DuplicateJob:
         if ctx.cancelled:
             raise Canceled()
         summary = out[0]
-        received = out[1] if len(out) > 1 else summary.pop("received")
+        received = out[1] if len(out) > 1 else summary["received"]
         if received.get("bytes") != summary["bytes"]:
             raise CairnError(f"the copy of image {image['id']} holds {received.get('bytes')} "
                              f"bytes of its {summary['bytes']}; it was not committed",
@@ -257,11 +257,13 @@ class DuplicateJob:
 
     def _log_copy(self, image, number, summary, stats, side):
         sent, size = summary.get("sent_bytes", 0), summary["bytes"]
-        how = (f"{summary['sent_chunks']} of {summary['chunks']} chunks were sent (the target "
-               f"pool held the others)" if summary.get("mode") == "chunks" else
-               "the image's stream was sent whole")
+        # on one host nothing crosses a network: what the target took is copied, not sent
+        verb = "copied" if "received" in summary else "sent"
+        how = (f"{summary['sent_chunks']} of {summary['chunks']} chunks were {verb} (the "
+               f"target pool held the others)" if summary.get("mode") == "chunks" else
+               f"the image's stream was {verb} whole")
         self.ctx.log(f"copy {number} of image {image['id']} committed in disk pool "
-                     f"{self.pool['name']}: {_mib(size)} of image, {_mib(sent)} sent "
+                     f"{self.pool['name']}: {_mib(size)} of image, {_mib(sent)} {verb} "
                      f"({100.0 * sent / size if size else 0:.2f}%); {how}")
         for text in side.result_texts(stats):
             self.ctx.log(text)

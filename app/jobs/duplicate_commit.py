@@ -120,7 +120,9 @@ def _resolve(master, conn, row):
                      f"{row['final']} before the process running this job stopped; it is "
                      "recorded in the catalog now", "info")
                 return {"image": image_id, "job": job_id, "outcome": "recorded", "why": None}
-        elif not renamed:
+        elif renamed:
+            why = "its copy is recorded already"
+        else:
             why = "the process running the job stopped before the copy was renamed into place"
     removed = undo(master, conn, row)
     note(master, job_id, f"the unfinished copy of image {image_id} was undone ({why})"

@@ -85,6 +85,7 @@ def describe(c):
 
 
 #: statuses a restore from one copy ends with that another copy may not: its data damaged
-#: or missing, its storage host gone
-FALL_BACK = {st.IMAGE_DAMAGED, st.CHECKSUM_MISMATCH, st.HOST_UNREACHABLE,
-             st.DATA_PLANE_FAILED}
+#: or missing, its storage host gone or not to be trusted, its pool busy with space reclaim
+FALL_BACK = {st.IMAGE_DAMAGED, st.CHECKSUM_MISMATCH, st.HOST_UNREACHABLE, st.AUTH_FAILED,
+             st.HOST_KEY_UNKNOWN, st.HOST_KEY_CHANGED, st.NO_PYTHON, st.AGENT_FAILED,
+             st.DATA_PLANE_FAILED, st.VOLUME_UNAVAILABLE, st.POOL_BUSY}

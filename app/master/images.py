@@ -19,7 +19,7 @@ class ImagesAPI:
     def images(self, client=None, policy=None, include_parts=False):
         """Images newest first. The stream images of a multi-stream backup are listed only
         with include_parts: their set image is the backup to browse and restore."""
-        sql, args = "SELECT * FROM images WHERE 1=1", []
+        sql, args = f"SELECT *, {_COPIES} FROM images WHERE 1=1", []
         if not include_parts:
             sql += " AND part_of IS NULL"
         if client:
@@ -32,7 +32,7 @@ class ImagesAPI:
                                                      args)]
 
     def image(self, image_id):
-        row = self.db.one("SELECT * FROM images WHERE id=?", (image_id,))
+        row = self.db.one(f"SELECT *, {_COPIES} FROM images WHERE id=?", (image_id,))
         if row is None:
             raise NotFound(f"there is no image {image_id!r}",
                            hint="see `cairn images list`")
@@ -41,7 +41,8 @@ class ImagesAPI:
     def image_at(self, client, policy=None, at=None):
         """The newest image of a client (under a policy) created at or before `at`."""
         self.config.host(client)
-        sql, args = "SELECT * FROM images WHERE client=? AND part_of IS NULL", [client]
+        sql = f"SELECT *, {_COPIES} FROM images WHERE client=? AND part_of IS NULL"
+        args = [client]
         if policy:
             sql += " AND policy=?"
             args.append(policy)
@@ -230,6 +231,10 @@ class ImagesAPI:
                 break
         return {"client": client, "query": query, "versions": versions, "count": count,
                 "truncated": count > len(versions), "cancelled": cancelled, "errors": errors}
+
+
+# How many copies an image has: its primary and those a lifecycle's duplications made.
+_COPIES = "(SELECT count(*) FROM image_copies k WHERE k.image_id=images.id) + 1 AS copies"
 
 
 def _image_dict(row):

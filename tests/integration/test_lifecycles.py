@@ -315,3 +315,34 @@ def test_a_file_damaged_in_the_primary_copy_is_read_from_the_next_copy(tmp_path,
         assert not (tmp_path / "one" / str(src).lstrip("/") / "precious.bin").exists()
     finally:
         m.close()
+
+
+def test_a_multi_stream_backup_is_copied_stream_by_stream_and_restores_from_the_copy(tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src))
+    m = two_pool_master(tmp_path, "dedup", "advanced-disk")
+    try:
+        m.update_object("policy", "p", lifecycle="gold", multiple_streams=True)
+        m.add_policy_selection("p", "NEW_STREAM")
+        other = tmp_path / "src2"
+        other.mkdir()
+        (other / "x.bin").write_bytes(os.urandom(1 << 20))
+        m.add_policy_selection("p", str(other))
+        job = backup(m, "full")
+        image = job["image_id"]
+        [dup] = m.duplicate_jobs([job["id"]])
+        [dup] = m.wait_for([dup["id"]])
+        assert dup["status"] == st.OK, log_text(m, dup["id"])
+        assert m.image(image)["copies"] == 2
+        parts = m.image(image)["sources"]
+        assert len(parts) == 2 and dup["files"] == 2  # the stream images; a set has no file
+        for part in parts:
+            assert [c["pool"] for c in copies.copies(m.db, part)] == ["p1", "p2"]
+        lose(str(tmp_path / "pool1"))
+        [r] = m.wait_for([m.start_restore(image, [str(src), str(other)],
+                                          str(tmp_path / "out"), copy=2)])
+        assert r["status"] == st.OK, log_text(m, r["id"])
+        assert_trees_equal(str(src), str(tmp_path / "out") + str(src))
+        assert_trees_equal(str(other), str(tmp_path / "out") + str(other))
+    finally:
+        m.close()

@@ -233,8 +233,13 @@ class ImagesAPI:
                 "truncated": count > len(versions), "cancelled": cancelled, "errors": errors}
 
 
-# How many copies an image has: its primary and those a lifecycle's duplications made.
-_COPIES = "(SELECT count(*) FROM image_copies k WHERE k.image_id=images.id) + 1 AS copies"
+# How many copies an image has (its primary and those a lifecycle's duplications made), and
+# until when the last of them is kept (NULL: one is kept forever): the image's own end.
+_COPIES = ("(SELECT count(*) FROM image_copies k WHERE k.image_id=images.id) + 1 AS copies, "
+           "CASE WHEN expires IS NULL OR EXISTS (SELECT 1 FROM image_copies k WHERE "
+           "k.image_id=images.id AND k.expires IS NULL) THEN NULL ELSE max(expires, coalesce("
+           "(SELECT max(expires) FROM image_copies k WHERE k.image_id=images.id), expires)) "
+           "END AS kept_until")
 
 
 def _image_dict(row):

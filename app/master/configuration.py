@@ -83,8 +83,10 @@ class ConfigurationAPI:
 
     # ---- settings -------------------------------------------------------------------------
     SETTINGS = {"max_jobs_per_client": (4, "jobs of one client that may run at once"),
-                "backup_tries": (2, "attempts of a failed backup, the first one included"),
-                "retry_delay": ("10m", "wait before the next attempt of a failed backup")}
+                "backup_tries": (2, "attempts of a failed backup or duplication, the first one "
+                                 "included"),
+                "retry_delay": ("10m", "wait before the next attempt of a failed backup or "
+                                "duplication")}
 
     def setting(self, key):
         if key not in self.SETTINGS:

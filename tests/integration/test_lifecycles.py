@@ -58,7 +58,7 @@ def test_a_copy_on_another_host_restores_when_the_primary_pool_is_lost(tmp_path,
                                                                        target):
     home, src = tmp_path / "home", tmp_path / "src"
     make_tree(str(src))
-    (src / "bulk.bin").write_bytes(os.urandom(6 << 20))
+    (src / "bulk.bin").write_bytes(os.urandom(8 << 20))
     cairn(home, "host", "add", "me", "--local")
     cairn(home, "host", "add", "far", "--address", sshd.host, "--port", sshd.port, "--user",
           sshd.user, "--key", sshd.key_file, "--trust-host-key")
@@ -344,5 +344,37 @@ def test_a_multi_stream_backup_is_copied_stream_by_stream_and_restores_from_the_
         assert r["status"] == st.OK, log_text(m, r["id"])
         assert_trees_equal(str(src), str(tmp_path / "out") + str(src))
         assert_trees_equal(str(other), str(tmp_path / "out") + str(other))
+    finally:
+        m.close()
+
+
+def test_a_copy_between_two_encrypted_pools_goes_by_chunks_under_each_pool_s_key(tmp_path):
+    """Each pool has its own key: the source decrypts a chunk, the target encrypts it again;
+    only chunks the target lacks travel, and the copy restores byte for byte."""
+    src = tmp_path / "src"
+    make_tree(str(src))
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        for n in (1, 2):
+            m.create_storage_server(f"s{n}", type="dedup", host="me",
+                                    path=str(tmp_path / f"pool{n}"),
+                                    options={"encrypted": True})
+            m.create_disk_pool(f"p{n}", server=f"s{n}", volumes=[])
+            m.create_storage_unit(f"stu{n}", pool=f"p{n}")
+        m.create_lifecycle("gold", ["backup:stu1:1w", "duplicate:stu2:4w"])
+        m.create_policy("p", lifecycle="gold", clients=["me"], selections=[str(src)])
+        job = backup(m, None)
+        [dup] = m.wait_for([d["id"] for d in m.duplicate_jobs([job["id"]])])
+        assert dup["status"] == st.OK, log_text(m, dup["id"])
+        assert dup["result"]["copies"][0]["mode"] == "chunks"
+        plain = (src / "big.bin").read_bytes()[:4096]
+        for root, _, files in os.walk(tmp_path / "pool2" / "containers"):
+            for f in files:
+                assert plain not in open(os.path.join(root, f), "rb").read()
+        lose(str(tmp_path / "pool1"))
+        [r] = m.wait_for([m.start_restore(job["image_id"], [str(src)], str(tmp_path / "out"))])
+        assert r["status"] == st.OK, log_text(m, r["id"])
+        assert_trees_equal(str(src), str(tmp_path / "out") + str(src))
     finally:
         m.close()

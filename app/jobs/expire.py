@@ -121,7 +121,7 @@ def _claim(master, job, ctx, images, reason, units=()):
     with master.db.tx() as c:
         units, kept_copies = expire_copies.removable(master.db, [tuple(u) for u in units],
                                                      ids)
-        expire_copies.claim(c, job["id"], units)
+        units = expire_copies.claim(c, job["id"], units)
         if by_retention:
             todo, kept = removable(master.db, ids)
         else:
@@ -273,7 +273,8 @@ def expire_due(master, now=None):
     them is already waiting. Returns the job ids."""
     now = time.time() if now is None else now
     ready, _kept = due(master.db, now)
-    units, _kept = expire_copies.due(master.db, now, ready)
+    # copies of images whose every copy has ended go with their image, when it may go
+    units, _kept = expire_copies.due(master.db, now)
     _note_held(master, now)
     if not ready and not units:
         return []

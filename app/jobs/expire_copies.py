@@ -70,17 +70,22 @@ def removable(db, units, whole=()):
 
 def claim(c, job_id, units):
     """Marks the copies an expire job removes, in its transaction; a primary copy first
-    hands its place to the next copy. Returns [(image id, copy number)] as marked."""
+    hands its place to the next copy. An image's last copy is never removed alone (it goes
+    with its image). Returns [(image id, copy number)] as marked."""
+    marked = []
     for iid, number in units:
         row = c.execute("SELECT copy_number FROM images WHERE id=?", (iid,)).fetchone()
-        if row is None:
+        others = c.execute("SELECT count(*) FROM image_copies WHERE image_id=? AND "
+                           "copy_number!=? AND expiring IS NULL", (iid, number)).fetchone()[0]
+        if row is None or (row[0] == number and not others):
             continue
         if row[0] == number:
             copies.promote(c, iid, job_id)
         else:
             c.execute("UPDATE image_copies SET expiring=? WHERE image_id=? AND copy_number=?",
                       (job_id, iid, number))
-    return list(units)
+        marked.append((iid, number))
+    return marked
 
 
 def unclaim(c, job_id):

@@ -105,3 +105,17 @@ def test_a_copy_number_is_its_step_unless_taken(m):
     with m.db.tx() as c:
         assert copies.free_number(c, "A", 2) == 3
         assert copies.free_number(c, "A", 5) == 5
+
+
+def test_an_image_s_last_copy_never_goes_alone(m):
+    """Both copies of an image ended, but a later image still needs its data: its copies are
+    not expired one by one (the last would leave nothing), the image waits as a whole."""
+    image(m, "F", "2026-01-01T00:00:00Z")
+    image(m, "D", "2026-01-02T00:00:00Z", expires=LATER, sources=["F"])
+    copy(m, "F", 2, "dp2", PAST)
+    assert expire.due(m.db, 2e9) == ([], {"F": "image D still needs its data"})
+    assert expire_copies.due(m.db, 2e9)[0] == []
+    with m.db.tx() as c:
+        assert expire_copies.claim(c, 9, [("F", 1), ("F", 2)]) == [("F", 1)]
+    assert [(c["copy"], c["expiring"]) for c in copies.copies(m.db, "F")] == \
+        [(2, None), (1, 9)]

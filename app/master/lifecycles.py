@@ -54,15 +54,16 @@ class LifecyclesAPI:
         [{"image", "copy", "pool", "storage_unit", "job", "status", "status_text", "attempts",
         "ended", "why"}], oldest first: what the console warns about."""
         latest = {}
-        for r in self.db.all("SELECT id, params FROM jobs WHERE type=? ORDER BY id",
-                             (DUPLICATE,)):
+        for r in self.db.all("SELECT id, params, state, status FROM jobs WHERE type=? "
+                             "ORDER BY id", (DUPLICATE,)):
             p = json.loads(r["params"] or "{}")
-            latest[(p.get("image"), p.get("pool"))] = r["id"]
+            latest[(p.get("image"), p.get("pool"))] = r
         out = []
-        for (image, pool), jid in latest.items():
-            j = self.jobs.get(jid)
-            if j["state"] != DONE or j["status"] in (status.OK, status.PARTIAL):
+        for (image, pool), r in latest.items():
+            if r["state"] != DONE or r["status"] in (status.OK, status.PARTIAL):
                 continue
+            jid = r["id"]
+            j = self.jobs.get(jid)
             if not self.db.one("SELECT 1 FROM images WHERE id=?", (image,)) or \
                     copies.copy_on_pool(self.db, image, pool) is not None:
                 continue

@@ -378,3 +378,41 @@ def test_a_copy_between_two_encrypted_pools_goes_by_chunks_under_each_pool_s_key
         assert_trees_equal(str(src), str(tmp_path / "out") + str(src))
     finally:
         m.close()
+
+
+@pytest.mark.ssh
+def test_a_restore_falls_back_when_the_primary_copy_s_host_does_not_answer(tmp_path, sshd):
+    """The primary copy is on a host reached over SSH that no longer answers (its port
+    closed): the restore reads the copy on this host, and says why."""
+    src = tmp_path / "src"
+    make_tree(str(src))
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        m.add_host("far", address=sshd.host, port=sshd.port, user=sshd.user,
+                   key_file=sshd.key_file, trust_host_key=True)
+        for name, host in (("away", "far"), ("near", "me")):
+            (tmp_path / name).mkdir()
+            m.create_storage_server(name, type="advanced-disk", host=host)
+            m.create_disk_pool(f"{name}-pool", server=name, volumes=[str(tmp_path / name)])
+            m.create_storage_unit(f"{name}-stu", pool=f"{name}-pool")
+        m.create_lifecycle("gold", ["backup:away-stu:1w", "duplicate:near-stu:4w"])
+        m.create_policy("p", lifecycle="gold", clients=["me"], selections=[str(src)])
+        job = backup(m, None)
+        [dup] = m.wait_for([d["id"] for d in m.duplicate_jobs([job["id"]])])
+        assert dup["status"] == st.OK, log_text(m, dup["id"])
+        assert "data plane: far -> me" in log_text(m, dup["id"])
+    finally:
+        m.close()
+    m = Master(str(tmp_path / "home"))   # no connection to far is kept from before
+    try:
+        m.update_object("host", "far", port=1)
+        [r] = m.wait_for([m.start_restore(job["image_id"], [str(src)],
+                                          str(tmp_path / "out"))])
+        log = log_text(m, r["id"])
+        assert r["status"] == st.OK, log
+        assert "copy 1 (disk pool away-pool on far) cannot be read" in log
+        assert "falling back to copy 2 (disk pool near-pool on me)" in log
+        assert_trees_equal(str(src), str(tmp_path / "out") + str(src))
+    finally:
+        m.close()

@@ -15,15 +15,16 @@ from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUM
     id_of, check_agent_env, check_compact_below, check_file_list, check_int, \
     check_snapshot_mode
 from app.errors import ValidationError
+from app.lifecycles import Lifecycles
 from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
-KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy")
+KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy", "lifecycle")
 
 _TABLE = {"host": "hosts", "storage-server": "storage_servers", "disk-pool": "disk_pools",
-          "storage-unit": "storage_units", "policy": "policies"}
+          "storage-unit": "storage_units", "policy": "policies", "lifecycle": "lifecycles"}
 _CREATE = {"host": "host add", "storage-server": "storage-server create",
            "disk-pool": "disk-pool create", "storage-unit": "storage-unit create",
-           "policy": "policy create"}
+           "policy": "policy create", "lifecycle": "lifecycle create"}
 
 #: attributes the properties dialog may change, per kind
 EDITABLE = {
@@ -33,8 +34,10 @@ EDITABLE = {
     "disk-pool": ("high_water", "low_water", "max_io_streams", "compact_below", "verify_every",
                   "verify_max_mb_s", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
-    "policy": ("storage_unit", "priority", "multiple_streams", "checksum", "snapshot",
-               "file_list", "dedup", "skip_nodump", "active", "comment"),
+    "policy": ("storage_unit", "lifecycle", "priority", "multiple_streams", "checksum",
+               "snapshot", "file_list", "dedup", "skip_nodump", "active", "comment"),
+    # a lifecycle's steps number its images' copies: a changed one is a new lifecycle
+    "lifecycle": ("comment",),
 }
 
 
@@ -113,15 +116,22 @@ def dependents(db, kind, name):
     elif kind == "disk-pool":
         add("storage-unit", db.all("SELECT name FROM storage_units WHERE pool_id=? "
                                    "ORDER BY name", (oid,)))
-        add("image", db.all("SELECT id FROM images WHERE pool=? ORDER BY created", (name,)))
+        add("image", db.all("SELECT id FROM images WHERE pool=? UNION SELECT image_id FROM "
+                            "image_copies WHERE pool=? ORDER BY 1", (name, name)))
     elif kind == "storage-unit":
         add("policy", db.all("SELECT name FROM policies WHERE storage_unit_id=? ORDER BY name",
                              (oid,)))
+        add("lifecycle", db.all("SELECT DISTINCT l.name FROM lifecycles l JOIN lifecycle_steps "
+                                "s ON s.lifecycle_id=l.id WHERE s.storage_unit_id=? "
+                                "ORDER BY l.name", (oid,)))
         add("job", db.all("SELECT id FROM jobs WHERE storage_unit=? "
                           "AND state IN ('queued','active')", (name,)))
     elif kind == "policy":
         add("job", db.all("SELECT id FROM jobs WHERE policy=? AND state IN ('queued','active')",
                           (name,)))
+    elif kind == "lifecycle":
+        add("policy", db.all("SELECT name FROM policies WHERE lifecycle_id=? ORDER BY name",
+                             (oid,)))
     for d in out:
         if d["kind"] == "job":
             d["name"] = str(d["name"])
@@ -144,7 +154,10 @@ def describe(deps):
 
 _HOW = {"storage-server": "delete its disk pools first",
         "disk-pool": "delete its storage units and expire its images first",
-        "storage-unit": "move its policies to another storage unit or delete them first",
+        "storage-unit": "move its policies to another storage unit or delete them first, and "
+                        "delete the lifecycles whose steps use it",
+        "lifecycle": "move its policies to another lifecycle or storage unit first "
+                     "(`cairn policy set POLICY storage_unit STU`)",
         "host": "remove it from those policies and delete its storage servers first",
         "policy": "wait for its jobs to end or cancel them first"}
 
@@ -226,9 +239,7 @@ def update(db, config, kind, name, **changes):
                 "maximum concurrent jobs", changes["max_concurrent_jobs"], 1,
                 MAX_CONCURRENT_JOBS)
     elif kind == "policy":
-        if "storage_unit" in changes:
-            values["storage_unit_id"] = id_of(db, "storage_units", "storage unit",
-                                               changes["storage_unit"], "storage-unit create")
+        values.update(_policy_target(db, changes))
         if "priority" in changes:
             values["priority"] = check_int("priority", changes["priority"], 0, 99999)
         for k in ("multiple_streams", "skip_nodump", "active"):
@@ -258,8 +269,29 @@ def update(db, config, kind, name, **changes):
     return get(config, kind, name)
 
 
+def _policy_target(db, changes):
+    """A policy's storage unit or lifecycle, changed: one replaces the other. A lifecycle of
+    "none" (or empty) leaves the policy on its lifecycle's backup storage unit."""
+    if "storage_unit" in changes and "lifecycle" in changes:
+        raise ValidationError("give a policy a storage unit or a lifecycle, not both at once")
+    if "storage_unit" in changes:
+        return {"storage_unit_id": id_of(db, "storage_units", "storage unit",
+                                         changes["storage_unit"], "storage-unit create"),
+                "lifecycle_id": None}
+    if "lifecycle" not in changes:
+        return {}
+    name = changes["lifecycle"]
+    if name in (None, "") or str(name).strip().lower() in ("none", "no", "off"):
+        return {"lifecycle_id": None}
+    stu, lid = Lifecycles(db).policy_target(lifecycle=name)
+    return {"storage_unit_id": id_of(db, "storage_units", "storage unit", stu,
+                                     "storage-unit create"), "lifecycle_id": lid}
+
+
 def get(config, kind, name):
     _check_kind(kind)
+    if kind == "lifecycle":
+        return Lifecycles(config.db).get(name)
     return {"host": config.host, "storage-server": config.storage_server,
             "disk-pool": config.disk_pool, "storage-unit": config.storage_unit,
             "policy": config.policy}[kind](name)

@@ -24,7 +24,8 @@ from bisect import bisect_left
 
 from app import status as st
 from app import timeutil
-from app.config import CATALOG_SCHEDULE, DEFAULT_FREQUENCY, STREAM_MARKER, calendar_matches
+from app.config import STREAM_MARKER
+from app.schedule_rules import CATALOG_SCHEDULE, DEFAULT_FREQUENCY, calendar_matches
 from app.jobs import catalog_backup
 from app.jobs.store import ACTIVE, DONE, QUEUED
 

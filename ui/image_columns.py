@@ -20,16 +20,42 @@ IMAGE_COLUMNS = [
     number_column("files", "Files"),
     number_column("bytes", "Bytes", format=fmt.size, tooltip=lambda r: f"{r['bytes']:,} bytes"),
     Column("expires", "Expires",
-           lambda r: fmt.local_time(r["expires"]) if r.get("expires") else "never",
-           sort=lambda r: r.get("expires") or "9999",
-           tooltip=lambda r: fmt.utc_tooltip(r.get("expires"))),
+           lambda r: fmt.local_time(_kept_until(r)) if _kept_until(r) else "never",
+           sort=lambda r: _kept_until(r) or "9999", tooltip=lambda r: expires_tooltip(r),
+           help="When the image leaves the catalog: when its last copy expires"),
     Column("snapshot", "Snapshot", lambda r: snapshot_text(r),
            sort=lambda r: snapshot_text(r).lower(), tooltip=lambda r: snapshot_tooltip(r),
            help="The Storage Scale snapshot the backup read from (a consistent point in "
                 "time); empty when it read the live files."),
     text_column("storage_unit", "Storage unit"),
+    Column("copies", "Copies", lambda r: str(r.get("copies") or 1),
+           sort=lambda r: r.get("copies") or 1, numeric=True,
+           tooltip=lambda r: copies_tooltip(r),
+           help="How many copies of the image its lifecycle made, each in another pool"),
     text_column("id", "Image ID"),
 ]
+
+
+def _kept_until(image):
+    """When the image's last copy expires (None: never)."""
+    return image.get("kept_until", image.get("expires"))
+
+
+def expires_tooltip(image):
+    text = fmt.utc_tooltip(_kept_until(image))
+    if (image.get("copies") or 1) > 1 and image.get("expires") != _kept_until(image):
+        first = fmt.local_time(image["expires"]) if image.get("expires") else "never"
+        text = (f"Kept until {text or 'forever'} by its last copy; its primary copy expires "
+                f"{first}")
+    return text
+
+
+def copies_tooltip(image):
+    n = image.get("copies") or 1
+    if n == 1:
+        return "One copy, in its storage unit's pool"
+    return (f"{n} copies, each in another pool with its own retention; a restore reads the "
+            "primary and falls back to the next (right-click: Copies…)")
 
 
 def level(schedule_type):

@@ -26,6 +26,7 @@ NAVIGATION = (
             ("storage-servers", "Storage servers", "storage-server", ()),
             ("disk-pools", "Disk pools", "disk-pool", ()),
             ("storage-units", "Storage units", "storage-unit", ()),
+            ("lifecycles", "Lifecycles", "lifecycle", ()),
             ("clusters", "Storage Scale", "cluster", ()),
         )),
         ("policies", "Policies", "policy", ()),
@@ -50,7 +51,7 @@ REACHABILITY_S = 30
 
 NEW_OBJECTS = (("host", "&Host…"), ("storage-server", "&Storage server…"),
                ("disk-pool", "&Disk pool…"), ("storage-unit", "Storage &unit…"),
-               ("policy", "&Policy…"))
+               ("lifecycle", "&Lifecycle…"), ("policy", "&Policy…"))
 VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
@@ -64,6 +65,8 @@ def status_summary(m):
         # jobs this console's dispatcher runs: closing the console stops them
         "mine": sum(j.get("runner") == m.dispatcher.id for j in active),
         "catalog_backup": m.catalog_backup_state(),
+        # the copies lifecycles want that keep failing
+        "duplications": m.duplication_problems(),
     }
 
 
@@ -150,12 +153,16 @@ class MainWindow(QMainWindow):
         self.jobs_label = QLabel("Jobs: …")
         self.catalog_backup_label = QLabel()
         self.catalog_backup_label.hide()
+        self.copies_label = QLabel()
+        self.copies_label.setObjectName("missing-copies")
+        self.copies_label.hide()
         for label in (self.master_label, self.hosts_label, self.jobs_label,
-                      self.catalog_backup_label):
+                      self.catalog_backup_label, self.copies_label):
             label.setContentsMargins(6, 0, 6, 0)
             label.setTextFormat(Qt.TextFormat.PlainText)
         sb = self.statusBar()
         sb.addWidget(self.master_label, 1)
+        sb.addPermanentWidget(self.copies_label)
         sb.addPermanentWidget(self.catalog_backup_label)
         sb.addPermanentWidget(self.hosts_label)
         sb.addPermanentWidget(self.jobs_label)
@@ -288,6 +295,7 @@ class MainWindow(QMainWindow):
         self._show_hosts()
         self.jobs_label.setText(f"Jobs: {s['running']} running, {s['queued']} queued")
         self._show_catalog_backup(s["catalog_backup"])
+        self._show_missing_copies(s.get("duplications") or [])
         now = time.monotonic()
         if not self._reach_busy and (self.reachability is None or
                                      now - self._reach_last >= REACHABILITY_S):
@@ -311,6 +319,23 @@ class MainWindow(QMainWindow):
                "state directory. " if keys else "")
             + "File ▸ Back up the catalog…, or `cairn catalog backup --storage-unit STU "
               "--passphrase-file F --wait` (README, Disaster recovery).")
+    def _show_missing_copies(self, problems):
+        """A warning while copies a lifecycle wants are not made and no attempt is left."""
+        self.copies_label.setVisible(bool(problems))
+        if not problems:
+            return
+        n = len(problems)
+        self.copies_label.setText(f"Copies: {n} missing")
+        self.copies_label.setStyleSheet("color: #c0392b;")
+        lines = [f"Image {p['image']} has no copy {p['copy']} in disk pool {p['pool']}: "
+                 f"duplicate job {p['job']} (attempt {p['attempts']}) ended with status "
+                 f"{p['status']}, {p['why']}" for p in problems[:10]]
+        if n > 10:
+            lines.append(f"… and {n - 10} more")
+        self.copies_label.setToolTip(
+            "\n".join(lines) + "\nFix the cause, then restart the job in the activity monitor "
+            "(`cairn jobs restart ID`); `cairn lifecycle list` lists them.")
+
     def check_hosts(self):
         """Asks every host's agent whether it answers, off the UI thread."""
         if self._reach_busy:

@@ -27,6 +27,7 @@ _AFTER_DELETE = {
     "disk-pool": "The volumes and any files in them stay on the storage server.",
     "storage-unit": "",
     "policy": "Its backup images stay until they expire and can still be restored.",
+    "lifecycle": "The copies its duplications made stay until they expire.",
 }
 
 

@@ -23,6 +23,7 @@ def make_pages(bridge):
         views.ObjectListView(specs["storage-servers"], bridge),
         views.ObjectListView(specs["disk-pools"], bridge),
         views.ObjectListView(specs["storage-units"], bridge),
+        views.ObjectListView(specs["lifecycles"], bridge),
         ClusterView(bridge),
         views.ObjectListView(specs["policies"], bridge),
         ActivityView(bridge),

@@ -20,7 +20,7 @@ from ui.wizards.schedule_text import summary as schedule_summary
 from ui.wizards.storage_server import CIPHER, chunk_text
 
 KIND_LABELS = {"host": "Host", "storage-server": "Storage server", "disk-pool": "Disk pool",
-               "storage-unit": "Storage unit", "policy": "Policy"}
+               "storage-unit": "Storage unit", "policy": "Policy", "lifecycle": "Lifecycle"}
 
 # attributes shown read-only, per kind, in this order (after the name)
 READ_ONLY = {
@@ -29,6 +29,7 @@ READ_ONLY = {
     "disk-pool": ("server", "server_type", "host", "volumes", "created"),
     "storage-unit": ("pool", "server", "host", "active_jobs", "created"),
     "policy": ("clients", "selections", "schedules", "compression", "encryption", "created"),
+    "lifecycle": ("steps", "policies", "created"),
 }
 
 LABELS = {
@@ -49,7 +50,9 @@ LABELS = {
     "verify_every": "Verify the whole pool every",
     "verify_max_mb_s": "Verify reads at most",
     "skip_nodump": "Leave out files marked nodump",
+    "steps": "Steps", "policies": "Used by policies", "lifecycle": "Lifecycle",
 }
+NO_LIFECYCLE = "(none: one copy, on the storage unit)"
 
 #: where a policy's (or a host's) backups to deduplicating pools are cut into chunks
 DEDUP_MODES = {
@@ -98,6 +101,10 @@ def _text(key, value):
         return "\n".join(schedule_summary(s) for s in value) or "—"
     if key == "options":
         return _options_text(value)
+    if key == "steps":
+        return "\n".join(f"Copy {s['copy']}: {'back up' if s['kind'] == 'backup' else 'copy'}"
+                         f" to {s['storage_unit']} (disk pool {s['pool']} on {s['host']}), "
+                         f"kept {s['retention']}" for s in value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list):
@@ -130,7 +137,8 @@ def next_backups_text(runs):
 def editor_values(m, kind):
     """Choices some editors need from the catalog (a policy's storage units)."""
     if kind == "policy":
-        return {"storage_units": [u["name"] for u in m.storage_units()]}
+        return {"storage_units": [u["name"] for u in m.storage_units()],
+                "lifecycles": [x["name"] for x in m.lifecycles()]}
     return {}
 
 
@@ -316,11 +324,8 @@ class PropertiesDialog(QDialog):
             w.setToolTip("crc32: fast, catches corruption; sha256: also evidence against "
                          "tampering, costs CPU")
             w.currentTextChanged.connect(self._changed)
-        elif key == "storage_unit":
-            w = QComboBox()
-            w.addItem(value)
-            w.setCurrentText(value)
-            w.currentTextChanged.connect(self._changed)
+        elif key in ("storage_unit", "lifecycle"):
+            w = self._target_editor(key, value)
         else:
             w = QLineEdit(value or "")
             w.setClearButtonEnabled(True)
@@ -338,6 +343,45 @@ class PropertiesDialog(QDialog):
         combo.addItems(values["storage_units"])
         combo.setCurrentText(current)
         combo.blockSignals(False)
+        combo = self.editors.get("lifecycle")
+        if combo is not None:
+            current = combo.currentData()
+            combo.blockSignals(True)
+            combo.clear()
+            combo.addItem(NO_LIFECYCLE, "none")
+            for name in values["lifecycles"]:
+                combo.addItem(icon("lifecycle"), name, name)
+            combo.setCurrentIndex(max(0, combo.findData(current)))
+            combo.blockSignals(False)
+
+    def _target_editor(self, key, value):
+        """Where a policy's backups go: its storage unit, or its lifecycle (whose backup step
+        is then the unit)."""
+        w = QComboBox()
+        if key == "storage_unit":
+            w.addItem(value)
+            w.setCurrentText(value)
+            w.currentTextChanged.connect(self._changed)
+            # under a lifecycle its backup step is the unit: change the lifecycle instead
+            w.setEnabled(not self.obj.get("lifecycle"))
+            w.setToolTip("Set by the policy's lifecycle (its backup step); choose no lifecycle "
+                         "to choose a unit" if self.obj.get("lifecycle") else
+                         "Where the policy's backups go")
+            return w
+        w.addItem(NO_LIFECYCLE, "none")
+        if value:
+            w.addItem(icon("lifecycle"), value, value)
+            w.setCurrentIndex(1)
+        w.setToolTip("A lifecycle backs up to its first step's storage unit and copies each "
+                     "backup to its other steps' pools, each copy with its own retention")
+        w.currentIndexChanged.connect(self._changed)
+        w.currentIndexChanged.connect(self._lifecycle_chosen)
+        return w
+
+    def _lifecycle_chosen(self, *_):
+        unit = self.editors.get("storage_unit")
+        if unit is not None:
+            unit.setEnabled(self.value("lifecycle") == "none")
 
     def value(self, key):
         w = self.editors[key]
@@ -361,10 +405,14 @@ class PropertiesDialog(QDialog):
                 old = ",".join(f"{k}={v}" for k, v in sorted((old or {}).items()))
             elif key == "verify_every":
                 old = verify_text(old)
+            elif key == "lifecycle":
+                old = old or "none"
             elif isinstance(self.editors[key], QLineEdit):
                 old = old or ""
             if new != old:
                 out[key] = new
+        if "storage_unit" in out and out.get("lifecycle") == "none":
+            del out["lifecycle"]  # a storage unit chosen leaves the lifecycle by itself
         return out
 
     def _changed(self, *_):

@@ -53,10 +53,15 @@ def _preview(m, image, paths, to, to_host, overwrite, relocate):
                              relocate=relocate, limit=PREVIEW_ROWS)
 
 
-def _start(m, image, paths, to, to_host, overwrite, relocate, direct_io="auto", streams=None):
+def _start(m, image, paths, to, to_host, overwrite, relocate, direct_io="auto", streams=None,
+           copy=None):
     jid = m.start_restore(image, paths, to, to_host=to_host, overwrite=overwrite,
-                          relocate=relocate, direct_io=direct_io, streams=streams)
+                          relocate=relocate, direct_io=direct_io, streams=streams, copy=copy)
     return m.job(jid)
+
+
+#: the copy choice that reads the primary and falls back to the next
+ANY_COPY = "The primary copy, or the next copy when it cannot be read"
 
 
 class RestoreDialog(QDialog):
@@ -87,6 +92,8 @@ class RestoreDialog(QDialog):
         self._show_streams()
         self.bridge.call(lambda m: [h["name"] for h in m.host_list()],
                          done=self._hosts, context=self)
+        self.bridge.call(lambda m, iid: m.image_copies(iid)["copies"], self.image["id"],
+                         done=self._copies, context=self)
         self.resize(860, 700)
         self._timer.start()  # the first preview, or what it still needs
 
@@ -162,6 +169,13 @@ class RestoreDialog(QDialog):
             "When the image and the target are on one host, the files are cut into parts "
             "restored at once by several processes: faster for many files on a target that "
             "takes parallel writes (local disks, parallel file systems).")
+        self.copy = QComboBox()
+        self.copy.setObjectName("restore-copy")
+        self.copy.addItem(ANY_COPY, None)
+        self.copy.setToolTip("An image a lifecycle duplicated has a copy in each of its pools: "
+                             "by default the restore reads the primary and falls back to the "
+                             "next copy (a missing or damaged one, a host that does not "
+                             "answer); choose one copy to read it and no other.")
         self.streams_hint = QLabel()
         self.streams_hint.setObjectName("restore-streams-hint")
         self.streams_hint.setWordWrap(True)
@@ -246,6 +260,7 @@ class RestoreDialog(QDialog):
         over.addRow("Files that already exist", self.overwrite)
         over.addRow("Writing", self.direct)
         over.addRow("Parallel streams", streams_row)
+        over.addRow("Read from", self.copy)
         lay.addLayout(over)
         lay.addWidget(reloc)
         preview_label = QLabel(f"<b>Preview</b> (the first {PREVIEW_ROWS} paths)")
@@ -278,6 +293,12 @@ class RestoreDialog(QDialog):
         self.host.setCurrentIndex(max(i, 0))
         self.host.blockSignals(False)
         self._show_streams()
+
+    def _copies(self, copies):
+        for c in copies:
+            self.copy.addItem(icon("lifecycle"), f"Copy {c['copy']} only: disk pool {c['pool']} "
+                              f"on {c['storage_host']}", c["copy"])
+        self.copy.setEnabled(len(copies) > 1)
 
     def request(self):
         """(to, to_host, overwrite, relocate) as the form says."""
@@ -379,7 +400,8 @@ class RestoreDialog(QDialog):
         self.status.setText("Starting the restore…")
         self.bridge.call(_start, self.image["id"], self.paths, to, host, overwrite, relocate,
                          "auto" if self.direct.isChecked() else "off",
-                         self.streams.currentData(), done=self._started, failed=self._start_failed, context=self)
+                         self.streams.currentData(), self.copy.currentData(),
+                         done=self._started, failed=self._start_failed, context=self)
 
     def _started(self, job):
         self.job = job

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QDateEdit, QHBoxLayout, QLab
 from app import timeutil
 from ui import fmt
 from ui.image_columns import IMAGE_COLUMNS
+from ui.image_copies import CopiesDialog
 from ui.image_expire import ImageExpiry
 from ui.models import ObjectTableModel
 from ui.object_actions import ImageActions
@@ -71,6 +72,7 @@ class ImageList(QWidget):
         self._pending_reloaded = False
         self._sized = False
         self.context_menu = None
+        self.copies_dialog = None
         # ---- what the image list does besides restoring: expire, verify, rebuild index
         self.expiry = ImageExpiry(self, self._say)
         self.expire_action = self.expiry.action
@@ -325,11 +327,23 @@ class ImageList(QWidget):
         if not self.table.indexAt(pos).isValid():
             return
         menu = QMenu(self)
+        menu.addAction(icon("lifecycle"), "Copies…", self.show_copies)
         menu.addAction(self.expire_action)
         menu.addAction(self.image_actions.verify)
         menu.addAction(self.image_actions.rebuild_index)
         menu.popup(self.table.viewport().mapToGlobal(pos))
         self.context_menu = menu
+
+    def show_copies(self):
+        """The selected image's copies, in a window of their own."""
+        image = self.image
+        if image is None:
+            return None
+        dlg = CopiesDialog(self.bridge, image, self.window())
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.copies_dialog = dlg
+        dlg.open()
+        return dlg
 
     def expire_selected(self):
         """Asks what goes with the selected image, then for a confirmation (expire_box)."""

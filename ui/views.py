@@ -132,11 +132,41 @@ STORAGE_UNITS = ListSpec(
     + _cmd("cairn storage-unit create NAME --pool POOL") + ".",
     kind="storage-unit")
 
+def _steps_text(lifecycle):
+    """`backup to stu-a (2w) → copy to stu-b (8w)`"""
+    return " → ".join(f"{'back up to' if s['kind'] == 'backup' else 'copy to'} "
+                      f"{s['storage_unit']} ({s['retention']})" for s in lifecycle["steps"])
+
+
+def _steps_tooltip(lifecycle):
+    return "\n".join(f"Copy {s['copy']}: {s['kind']} to storage unit {s['storage_unit']} "
+                      f"(disk pool {s['pool']} on {s['host']}), kept {s['retention']}"
+                      for s in lifecycle["steps"])
+
+
+LIFECYCLES = ListSpec(
+    "lifecycles", "Lifecycles", "lifecycle",
+    "The steps a policy's images go through: a backup to one storage unit, then copies to "
+    "others (another pool, another storage server), each kept for its own retention.",
+    [text_column("name", "Name", icon=lambda r: icon("lifecycle")),
+     Column("steps", "Steps", _steps_text, sort=lambda r: _steps_text(r).lower(),
+            tooltip=_steps_tooltip),
+     list_column("policies", "Policies")],
+    lambda m: m.lifecycles(),
+    "No lifecycles yet: a policy under a lifecycle has every backup copied to another pool. "
+    "Create one with " + _cmd("cairn lifecycle create NAME --step backup:STU:2w "
+                              "--step duplicate:STU2:8w") + ".",
+    kind="lifecycle")
+
 POLICIES = ListSpec(
     "policies", "Policies", "policy",
     "What is backed up, from which clients, when, and where to.",
     [text_column("name", "Name", icon=lambda r: icon("policy")),
      text_column("storage_unit", "Storage unit"),
+     Column("lifecycle", "Lifecycle", lambda r: r.get("lifecycle") or "",
+            sort=lambda r: (r.get("lifecycle") or "").lower(),
+            help="the lifecycle that copies the policy's backups to other pools; its backup "
+                 "step is the storage unit"),
      number_column("priority", "Priority"),
      list_column("clients", "Clients"),
      list_column("selections", "Selections"),
@@ -150,7 +180,7 @@ POLICIES = ListSpec(
     + _cmd("cairn policy add-selection POLICY PATH") + ".",
     kind="policy")
 
-LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, POLICIES)
+LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, LIFECYCLES, POLICIES)
 
 
 # ---- widgets ---------------------------------------------------------------------------------

@@ -475,6 +475,25 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
     return summary
 
 
+# ---- copies of images in other pools (a lifecycle's duplications) ----------------------------
+
+@handler
+def send_image(req, image_path, storage, sink, host, port, cert, token):
+    """Source side of a copy to another host's pool: the image read from its pool, sent to
+    the target's receiving side (receive_image) through the target type's client sink."""
+    from app.agent import duplicate
+    return duplicate.send_image(req, image_path, storage, sink, host, port, cert, token)
+
+
+@handler
+def copy_image(req, image_path, storage, partial, target, image_id):
+    """A copy between two pools of this host: the image read from its pool (`storage`),
+    written under `partial` by the target pool's type (`target`), committed later by
+    commit_image."""
+    from app.agent import duplicate
+    return duplicate.copy_here(req, image_path, storage, partial, target, image_id)
+
+
 # ---- pools: verify, space reclaim, usage, chunk index -----------------------------------------
 
 @handler

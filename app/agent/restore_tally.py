@@ -39,10 +39,12 @@ class _Tally:
         self.emit("log", {"message": message})
 
     def lost(self, path, message):
-        """An item not restored because the image's data for it is damaged."""
+        """An item not restored because the image's data for it is damaged: its warning says
+        so, for a restore that reads such items again from another copy of the image."""
         self.errors += 1
         self.damaged += 1
-        self.warn(path, message)
+        self.warnings += 1
+        self.emit("warning", {"path": path, "message": message, "damaged": True})
 
     def progress(self, force=False):
         now = time.monotonic()

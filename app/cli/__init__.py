@@ -14,7 +14,8 @@ import sqlite3
 import sys
 
 from app import __version__, status as st
-from app.cli import backup, catalog, host, images, jobs, master, policy, report, restore, storage
+from app.cli import backup, catalog, host, images, jobs, lifecycle, master, policy, report, \
+    restore, storage
 from app.cli.shared import open_master
 from app.errors import CairnError
 from app.store.db import catalog_error
@@ -38,6 +39,7 @@ NOUNS = (
     policy.schedule_commands,
     report.status_codes_commands,
     catalog.catalog_commands,
+    lifecycle.lifecycle_commands,
     master.agent_commands,
 )
 

@@ -21,6 +21,9 @@ def images_commands(sub, cmd):
     p = cmd(im, "dependents", "the images that go when an image is expired",
             handler=_dependents)
     p.add_argument("image")
+    p = cmd(im, "copies", "every copy of an image: its number, pool, storage unit, host, expiry "
+                          "and state", handler=_copies)
+    p.add_argument("image")
     p = cmd(im, "show", "one image: where it is, what it holds, the snapshot it was read from",
             handler=_show)
     p.add_argument("image")
@@ -61,6 +64,19 @@ def _dependents(m, args):
 
 def _show(m, args):
     return out(args, m.image(args.image), _print_image)
+
+
+def _copies(m, args):
+    def human(d):
+        table([{"copy": c["copy"], "primary": "yes" if c["primary"] else "",
+                "pool": c["pool"], "storage_unit": c["storage_unit"], "host": c["storage_host"],
+                "expires": c["expires"] or "never", "state": c["state"]}
+               for c in d["copies"]],
+              ["copy", "primary", "pool", "storage_unit", "host", "expires", "state"])
+        for j in d["duplications"]:
+            print(f"duplicate job {j['job']} ({j['state']}) makes copy {j['copy']} on "
+                  f"{j['storage_unit']}")
+    return out(args, m.image_copies(args.image), human)
 
 
 def _verify(m, args):

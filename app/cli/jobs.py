@@ -19,6 +19,9 @@ def jobs_commands(sub, cmd):
     p.add_argument("id", type=int)
     p = cmd(jb, "resume", "let a suspended job start again", handler=_suspend_or_resume)
     p.add_argument("id", type=int)
+    p = cmd(jb, "wait", "wait until jobs end (running them when no master runs)",
+            handler=_wait)
+    p.add_argument("ids", type=int, nargs="+", metavar="ID")
     p = cmd(jb, "restart", "queue a failed or canceled job again with the same parameters",
             handler=_restart)
     p.add_argument("id", type=int)
@@ -55,6 +58,13 @@ def _suspend_or_resume(m, args):
     j = m.suspend_job(args.id) if s == "suspend" else m.resume_job(args.id)
     done = {"suspend": "suspended", "resume": "resumed"}[s]
     return out(args, j, lambda d: print(f"job {d['id']}: {done}"))
+
+
+def _wait(m, args):
+    args.wait = True
+    for j in args.ids:
+        m.job(j)  # an unknown id is refused before anything waits
+    return jobs_result(m, args, args.ids)
 
 
 def _restart(m, args):

@@ -14,7 +14,8 @@ def policy_commands(sub, cmd):
              handler=_list).add_subparsers(dest="sub", metavar="ACTION")
     _create_command(po, cmd)
     p = cmd(po, "set", "change a policy's attribute", handler=_set,
-            description="Change one attribute of a policy: storage_unit, priority, "
+            description="Change one attribute of a policy: storage_unit, lifecycle (a "
+                        "lifecycle's name, or none), priority, "
                         "multiple_streams, checksum, snapshot (none, filesystem, fileset), "
                         "file_list (auto, walk), dedup, skip_nodump (yes, no), active or "
                         "comment.")
@@ -39,7 +40,11 @@ def policy_commands(sub, cmd):
 def _create_command(po, cmd):
     p = cmd(po, "create", "create a policy", handler=_create)
     p.add_argument("name")
-    p.add_argument("--storage-unit", required=True)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--storage-unit", help="where its backups go (one copy)")
+    where.add_argument("--lifecycle",
+                       help="where its backups go and where they are duplicated to, each copy "
+                            "with its own retention (`cairn lifecycle create`)")
     p.add_argument("--priority", type=int, default=0)
     p.add_argument("--compression", action="store_true")
     p.add_argument("--encryption", action="store_true")
@@ -108,15 +113,17 @@ def _add_schedule_command(po, cmd):
 
 
 def _policy_out(args, r):
-    return out(args, r, lambda d: print(f"policy {d['name']}: storage unit "
-                                        f"{d['storage_unit']}, clients {d['clients']}, "
-                                        f"selections {d['selections']}, schedules "
-                                        f"{[x['name'] for x in d['schedules']]}"))
+    return out(args, r, lambda d: print(
+        f"policy {d['name']}: storage unit {d['storage_unit']}"
+        + (f" (lifecycle {d['lifecycle']})" if d.get("lifecycle") else "")
+        + f", clients {d['clients']}, selections {d['selections']}, schedules "
+          f"{[x['name'] for x in d['schedules']]}"))
 
 
 def _create(m, args):
     return _policy_out(args, m.create_policy(
-        args.name, storage_unit=args.storage_unit, priority=args.priority,
+        args.name, storage_unit=args.storage_unit, lifecycle=args.lifecycle,
+        priority=args.priority,
         compression=args.compression, encryption=args.encryption,
         multiple_streams=args.multiple_streams, checksum=args.checksum, snapshot=args.snapshot,
         file_list=args.file_list, dedup=args.dedup, skip_nodump=args.skip_nodump))
@@ -137,7 +144,7 @@ def _add_selection(m, args):
 
 def _add_schedule(m, args):
     # app.config loads for the commands that parse with it, not for every `cairn` command.
-    from app.config import calendar_from_text, parse_windows_text
+    from app.schedule_rules import calendar_from_text, parse_windows_text
     passphrase = None
     if args.passphrase_file:
         # The escrow's module loads for this option only.
@@ -157,7 +164,7 @@ def _show(m, args):
 
 def _list(m, args):
     return out(args, {"policies": m.policies()},
-               lambda d: table(d["policies"], ["name", "storage_unit", "clients",
+               lambda d: table(d["policies"], ["name", "storage_unit", "lifecycle", "clients",
                                                "selections"]))
 
 

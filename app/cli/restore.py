@@ -69,6 +69,10 @@ def restore_commands(sub, cmd):
                         "pattern's wildcards matched) or, with --regex, a regular expression")
     p.add_argument("--regex", action="store_true", help="--rename PATTERN is a regular "
                    "expression (REPLACEMENT may use \\1)")
+    p.add_argument("--copy", type=int, metavar="N",
+                   help="read this copy of the image (see `cairn images copies IMAGE`), and no "
+                        "other; by default the primary copy, then the next when one is "
+                        "missing, damaged or its host is down")
     p.add_argument("--preview", action="store_true",
                    help="show where the paths would go, and start nothing")
     p.add_argument("--wait", action="store_true")
@@ -91,7 +95,8 @@ def _restore(m, args):
                                              f"{i['target']}") for i in d["items"]])
     jid = m.start_restore(image, args.path, args.to, to_host=args.to_host,
                           overwrite=args.overwrite, relocate=relocate or None,
-                          direct_io=args.direct_io, streams=_streams_arg(args.streams))
+                          direct_io=args.direct_io, streams=_streams_arg(args.streams),
+                          copy=args.copy)
     return jobs_result(m, args, [jid])
 
 

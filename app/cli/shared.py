@@ -53,6 +53,13 @@ def jobs_result(m, args, ids):
     codes = [j["status"] for j in jobs if j["status"] is not None]
     worst = max(codes, key=lambda x: (x != 0, x != 1, x)) if codes else 0
     doc = {"jobs": jobs, "status": worst}
+    # A lifecycle's duplications of the backups' images: listed, not waited for (`cairn jobs
+    # wait ID`), and run by a dispatcher once the backups are done.
+    dups = m.duplicate_jobs(ids)
+    if dups:
+        doc["duplicates"] = dups
+        if args.wait and any(d["state"] != "done" for d in dups):
+            _ensure_dispatcher(m, args)
 
     def human(d):
         for j in d["jobs"]:
@@ -64,6 +71,10 @@ def jobs_result(m, args, ids):
             else:
                 print(f"job {j['id']} ({j['type']}, {j['client']}) {j['state']}; follow it with "
                       f"`cairn jobs show {j['id']}`")
+        for j in d.get("duplicates", []):
+            print(f"duplicate job {j['id']} ({j['storage_unit']}) {j['state']}"
+                  + (f": status {j['status']}" if j["state"] == "done" else
+                     f"; wait for it with `cairn jobs wait {j['id']}`"))
     out(args, doc, human)
     return worst
 

@@ -40,11 +40,14 @@ def set_image_id(parent):
     return f"{parent['client']}_{int(timeutil.parse_iso(parent['created']))}_{parent['id']}"
 
 
-def expiry_of(job, schedule, created):
-    """When an image made at `created` expires (None: never). A retention whose end cannot be
-    written as a date (a schedule saved before retentions were limited) fails the backup
-    before anything is written."""
+def expiry_of(job, schedule, created, lifecycle=None):
+    """When an image made at `created` expires (None: never): its lifecycle's backup step's
+    retention when the policy has a lifecycle, else its schedule's. A retention whose end
+    cannot be written as a date (a schedule saved before retentions were limited) fails the
+    backup before anything is written."""
     retention = schedule["retention_s"] if schedule else None
+    if lifecycle is not None:
+        retention = lifecycle["steps"][0]["retention_s"]
     if not retention:
         return None
     try:
@@ -128,7 +131,7 @@ class BackupJob:
         self.storage_host = self.client_host = self.policy = self.schedule = None
         self.selections = self.level = self.checksum = self.stream = None
         self.base = self.base_index = self.completer = self.previous = self.since = None
-        self.cache = self.references = None
+        self.cache = self.references = self.lifecycle = None
         self.storage = self.client = self.side = None
         self.image_id = self.partial = self.final = None
         self.index = None
@@ -158,6 +161,8 @@ class BackupJob:
             self.set = {"id": set_image_id(parent),
                         "streams": len(parent["params"].get("streams") or []),
                         "selections": parent["params"].get("selections") or []}
+        self.lifecycle = (self.master.lifecycle_config.get(self.policy["lifecycle"])
+                          if self.policy.get("lifecycle") else None)
 
     def run(self):
         try:
@@ -173,7 +178,7 @@ class BackupJob:
         if self.level == "full" and self.side.files_cache:
             self._choose_files_cache()
         created = time.time()
-        expires = expiry_of(self.job, self.schedule, created)
+        expires = expiry_of(self.job, self.schedule, created, self.lifecycle)
         meta = self._meta(created, expires)
         self.index = IndexWriter(self.master.home.index_path(self.image_id))
         try:
@@ -201,7 +206,8 @@ class BackupJob:
                 "schedule_type": self.level,
                 "base_image": self.base["id"] if self.base else None,
                 "created": timeutil.iso(created), "expires": expires,
-                "retention_s": self.schedule["retention_s"] if self.schedule else None,
+                "retention_s": (self.lifecycle["steps"][0]["retention_s"] if self.lifecycle
+                                else self.schedule["retention_s"] if self.schedule else None),
                 "selections": self.selections, "job_id": self.job["id"],
                 "checksum": self.checksum, "storage_unit": self.stu["name"],
                 "pool": self.pool["name"], "stream": self.stream, "set": self.set}
@@ -389,6 +395,7 @@ class BackupJob:
                 snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots")
                 else None,
                 scan=json.dumps(summary["scan"]) if summary.get("scan") else None,
+                lifecycle=self.lifecycle["name"] if self.lifecycle else None,
                 **side.catalog_fields(stats)))
 
     def _undo(self):
@@ -434,6 +441,9 @@ class BackupJob:
                 f"{summary.get('dirs', 0)} directories, {summary['bytes']} bytes of data "
                 f"({committed['bytes']} bytes on {posixpath.dirname(committed['path'])}); "
                 f"index {info['bytes']} bytes")
+        if committed.get("duplicates"):
+            ctx.log(f"lifecycle {self.lifecycle['name']}: duplicate job(s) "
+                    f"{', '.join(map(str, committed['duplicates']))} queued to copy the image")
         ctx.flush(sample=True)
         code = st.PARTIAL if warnings else st.OK
         msg = (f"{warnings} warning(s): some files were skipped or changed, see the log"

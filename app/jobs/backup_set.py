@@ -15,6 +15,7 @@ from app.catalog_index import IndexReader, IndexWriter
 from app.errors import CairnError, Canceled
 from app.jobs.backup import new_image_id, record_image, set_image_id
 from app.jobs.context import JobContext
+from app.jobs.duplicate_queue import queue_after_backup
 from app.jobs.store import DONE
 from app.jobs.result import JobResult
 
@@ -46,7 +47,9 @@ def stream_key(selections):
 
 def _latest_attempts(db, parent_id):
     """The last attempt of each stream (a retry replaces the attempt it follows)."""
-    rows = db.all("SELECT * FROM jobs WHERE parent_id=? ORDER BY id", (parent_id,))
+    # the stream jobs (a lifecycle's duplicate jobs are of the family too)
+    rows = db.all("SELECT * FROM jobs WHERE parent_id=? AND type='backup' ORDER BY id",
+                  (parent_id,))
     latest = {}
     for r in rows:
         latest[json.loads(r["params"]).get("stream")] = r
@@ -85,11 +88,14 @@ class BackupSetJob:
             raise CairnError(f"no stream of the backup succeeded (see jobs "
                              f"{', '.join(str(r['id']) for r in bad)})", status_code=worst)
         images = [master.image(r["image_id"]) for r in good]
-        set_id, info = self._record(images)
+        set_id, info, dups = self._record(images)
         ctx.files = sum(i["files"] for i in images)
         ctx.bytes = sum(i["bytes"] for i in images)
         ctx.log(f"set image {set_id} recorded: {len(images)} stream image(s) "
                 f"({', '.join(i['id'] for i in images)}), {info['files']} entries in its index")
+        if dups:
+            ctx.log(f"lifecycle {images[0]['lifecycle']}: duplicate job(s) "
+                    f"{', '.join(map(str, dups))} queued to copy the set")
         ctx.flush(sample=True)
         if bad:
             why = f"{len(bad)} of {len(latest)} streams failed; the set image holds the others"
@@ -122,16 +128,19 @@ class BackupSetJob:
         if master.db.one("SELECT 1 FROM images WHERE id=?", (set_id,)):
             set_id = new_image_id(master.db, job["client"], job["id"])
         info, sources = write_set_index(master, set_id, images)
-        record_set(master, set_id=set_id, job_id=job["id"], client=job["client"],
-                   policy=job["policy"], schedule=job["schedule"],
-                   selections=job["params"]["selections"], images=images, sources=sources)
-        return set_id, info
+        dups = record_set(master, set_id=set_id, job_id=job["id"], client=job["client"],
+                          policy=job["policy"], schedule=job["schedule"],
+                          selections=job["params"]["selections"], images=images,
+                          sources=sources, lifecycle=images[0].get("lifecycle"),
+                          duplicate=True)
+        return set_id, info, dups
 
 
 def record_set(master, *, set_id, job_id, client, policy, schedule, selections, images,
-               sources, imported=None):
+               sources, imported=None, lifecycle=None, duplicate=False):
     """Records the set image of stream images (catalog rows) whose index is written, and
-    makes them part of it, in one transaction."""
+    makes them part of it, in one transaction; with `duplicate`, the duplicate jobs of its
+    lifecycle are queued in it too (their ids are returned)."""
     created = min(i["created"] for i in images)
     expires = max((i["expires"] for i in images if i["expires"]), default=None)
     levels = {i["schedule_type"] for i in images}
@@ -146,9 +155,16 @@ def record_set(master, *, set_id, job_id, client, policy, schedule, selections, 
                      job_id=job_id, selections=selections,
                      warnings=sum(i["warnings"] for i in images),
                      checksum=images[0]["checksum"], base_image=None, sources=sources,
-                     stream=None, **({"imported": imported} if imported else {}))
+                     stream=None, **({"imported": imported} if imported else {}),
+                     **({"lifecycle": lifecycle} if lifecycle else {}))
         c.executemany("UPDATE images SET part_of=? WHERE id=?",
                       [(set_id, i["id"]) for i in images])
+        if not duplicate:
+            return []
+        return queue_after_backup(master, c, {"id": set_id, "client": client,
+                                              "policy": policy, "schedule": schedule,
+                                              "job_id": job_id, "lifecycle": lifecycle,
+                                              "stream": None, "sources": sources})
 
 
 def write_set_index(master, set_id, images):

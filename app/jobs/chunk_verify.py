@@ -8,7 +8,7 @@ folders and files private again and reports what was open to other users."""
 import posixpath
 
 from app import status as st
-from app.jobs import cleanup
+from app.jobs import cleanup, copies
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
 from app.jobs.result import JobResult
@@ -19,9 +19,9 @@ LOG_FILES = 20
 
 
 def _recipe_images(master, pool_name):
-    """{recipe path: image id} of the pool's images in the catalog."""
-    return {r["path"]: r["id"] for r in master.db.all(
-        "SELECT id, path FROM images WHERE pool=?", (pool_name,))}
+    """{recipe path: image id} of the pool's images in the catalog, primary copies and
+    further copies alike."""
+    return copies.known_in_pool(master.db, pool_name)
 
 
 def damaged_files(master, image_id, ranges):

@@ -13,12 +13,14 @@ orphans; space reclaim of a deduplication pool does not keep their chunks."""
 
 import json
 import os
+import posixpath
 import stat
 import time
 
 from app import status as st
 from app import timeutil
 from app.errors import ValidationError
+from app.formats.poolfiles import parse_name
 from app.jobs.context import JobContext
 from app.jobs.storage import pool_type
 from app.jobs.store import ACTIVE
@@ -31,16 +33,23 @@ LOG_FILES = 50
 
 
 def known_images(db):
-    """The image ids that own pool files: the catalog's images and unfinished commits."""
-    return {r[0] for r in db.all("SELECT id FROM images UNION SELECT image_id FROM "
-                                 "image_commits")}
+    """The image ids that own pool files: the catalog's images, unfinished commits, and the
+    partial files of copies being made (a lifecycle's duplications name theirs apart)."""
+    known = {r[0] for r in db.all("SELECT id FROM images UNION SELECT image_id FROM "
+                                  "image_commits")}
+    for (partial,) in db.all("SELECT partial FROM copy_commits"):
+        parsed = parse_name(posixpath.basename(partial))
+        if parsed:
+            known.add(parsed[0])
+    return known
 
 
 def min_age_s(db, now=None):
     """A pool file younger than this (in seconds, measured by the storage server) may belong
-    to a backup that runs now."""
+    to a backup or a duplication that runs now."""
     now = time.time() if now is None else now
-    row = db.one("SELECT min(started) FROM jobs WHERE state=? AND type='backup'", (ACTIVE,))
+    row = db.one("SELECT min(started) FROM jobs WHERE state=? AND type IN ('backup', "
+                 "'duplicate')", (ACTIVE,))
     oldest = timeutil.parse_iso(row[0]) if row and row[0] else now
     return max(0.0, now - oldest) + MARGIN_S
 

@@ -6,7 +6,9 @@ undone (docs/master.md, "Committing an image").
    there, and write the commit's record (image_commits: the partial and final names and the
    whole catalog row to insert).
 2. rename: the storage server's agent renames the partial file to its final name, durably.
-3. record: in one catalog transaction, insert the image's row and delete the commit record.
+3. record: in one catalog transaction, insert the image's row and delete the commit record;
+   an image made under a lifecycle gets its duplicate jobs queued in that transaction
+   (app/jobs/duplicate_queue.py).
 
 A failure the job sees undoes the step at once (the job ends failed, so nothing of it stays).
 A process killed between 1 and 3 leaves the commit record; once its job has ended (the
@@ -21,6 +23,7 @@ import time
 from app import status as st
 from app import timeutil
 from app.errors import CairnError
+from app.jobs.duplicate_queue import queue_after_backup
 from app.jobs.store import DONE, NEXT_CHANGE
 
 
@@ -59,12 +62,13 @@ def commit(master, conn, *, job_id, record, partial, final, storage, extra_bytes
     ({"path", "bytes"}). conn: the storage host's agent; storage: the pool's storage spec
     (its type renames the image into place). record: record_image's fields without path and
     image_bytes, which the commit fills in (image_bytes: the file's size plus
-    extra_bytes)."""
+    extra_bytes). The result's "duplicates": the duplicate jobs queued for it."""
     _begin(master, job_id=job_id, record=record, partial=partial, final=final,
            extra_bytes=extra_bytes)
     try:
         committed = _rename(conn, partial, final, storage)
-        _record(master, record, committed["path"], committed["bytes"] + extra_bytes)
+        committed["duplicates"] = _record(master, record, committed["path"],
+                                          committed["bytes"] + extra_bytes)
     except BaseException:
         try:
             _undo(master, master.hosts.connect(master.config.host(record["storage_host"])),
@@ -98,9 +102,11 @@ def _rename(conn, partial, final, storage):
 
 
 def _record(master, record, path, image_bytes):
+    """Step 3; returns the ids of the duplicate jobs queued for the image."""
     with master.db.tx() as c:
         record_image(c, **record, path=path, image_bytes=image_bytes)
         c.execute("DELETE FROM image_commits WHERE image_id=?", (record["id"],))
+        return queue_after_backup(master, c, record)
 
 
 def _undo(master, conn, image_id, partial, final):
@@ -165,9 +171,13 @@ def _resolve(master, conn, k):
             why = "its catalog index is missing"
         else:
             try:
-                _record(master, record, k["final"], final["size"] + extra)
+                dups = _record(master, record, k["final"], final["size"] + extra)
             except CairnError as e:
                 why = e.message
+            else:
+                if dups:
+                    note(master, job_id, f"duplicate job(s) {', '.join(map(str, dups))} "
+                         f"queued for image {image_id}", "info")
         if why is None:
             with master.db.tx() as c:
                 c.execute(f"UPDATE jobs SET image_id=?, changed={NEXT_CHANGE} WHERE id=?",

@@ -15,6 +15,7 @@ import posixpath
 
 from app import status as st
 from app.errors import CairnError, NotFound
+from app.jobs import copies
 from app.jobs.context import results
 from app.jobs.pool_modes import exposed_text, report_modes
 from app.jobs.result import JobResult
@@ -90,9 +91,8 @@ def run(master, job, ctx, *, image, pool, server, host, storage_type, spec):
         tops = sorted({posixpath.dirname(posixpath.dirname(x)) for x in held if x})
         what = f"image {images[0]['id']}"
     else:
-        images = [master.image(r[0]) for r in master.db.all(
-            "SELECT id FROM images WHERE pool=? AND path!='' ORDER BY created, id",
-            (pool["name"],))]
+        # primary copies and the further copies a lifecycle put in the pool alike
+        images = copies.images_in_pool(master, pool["name"])
         own_only = True
         tops = [posixpath.join(v, storage_type.image_dir) for v in pool["volumes"]]
         what = f"the whole pool {pool['name']} ({len(images)} image files)"

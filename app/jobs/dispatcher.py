@@ -24,7 +24,8 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import cleanup, commit, expire, kinds
+from app.jobs import cleanup, commit, duplicate_commit, duplicate_queue, expire, kinds
+from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
 from app.jobs.rules import retry_wanted
 from app.jobs.store import ACTIVE, QUEUED
 
@@ -79,7 +80,7 @@ class Dispatcher:
     # ---- dispatching ----------------------------------------------------------------------
     def reap_stale(self):
         cutoff = time.time() - STALE_SECONDS
-        rows = self.db.all("SELECT id FROM jobs WHERE state=? AND (heartbeat IS NULL OR "
+        rows = self.db.all("SELECT id, type FROM jobs WHERE state=? AND (heartbeat IS NULL OR "
                            "heartbeat<?) AND (runner IS NULL OR runner!=?)",
                            (ACTIVE, cutoff, self.id))
         for r in rows:
@@ -90,6 +91,14 @@ class Dispatcher:
                 c.execute("DELETE FROM image_holds WHERE job_id=? AND NOT EXISTS (SELECT 1 "
                           "FROM image_commits WHERE job_id=?)", (r["id"], r["id"]))
         self.recover()
+        # A duplication is the master's own work: one whose process stopped is tried again
+        # (what it left is resolved above, or before its next attempt starts).
+        for r in rows:
+            if r["type"] == DUPLICATE:
+                try:
+                    self._retry(r["id"])
+                except Exception:  # noqa: BLE001 - the failed attempt is recorded either way
+                    traceback.print_exc()
 
     def recover(self):
         """What jobs whose process stopped left half done: a commit between the rename of an
@@ -100,14 +109,14 @@ class Dispatcher:
         if now < self._next_recover:
             return
         try:
-            left = commit.pending(self.db) or self.db.one(
-                "SELECT 1 FROM images WHERE expiring IS NOT NULL AND NOT EXISTS (SELECT 1 "
-                "FROM jobs j WHERE j.id=images.expiring AND j.state!='done')")
+            left = commit.pending(self.db) or duplicate_commit.pending(self.db) or \
+                expire.left_marked(self.db)
             if left:
                 self._next_recover = now + RECOVER_RETRY
                 commit.recover(self.master)
+                duplicate_commit.recover(self.master)
                 expire.recover(self.master)
-                if not commit.pending(self.db):
+                if not commit.pending(self.db) and not duplicate_commit.pending(self.db):
                     self._next_recover = 0.0
         except Exception:  # noqa: BLE001 - the dispatcher must go on; logged for admins
             traceback.print_exc()
@@ -149,6 +158,8 @@ class Dispatcher:
                 if limit is not None and per_client.get(job["client"], 0) >= limit:
                     reason = (f"client {job['client']} is at its limit of {limit} "
                               f"job{'s' if limit != 1 else ''}")
+            if reason is None and job["type"] == DUPLICATE:
+                reason = duplicate_queue.wait_reason(self.db, job)
             if reason is None and job["type"] == "verify" and job["params"]:
                 params = json.loads(job["params"])
                 pool = params.get("pool")
@@ -214,7 +225,8 @@ class Dispatcher:
         tries = self.master.setting("backup_tries")
         if job["attempt"] >= tries:
             if tries > 1:
-                jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed: no tries left")
+                jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed: no tries left",
+                         "error" if job["type"] == DUPLICATE else "info")
             return None
         delay = timeutil.parse_duration(self.master.setting("retry_delay")) or 0
         start = self.clock() + delay
@@ -222,13 +234,15 @@ class Dispatcher:
             jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed; no retry: the start "
                      f"window closes before {timeutil.iso(start)}", "warning")
             return None
-        new = jobs.create(
-            "backup", client=job["client"], policy=job["policy"], schedule=job["schedule"],
+        again = dict(
+            client=job["client"], policy=job["policy"], schedule=job["schedule"],
             storage_unit=job["storage_unit"], priority=job["priority"], params=job["params"],
             parent_id=job["parent_id"], attempt=job["attempt"] + 1,
             retry_of=job["retry_of"] or job_id, not_before=start, not_after=job["not_after"],
             note=f"attempt {job['attempt'] + 1} of {tries}, after job {job_id} failed with "
                  f"status {job['status']}")
+        new = (jobs.create(DUPLICATE, **again) if job["type"] == DUPLICATE
+               else jobs.create("backup", **again))
         jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed; attempt "
                  f"{job['attempt'] + 1} queued as job {new}, to start at {timeutil.iso(start)}",
                  "warning")
@@ -273,7 +287,8 @@ class Dispatcher:
         stu = job["storage_unit"]
         if not stu:
             return None
-        if job["type"] == "backup":
+        # Backups and duplications write to the unit: both count against its limit of jobs.
+        if job["type"] in ("backup", DUPLICATE):
             row = self.db.one("SELECT max_concurrent_jobs FROM storage_units WHERE name=?",
                               (stu,))
             if row is not None and active_per_stu.get(stu, 0) >= row[0]:

@@ -11,7 +11,11 @@ once the job has ended.
 An expire job first checks the holds and marks its images as being expired, in one catalog
 transaction, so that no backup chooses them from then on; then it removes them newest first,
 each from the pool, the catalog file index and the catalog, so that an interruption never
-leaves an image whose sources are gone."""
+leaves an image whose sources are gone.
+
+An image with several copies (a lifecycle's duplications) goes whole when every copy's
+retention has ended; a copy whose retention ends earlier goes alone (app/jobs/
+expire_copies.py), the next copy taking the primary's place when the primary goes."""
 
 import json
 import time
@@ -19,7 +23,7 @@ import time
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled, ValidationError
-from app.jobs import holds, pool_jobs
+from app.jobs import copies, expire_copies, holds, pool_jobs
 from app.jobs.commit import note
 from app.jobs.context import JobContext
 from app.jobs.storage import pool_type
@@ -47,12 +51,10 @@ def dependents(db, image_ids):
 
 
 def due(db, now):
-    """Images whose retention has ended, that nothing still retained reads from and that no
-    job holds: the ones an automatic expiry removes at `now`. Returns (removable ids, kept:
-    {id: why})."""
-    ended = {r[0] for r in db.all("SELECT id FROM images WHERE expires IS NOT NULL AND "
-                                  "expires<=?", (timeutil.iso(now),))}
-    return removable(db, ended)
+    """Images whose retention has ended (of every copy they have), that nothing still
+    retained reads from and that no job holds: the ones an automatic expiry removes at `now`.
+    Returns (removable ids, kept: {id: why})."""
+    return removable(db, expire_copies._whole_ended(db, now))
 
 
 def removable(db, image_ids):
@@ -109,13 +111,17 @@ def order_newest_first(db, image_ids):
     return [r[0] for r in rows]
 
 
-def _claim(master, job, ctx, images, reason):
-    """Checks the holds and marks the images this job removes, in one transaction. By hand,
-    any hold refuses the whole job; after retention, held images (and what goes with them)
-    are left for a later run. Returns the ids to remove."""
+def _claim(master, job, ctx, images, reason, units=()):
+    """Checks the holds and marks the images this job removes, and the copies it removes of
+    images that stay (units: (image id, copy number)), in one transaction. By hand, any hold
+    refuses the whole job; after retention, held images (and what goes with them) are left
+    for a later run. Returns (the ids to remove, the copies to remove)."""
     ids = [i for i in images if master.db.one("SELECT 1 FROM images WHERE id=?", (i,))]
     by_retention = reason == RETENTION
     with master.db.tx() as c:
+        units, kept_copies = expire_copies.removable(master.db, [tuple(u) for u in units],
+                                                     ids)
+        units = expire_copies.claim(c, job["id"], units)
         if by_retention:
             todo, kept = removable(master.db, ids)
         else:
@@ -129,11 +135,11 @@ def _claim(master, job, ctx, images, reason):
             todo, kept = ids, {}
         c.executemany("UPDATE images SET expiring=? WHERE id=?",
                       [(job["id"], i) for i in todo])
-    for iid, why in sorted(kept.items()):
+    for iid, why in sorted({**kept, **kept_copies}.items()):
         ctx.log(f"image {iid} is kept for now, a later expiry run removes it: {why}",
                 "warning")
     ctx.flush()
-    return todo
+    return todo, units
 
 
 class ExpireJob:
@@ -149,20 +155,28 @@ class ExpireJob:
 
     def prepare(self):
         self.images = self.job["params"]["images"]
+        self.copies = self.job["params"].get("copies") or []
         self.reason = self.job["params"].get("reason", "by the administrator")
 
     def run(self):
         master, job, ctx, ids = self.master, self.job, self.ctx, self.images
-        ctx.log(f"expiring {len(ids)} image(s): {', '.join(ids)} ({self.reason})")
+        if ids:
+            ctx.log(f"expiring {len(ids)} image(s): {', '.join(ids)} ({self.reason})")
+        if self.copies:
+            ctx.log(f"expiring {len(self.copies)} copy(ies) of images that other copies keep: "
+                    + ", ".join(f"{i} copy {n}" for i, n in self.copies) + f" ({self.reason})")
         ctx.flush()
-        todo = _claim(master, job, ctx, ids, self.reason)
+        todo, units = _claim(master, job, ctx, ids, self.reason, self.copies)
         try:
-            return _remove(master, ctx, todo)
+            result = _remove(master, ctx, todo)
+            gone = _remove_copies(master, ctx, job["id"])
         except BaseException:
-            # The images not removed may be chosen by backups again.
+            # The images and copies not removed may be chosen by backups again.
             with master.db.tx() as c:
                 c.execute("UPDATE images SET expiring=NULL WHERE expiring=?", (job["id"],))
+                expire_copies.unclaim(c, job["id"])
             raise
+        return JobResult(bytes=result.bytes + gone[1], files=result.files + gone[0])
 
 
 def _remove(master, ctx, ids):
@@ -172,9 +186,16 @@ def _remove(master, ctx, ids):
         if ctx.cancelled:
             raise Canceled()
         img = master.image(iid)
-        if img["path"]:
-            conn = master.hosts.connect(master.config.host(img["storage_host"]))
-            conn.call("remove_image", {"path": img["path"]}, timeout=120)
+        # every copy's file first, the primary's last: the row goes once all are gone
+        for k in reversed(copies.copies(master.db, iid)):
+            if k["path"]:
+                conn = master.hosts.connect(master.config.host(k["storage_host"]))
+                conn.call("remove_image", {"path": k["path"]}, timeout=120)
+            if not k["primary"]:
+                with master.db.tx() as c:
+                    c.execute("DELETE FROM image_copies WHERE image_id=? AND copy_number=?",
+                              (iid, k["copy"]))
+                _note_removed(master, ctx, dict(img, **k, id=iid), reclaim_pools)
         with master.db.tx() as c:
             c.execute("DELETE FROM image_deps WHERE image_id=?", (iid,))
             c.execute("DELETE FROM images WHERE id=?", (iid,))
@@ -183,51 +204,94 @@ def _remove(master, ctx, ids):
         nbytes += img["image_bytes"]
         ctx.files = removed
         ctx.bytes = nbytes
-        # The pool's storage type says what the removal freed, and whether a space reclaim
-        # frees the rest.
-        text, reclaim = pool_type(master, img["pool"])[3].expired(img)
-        if reclaim:
-            reclaim_pools.add(img["pool"])
-        ctx.log(text)
-        ctx.flush()
+        _note_removed(master, ctx, img, reclaim_pools)
+    _queue_reclaims(master, ctx, reclaim_pools)
+    return JobResult(bytes=nbytes, files=removed)
+
+
+def _note_removed(master, ctx, img, reclaim_pools):
+    """The pool's storage type says what the removal freed, and whether a space reclaim
+    frees the rest."""
+    text, reclaim = pool_type(master, img["pool"])[3].expired(img)
+    if reclaim:
+        reclaim_pools.add(img["pool"])
+    if img.get("copy") and img.get("primary") is False:
+        text = f"copy {img['copy']}: {text}"
+    ctx.log(text)
+    ctx.flush()
+
+
+def _remove_copies(master, ctx, job_id):
+    """Removes the copies the job marked of images that stay: (copies, bytes)."""
+    n = nbytes = 0
+    reclaim_pools = set()
+    for k in expire_copies.marked(master.db, job_id):
+        if ctx.cancelled:
+            raise Canceled()
+        if k["path"]:
+            conn = master.hosts.connect(master.config.host(k["storage_host"]))
+            conn.call("remove_image", {"path": k["path"]}, timeout=120)
+        with master.db.tx() as c:
+            c.execute("DELETE FROM image_copies WHERE image_id=? AND copy_number=?",
+                      (k["image_id"], k["copy_number"]))
+        img = master.image(k["image_id"])
+        n += 1
+        nbytes += k["image_bytes"]
+        _note_removed(master, ctx, dict(img, pool=k["pool"], storage_host=k["storage_host"],
+                                        image_bytes=k["image_bytes"], copy=k["copy_number"],
+                                        primary=False,
+                                        dedup=json.loads(k["dedup"]) if k["dedup"] else None),
+                      reclaim_pools)
+    _queue_reclaims(master, ctx, reclaim_pools)
+    return n, nbytes
+
+
+def _queue_reclaims(master, ctx, reclaim_pools):
     for pool in sorted(reclaim_pools):
         try:
             jid = pool_jobs.make_reclaim_job(master, pool, "images expired")
             ctx.log(f"space reclaim of pool {pool} queued as job {jid}")
         except CairnError as e:
             ctx.log(f"space reclaim of pool {pool} not queued: {e.message}")
-    return JobResult(bytes=nbytes, files=removed)
 
 
-def make_job(master, image_ids, reason, c=None):
-    """An expire job; reason RETENTION makes it leave held images for a later run."""
-    first = master.image(image_ids[0])
+def make_job(master, image_ids, reason, c=None, copies=()):
+    """An expire job of whole images and of copies ((image id, copy number)) of images that
+    stay; reason RETENTION makes it leave held images for a later run."""
+    first = master.image(image_ids[0] if image_ids else copies[0][0])
+    params = {"images": list(image_ids), "reason": reason}
+    if copies:
+        params["copies"] = [list(u) for u in copies]
     return master.jobs.create(
         "expire", client=first["client"], policy=first["policy"], schedule=first["schedule"],
-        params={"images": list(image_ids), "reason": reason},
-        note=f"expire job queued: {reason}", c=c)
+        params=params, note=f"expire job queued: {reason}", c=c)
 
 
 def expire_due(master, now=None):
-    """Queues expire jobs for the images whose retention has ended (one job per client),
-    unless an expire job for them is already waiting. Returns the job ids."""
+    """Queues expire jobs for the images whose retention has ended (one job per client), and
+    for the copies whose retention has ended of images that stay, unless an expire job for
+    them is already waiting. Returns the job ids."""
     now = time.time() if now is None else now
     ready, _kept = due(master.db, now)
+    # copies of images whose every copy has ended go with their image, when it may go
+    units, _kept = expire_copies.due(master.db, now)
     _note_held(master, now)
-    if not ready:
+    if not ready and not units:
         return []
-    pending = set()
+    pending, pending_copies = set(), set()
     for r in master.db.all("SELECT params FROM jobs WHERE type='expire' AND state!='done'"):
-        pending.update(json.loads(r[0] or "{}").get("images", []))
-    todo = [i for i in ready if i not in pending]
+        params = json.loads(r[0] or "{}")
+        pending.update(params.get("images", []))
+        pending_copies.update(tuple(u) for u in params.get("copies", []))
     by_client = {}
-    for iid in todo:
-        img = master.image(iid)
-        by_client.setdefault(img["client"], []).append(iid)
+    for iid in [i for i in ready if i not in pending]:
+        by_client.setdefault(master.image(iid)["client"], ([], []))[0].append(iid)
+    for u in [u for u in units if u not in pending_copies and u[0] not in pending]:
+        by_client.setdefault(master.image(u[0])["client"], ([], []))[1].append(u)
     jobs = []
-    for client, ids in sorted(by_client.items()):
+    for client, (ids, copy_units) in sorted(by_client.items()):
         try:
-            jobs.append(make_job(master, ids, RETENTION))
+            jobs.append(make_job(master, ids, RETENTION, copies=copy_units))
         except CairnError:
             continue
     return jobs
@@ -244,11 +308,20 @@ def _note_held(master, now):
         note(master, h["job"], text, "info")
 
 
+def left_marked(db):
+    """Whether images or copies are marked by an expire job that has ended."""
+    return db.one("SELECT 1 FROM images WHERE expiring IS NOT NULL AND NOT EXISTS (SELECT 1 "
+                  "FROM jobs j WHERE j.id=images.expiring AND j.state!='done')") is not None \
+        or expire_copies.left_marked(db)
+
+
 def recover(master):
     """Images left marked by an expire job whose process stopped: one whose file is gone (and
     that no image reads from) was removed, so its catalog row and index go too; any other is
-    unmarked, so backups may use it again. Returns {"removed": [...], "kept": [...]}."""
+    unmarked, so backups may use it again. Copies alike: one whose file is gone is dropped,
+    any other unmarked. Returns {"removed": [...], "kept": [...]}."""
     out = {"removed": [], "kept": []}
+    _recover_copies(master, out)
     for r in master.db.all("SELECT id, path, storage_host, expiring FROM images WHERE "
                            "expiring IS NOT NULL AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
                            "j.id=images.expiring AND j.state!='done') ORDER BY created DESC"):
@@ -275,3 +348,28 @@ def recover(master):
             note(master, r["expiring"], f"image {r['id']} was not expired: the process "
                  "running this job stopped first")
     return out
+
+
+def _recover_copies(master, out):
+    for r in master.db.all("SELECT * FROM image_copies WHERE expiring IS NOT NULL AND NOT "
+                           "EXISTS (SELECT 1 FROM jobs j WHERE j.id=image_copies.expiring AND "
+                           "j.state!='done')"):
+        try:
+            conn = master.hosts.connect(master.config.host(r["storage_host"]))
+            present = bool(r["path"]) and conn.call("stat_path", {"path": r["path"]},
+                                                    timeout=60)["exists"]
+        except CairnError:
+            continue  # asked again on a later call
+        what = f"{r['image_id']} copy {r['copy_number']}"
+        with master.db.tx() as c:
+            if present or not r["path"]:
+                c.execute("UPDATE image_copies SET expiring=NULL WHERE image_id=? AND "
+                          "copy_number=?", (r["image_id"], r["copy_number"]))
+            else:
+                c.execute("DELETE FROM image_copies WHERE image_id=? AND copy_number=?",
+                          (r["image_id"], r["copy_number"]))
+        (out["kept"] if present or not r["path"] else out["removed"]).append(what)
+        note(master, r["expiring"], f"image {what}: " + (
+            "not removed, the process running this job stopped first" if present
+            else "its file was removed before the process running this job stopped; its "
+                 "catalog entry is removed now"))

@@ -16,6 +16,7 @@ from app.jobs.backup import BackupJob
 from app.jobs.backup_set import BackupSetJob
 from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP, CatalogBackupJob
 from app.jobs.cleanup import CleanupJob
+from app.jobs.duplicate import JOB_TYPE as DUPLICATE, DuplicateJob
 from app.jobs.expire import ExpireJob
 from app.jobs.pool_import import JOB_TYPE as IMPORT, ImportJob
 from app.jobs.pool_jobs import ReclaimJob, VerifyJob
@@ -43,7 +44,7 @@ class JobKind(Protocol):
 KINDS = {"backup": BackupJob, "backup-set": BackupSetJob, "restore": RestoreJob,
          "expire": ExpireJob, "verify": VerifyJob, "reclaim": ReclaimJob,
          "cleanup": CleanupJob, REBUILD_INDEX: RebuildIndexJob,
-         CATALOG_BACKUP: CatalogBackupJob, IMPORT: ImportJob}
+         CATALOG_BACKUP: CatalogBackupJob, IMPORT: ImportJob, DUPLICATE: DuplicateJob}
 
 
 def kind_of(job):

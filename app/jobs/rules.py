@@ -10,7 +10,7 @@ from app import status as st
 CATEGORIES = ("queued", "active", "done", "failed")
 
 #: the job types that can be restarted (Master.restart_job)
-RESTARTABLE_TYPES = ("backup", "restore")
+RESTARTABLE_TYPES = ("backup", "restore", "duplicate")
 
 # Failures another attempt cannot mend: wrong input, missing trust or software, or a decision.
 NO_RETRY = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED, st.INVALID_REQUEST,
@@ -40,7 +40,10 @@ def restartable(job):
 def retried(job):
     """Whether a failed attempt of the job is tried again by itself, up to the master's
     backup_tries: scheduled backups (they have a start window), not the parent of a backup's
-    streams. A backup started by hand is the administrator's to restart."""
+    streams, and a lifecycle's duplications (queued by the master, never by hand). A backup
+    started by hand is the administrator's to restart."""
+    if job.get("type") == "duplicate":
+        return True
     return (job.get("type") == "backup" and job.get("not_after") is not None
             and not (job.get("params") or {}).get("streams"))
 

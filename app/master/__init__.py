@@ -12,6 +12,7 @@ part of the API that Master is made of:
   images.py         images: listing, browsing and searching their indexes, expiring them
   restores.py       checking, previewing and queueing restores
   catalog.py        queueing catalog backups of the master's own state
+  lifecycles.py     lifecycles (a backup and its duplications) and the copies of images
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
                     restart, cancel, suspend, statistics
 
@@ -24,11 +25,13 @@ from app.config import Config
 from app.hosts import HostPool
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import JobStore
+from app.lifecycles import Lifecycles
 from app.master.catalog import CatalogAPI
 from app.master.configuration import ConfigurationAPI
 from app.master.hosts import HostsAPI
 from app.master.images import ImagesAPI
 from app.master.jobs import JobsAPI
+from app.master.lifecycles import LifecyclesAPI
 from app.master.restores import (DIRECT_IO_CHOICES, MAX_RESTORE_STREAMS,  # noqa: F401
                                  OVERWRITE_CHOICES, RestoresAPI)
 from app.master.storage import StorageAPI
@@ -37,12 +40,13 @@ from app.store.db import Database
 
 
 class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
-             CatalogAPI):
+             CatalogAPI, LifecyclesAPI):
     def __init__(self, home=None, password_provider=None):
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
         self.db = Database(self.home.catalog)
         self.config = Config(self.db)
+        self.lifecycle_config = Lifecycles(self.db)
         self.jobs = JobStore(self.db)
         self.hosts = HostPool(self.home, password_provider)
         self.dispatcher = Dispatcher(self)

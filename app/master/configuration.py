@@ -2,24 +2,29 @@
 master API (app/master/__init__.py)."""
 
 from app import config_edit, timeutil
-from app.config import CATALOG_SCHEDULE
+from app.schedule_rules import CATALOG_SCHEDULE
 from app.jobs import catalog_backup
 from app.errors import NotFound, ValidationError
 
 
 class ConfigurationAPI:
-    def create_policy(self, name, *, storage_unit, priority=0, multiple_streams=False,
-                      checksum="crc32", snapshot="none", file_list="auto", dedup="server",
-                      skip_nodump=False, clients=(), selections=(), schedules=(), comment="",
-                      compression=False, encryption=False):
+    def create_policy(self, name, *, storage_unit=None, lifecycle=None, priority=0,
+                      multiple_streams=False, checksum="crc32", snapshot="none",
+                      file_list="auto", dedup="server", skip_nodump=False, clients=(),
+                      selections=(), schedules=(), comment="", compression=False,
+                      encryption=False):
         """A policy with its clients, backup selections and schedules (dicts of
         add_schedule's arguments plus `name`), all or nothing: when a later part is
-        refused, the policy is removed again and the error raised. compression and
+        refused, the policy is removed again and the error raised. It writes to a storage
+        unit or through a lifecycle (exactly one of them: app/lifecycles.py). compression and
         encryption are refused with the reason (Config.add_policy). A catalog schedule
         needs the catalog backup key to exist (add_schedule)."""
         if any(s.get("type") == CATALOG_SCHEDULE for s in schedules):
             catalog_backup.check_schedulable(self, None)
-        self.config.add_policy(name, storage_unit=storage_unit, priority=priority,
+        storage_unit, lifecycle_id = self.lifecycle_config.policy_target(storage_unit,
+                                                                          lifecycle)
+        self.config.add_policy(name, storage_unit=storage_unit, lifecycle_id=lifecycle_id,
+                               priority=priority,
                                compression=compression, encryption=encryption,
                                multiple_streams=multiple_streams, checksum=checksum,
                                snapshot=snapshot, file_list=file_list, dedup=dedup,
@@ -74,7 +79,7 @@ class ConfigurationAPI:
     # ---- editing --------------------------------------------------------------------------
     def dependents(self, kind, name):
         """What still uses a configuration object (kind: host, storage-server, disk-pool,
-        storage-unit, policy); it can be deleted only when this is empty."""
+        storage-unit, policy, lifecycle); it can be deleted only when this is empty."""
         deps = config_edit.dependents(self.db, kind, name)
         return {"kind": kind, "name": name, "dependents": deps,
                 "text": config_edit.describe(deps)}
@@ -87,8 +92,10 @@ class ConfigurationAPI:
 
     # ---- settings -------------------------------------------------------------------------
     SETTINGS = {"max_jobs_per_client": (4, "jobs of one client that may run at once"),
-                "backup_tries": (2, "attempts of a failed backup, the first one included"),
-                "retry_delay": ("10m", "wait before the next attempt of a failed backup")}
+                "backup_tries": (2, "attempts of a failed backup or duplication, the first one "
+                                 "included"),
+                "retry_delay": ("10m", "wait before the next attempt of a failed backup or "
+                                "duplication")}
 
     def setting(self, key):
         if key not in self.SETTINGS:

@@ -19,7 +19,7 @@ class ImagesAPI:
     def images(self, client=None, policy=None, include_parts=False):
         """Images newest first. The stream images of a multi-stream backup are listed only
         with include_parts: their set image is the backup to browse and restore."""
-        sql, args = "SELECT * FROM images WHERE 1=1", []
+        sql, args = f"SELECT *, {_COPIES} FROM images WHERE 1=1", []
         if not include_parts:
             sql += " AND part_of IS NULL"
         if client:
@@ -32,7 +32,7 @@ class ImagesAPI:
                                                      args)]
 
     def image(self, image_id):
-        row = self.db.one("SELECT * FROM images WHERE id=?", (image_id,))
+        row = self.db.one(f"SELECT *, {_COPIES} FROM images WHERE id=?", (image_id,))
         if row is None:
             raise NotFound(f"there is no image {image_id!r}",
                            hint="see `cairn images list`")
@@ -44,7 +44,8 @@ class ImagesAPI:
         from a pool)."""
         if not self.db.one("SELECT 1 FROM images WHERE client=? LIMIT 1", (client,)):
             self.config.host(client)
-        sql, args = "SELECT * FROM images WHERE client=? AND part_of IS NULL", [client]
+        sql = f"SELECT *, {_COPIES} FROM images WHERE client=? AND part_of IS NULL"
+        args = [client]
         if policy:
             sql += " AND policy=?"
             args.append(policy)
@@ -233,6 +234,15 @@ class ImagesAPI:
                 break
         return {"client": client, "query": query, "versions": versions, "count": count,
                 "truncated": count > len(versions), "cancelled": cancelled, "errors": errors}
+
+
+# How many copies an image has (its primary and those a lifecycle's duplications made), and
+# until when the last of them is kept (NULL: one is kept forever): the image's own end.
+_COPIES = ("(SELECT count(*) FROM image_copies k WHERE k.image_id=images.id) + 1 AS copies, "
+           "CASE WHEN expires IS NULL OR EXISTS (SELECT 1 FROM image_copies k WHERE "
+           "k.image_id=images.id AND k.expires IS NULL) THEN NULL ELSE max(expires, coalesce("
+           "(SELECT max(expires) FROM image_copies k WHERE k.image_id=images.id), expires)) "
+           "END AS kept_until")
 
 
 def _image_dict(row):

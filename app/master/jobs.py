@@ -4,12 +4,14 @@ cancel, suspend, resume, statistics). Part of the master API (app/master/__init_
 import time
 
 from app import status, timeutil
-from app.config import CATALOG_SCHEDULE, STREAM_MARKER
+from app.config import STREAM_MARKER
+from app.schedule_rules import CATALOG_SCHEDULE
 from app.errors import CairnError, NotFound, ValidationError
 from app.jobs import catalog_backup, stats
 from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP
 from app.jobs.backup_set import split_streams, stream_key
 from app.jobs.dispatcher import Dispatcher
+from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
 from app.jobs.store import DONE
 
 
@@ -168,7 +170,20 @@ class JobsAPI:
             new_id = self.start_restore(p["image"], p["paths"], p["to"], to_host=p.get("to_host"),
                                         overwrite=p.get("overwrite", "skip"),
                                         direct_io=p.get("direct_io", "auto"),
-                                        streams=p.get("parallel_streams"), **extra)
+                                        streams=p.get("parallel_streams"),
+                                        copy=p.get("copy"), **extra)
+        elif old["type"] == DUPLICATE:
+            # the image and the unit it is copied to must still be there
+            self.image(p["image"])
+            self.config.storage_unit(old["storage_unit"])
+            new_id = self.jobs.create(DUPLICATE, client=old["client"], policy=old["policy"],
+                                      schedule=old["schedule"],
+                                      storage_unit=old["storage_unit"],
+                                      priority=old["priority"], params=p,
+                                      parent_id=old["parent_id"], attempt=old["attempt"] + 1,
+                                      retry_of=old["retry_of"] or job_id,
+                                      note=f"attempt {old['attempt'] + 1}: restart of job "
+                                           f"{job_id}")
         elif old["type"] == CATALOG_BACKUP:
             # The escrow made when the first one was queued seals the keys: no passphrase.
             catalog_backup.target(self, p["storage_unit"])

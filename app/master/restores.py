@@ -5,6 +5,7 @@ import os
 
 from app.config import check_abs_path
 from app.errors import NotFound, ValidationError
+from app.jobs.restore_copies import check_copy
 from app.jobs.restore_plan import chosen_paths
 from app.relocate import join_target, plan_targets, Relocation
 
@@ -73,14 +74,16 @@ class RestoresAPI:
                 "relocate": relocation.to_dict()}
 
     def start_restore(self, image_id, paths, to, to_host=None, overwrite="skip",
-                      relocate=None, direct_io="auto", streams=None):
+                      relocate=None, direct_io="auto", streams=None, copy=None):
         """Queues a restore job. `relocate` ({"strip", "add", "rename": {"pattern",
         "replacement", "mode"}}, see app/relocate.py) changes where paths land under `to`;
         it is checked on the chosen paths now and on everything below them when the job
         builds its plan, before anything is written. `direct_io`: "auto" writes large files
         past the page cache where the target's file system suits it, "off" never (see
         DIRECT_IO_CHOICES). `streams`: the number of processes that restore at once when the
-        image and the target are on one host (None: the host decides)."""
+        image and the target are on one host (None: the host decides). `copy`: the number of
+        the image's copy to read, and no other (None: the primary copy, then the next when
+        one cannot be read; app/jobs/restore_copies.py)."""
         if direct_io not in DIRECT_IO_CHOICES:
             raise ValidationError(f"direct I/O choice {direct_io!r} is unknown",
                                   hint=f"choose one of: {', '.join(DIRECT_IO_CHOICES)}")
@@ -93,6 +96,8 @@ class RestoresAPI:
                                        "(auto)")
         img, norm, to, host, relocation = self._restore_request(
             image_id, paths, to, to_host, overwrite, relocate)
+        if copy is not None:
+            check_copy(self.db, img, copy)
         # The job checks them again, on everything below them, when it builds its plan.
         with self.open_index(img) as idx:
             chosen_paths(idx, norm, relocation, below=False, missing=lambda p: NotFound(
@@ -108,6 +113,8 @@ class RestoresAPI:
             params["direct_io"] = direct_io
         if streams is not None:
             params["parallel_streams"] = streams
+        if copy is not None:
+            params["copy"] = copy
         # One transaction with the check, so that an expire job either sees this restore's
         # reads or has marked its images before (app/jobs/holds.py).
         with self.db.tx() as c:

@@ -326,6 +326,62 @@ MIGRATIONS = [
     """
     ALTER TABLE images ADD COLUMN imported TEXT
     """,
+    # 14: lifecycles and second copies. A lifecycle is ordered steps: the backup to one
+    # storage unit, then duplications to others, each copy with its own retention (-1:
+    # infinite). A policy under a lifecycle keeps storage_unit_id as the unit its backups
+    # write to: its lifecycle's backup step. The images row stays the image's primary copy
+    # (copy_number: which copy it describes, 1 until that copy expired and the next took its
+    # place); image_copies holds the further ones. A duplication in progress is recorded
+    # before it writes (phase "writing") and before its rename ("committing"), so that a
+    # process killed at any point is resolved on the next start (app/jobs/duplicate_commit.py).
+    """
+    CREATE TABLE lifecycles (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE lifecycle_steps (
+        lifecycle_id INTEGER NOT NULL REFERENCES lifecycles(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('backup', 'duplicate')),
+        storage_unit_id INTEGER NOT NULL REFERENCES storage_units(id),
+        retention_s INTEGER NOT NULL,
+        PRIMARY KEY (lifecycle_id, position)
+    );
+    ALTER TABLE policies ADD COLUMN lifecycle_id INTEGER REFERENCES lifecycles(id);
+    ALTER TABLE images ADD COLUMN copy_number INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE images ADD COLUMN lifecycle TEXT;
+    CREATE TABLE image_copies (
+        image_id TEXT NOT NULL,
+        copy_number INTEGER NOT NULL,
+        storage_unit TEXT NOT NULL,
+        pool TEXT NOT NULL,
+        storage_host TEXT NOT NULL,
+        path TEXT NOT NULL,
+        image_bytes INTEGER NOT NULL,
+        created TEXT NOT NULL,
+        expires TEXT,
+        job_id INTEGER,
+        state TEXT NOT NULL DEFAULT 'ok',
+        dedup TEXT,
+        expiring INTEGER,
+        PRIMARY KEY (image_id, copy_number)
+    );
+    CREATE INDEX image_copies_pool ON image_copies(pool);
+    CREATE TABLE copy_commits (
+        job_id INTEGER NOT NULL,
+        image_id TEXT NOT NULL,
+        storage_host TEXT NOT NULL,
+        pool TEXT NOT NULL,
+        partial TEXT NOT NULL,
+        final TEXT NOT NULL,
+        record TEXT NOT NULL,
+        phase TEXT NOT NULL,
+        started TEXT NOT NULL,
+        PRIMARY KEY (job_id, image_id)
+    )
+    """,
 ]
 
 

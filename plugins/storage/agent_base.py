@@ -20,12 +20,28 @@ The objects a half hands out:
     images): opener(tolerant) -> None (the image files are read as they are) or a function
     that opens an image path as a source with size, preadinto(), close() and `damage`;
     forked(parts) in a restore's forked process; close_streams() and close().
+  - an ImageSource (image_source: an image read whole, for a copy of it in another pool,
+    app/agent/duplicate.py): `size` (the image stream's length), preadinto(buf, pos),
+    entries() (None, or the chunks of a type that keeps them: the recipe's (fingerprint,
+    start, length) in stream order), chunk(fingerprint) -> the chunk's data, checked, and
+    close().
 
 An import (`cairn disk-pool import`, app/agent/pool_import.py) finds a pool's images by their
 file names (`image_suffix`), asks image_info() what the type keeps about each beside its
-stream, and reads each image's own metadata through reading()."""
+stream, and reads each image's own metadata through reading().
 
-from app.errors import ValidationError
+A copy goes into the target pool through the target type's own ways in: its client_sink over
+the data plane (the receiver on the far side), or its local_write on one host. A sink that
+also has copy_entries(entries, chunk_of) takes chunks: given a source with entries() it is
+sent only the chunks its pool lacks, and the recipe; any other pair streams the image.
+
+A `sink` of a copy is also told where the stream ends with finish() (the data plane's own
+end)."""
+
+import os
+
+from app.errors import CairnError, ValidationError
+from app import status
 
 
 class Reading:
@@ -44,6 +60,42 @@ class Reading:
 
     def close(self):
         pass
+
+
+class ImageFile:
+    """An image file read whole (the ImageSource of a type whose image is its file)."""
+
+    READ = 1 << 20
+
+    def __init__(self, path):
+        try:
+            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            raise CairnError(f"image file {path} is missing",
+                             status_code=status.IMAGE_DAMAGED) from None
+        except OSError as e:
+            raise CairnError(f"cannot open image file {path}: {e.strerror}",
+                             status_code=status.IMAGE_DAMAGED) from None
+        self.path = path
+        self.size = os.fstat(self.fd).st_size
+
+    def preadinto(self, mv, pos):
+        try:
+            return os.preadv(self.fd, [mv], pos)
+        except OSError as e:
+            raise CairnError(f"reading image file {self.path} failed: {e.strerror}",
+                             status_code=status.IMAGE_DAMAGED) from None
+
+    def entries(self):
+        return None
+
+    def chunk(self, fp):
+        raise ValidationError("an image file has no chunks")
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class AgentStorage:
@@ -82,6 +134,10 @@ class AgentStorage:
     def reading(self, spec):
         """A Reading of the pool's images."""
         return Reading()
+
+    def image_source(self, spec, path):
+        """An ImageSource of the image at `path`, for a copy of it in another pool."""
+        raise self.lacks("a way to read an image whole")
 
     def image_info(self, spec, path):
         """What the type keeps about one committed image beside its stream, for an import:

@@ -25,6 +25,9 @@ and says.
     (dedup: where chunking happens and the chunk sizes, never the key), the excludes of the
     pool's own files when the client is the storage host, what the storage side reports (the
     image's pool statistics), the commit's spec, and the job log's texts.
+  - duplicate_side(...): a BackupSide for a copy of an image arriving from another pool (a
+    lifecycle's duplication): the same seam as a backup, the sending side being the source
+    pool's storage host, never a client.
   - expired(image): the expire job's line for a removed image, and whether the pool wants a
     space reclaim afterwards.
   - import_images(server, pool, home, key_file): an ImportSide (below) for one import job,
@@ -175,6 +178,13 @@ class StorageType(abc.ABC):
     @abc.abstractmethod
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         """A BackupSide for one backup job into the server's pool."""
+
+    def duplicate_side(self, *, server, pool, home, volume, image_id):
+        """A BackupSide for a copy of an image that arrives from another pool (a lifecycle's
+        duplication, app/jobs/duplicate.py): the receiving side's spec (storage_spec), what
+        the sending storage host's agent needs (client_spec), the commit's spec and the copy's
+        statistics, as for a backup."""
+        raise NotImplementedError
 
     def expired(self, image):
         """(log line, whether the pool wants a space reclaim) for an image an expire job

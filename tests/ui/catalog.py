@@ -84,3 +84,14 @@ def populate(m, tmp_dir, *, jobs=True, images=True):
         add_image(m, f"{host}_1790086400", client=host, policy="p1",
                   created="2026-09-22T20:00:00Z")
     return host, ids
+
+
+def add_lifecycle(m, tmp_dir, name="gold"):
+    """A second pool (ss2, dp2, stu2) and lifecycle `name`: back up to stu1, copy to stu2."""
+    vol = os.path.join(str(tmp_dir), "vol2")
+    os.makedirs(vol, exist_ok=True)
+    if not any(u["name"] == "stu2" for u in m.storage_units()):
+        m.create_storage_server("ss2", type="advanced-disk", host=m.ensure_local_host()["name"])
+        m.create_disk_pool("dp2", server="ss2", volumes=[vol], check=False)
+        m.create_storage_unit("stu2", pool="dp2")
+    return m.create_lifecycle(name, ["backup:stu1:2w", "duplicate:stu2:8w"])

@@ -40,7 +40,7 @@ def test_navigation_follows_the_storage_model(console):
             ("Getting started", []),
             ("Hosts", []),
             ("Storage", [("Storage servers", []), ("Disk pools", []), ("Storage units", []),
-                         ("Storage Scale", [])]),
+                         ("Lifecycles", []), ("Storage Scale", [])]),
             ("Policies", []),
             ("Activity monitor", []),
             ("Backup & restore", []),

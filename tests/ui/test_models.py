@@ -3,6 +3,7 @@ while rows change."""
 
 import pytest
 
+from catalog import add_lifecycle
 from ui import job_table, views
 from ui.bridge import Bridge
 from ui.file_tree import ImageFilesModel
@@ -59,7 +60,8 @@ def test_a_changed_cell_is_reported_alone(qtbot):
 
 @pytest.mark.parametrize("spec", views.LIST_SPECS, ids=lambda s: s.name)
 @pytest.mark.qt_log_level_fail("WARNING")
-def test_every_list_model_with_catalog_rows(qtmodeltester, master, spec):
+def test_every_list_model_with_catalog_rows(qtmodeltester, master, spec, tmp_path):
+    add_lifecycle(master, tmp_path)
     model = ObjectTableModel(spec.columns, key=spec.key)
     qtmodeltester.check(model)
     rows = spec.fetch(master)

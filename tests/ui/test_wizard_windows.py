@@ -3,7 +3,7 @@ created all or nothing."""
 
 import pytest
 
-from app.config import check_windows
+from app.schedule_rules import check_windows
 from app.errors import ValidationError
 from ui.wizards.week_grid import cells_to_windows, describe, windows_to_cells
 

@@ -222,16 +222,24 @@ def test_upgrade_to_catalog_schedules_keeps_every_schedule(tmp_path, monkeypatch
     cfg.add_storage_server("ss1", type="advanced-disk", host="me")
     cfg.add_disk_pool("dp1", server="ss1", volumes=["/v"])
     cfg.add_storage_unit("stu1", pool="dp1")
-    cfg.add_policy("p1", storage_unit="stu1")
-    cfg.add_schedule("p1", "monthly", type="full", read_all=True,
-                     calendar={"weekdays": [], "monthdays": [1], "exclude": []},
-                     windows=[{"day": d, "start": "22:00", "hours": 8} for d in range(7)])
-    cfg.add_schedule("p1", "nightly", type="differential", frequency="1d", retention="1w")
-    before = cfg.policy("p1")["schedules"]
+    # a policy as a catalog of schema 10 held it (add_policy writes later columns too)
+    cfg.db.execute("INSERT INTO policies(name, storage_unit_id, created) SELECT 'p1', id, "
+                   "'2026-01-01T00:00:00Z' FROM storage_units WHERE name='stu1'")
+    # and its schedules (add_schedule reads the policy back with later tables)
+    for name, kind, cal, read_all in (
+            ("monthly", "full", '{"weekdays": [], "monthdays": [1], "exclude": []}', 1),
+            ("nightly", "differential", None, 0)):
+        cfg.db.execute("INSERT INTO schedules(policy_id, name, type, retention_s, "
+                       "frequency_s, windows, calendar, read_all) SELECT id, ?, ?, 604800, "
+                       "86400, '[]', ?, ? FROM policies WHERE name='p1'",
+                       (name, kind, cal, read_all))
+    rows = "SELECT * FROM schedules ORDER BY id"
+    before = [tuple(r) for r in cfg.db.all(rows)]
+    assert len(before) == 2
     cfg.db.close()
     monkeypatch.setattr("app.store.db.MIGRATIONS", MIGRATIONS)
     cfg = Config(Database(path))
-    assert cfg.policy("p1")["schedules"] == before
+    assert [tuple(r) for r in cfg.db.all(rows)] == before
     cfg.add_schedule("p1", "catalog", type="catalog", retention="4w")
     assert [s["type"] for s in cfg.policy("p1")["schedules"]] == \
         ["full", "differential", "catalog"]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from app import cli
-from app.config import calendar_from_text, calendar_matches, check_calendar, \
+from app.schedule_rules import calendar_from_text, calendar_matches, check_calendar, \
     check_frequency, parse_window_text, parse_windows_text
 from app.errors import ValidationError
 from app.master import Master

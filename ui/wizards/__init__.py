@@ -1,4 +1,5 @@
-"""The setup wizards of the console: storage server, disk pool, storage unit and policy.
+"""The setup wizards of the console: storage server, disk pool, storage unit, lifecycle and
+policy.
 
     wizard = make_wizard("disk-pool", bridge, parent, server="ss1")
     wizard.created.connect(lambda kind, name: ...)
@@ -12,12 +13,14 @@ when it opens the storage unit wizard after Finish."""
 from ui.wizards.common import Calls
 from ui.wizards.disk_pool import DiskPoolWizard
 from ui.wizards.host_dialog import AddHostDialog
+from ui.wizards.lifecycle import LifecycleWizard
 from ui.wizards.policy import PolicyWizard
 from ui.wizards.storage_server import StorageServerWizard
 from ui.wizards.storage_unit import StorageUnitWizard
 
 WIZARDS = {"storage-server": StorageServerWizard, "disk-pool": DiskPoolWizard,
-           "storage-unit": StorageUnitWizard, "policy": PolicyWizard}
+           "storage-unit": StorageUnitWizard, "lifecycle": LifecycleWizard,
+           "policy": PolicyWizard}
 
 
 def make_wizard(kind, bridge, parent=None, **preset):

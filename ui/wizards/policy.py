@@ -37,6 +37,10 @@ class AttributesPage(Page):
                                               "go and how they are written.")
         self.name = QLineEdit()
         self.unit = fit_combo(QComboBox())
+        self.unit.setObjectName("policy-target")
+        self.unit.setToolTip("A storage unit keeps one copy of each backup; a lifecycle backs "
+                             "up to its first storage unit and copies each backup to the "
+                             "others, every copy kept for its own time")
         self.unit_detail = note("")
         self.priority = narrow(QSpinBox())
         self.priority.setRange(0, 99999)
@@ -77,7 +81,7 @@ class AttributesPage(Page):
                                     "backed up, as dump leaves them out.")
         form = QFormLayout()
         form.addRow("&Name:", self.name)
-        form.addRow("&Storage unit:", self.unit)
+        form.addRow("&Backups go to:", self.unit)
         form.addRow("", self.unit_detail)
         form.addRow("&Priority:", self.priority)
         form.addRow("", note("Jobs of policies with a higher priority leave the queue first."))
@@ -93,6 +97,7 @@ class AttributesPage(Page):
         self.body.addLayout(form)
         self.body.addStretch(1)
         self.units = {}
+        self.lifecycles = {}
         self.dedup_units = set()
         self.existing = set()
         self._loaded_once = False
@@ -107,23 +112,52 @@ class AttributesPage(Page):
         self.call(_load_lists, done=self._lists, failed=self.loaded)
 
     def _lists(self, result):
-        units, policies, dedup_servers = result
+        units, policies, dedup_servers, lifecycles = result
         self.units = {u["name"]: u for u in units}
+        self.lifecycles = {x["name"]: x for x in lifecycles}
         self.dedup_units = {u["name"] for u in units if u["server"] in dedup_servers}
         self.existing = set(policies)
         self.unit.blockSignals(True)
         for u in units:
-            self.unit.addItem(icon("storage-unit"), u["name"])
-        i = self.unit.findText(self.wizard().preset.get("storage_unit") or "")
+            self.unit.addItem(icon("storage-unit"), u["name"], f"storage_unit:{u['name']}")
+        if lifecycles:
+            self.unit.insertSeparator(self.unit.count())
+        for x in lifecycles:
+            self.unit.addItem(icon("lifecycle"), f"{x['name']} (lifecycle)",
+                              f"lifecycle:{x['name']}")
+        preset = self.wizard().preset
+        want = (f"lifecycle:{preset['lifecycle']}" if preset.get("lifecycle")
+                else f"storage_unit:{preset.get('storage_unit')}")
+        i = self.unit.findData(want)
         self.unit.setCurrentIndex(max(i, 0) if units else -1)
         self.unit.blockSignals(False)
         self._unit_changed()
         self.loaded()
 
+    def target(self):
+        """("storage_unit" or "lifecycle", its name), or (None, None)."""
+        data = self.unit.currentData()
+        return tuple(data.split(":", 1)) if data else (None, None)
+
+    def backup_unit(self):
+        """The storage unit the policy's backups write to."""
+        kind, name = self.target()
+        if kind == "lifecycle":
+            return self.lifecycles[name]["steps"][0]["storage_unit"]
+        return name
+
     def _unit_changed(self, *_):
-        u = self.units.get(self.unit.currentText())
-        self.unit_detail.setText(f"Disk pool {u['pool']} on host {u['host']}, at most "
-                                 f"{u['max_concurrent_jobs']} concurrent jobs" if u else "")
+        kind, name = self.target()
+        u = self.units.get(self.backup_unit() or "")
+        text = (f"Disk pool {u['pool']} on host {u['host']}, at most "
+                f"{u['max_concurrent_jobs']} concurrent jobs" if u else "")
+        if kind == "lifecycle":
+            text = "Backs up to " + " and copies to ".join(
+                f"{s['storage_unit']} (pool {s['pool']} on {s['host']}, kept {s['retention']})"
+                for s in self.lifecycles[name]["steps"]) + (
+                "; each copy is kept for its step's time, which takes the place of the "
+                "schedules' retention.")
+        self.unit_detail.setText(text)
         if u and u["name"] in self.dedup_units:
             text = (f"Storage unit {u['name']} is on a deduplicating pool: this chooses where "
                     "its backups are cut into chunks.")
@@ -139,13 +173,15 @@ class AttributesPage(Page):
             return p
         if not self.units:
             return "There is no storage unit yet: create one with the storage unit wizard first."
-        return None if self.unit.currentText() else "Choose a storage unit."
+        return None if self.target()[0] else "Choose a storage unit or a lifecycle."
 
 
 def _load_lists(m):
-    """The storage units, the policies' names and the deduplicating storage servers."""
+    """The storage units, the policies' names, the deduplicating storage servers and the
+    lifecycles."""
     return (m.storage_units(), [p["name"] for p in m.policies()],
-            {s["name"] for s in m.storage_servers() if registry.can(s["type"], "dedup")})
+            {s["name"] for s in m.storage_servers() if registry.can(s["type"], "dedup")},
+            m.lifecycles())
 
 
 class SchedulesPage(Page):
@@ -423,7 +459,8 @@ class PolicyWizard(WizardBase):
 
     def spec(self):
         a = self.attributes_page
-        return {"name": a.name.text().strip(), "storage_unit": a.unit.currentText(),
+        kind, target = a.target()
+        return {"name": a.name.text().strip(), kind or "storage_unit": target,
                 "priority": a.priority.value(), "checksum": a.checksum.currentData(),
                 "multiple_streams": a.multiple_streams.isChecked(),
                 "skip_nodump": a.skip_nodump.isChecked(),
@@ -435,7 +472,10 @@ class PolicyWizard(WizardBase):
 
     def summary(self):
         s = self.spec()
-        return [("Name", s["name"]), ("Storage unit", s["storage_unit"]),
+        where = (("Lifecycle", f"{s['lifecycle']} (backs up to "
+                  f"{self.attributes_page.backup_unit()}, then copies)")
+                 if s.get("lifecycle") else ("Storage unit", s["storage_unit"]))
+        return [("Name", s["name"]), where,
                 ("Priority", str(s["priority"])), ("Checksum", s["checksum"]),
                 ("Multiple data streams", "yes" if s["multiple_streams"] else "no"),
                 ("Files marked nodump", "left out" if s["skip_nodump"] else "backed up"),

@@ -11,7 +11,7 @@ from app.errors import Canceled, CairnError, StorageError, ValidationError
 from app.formats import private
 from app.formats.writeback import start_writeback
 from plugins.storage.advanced_disk import image_check
-from plugins.storage.agent_base import AgentStorage
+from plugins.storage.agent_base import AgentStorage, ImageFile
 
 WRITEBACK_EVERY = 32 << 20
 # What the receiving side reads from the data connection at a time: one data-plane frame
@@ -150,6 +150,23 @@ def commit_file(partial, final):
     return {"path": final, "bytes": os.stat(final).st_size}
 
 
+class TarImage(ImageFile):
+    """An image file read whole for a copy in another pool: refused when it does not end with
+    the tar end-of-archive marker (two zero blocks) or is not made of whole blocks, since a
+    file cut short would be copied as a complete image."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        end = 1024
+        tail = os.pread(self.fd, end, max(0, self.size - end)) if self.size >= end else b""
+        if self.size < end or self.size % 512 or tail != bytes(end):
+            self.close()
+            raise CairnError(f"image file {path} is cut short: it does not end with the tar "
+                             "end-of-archive marker", status_code=status.IMAGE_DAMAGED,
+                             hint="verify the image (`cairn images verify IMAGE`); copy it "
+                                  "from another copy")
+
+
 def verify_files(req, files, pace=None):
     """Reads image files back and checks every member the catalog lists in them (headers,
     lengths, checksums; see image_check.py). files: [{"path", "checksum", "whole",
@@ -190,6 +207,10 @@ class AdvancedDiskAgent(AgentStorage):
 
     def verify(self, req, spec, images, pace=None):
         return verify_files(req, images, pace)
+
+    def image_source(self, spec, path):
+        """The image file itself: its bytes are the image stream."""
+        return TarImage(path)
 
 
 HALF = AdvancedDiskAgent()

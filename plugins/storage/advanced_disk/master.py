@@ -40,5 +40,10 @@ class AdvancedDisk(StorageType):
         return BackupSide(self, self.access(server, home), pool=pool, volume=volume,
                           image_id=image_id)
 
+    def duplicate_side(self, *, server, pool, home, volume, image_id):
+        """A copy arrives as the image's stream and is written as its tar file."""
+        return BackupSide(self, self.access(server, home), pool=pool, volume=volume,
+                          image_id=image_id)
+
 
 ADVANCED_DISK = AdvancedDisk()

@@ -144,6 +144,51 @@ class RecipeSource:
             close()
 
 
+class RecipeImage:
+    """An image of the pool read whole (its ImageSource), under a session so that space
+    reclaim leaves its chunks where they are: the stream through its recipe, or the recipe's
+    entries and each chunk's data, for a copy into another pool that keeps chunks. Every
+    chunk is checked against its fingerprint: a copy never carries damage on unnoticed."""
+
+    def __init__(self, spec, path):
+        from plugins.storage.dedup.ingest import SESSION_TIMEOUT, open_store
+        from plugins.storage.dedup.recipe import RecipeStream, read_recipe
+        self.recipe = read_recipe(path)
+        self.size = self.recipe.size
+        self.session = open_store(spec["root"], spec.get("key")).session(
+            timeout=SESSION_TIMEOUT)
+        self.stream = None
+        try:
+            self.stream = RecipeStream(self.session, self.recipe)
+        except BaseException:
+            self.close()
+            raise
+
+    def preadinto(self, mv, pos):
+        return self.stream.preadinto(mv, pos)
+
+    def entries(self):
+        return ((e.fp, e.start, e.length) for e in self.recipe)
+
+    def chunk(self, fp):
+        from plugins.storage.dedup.errors import ChunkDamaged, ChunkNotFound
+        try:
+            return self.session.get(fp)
+        except (ChunkDamaged, ChunkNotFound) as e:
+            raise CairnError(f"chunk {bytes(fp).hex()} of {self.recipe.path} cannot be read: "
+                             f"{e.message}", status_code=status.IMAGE_DAMAGED,
+                             hint="verify the pool (`cairn disk-pool verify POOL`); the copy "
+                                  "can be made from another copy of the image") from None
+
+    def close(self):
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+
 class DedupAgent(AgentStorage):
     name = "dedup"
     preload = ("plugins.storage.dedup.ingest", "plugins.storage.dedup.recipe")
@@ -186,6 +231,9 @@ class DedupAgent(AgentStorage):
 
     def reading(self, spec):
         return RecipeReading(spec)
+
+    def image_source(self, spec, path):
+        return RecipeImage(spec, path)
 
     def image_info(self, spec, path):
         """The recipe's version and meta (with, from version 2 on, what the image added to

@@ -186,6 +186,7 @@ class Ingest:
         self._worker = None
         self._error = None
         self._wanted = {}  # client-side: fingerprint -> length, asked for and not yet put
+        self._copied = {}  # a copy: fingerprint -> the bytes of it the recipe uses, not yet put
         self._seen = set()  # fingerprints this image stores or asked for
 
     def _load_bases(self, paths):
@@ -440,15 +441,67 @@ class Ingest:
             self.stats.new_bytes += length
             self.stats.stored_bytes += self._writer.stored_bytes - before
 
+    # ---- a copy from another pool that keeps chunks: its recipe, and the chunks it lacks ----
+    def query_entries(self, entries):
+        """entries: the source recipe's [(fingerprint, start, length)] in stream order, taken
+        into this recipe as they are. Returns a bytes of flags, 1 where the chunk's data must
+        be sent (the pool lacks it); a fingerprint is asked for once."""
+        flags = bytearray(len(entries))
+        add = self._recipe.add
+        for i, (fp, start, length) in enumerate(entries):
+            add(fp, length, start)
+            self.stats.bytes += length
+            self.stats.chunks += 1
+            need = start + length
+            if fp in self._copied:
+                self._copied[fp] = max(self._copied[fp], need)
+            if fp in self._seen:
+                continue
+            self._seen.add(fp)
+            if not self.store.has(fp):
+                self._copied[fp] = need
+                flags[i] = 1
+        return bytes(flags)
+
+    def put_chunk(self, fp, data):
+        """The whole data of a chunk query_entries() asked for, checked against its
+        fingerprint before it is stored."""
+        need = self._copied.pop(fp, None)
+        if need is None:
+            raise IngestError("a chunk arrived that was not asked for")
+        if len(data) < need or hashlib.sha256(data).digest() != fp:
+            raise IngestError("a chunk arrived whose content does not match its fingerprint; "
+                              "nothing of it was stored",
+                              hint="the source pool's data changed in transit or is damaged: "
+                                   "verify the source pool, then duplicate again")
+        before = self._writer.stored_bytes
+        if self._writer.add(fp, data):
+            self.stats.new_chunks += 1
+            self.stats.new_bytes += len(data)
+            self.stats.stored_bytes += self._writer.stored_bytes - before
+
+    def copy_entries(self, entries, chunk_of):
+        """A copy on this host: the entries taken, and the chunks the pool lacks read with
+        chunk_of(fingerprint) and stored. Returns (chunks stored, their bytes)."""
+        flags = self.query_entries(entries)
+        n = nbytes = 0
+        for (fp, _, _), flag in zip(entries, flags):
+            if flag:
+                data = chunk_of(fp)
+                self.put_chunk(fp, data)
+                n += 1
+                nbytes += len(data)
+        return n, nbytes
+
     # ---- the end ----------------------------------------------------------------------------
     def finish(self, meta):
         """Stores the rest, makes the chunks and the partial recipe durable, ends the session.
         Returns the statistics."""
         try:
             self._drain()
-            if self._wanted:
-                raise IngestError(f"{len(self._wanted)} chunk(s) the client was asked for never "
-                                  "arrived; the image is incomplete")
+            if self._wanted or self._copied:
+                raise IngestError(f"{len(self._wanted) + len(self._copied)} chunk(s) the client "
+                                  "was asked for never arrived; the image is incomplete")
             self._writer.commit()
             # stats: what the image added to the pool, kept in its recipe too (version 2)
             info = self._recipe.finish(dict(meta, image_id=self.image_id,

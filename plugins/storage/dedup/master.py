@@ -201,6 +201,13 @@ class Dedup(StorageType):
         return {"type": self.name, "root": server["path"], "params": chunk_params(opts),
                 "key": None}
 
+    def duplicate_side(self, *, server, pool, home, volume, image_id):
+        """A copy arrives as a recipe and the chunks the pool lacks (from a pool that keeps
+        chunks), or as a stream that the storage side deduplicates (server-side: the sending
+        storage host never cuts chunks for it)."""
+        return DedupBackup(self, self.access(server, home), pool=pool, volume=volume,
+                           image_id=image_id, mode="server")
+
     def expired(self, image):
         if not image.get("dedup"):
             return super().expired(image)

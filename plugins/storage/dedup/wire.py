@@ -10,7 +10,13 @@ Messages, one data-plane frame each (app/agent/dataplane.py):
     storage -> client  b"A" + n flag bytes (1: send it)
     client -> storage  b"D" + the asked-for chunks' data, in query order
     client -> storage  b"R" + source u16, offset u64, length u64           (both, files cache)
+    client -> storage  b"E" + n x (fingerprint, start u32, length u32)   a copy's recipe entries
+    storage -> client  b"A" + n flag bytes (1: send that chunk)
+    client -> storage  b"C" + one asked-for chunk's whole data, one message per chunk
 and the stream's usual end (a zero frame, answered by the storage side's confirmation).
+
+E and C: a copy of an image from another pool that keeps chunks (app/agent/duplicate.py):
+the recipe goes over as it is, and only the chunks this pool lacks follow it.
 
 R: the next bytes of the stream are bytes of a base image the storage side has (a full with a
 files cache, plugins/storage/dedup/ingest.py); the client has cut and queried everything
@@ -27,6 +33,7 @@ from plugins.storage.dedup.segmenter import Segmenter
 from app.errors import CairnError, Canceled
 
 ENTRY = struct.Struct(">32sI")
+COPY_ENTRY = struct.Struct(">32sII")
 REF = struct.Struct(">HQQ")
 BATCH_BYTES = 16 << 20
 BATCH_CHUNKS = 1024
@@ -34,6 +41,13 @@ BATCH_CHUNKS = 1024
 
 class ProtocolError(CairnError):
     pass
+
+
+def decode_entries(msg):
+    body = memoryview(msg)[1:]
+    if len(body) % COPY_ENTRY.size:
+        raise ProtocolError("malformed recipe entries arrived on the data connection")
+    return [COPY_ENTRY.unpack_from(body, i) for i in range(0, len(body), COPY_ENTRY.size)]
 
 
 def encode_query(entries):
@@ -143,6 +157,23 @@ class ServerSink:
     def reference(self, source, offset, length):
         self.chan.send_message(b"R" + REF.pack(source, offset, length))
 
+    def copy_entries(self, entries, chunk_of):
+        """A copy from another pool that keeps chunks: sends a batch of its recipe entries,
+        then the data of each chunk the storage side asks for (chunk_of(fingerprint)).
+        Returns (chunks sent, bytes sent)."""
+        self.chan.send_message(b"E" + b"".join(COPY_ENTRY.pack(*e) for e in entries))
+        answer = self.chan.recv_message()
+        if answer is None or answer[:1] != b"A" or len(answer) != len(entries) + 1:
+            raise ProtocolError("the storage server gave no valid answer to a copy's entries")
+        n = nbytes = 0
+        for (fp, _, _), flag in zip(entries, answer[1:]):
+            if flag:
+                data = chunk_of(fp)
+                self.chan.send_tagged(b"C", data)
+                n += 1
+                nbytes += len(data) + 5
+        return n, nbytes + 1 + len(entries) * COPY_ENTRY.size + 4
+
     def finish(self):
         self.chan.finish()
 
@@ -160,12 +191,13 @@ def serve(chan, ingest, is_cancelled):
     """The storage side: takes the stream (server-side) or answers queries and stores what
     comes (client-side), until the client ends the stream."""
     pending = None  # lengths of the chunks the last answer asked for
+    copying = []  # a copy: the chunks the last answer to its entries asked for, in order
     while True:
         if is_cancelled():
             raise Canceled()
         msg = chan.recv_message()
         if msg is None:
-            if pending:
+            if pending or copying:
                 raise ProtocolError("the client ended the stream before sending the chunks "
                                     "it was asked for")
             return
@@ -200,6 +232,17 @@ def serve(chan, ingest, is_cancelled):
                 raise ProtocolError("the client sent more bytes than the chunks it was asked "
                                     "for")
             pending = None
+        elif kind == b"E":
+            if pending or copying:
+                raise ProtocolError("the client sent entries before the chunks it was asked for")
+            entries = decode_entries(msg)
+            flags = ingest.query_entries(entries)
+            chan.send_message(b"A" + flags)
+            copying = [fp for (fp, _, _), f in zip(entries, flags) if f][::-1]
+        elif kind == b"C":
+            if not copying:
+                raise ProtocolError("the client sent a chunk nobody asked for")
+            ingest.put_chunk(copying.pop(), memoryview(msg)[1:])
         else:
             raise ProtocolError(f"an unknown message {bytes(kind)!r} arrived on the data "
                                 "connection")

@@ -93,3 +93,57 @@ def test_an_image_without_another_copy_is_named_and_left(tmp_path):
         assert not (m.job(v["id"])["result"] or {}).get("repairs")
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("source, target", [("advanced-disk", "dedup"),
+                                            ("dedup", "advanced-disk")])
+def test_an_import_records_a_pool_s_copies_as_copies(tmp_path, source, target):
+    """The catalog lost; the pool of the backups imported, then the pool of the copies: the
+    images there are recorded as second copies of those the catalog now has (not as new
+    primaries), and a restore falls back to them when the first pool is lost."""
+    import shutil
+
+    from app.master import Master
+    from plugins.storage import registry
+    from storage_sites import make_pool
+    src = tmp_path / "src"
+    make_tree(str(src))
+    m = lifecycle_setup(tmp_path, source, target)
+    try:
+        _job, img, _dup = backup_and_duplicate(m)
+    finally:
+        m.close()
+    shutil.rmtree(tmp_path / "home")
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        make_pool(m, registry.TYPES[source], tmp_path / "pool1", server="ss1", pool="dp1")
+        make_pool(m, registry.TYPES[target], tmp_path / "pool2", server="ss2", pool="dp2")
+        m.create_storage_unit("stu1", pool="dp1")
+        m.create_storage_unit("stu2", pool="dp2")
+        for pool in ("dp1", "dp2"):
+            [j] = m.wait_for([m.start_import(pool)])
+            assert j["status"] == status.OK, log_of(m, j["id"])
+        result = m.job(j["id"])["result"]
+        assert result["imported"] == [] and [c["image"] for c in result["copies"]] == \
+            [img["id"]]
+        [c1, c2] = m.image_copies(img["id"])["copies"]
+        assert (c1["pool"], c2["pool"], c2["copy"]) == ("dp1", "dp2", 2)
+        [again] = m.wait_for([m.start_import("dp2")])
+        assert m.job(again["id"])["result"]["copies"] == []  # nothing recorded twice
+        lost = [f for f in image_files_of(tmp_path / "pool1") if img["id"] in f]
+        assert lost
+        for f in lost:
+            os.unlink(f)
+        rid = m.start_restore(img["id"], [str(src)], str(tmp_path / "dst"))
+        [r] = m.wait_for([rid])
+        assert r["status"] == status.OK, log_of(m, rid)
+        assert "copy 2" in log_of(m, rid)
+        assert_trees_equal(str(src), str(tmp_path / "dst") + str(src))
+    finally:
+        m.close()
+
+
+def image_files_of(top):
+    return [os.path.join(d, f) for d, _, fs in os.walk(top) for f in fs
+            if "cairn-images" in d or f.endswith((".recipe", ".tar"))]

@@ -219,6 +219,9 @@ def verify_result_text(result):
                      "backup of the same data stores "
                      f"{'them' if aside != 1 else 'it'} again, and the images above become "
                      "restorable in full once it has.")
+    for r in result.get("repairs") or []:
+        lines.append(f"Image {r['image']}: repair job {r['job']} writes copy {r['copy']} "
+                     f"again from copy {r['from']}.")
     if modes:
         lines += _modes_text(modes)
     return "\n".join(lines)

@@ -303,6 +303,34 @@ def remove_image(req, path):
 
 
 @handler
+def set_aside_image(req, path, aside, back=False):
+    """Moves a committed image file out of the way under a partial name in its folder (a
+    repair writes a good copy in its place), or with `back` puts it back (the repair
+    failed). A partial name is never taken for an image, so a process stopped in between
+    leaves an image a verify names as missing, never a damaged one taken for good."""
+    if not (isinstance(path, str) and isinstance(aside, str) and path.startswith("/")
+            and os.path.dirname(path) == os.path.dirname(aside)
+            and os.path.basename(aside).startswith(".") and aside.endswith(".partial")
+            and not os.path.basename(path).startswith(".")):
+        raise ValidationError("set_aside_image needs an image path and a partial name in the "
+                              "same folder")
+    src, dst = (aside, path) if back else (path, aside)
+    if os.path.lexists(dst):
+        raise CairnError(f"{dst} exists already; {src} was not moved",
+                         status_code=status.STORAGE_WRITE_FAILED)
+    try:
+        os.rename(src, dst)
+    except FileNotFoundError:
+        raise CairnError(f"{src} is gone", status_code=status.IMAGE_DAMAGED) from None
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return {}
+
+
+@handler
 def commit_file(req, partial, final):
     """Makes a plain file the master wrote on this host (a catalog backup: over SFTP, or by
     the master itself on its own machine) durable under its final name: its data synced,

@@ -17,12 +17,13 @@ _STR, _INT, _LIST, _DICT = (str,), (int,), (list,), (dict,)
 ARG_TYPES = {
     **dict.fromkeys(("path", "partial", "final", "cert", "key", "token", "image_path",
                      "target_dir", "overwrite", "checksum", "direct_io", "host",
-                     "snapshot", "file_list", "bind", "image_id"), _STR),
+                     "snapshot", "file_list", "bind", "image_id", "aside"), _STR),
     **dict.fromkeys(("port", "streams"), _INT),
     **dict.fromkeys(("paths", "selections", "snapshots", "extents", "plan", "image_paths",
                      "images", "lengths"), _LIST),
     **dict.fromkeys(("image_meta", "dest", "excludes", "storage", "sink", "target"), _DICT),
     "create": (bool,),
+    "back": (bool,),
     "compact_below": (int, float),
 }
 

@@ -21,6 +21,7 @@ from app.jobs.expire import ExpireJob
 from app.jobs.pool_import import JOB_TYPE as IMPORT, ImportJob
 from app.jobs.pool_jobs import ReclaimJob, VerifyJob
 from app.jobs.reindex import JOB_TYPE as REBUILD_INDEX, RebuildIndexJob
+from app.jobs.repair import JOB_TYPE as REPAIR, RepairJob
 from app.jobs.restore import RestoreJob
 from app.jobs.result import JobResult
 
@@ -44,7 +45,8 @@ class JobKind(Protocol):
 KINDS = {"backup": BackupJob, "backup-set": BackupSetJob, "restore": RestoreJob,
          "expire": ExpireJob, "verify": VerifyJob, "reclaim": ReclaimJob,
          "cleanup": CleanupJob, REBUILD_INDEX: RebuildIndexJob,
-         CATALOG_BACKUP: CatalogBackupJob, IMPORT: ImportJob, DUPLICATE: DuplicateJob}
+         CATALOG_BACKUP: CatalogBackupJob, IMPORT: ImportJob, DUPLICATE: DuplicateJob,
+         REPAIR: RepairJob}
 
 
 def kind_of(job):

@@ -18,6 +18,7 @@ so a second import records nothing. Partial files are never read. An image that 
 policy or schedule the catalog lacks is recorded with its names, and the result says so."""
 
 import json
+import time
 import os
 
 from app import status as st
@@ -28,6 +29,7 @@ from app.errors import CairnError, Canceled, ValidationError
 from app.formats import entry as E
 from app.jobs.backup import record_image
 from app.jobs.backup_set import record_set, write_set_index
+from app.jobs import copies
 from app.jobs.context import JobContext, results
 from app.jobs.import_plan import Names, Plan, record_fields
 from app.jobs.incremental import Completer
@@ -126,7 +128,7 @@ class ImportJob:
         self.names = Names(master.db, pool)
         found, listing = self._list()
         self.out = {"pool": pool["name"], "read": len(found), "imported": [], "sets": [],
-                    "already_known": 0, "commits_pending": [], "incomplete": [],
+                    "already_known": 0, "copies": [], "commits_pending": [], "incomplete": [],
                     "errors": [], "skipped": listing["skipped"], "notes": [],
                     "missing": {}, "listing_errors": listing["errors"], "key": None}
         self._known(listing["known"])
@@ -200,8 +202,36 @@ class ImportJob:
                 self.out["commits_pending"].append(k)
                 self.ctx.log(f"left {k['path']}: the commit of image {k['id']} is in progress "
                              "or unresolved (the master resolves it, app/jobs/commit.py)")
-            else:
+            elif not self._as_copy(k):
                 self.out["already_known"] += 1
+
+    def _as_copy(self, k):
+        """An image the catalog has from another pool, found here (a lifecycle's copy, made
+        before the catalog was lost or rebuilt): recorded as a further copy of it, kept as
+        long as the image's primary copy (its own retention is not in the pool). Returns
+        whether it was."""
+        db, pool = self.master.db, self.pool["name"]
+        have = copies.copies(db, k["id"])
+        if not have or any(c["pool"] == pool or c["path"] == k["path"] for c in have):
+            return False
+        row = db.one("SELECT u.name FROM storage_units u JOIN disk_pools d ON d.id=u.pool_id "
+                     "WHERE d.name=? ORDER BY u.name LIMIT 1", (pool,))
+        if row is None:
+            self.ctx.log(f"{k['path']} is a copy of image {k['id']}, but disk pool {pool} has "
+                         "no storage unit to record it under: create one and import again",
+                         "warning")
+            return False
+        size = self.conn.call("stat_path", {"path": k["path"]}, timeout=60).get("size") or 0
+        with db.tx() as c:
+            number = copies.free_number(c, k["id"], 2)
+            copies.insert(c, k["id"], number, storage_unit=row[0], pool=pool,
+                          storage_host=self.host["name"], path=k["path"], image_bytes=size,
+                          created=timeutil.iso(time.time()), expires=have[0]["expires"],
+                          job_id=self.job["id"], state="ok", dedup=None)
+        self.out["copies"].append({"image": k["id"], "copy": number, "path": k["path"]})
+        self.ctx.log(f"{k['path']}: recorded as copy {number} of image {k['id']} (its primary "
+                     f"copy is in disk pool {have[0]['pool']}), kept as long as the image")
+        return True
 
     # ---- one image -----------------------------------------------------------------------
 
@@ -387,6 +417,8 @@ class ImportJob:
         n = len(out["imported"])
         ctx.log(f"{n} image(s) imported" + (f", {len(out['sets'])} set image(s)"
                                             if out["sets"] else "")
+                + (f", {len(out['copies'])} copy(ies) of images the catalog has"
+                   if out["copies"] else "")
                 + f"; {len(out['incomplete'])} with an incomplete chain and "
                   f"{len(out['errors'])} unreadable or refused, not recorded; "
                   f"{out['already_known']} already in the catalog")

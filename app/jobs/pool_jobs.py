@@ -13,6 +13,7 @@ from app.errors import CairnError, ValidationError
 from app.jobs import chunk_verify, cleanup, disk_verify
 from app.jobs.context import JobContext, results
 from app.jobs.storage import pool_storage, pool_type
+from app.jobs.repair import queue_repairs
 from app.jobs.result import JobResult
 
 # Reclaim needs the pool to itself; it waits for the jobs using it this long.
@@ -73,7 +74,19 @@ class VerifyJob:
         self.verifier = VERIFIERS[storage_type.verifier]
 
     def run(self):
-        return self.verifier(self.master, self.job, self.ctx, **self.found)
+        result = self.verifier(self.master, self.job, self.ctx, **self.found)
+        if result.status in (st.CHECKSUM_MISMATCH, st.IMAGE_DAMAGED):
+            self._repair()
+        return result
+
+    def _repair(self):
+        """The damaged images with a good copy in another pool are repaired from it."""
+        found = self.master.job(self.job["id"]).get("result") or {}
+        ids = [d.get("image") for d in found.get("images") or []]
+        queued = queue_repairs(self.master, self.ctx, self.found["pool"]["name"], ids)
+        self.ctx.flush()
+        if queued:
+            self.master.jobs.set_result(self.job["id"], dict(found, repairs=queued))
 
 
 class ReclaimJob:

@@ -614,3 +614,14 @@ def test_an_import_result_names_what_was_not_recorded_and_why():
     assert lines[2] == "Not recorded: d: its metadata names image id '../x'"
     assert "client9" in lines[3] and "another host" in lines[3]
     assert type_text({"type": "import", "params": {"pool": "dp1"}}) == "import pool dp1"
+
+
+def test_a_verify_result_says_which_repairs_it_queued():
+    from ui.job_text import verify_result_text
+    r = {"checked": 1, "modes": [], "images": [
+        {"image": "c1_1_2", "path": "/v/c1_1_2.tar", "error": None, "files": ["/data/a"],
+         "damage": [{"path": "/data/a", "offset": 1536, "reason": "its data does not match"}],
+         "structure": []}],
+        "repairs": [{"image": "c1_1_2", "copy": 1, "job": 7, "from": 2}]}
+    assert verify_result_text(r).splitlines()[-1] == \
+        "Image c1_1_2: repair job 7 writes copy 1 again from copy 2."

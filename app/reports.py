@@ -36,7 +36,8 @@ MAX_CHART_DAYS = 366
 # The CSV's columns, in order; the header row names them so.
 CSV_COLUMNS = ("job_id", "client", "policy", "schedule", "schedule_type", "started", "ended",
                "elapsed_s", "files", "bytes", "rate_bytes_per_s", "status", "status_text",
-               "group", "group_rate_bytes_per_s", "image_id")
+               "group", "group_rate_bytes_per_s", "group_total_average_rate_bytes_per_s",
+               "image_id")
 
 
 def _time(name, value):
@@ -147,9 +148,11 @@ def group_overlapping(rows):
         g["rows"].append(row)
         row["group"] = g["group"]
     out = [_group(g) for g in groups]
-    rates = {g["group"]: g["rate_bytes_per_s"] for g in out}
+    by = {g["group"]: g for g in out}
     for _, _, row in spans:
-        row["group_rate_bytes_per_s"] = rates[row["group"]]
+        row["group_rate_bytes_per_s"] = by[row["group"]]["rate_bytes_per_s"]
+        row["group_total_average_rate_bytes_per_s"] = \
+            by[row["group"]]["total_average_rate_bytes_per_s"]
     return out
 
 

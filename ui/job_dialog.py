@@ -5,8 +5,8 @@ second, the log and the samples by fetching only what is new."""
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QTextCursor
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QPlainTextEdit, \
-    QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout, QLabel, \
+    QPlainTextEdit, QSpinBox, QTabWidget, QVBoxLayout, QWidget
 
 from app import status as st
 from app import timeutil
@@ -51,14 +51,21 @@ FIGURES = (
     ("first_60", "First minute"),
     ("first_120", "First 2 minutes"),
     ("first_300", "First 5 minutes"),
+    ("first_n", "First N minutes"),
     ("tail", "Last minute"),
 )
 
 
-def _job_and_log(m, job_id, after_log, after_t):
+def _job_and_log(m, job_id, after_log, after_t, peak_window_s, first_s):
     """The job, its new log lines, its new samples and (once ended) its figures."""
-    s = m.job_stats(job_id, after=after_t)
+    s = m.job_stats(job_id, after=after_t, peak_window_s=peak_window_s, first_s=first_s)
     return s["job"], m.job_logs(job_id, after=after_log), s["samples"], s["stats"]
+
+
+def _figures(m, job_id, peak_window_s, first_s):
+    """The figures of an ended job over another peak window or "first N" span."""
+    return m.job_stats(job_id, after=float("inf"), peak_window_s=peak_window_s,
+                       first_s=first_s)["stats"]
 
 
 def figure_texts(figures):
@@ -73,6 +80,8 @@ def figure_texts(figures):
         return f"{fmt.size(b)} ({fmt.rate(b / mark) or '0 B/s'} on average)"
 
     peak = figures["peak_bytes_per_s"]
+    first_n = figures.get("first_bytes")
+    ran = f" (the job ran {fmt.duration(figures['duration_s'])})"
     return {
         "average": f"{fmt.rate(figures['average_bytes_per_s']) or '0 B/s'} "
                    f"({fmt.size(figures['bytes'])} in {fmt.duration(figures['duration_s'])})",
@@ -82,6 +91,9 @@ def figure_texts(figures):
         "first_60": moved(60),
         "first_120": moved(120),
         "first_300": moved(300),
+        "first_n": "—" if first_n is None else
+                   fmt.size(first_n) + (ran if figures["duration_s"] < figures["first_s"]
+                                        else ""),
         "tail": fmt.rate(figures["tail_bytes_per_s"]) or "0 B/s",
     }
 
@@ -129,12 +141,15 @@ class JobDetailsDialog(QDialog):
         figures = QFormLayout()
         figures.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         self._figures = {}
+        self._figure_labels = {}
         for key, label in FIGURES:
             v = QLabel("—")
             v.setTextFormat(Qt.TextFormat.PlainText)
             v.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             figures.addRow(f"{label}:", v)
             self._figures[key] = v
+            self._figure_labels[key] = figures.labelForField(v)
+        figures.addRow("Figures:", self._window_spins())
         rl = QVBoxLayout(rate_page)
         rl.addWidget(self.plot, 1)
         rl.addWidget(self.rate_note)
@@ -172,7 +187,7 @@ class JobDetailsDialog(QDialog):
         self._busy = True
         after_t = self._samples[-1]["t"] if self._samples else None
         self.bridge.call(_job_and_log, self.job_id, self._last_log_id, after_t,
-                         done=self._loaded,
+                         *self.windows(), done=self._loaded,
                          failed=self._failed, context=self)
 
     def _loaded(self, result):
@@ -224,13 +239,60 @@ class JobDetailsDialog(QDialog):
     def value(self, key):
         return self._values[key].text()
 
+    def _window_spins(self):
+        """The peak window and the "first N minutes" span, as spin boxes in a row."""
+        def spin(name, high, value, suffix, tip):
+            w = QSpinBox()
+            w.setObjectName(name)
+            w.setRange(1, high)
+            w.setValue(value)
+            w.setSuffix(suffix)
+            w.setToolTip(tip)
+            w.valueChanged.connect(self._windows_changed)
+            return w
+        self.peak_window = spin("job-peak-window", 24 * 3600, int(job_stats.PEAK_WINDOW_S),
+                                " s", "The sustained peak is the best stretch this long "
+                                "(3600 s: the best hour)")
+        self.first_minutes = spin("job-first-minutes", 24 * 60, int(job_stats.FIRST_S // 60),
+                                  " min", "The data the job moved in its first N minutes")
+        row = QHBoxLayout()
+        for text, w in (("Peak over", self.peak_window), ("first", self.first_minutes)):
+            label = QLabel(text)
+            label.setBuddy(w)
+            row.addWidget(label)
+            row.addWidget(w)
+        row.addStretch(1)
+        self._set_first_label()
+        return row
+
+    def windows(self):
+        """(peak window, "first N" span), in seconds, as chosen."""
+        return float(self.peak_window.value()), float(self.first_minutes.value() * 60)
+
+    def _set_first_label(self):
+        n = self.first_minutes.value()
+        self._figure_labels["first_n"].setText(f"First {n} minute{'s' if n != 1 else ''}:")
+
+    def _windows_changed(self, *_):
+        self._set_first_label()
+        if self.job is None or self.job.get("state") != "done":
+            return      # the figures come with the job's end, over the windows chosen then
+        self.bridge.call(_figures, self.job_id, *self.windows(), done=self._figures_loaded,
+                         failed=self._failed, context=self)
+
+    def _figures_loaded(self, figures):
+        if figures is None:
+            return
+        self.figures = figures
+        for key, text in figure_texts(figures).items():
+            self._figures[key].setText(text)
+
     def figure(self, key):
         return self._figures[key].text()
 
     def _show_throughput(self, job, samples, figures):
         self._samples.extend(samples)
-        started = timeutil.parse_iso(job["started"]) if job.get("started") else None
-        pts = job_stats.points(self._samples, started)
+        pts = job_stats.points(self._samples, job_stats.job_start(job))
         origin = pts[0][0] if pts else 0.0
         # Each sampled interval's rate held across it: a ramp drawn between the points would
         # show speeds the job never ran at.

@@ -1,5 +1,5 @@
-"""The reports page: the client backups report (app/reports.py) for a range of days and a
-client or policy, as a stacked bar chart of bytes per client per day, a summary line and a
+"""The reports page: the client backups report or the restores report (app/reports.py) for a
+range of days and a client or policy, as a stacked bar chart of bytes per client per day, a summary line and a
 sortable table of the jobs, exportable as CSV."""
 
 import html
@@ -75,28 +75,54 @@ COLUMNS = [
            tooltip=lambda r: r.get("status_text"), help="0 is success; see `cairn status-codes`"),
     number_column("group", "Group",
                   help="jobs whose run times overlap share a group: they ran together"),
-    number_column("group_rate_bytes_per_s", "Group rate", format=fmt.rate,
-                  help="total average data rate of the jobs that ran together: their bytes "
-                       "over the time from the first start to the last end"),
+    number_column("group_total_average_rate_bytes_per_s", "Group sum of rates",
+                  format=fmt.rate,
+                  help="total average data rate of the jobs that ran together: the sum of "
+                       "their own rates (mean rate per client × clients)"),
+    number_column("group_rate_bytes_per_s", "Group wall-clock rate", format=fmt.rate,
+                  help="what the jobs that ran together moved per second of wall-clock time: "
+                       "their bytes over the time from the first start to the last end"),
 ]
 
+#: the reports the page shows: (job type, title)
+KINDS = (("backup", "client backups"), ("restore", "restores"))
+#: groups of jobs that ran together spelled out under the summary, the largest first
+GROUPS_SHOWN = 4
 
-def fetch_report(m, since, until, client, policy):
+
+def fetch_report(m, since, until, client, policy, kind="backup"):
     """The report and the filter choices, in one call off the UI thread."""
-    report = reports.backup_report(m, since=since, until=until, client=client or None,
-                                   policy=policy or None, local_days=True)
-    return report, reports.report_choices(m)
+    report = reports.job_report(m, kind, since=since, until=until, client=client or None,
+                                policy=policy or None, local_days=True)
+    return report, reports.report_choices(m, kind)
 
 
-def summary_text(s):
+def groups_text(groups):
+    """The labelled rates of the groups of jobs that ran together (two jobs or more)."""
+    many = sorted((g for g in groups if len(g["jobs"]) > 1),
+                  key=lambda g: (-len(g["jobs"]), g["group"]))
+    lines = []
+    for g in many[:GROUPS_SHOWN]:
+        lines.append(
+            f"Group {g['group']} ({len(g['jobs'])} jobs, {g['clients']} clients, "
+            f"{fmt.size(g['bytes'])} in {fmt.duration(g['span_s'])}): "
+            f"sum of per-client rates {fmt.rate(g['total_average_rate_bytes_per_s']) or '—'}, "
+            f"mean per client {fmt.rate(g['mean_rate_bytes_per_s']) or '—'}, "
+            f"wall-clock {fmt.rate(g['wall_clock_rate_bytes_per_s']) or '—'}")
+    if len(many) > GROUPS_SHOWN:
+        lines.append(f"… and {len(many) - GROUPS_SHOWN} more groups (see the Group columns)")
+    return "\n".join(lines)
+
+
+def summary_text(s, kind="backup"):
     if not s["jobs"]:
-        return "No backup jobs ended in this range."
+        return f"No {kind} jobs ended in this range."
     parts = [f"{s['succeeded']} succeeded"]
     if s["partial"]:
         parts.append(f"{s['partial']} partial")
     if s["failed"]:
         parts.append(f"{s['failed']} failed")
-    jobs = f"{s['jobs']} backup job{'s' if s['jobs'] != 1 else ''}"
+    jobs = f"{s['jobs']} {kind} job{'s' if s['jobs'] != 1 else ''}"
     clients = f"{s['clients']} client{'s' if s['clients'] != 1 else ''}"
     text = (f"{jobs} ({', '.join(parts)}) of {clients} — {fmt.size(s['bytes'])}, "
             f"{s['files']:,} files in {fmt.duration(s['elapsed_s'])} of job time")
@@ -104,8 +130,8 @@ def summary_text(s):
         text += f" — average {fmt.rate(s['average_rate_bytes_per_s'])} per job"
     if s["combined_rate_bytes_per_s"]:
         runs = f"{s['groups']} run{'s' if s['groups'] != 1 else ''} of jobs"
-        text += (f", {fmt.rate(s['combined_rate_bytes_per_s'])} combined while backups ran "
-                 f"({runs}, {fmt.duration(s['busy_s'])})")
+        text += (f", {fmt.rate(s['combined_rate_bytes_per_s'])} wall-clock while {kind}s "
+                 f"ran ({runs}, {fmt.duration(s['busy_s'])})")
     return text
 
 
@@ -142,6 +168,7 @@ class BytesPerDayChart(pg.GraphicsLayoutWidget):
         self.ci.addItem(self.legend, row=0, col=1)
         self.ci.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignTop)
         self.bars = {}          # client -> BarGraphItem
+        self.verb = "backed up"  # what the bars count: "backed up" or "restored"
         self.daily = None
         self.colours = {}
         self._segments = []     # (day index, y0, y1, client, bytes, jobs)
@@ -201,12 +228,12 @@ class BytesPerDayChart(pg.GraphicsLayoutWidget):
         n = len(days)
         totals = [sum(daily["bytes"][c][i] for c in daily["clients"]) for i in range(n)]
         unit, factor = _unit(max(totals, default=0))
-        pi.setLabel("left", f"Backed up per day ({unit})")
+        pi.setLabel("left", f"{self.verb.capitalize()} per day ({unit})")
         has_bars = any(totals)
         self.legend.setVisible(has_bars)
         pi.getAxis("left").setStyle(showValues=has_bars)
         if not has_bars:
-            self._empty.setText("No data backed up in these days")
+            self._empty.setText(f"No data {self.verb} in these days")
             pi.addItem(self._empty)
             self._empty.setPos(0.5, 0.5)
             pi.getAxis("bottom").setTicks([[]])
@@ -297,7 +324,8 @@ class ReportsView(PolledPage):
         self.error = None
         self._sized = False
 
-        title = QLabel("Reports — client backups")
+        self.kind = "backup"
+        self.title = title = QLabel("Reports — client backups")
         f = title.font()
         f.setPointSizeF(f.pointSizeF() * 1.25)
         f.setBold(True)
@@ -307,40 +335,28 @@ class ReportsView(PolledPage):
         head = QHBoxLayout()
         head.addWidget(pic)
         head.addWidget(title, 1)
-        description = QLabel("Every backup job that ended, by the day it started. Jobs whose "
-                             "run times overlap form a group; its rate is what they moved "
-                             "together.")
+        description = QLabel("Every job that ended, by the day it started. Jobs whose run "
+                             "times overlap form a group, with two rates: the sum of the "
+                             "jobs' own rates (each job's bytes over its elapsed time) and "
+                             "the wall-clock rate (the group's bytes over its span).")
         description.setWordWrap(True)
         pal = description.palette()
         pal.setColor(description.foregroundRole(), pal.color(pal.ColorRole.PlaceholderText))
         description.setPalette(pal)
 
-        today = QDate.currentDate()
-        self.since_edit = self._date_edit("reports-since", today.addDays(1 - DEFAULT_DAYS))
-        self.until_edit = self._date_edit("reports-until", today)
-        self.client_box = self._combo("reports-client", "All clients")
-        self.policy_box = self._combo("reports-policy", "All policies")
-        self.export_button = QPushButton("Export CSV…")
-        self.export_button.setObjectName("reports-export")
-        self.export_button.setToolTip("Save the jobs of this report as a CSV file")
-        self.export_button.clicked.connect(self._choose_export_file)
-        self.export_button.setEnabled(False)
-        filters = QHBoxLayout()
-        for label, widget in (("From", self.since_edit), ("to", self.until_edit),
-                              ("Client", self.client_box), ("Policy", self.policy_box)):
-            text = QLabel(label)
-            text.setBuddy(widget)
-            filters.addWidget(text)
-            filters.addWidget(widget)
-            filters.addSpacing(8)
-        filters.addStretch(1)
-        filters.addWidget(self.export_button)
+        filters = self._filters_row()
 
         self.summary = QLabel("Loading…")
         self.summary.setObjectName("reports-summary")
         self.summary.setTextFormat(Qt.TextFormat.PlainText)
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.groups = QLabel()
+        self.groups.setObjectName("reports-groups")
+        self.groups.setTextFormat(Qt.TextFormat.PlainText)
+        self.groups.setWordWrap(True)
+        self.groups.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.groups.hide()
         self.message = QLabel()
         self.message.setObjectName("reports-message")
         self.message.setTextFormat(Qt.TextFormat.PlainText)
@@ -373,6 +389,7 @@ class ReportsView(PolledPage):
         lay.addWidget(description)
         lay.addLayout(filters)
         lay.addWidget(self.summary)
+        lay.addWidget(self.groups)
         lay.addWidget(self.message)
         lay.addWidget(self.splitter, 1)
 
@@ -380,6 +397,36 @@ class ReportsView(PolledPage):
             w.dateChanged.connect(self._filters_changed)
         for w in (self.client_box, self.policy_box):
             w.currentIndexChanged.connect(self._filters_changed)
+        self.kind_box.currentIndexChanged.connect(self._kind_changed)
+
+    def _filters_row(self):
+        """The report, range, client and policy choices and the export button, in a row."""
+        today = QDate.currentDate()
+        self.since_edit = self._date_edit("reports-since", today.addDays(1 - DEFAULT_DAYS))
+        self.until_edit = self._date_edit("reports-until", today)
+        self.kind_box = QComboBox()
+        self.kind_box.setObjectName("reports-kind")
+        for kind, text in KINDS:
+            self.kind_box.addItem(text[0].upper() + text[1:], kind)
+        self.client_box = self._combo("reports-client", "All clients")
+        self.policy_box = self._combo("reports-policy", "All policies")
+        self.export_button = QPushButton("Export CSV…")
+        self.export_button.setObjectName("reports-export")
+        self.export_button.setToolTip("Save the jobs of this report as a CSV file")
+        self.export_button.clicked.connect(self._choose_export_file)
+        self.export_button.setEnabled(False)
+        filters = QHBoxLayout()
+        for label, widget in (("Report", self.kind_box),
+                              ("From", self.since_edit), ("to", self.until_edit),
+                              ("Client", self.client_box), ("Policy", self.policy_box)):
+            text = QLabel(label)
+            text.setBuddy(widget)
+            filters.addWidget(text)
+            filters.addWidget(widget)
+            filters.addSpacing(8)
+        filters.addStretch(1)
+        filters.addWidget(self.export_button)
+        return filters
 
     def _date_edit(self, name, day):
         w = QDateEdit(day)
@@ -435,6 +482,20 @@ class ReportsView(PolledPage):
     def _filters_changed(self, *_):
         self.refresh()
 
+    def set_kind(self, kind):
+        """Shows the report of `kind` jobs ("backup" or "restore")."""
+        self.kind_box.setCurrentIndex(self.kind_box.findData(kind))
+
+    def _kind_changed(self, *_):
+        self.kind = self.kind_box.currentData()
+        self.title.setText("Reports — " + dict(KINDS)[self.kind])
+        # the other report's clients and policies are other names: start from all
+        for box in (self.client_box, self.policy_box):
+            box.blockSignals(True)
+            box.setCurrentIndex(0)
+            box.blockSignals(False)
+        self.refresh()
+
     def _fill(self, box, names):
         current = box.currentData()
         wanted = [ALL] + list(names) + ([current] if current not in names and current else [])
@@ -459,7 +520,7 @@ class ReportsView(PolledPage):
         return self.loaded and not self.polling
 
     def poll_call(self):
-        return (fetch_report, *self.filters())
+        return (fetch_report, *self.filters(), self.kind)
 
     def polled(self, result):
         report, choices = result
@@ -468,13 +529,19 @@ class ReportsView(PolledPage):
         self._fill(self.policy_box, choices["policies"])
         colours = {c: client_colour(i) for i, c in enumerate(choices["clients"])}
         self.model.set_rows(report["rows"])
+        self.chart.verb = "restored" if report["report"] == "restores" else "backed up"
         self.chart.set_daily(report["daily"], colours)
-        self.summary.setText(summary_text(report["summary"]))
+        self.summary.setText(summary_text(report["summary"], report["report"][:-1]))
+        self.groups.setText(groups_text(report["groups"]))
+        self.groups.setVisible(bool(self.groups.text()))
         self.export_button.setEnabled(True)
         n = len(report["rows"])
         self.placeholder.setText(
             "No backup job ended in these days. Choose other days, or start a backup with "
-            "<code>cairn backup POLICY</code>; its job shows up here once it ends.")
+            "<code>cairn backup POLICY</code>; its job shows up here once it ends."
+            if report["report"] == "backups" else
+            "No restore job ended in these days. Choose other days; a restore started from "
+            "the Restore page or with <code>cairn restore</code> shows up here once it ends.")
         self.placeholder.setVisible(n == 0)
         if n and not self._sized:
             self._size_columns()
@@ -507,7 +574,7 @@ class ReportsView(PolledPage):
     def default_export_name(self):
         first = self.since_edit.date().toString("yyyyMMdd")
         last = self.until_edit.date().toString("yyyyMMdd")
-        return f"cairn-backups-{first}-{last}.csv"
+        return f"cairn-{self.kind}s-{first}-{last}.csv"
 
     def _choose_export_file(self):
         path, _ = QFileDialog.getSaveFileName(

@@ -11,6 +11,7 @@ def jobs_commands(sub, cmd):
     p.add_argument("--state", choices=["queued", "active", "done"])
     p = cmd(jb, "show", "one job", handler=_show)
     p.add_argument("id", type=int)
+    figure_options(p)
     p = cmd(jb, "log", "a job's detailed log", handler=_log)
     p.add_argument("id", type=int)
     p = cmd(jb, "cancel", "cancel a job", handler=_cancel)
@@ -35,8 +36,27 @@ def _list(m, args):
                                            "percent", "wait_reason"]))
 
 
+def figure_options(p):
+    """The options of a job's throughput figures; unset, the master's defaults apply."""
+    p.add_argument("--peak-window", type=float, metavar="SECONDS",
+                   help="the sustained peak is the best stretch this long (default 10; "
+                        "3600 for an hour)")
+    p.add_argument("--first-minutes", type=float, metavar="N",
+                   help="report the data moved in the first N minutes (default 60)")
+
+
+def figure_kwargs(args):
+    kw = {}
+    if args.peak_window is not None:
+        kw["peak_window_s"] = args.peak_window
+    if args.first_minutes is not None:
+        kw["first_s"] = args.first_minutes * 60
+    return kw
+
+
 def _show(m, args):
     j = m.job(args.id)
+    j["figures"] = m.job_stats(args.id, **figure_kwargs(args))["stats"]
     j["log"] = m.job_logs(args.id)
     return out(args, j, _print_job)
 
@@ -82,6 +102,16 @@ def _print_job(j):
         if k == "dedup_ratio" and shown.get(k) is None:
             continue
         print(f"{k:16} {'' if shown.get(k) is None else shown[k]}")
+    f = j.get("figures")
+    if f and f["average_bytes_per_s"] is not None:
+        peak = f["peak_bytes_per_s"]
+        print(f"{'average':16} {size(f['average_bytes_per_s'])}/s ({size(f['bytes'])} in "
+              f"{f['duration_s']:.1f} s)")
+        print(f"{'sustained peak':16} "
+              + ("" if peak is None else f"{size(peak)}/s (best {f['peak_window_s']:.0f} s, "
+                                         f"from {f['peak_at_s']:.0f} s on)"))
+        print(f"{'first ' + format(f['first_s'] / 60, 'g') + ' min':16} "
+              f"{size(f['first_bytes'])}")
     print("log:")
     for x in j.get("log", []):
         print(f"  {x['ts']} {x['level']:7} {x['message']}")

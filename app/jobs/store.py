@@ -186,10 +186,11 @@ class JobStore:
     def claim(self, job_id, runner):
         """queued → active, only if still queued (another dispatcher may have been faster)."""
         with self.db.tx() as c:
-            cur = c.execute("UPDATE jobs SET state=?, started=?, runner=?, heartbeat=?, "
-                            f"wait_reason=NULL, changed={NEXT_CHANGE} WHERE id=? AND state=?",
-                            (ACTIVE, timeutil.iso(time.time()), runner, time.time(), job_id,
-                             QUEUED))
+            now = time.time()
+            cur = c.execute("UPDATE jobs SET state=?, started=?, started_t=?, runner=?, "
+                            f"heartbeat=?, wait_reason=NULL, changed={NEXT_CHANGE} "
+                            "WHERE id=? AND state=?",
+                            (ACTIVE, timeutil.iso(now), now, runner, now, job_id, QUEUED))
             return cur.rowcount == 1
 
     def progress(self, job_id, *, bytes, files, rate, total_bytes=None, total_files=None,
@@ -224,16 +225,19 @@ class JobStore:
     def finish(self, job_id, code, message=None, *, image_id=None, bytes=None, files=None):
         now = time.time()
         with self.db.tx() as c:
-            row = c.execute("SELECT started, bytes FROM jobs WHERE id=?", (job_id,)).fetchone()
+            row = c.execute("SELECT started, started_t, bytes FROM jobs WHERE id=?",
+                            (job_id,)).fetchone()
             b = bytes if bytes is not None else row["bytes"]
             rate = None
             if row["started"]:
-                dt = max(now - timeutil.parse_iso(row["started"]), 1e-3)
+                start = (row["started_t"] if row["started_t"] is not None
+                         else timeutil.parse_iso(row["started"]))
+                dt = max(now - start, 1e-3)
                 rate = b / dt
-            c.execute("UPDATE jobs SET state=?, status=?, ended=?, image_id=COALESCE(?, image_id),"
-                      " bytes=?, files=COALESCE(?, files), rate_bytes_per_s=?, wait_reason=NULL, "
-                      f"changed={NEXT_CHANGE} WHERE id=?",
-                      (DONE, code, timeutil.iso(now), image_id, b, files, rate, job_id))
+            c.execute("UPDATE jobs SET state=?, status=?, ended=?, ended_t=?, "
+                      "image_id=COALESCE(?, image_id), bytes=?, files=COALESCE(?, files), "
+                      f"rate_bytes_per_s=?, wait_reason=NULL, changed={NEXT_CHANGE} WHERE id=?",
+                      (DONE, code, timeutil.iso(now), now, image_id, b, files, rate, job_id))
             level = "info" if code == st.OK else "warning" if code == st.PARTIAL else "error"
             text = log_text(f"ended with status {code}: {message or st.text(code)}")
             c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",

@@ -8,6 +8,7 @@ from app.config import STREAM_MARKER
 from app.schedule_rules import CATALOG_SCHEDULE
 from app.errors import CairnError, NotFound, ValidationError
 from app.jobs import catalog_backup, stats
+from app.jobs.stats import job_start
 from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP
 from app.jobs.backup_set import split_streams, stream_key
 from app.jobs.dispatcher import Dispatcher
@@ -224,16 +225,19 @@ class JobsAPI:
         self.jobs.log(job_id, "resumed by the administrator")
         return self.jobs.get(job_id)
 
-    def job_stats(self, job_id, after=None):
+    def job_stats(self, job_id, after=None, *, peak_window_s=stats.PEAK_WINDOW_S,
+                  first_s=stats.FIRST_S):
         """A job with its throughput samples (those after time `after` when given) and, once
-        it has ended, its throughput figures (app.jobs.stats.summary over all its samples)."""
+        it has ended, its throughput figures (app.jobs.stats.summary over all its samples,
+        the sustained peak over `peak_window_s`, the data moved in the first `first_s`)."""
+        stats.check_windows(peak_window_s, first_s)
         job = self.jobs.get(job_id)
         samples = self.jobs.samples(job_id, after=after)
         figures = None
         if job["state"] == DONE:
             every = samples if after is None else self.jobs.samples(job_id)
-            started = timeutil.parse_iso(job["started"]) if job["started"] else None
-            figures = stats.summary(every, started)
+            figures = stats.summary(every, job_start(job), window=peak_window_s,
+                                    first_s=first_s)
         return {"job": job, "samples": samples, "stats": figures}
 
     def throughput(self, window_s=300.0, step=1.0, now=None):

@@ -382,6 +382,12 @@ MIGRATIONS = [
         PRIMARY KEY (job_id, image_id)
     )
     """,
+    # 15: jobs' start and end with sub-second precision (seconds since the epoch), so that a
+    # short job's elapsed time and rate come from its own clock rather than whole seconds
+    """
+    ALTER TABLE jobs ADD COLUMN started_t REAL;
+    ALTER TABLE jobs ADD COLUMN ended_t REAL
+    """,
 ]
 
 

@@ -23,7 +23,8 @@ def bridge(master):
 
 def started_at(m, job_id, t):
     with m.db.tx() as c:
-        c.execute("UPDATE jobs SET started=? WHERE id=?", (timeutil.iso(t), job_id))
+        c.execute("UPDATE jobs SET started=?, started_t=? WHERE id=?",
+                  (timeutil.iso(t), t, job_id))
 
 
 def test_plot_follows_a_running_job(master, bridge, qtbot):
@@ -94,3 +95,32 @@ def test_the_dedup_rate_shows_with_the_amount_it_stands_for(master, bridge, qtbo
     qtbot.addWidget(dlg2)
     qtbot.waitUntil(lambda: dlg2._values["id"].text() != "", timeout=4000)
     assert dlg2._values["dedup_ratio"].text() == "—"
+
+
+def test_the_peak_window_and_first_minutes_are_chosen_in_the_window(master, bridge, qtbot):
+    jid = master.test_jobs["active"]
+    t0 = float(int(time.time()) - 400)
+    started_at(master, jid, t0)
+    # nothing sampled for 100 s, then 200 s at 50 MiB/s and 60 s at 5 MiB/s
+    total = 0
+    for s in range(100, 361):
+        rate = 50 * MiB if s <= 300 else 5 * MiB
+        total += rate if s > 100 else 0
+        master.jobs.progress(jid, bytes=int(total), files=s, rate=rate, sample_t=t0 + s)
+    master.jobs.finish(jid, st.OK)
+    dlg = JobDetailsDialog(bridge, master.jobs.get(jid))
+    qtbot.addWidget(dlg)
+    qtbot.waitUntil(lambda: dlg.figures is not None, timeout=4000)
+    assert dlg._figure_labels["first_n"].text() == "First 60 minutes:"
+    assert dlg.figure("first_n").startswith("10.1 GiB")     # 200 x 50 + 60 x 5 MiB
+    assert "the job ran" in dlg.figure("first_n")
+    with qtbot.waitSignal(dlg.peak_window.valueChanged, timeout=1000):
+        dlg.peak_window.setValue(3600)
+    # an hour's window on a 260 s sampled run: its whole sampled run, not the silent start
+    qtbot.waitUntil(lambda: dlg.figures["peak_window_s"] == 260, timeout=4000)
+    assert dlg.figures["peak_bytes_per_s"] == pytest.approx((200 * 50 + 60 * 5) * MiB / 260)
+    dlg.first_minutes.setValue(3)
+    qtbot.waitUntil(lambda: dlg.figures["first_s"] == 180, timeout=4000)
+    assert dlg._figure_labels["first_n"].text() == "First 3 minutes:"
+    assert dlg.figures["first_bytes"] == pytest.approx(80 * 50 * MiB)
+    assert dlg.figure("first_n") == "3.9 GiB"

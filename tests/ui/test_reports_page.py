@@ -85,7 +85,7 @@ def test_range_table_and_summary(page, history):
         "7.7 MiB/s"  # 9 GiB / 1200 s
     text = v.summary.text()
     assert text.startswith("4 backup jobs (3 succeeded, 1 failed) of 3 clients — 12.0 GiB")
-    assert "combined while backups ran" in text
+    assert "wall-clock while backups ran" in text
 
 
 def test_the_table_sorts_by_a_clicked_column(page, qtbot):
@@ -235,3 +235,30 @@ def test_screenshot_of_the_page(master, history, tmp_path):
     assert main(home=master.home.root, screenshot=str(out), view="reports") == 0
     img = QImage(str(out))
     assert (img.width(), img.height()) == (1280, 800)
+
+
+def test_the_restores_report_and_the_labelled_group_rates(page, history, master, qtbot):
+    v = page
+    # the backups a1 and b1 ran together: both rates, labelled
+    text = v.groups.text()
+    assert v.groups.isVisible()
+    assert "sum of per-client rates" in text and "wall-clock" in text
+    assert "mean per client" in text
+    d = date(2026, 9, 22)
+    with master.db.tx() as c:
+        r1 = c.execute(
+            "INSERT INTO jobs(type, state, status, client, policy, schedule, storage_unit, "
+            "created, started, ended, bytes, files, params) VALUES ('restore', 'done', 0, "
+            "'alpha', 'p1', 'daily', 'stu1', ?, ?, ?, ?, 3, '{}')",
+            (local_iso(d, 9), local_iso(d, 9), local_iso(d, 9, 10), GiB)).lastrowid
+    with qtbot.waitSignal(v.refreshed, timeout=5000):
+        v.set_kind("restore")
+    assert shown_ids(v) == [r1]
+    assert v.title.text() == "Reports — restores"
+    assert v.chart.getPlotItem().getAxis("left").labelText.startswith("Restored per day")
+    assert v.summary.text().startswith("1 restore job (1 succeeded) of 1 client")
+    assert not v.groups.isVisible()      # one job alone: no group to spell out
+    assert v.default_export_name().startswith("cairn-restores-")
+    with qtbot.waitSignal(v.refreshed, timeout=5000):
+        v.set_kind("backup")
+    assert shown_ids(v) == sorted(history.values())

@@ -64,14 +64,42 @@ def test_a_one_second_burst_is_not_the_sustained_peak():
     assert max(r for _, r in stats.rates(stats.points(samples))) == 500 * MB
 
 
-def test_a_short_job_has_no_later_marks_and_its_peak_is_its_average():
+def test_a_short_job_has_no_later_marks_and_its_peak_is_its_sampled_run():
     samples = ramp(5, lambda s: 4 * MB)
     s = stats.summary(samples, started=999.0)      # nothing moved in the first second
     assert s["duration_s"] == 6
     assert s["first"] == {60: None, 120: None, 300: None}
-    assert s["peak_window_s"] == 6
-    assert s["peak_bytes_per_s"] == pytest.approx(20 * MB / 6)
+    # the second before the first sample counts in the average, not in the peak
+    assert s["peak_window_s"] == 5
+    assert s["peak_bytes_per_s"] == pytest.approx(4 * MB)
     assert s["average_bytes_per_s"] == pytest.approx(20 * MB / 6)
+    # data in the first N minutes: all of it when the job ran shorter
+    assert s["first_s"] == 3600 and s["first_bytes"] == 20 * MB
+
+
+def test_a_stall_before_the_first_sample_does_not_understate_the_peak():
+    # started at 0, reported nothing for 610 s (its first sample already holds 1 GB), then
+    # 100 MB/s until 1800: shorter than the hour's window, whose peak is then its sampled run
+    samples = [{"t": 600.0 + s, "bytes": 100 * MB * s} for s in range(10, 1201, 10)]
+    s = stats.summary(samples, started=0.0, window=3600, first_s=3600)
+    assert s["peak_bytes_per_s"] == pytest.approx(100 * MB)    # not 120 GB over 1800 s
+    assert s["peak_window_s"] == 1190 and s["peak_at_s"] == pytest.approx(610)
+    assert s["first_bytes"] == 1200 * 100 * MB
+    assert s["average_bytes_per_s"] == pytest.approx(1200 * 100 * MB / 1800)
+    # a longer run: the first 60 minutes include the stall
+    samples = [{"t": 600.0 + s, "bytes": 100 * MB * s} for s in range(10, 4001, 10)]
+    s = stats.summary(samples, started=0.0, window=3600, first_s=3600)
+    assert s["peak_bytes_per_s"] == pytest.approx(100 * MB)
+    assert s["first_bytes"] == pytest.approx(3000 * 100 * MB)
+
+
+def test_the_peak_window_is_exact_between_sparse_samples():
+    # samples a minute apart; a 90 s window ends and starts between samples
+    pts = [(0.0, 0), (60.0, 60 * MB), (120.0, 60 * MB + 60 * 10 * MB), (180.0, 660 * MB)]
+    peak, at = stats.sustained_peak(pts, 90)
+    # the best 90 s: 60 s at 10 MB/s plus 30 s at 1 MB/s
+    assert peak == pytest.approx((600 + 30) * MB / 90)
+    assert at == 30.0
 
 
 def test_summary_without_samples():

@@ -255,4 +255,5 @@ def test_a_job_shorter_than_its_times_can_show_keeps_the_rate_it_measured(m):
     reports.group_overlapping(rows)
     [row] = [r for r in rows if r["job_id"] == jid]
     assert row["rate_bytes_per_s"] == 750 << 20   # not 600 MiB over a "1 s" rounded span
-    assert row["group_rate_bytes_per_s"] == 750 << 20
+    assert row["elapsed_s"] == 0.8 and row["elapsed_source"] == "measured"
+    assert row["group_rate_bytes_per_s"] == pytest.approx(750 << 20)

@@ -19,13 +19,16 @@ from app.lifecycles import Lifecycles
 from app.stugroups import StorageUnitGroups
 from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
-KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy", "lifecycle")
+KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy", "lifecycle",
+         "storage-unit-group")
 
 _TABLE = {"host": "hosts", "storage-server": "storage_servers", "disk-pool": "disk_pools",
-          "storage-unit": "storage_units", "policy": "policies", "lifecycle": "lifecycles"}
+          "storage-unit": "storage_units", "policy": "policies", "lifecycle": "lifecycles",
+          "storage-unit-group": "storage_unit_groups"}
 _CREATE = {"host": "host add", "storage-server": "storage-server create",
            "disk-pool": "disk-pool create", "storage-unit": "storage-unit create",
-           "policy": "policy create", "lifecycle": "lifecycle create"}
+           "policy": "policy create", "lifecycle": "lifecycle create",
+           "storage-unit-group": "storage-unit-group create"}
 
 #: attributes the properties dialog may change, per kind
 EDITABLE = {
@@ -39,6 +42,8 @@ EDITABLE = {
                "snapshot", "file_list", "dedup", "skip_nodump", "active", "comment"),
     # a lifecycle's steps number its images' copies: a changed one is a new lifecycle
     "lifecycle": ("comment",),
+    # its units and selection place jobs: a changed group is a new group
+    "storage-unit-group": ("comment",),
 }
 
 
@@ -136,6 +141,9 @@ def dependents(db, kind, name):
     elif kind == "lifecycle":
         add("policy", db.all("SELECT name FROM policies WHERE lifecycle_id=? ORDER BY name",
                              (oid,)))
+    elif kind == "storage-unit-group":
+        add("policy", db.all("SELECT name FROM policies WHERE storage_unit_group_id=? "
+                             "ORDER BY name", (oid,)))
     for d in out:
         if d["kind"] == "job":
             d["name"] = str(d["name"])
@@ -162,6 +170,8 @@ _HOW = {"storage-server": "delete its disk pools first",
                         "delete the lifecycles and storage unit groups that use it",
         "lifecycle": "move its policies to another lifecycle or storage unit first "
                      "(`cairn policy set POLICY storage_unit STU`)",
+        "storage-unit-group": "move its policies to a storage unit, lifecycle or another "
+                              "group first (`cairn policy set POLICY storage_unit STU`)",
         "host": "remove it from those policies and delete its storage servers first",
         "policy": "wait for its jobs to end or cancel them first"}
 
@@ -304,6 +314,8 @@ def get(config, kind, name):
     _check_kind(kind)
     if kind == "lifecycle":
         return Lifecycles(config.db).get(name)
+    if kind == "storage-unit-group":
+        return StorageUnitGroups(config.db).get(name)
     return {"host": config.host, "storage-server": config.storage_server,
             "disk-pool": config.disk_pool, "storage-unit": config.storage_unit,
             "policy": config.policy}[kind](name)

@@ -111,19 +111,6 @@ class StorageUnitGroups:
                           "g.id=p.storage_unit_group_id WHERE p.name=?", (policy_name,))
         return self.get(row[0]) if row else None
 
-    def delete(self, name):
-        g = self.get(name)
-        if g["policies"]:
-            raise ValidationError(
-                f"storage unit group {name!r} is still used by {len(g['policies'])} "
-                f"polic{'y' if len(g['policies']) == 1 else 'ies'} "
-                f"({', '.join(g['policies'][:5])})",
-                hint="move those policies to a storage unit, lifecycle or another group first "
-                     "(`cairn policy set POLICY storage_unit STU`)")
-        with self.db.tx() as c:
-            c.execute("DELETE FROM storage_unit_groups WHERE id=?", (g["id"],))
-        return {"deleted": name, "kind": "storage-unit-group"}
-
     def advance(self, name, position):
         """Round-robin: the next job looks first at the unit after `position` (1-based)."""
         with self.db.tx() as c:

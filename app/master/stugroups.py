@@ -19,4 +19,4 @@ class StorageUnitGroupsAPI:
 
     def delete_storage_unit_group(self, name):
         """Deletes a group no policy uses; refused (naming them) while policies use it."""
-        return self.storage_unit_groups_config.delete(name)
+        return self.delete_object("storage-unit-group", name)

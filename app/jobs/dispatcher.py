@@ -212,7 +212,8 @@ class Dispatcher:
         with self.db.tx() as c:
             c.execute("UPDATE jobs SET storage_unit=?, params=? WHERE id=?",
                       (stu, json.dumps(params), job["id"]))
-        self.master.jobs.log(job["id"], message, "warning" if full else "info")
+        self.master.jobs.log(job["id"], message,
+                             "warning" if full or message.startswith("no unit") else "info")
         if group["selection"] == "round-robin":
             group["rr_next"] = group["unit_names"].index(stu) + 1
             self.master.storage_unit_groups_config.advance(group["name"], group["rr_next"])

@@ -64,7 +64,8 @@ class Placement:
             vols = storage.call("check_volumes", {"paths": pool["volumes"]},
                                 timeout=30)["volumes"]
         except Exception as e:  # noqa: BLE001 - any failure to ask means "down" here
-            return f"its storage server's host {host['name']} cannot be reached ({e})"
+            text = getattr(e, "message", None) or str(e).splitlines()[0]
+            return f"its storage server's host {host['name']} cannot be reached ({text})"
         _, why = registry.of_server(server).choose_volume(vols, pool["high_water"])
         return f"no volume of disk pool {pool['name']} can take an image: {why}" if why else None
 

@@ -191,3 +191,27 @@ def test_an_incremental_follows_its_chain_or_is_made_a_full(site):
     assert j["storage_unit"] == "u3" and m.image(j["image_id"])["schedule_type"] == "full"
     assert "its chain is in disk pool p2, which no unit of the group has, so it runs as a " \
            "full" in log_text(m, j["id"])
+
+
+def test_a_unit_whose_host_is_down_is_passed_over_and_with_none_left_the_job_fails(site):
+    m, tmp = site
+    # a storage server on a host nothing answers on (a closed port of this machine)
+    m.config.add_host("dead", address="127.0.0.1", port=1, user="nobody")
+    m.config.add_storage_server("sd", type="advanced-disk", host="dead")
+    m.create_disk_pool("pd", server="sd", volumes=[str(tmp / "v1")], check=False)
+    m.create_storage_unit("ud", pool="pd")
+    m.create_storage_unit_group("g", "ud,u2", "prioritized")
+    src = policy(m, tmp, "p", "g")
+    [j] = run(m, ["p"])
+    assert (j["storage_unit"], j["pool"]) == ("u2", "p2")
+    assert "passed over ud: its storage server's host dead cannot be reached" in \
+        log_text(m, j["id"])
+    restored_equal(m, tmp, j, src)
+    # no unit left: the job goes to the first and fails there with its status, said
+    m.create_storage_unit_group("none-left", "ud", "prioritized")
+    m.update_object("policy", "p", storage_unit_group="none-left")
+    [jid] = m.start_backup("p", schedule="full")
+    [j] = m.wait_for([jid])
+    assert j["storage_unit"] == "ud" and j["status"] not in (st.OK, st.PARTIAL)
+    assert "no unit of group none-left can take it (ud: its storage server's host dead " \
+           "cannot be reached" in log_text(m, j["id"])

@@ -20,7 +20,7 @@ cannot be changed (a new group is made and the policies moved to it)."""
 
 from app import timeutil
 from app.config import check_name, id_of
-from app.errors import NotFound, ValidationError
+from app.errors import ValidationError
 
 SELECTIONS = ("prioritized", "failover", "round-robin", "least-loaded")
 # More units than this in one group is a list nobody reads; make several groups.
@@ -105,14 +105,9 @@ class StorageUnitGroups:
             (row["id"],))]
         return d
 
-    def by_policy(self, policy_name):
-        """The group a policy writes to, or None."""
-        row = self.db.one("SELECT g.name FROM policies p JOIN storage_unit_groups g ON "
-                          "g.id=p.storage_unit_group_id WHERE p.name=?", (policy_name,))
-        return self.get(row[0]) if row else None
-
     def advance(self, name, position):
-        """Round-robin: the next job looks first at the unit after `position` (1-based)."""
+        """Round-robin: the next job looks first at the unit at 0-based `position` (modulo
+        the number of units): the one after the unit the last job went to."""
         with self.db.tx() as c:
             c.execute("UPDATE storage_unit_groups SET rr_next=? WHERE name=?", (position, name))
 
@@ -122,9 +117,3 @@ class StorageUnitGroups:
         sid = id_of(self.db, "storage_units", "storage unit", g["units"][0]["storage_unit"],
                     "storage-unit create")
         return sid, g["id"]
-
-    def by_id(self, group_id):
-        row = self.db.one("SELECT name FROM storage_unit_groups WHERE id=?", (group_id,))
-        if row is None:
-            raise NotFound(f"there is no storage unit group {group_id}")
-        return self.get(row[0])

@@ -338,7 +338,7 @@ class Config:
     def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
                    multiple_streams=False, checksum="crc32", snapshot="none",
                    file_list="auto", dedup="server", skip_nodump=False, comment="",
-                   lifecycle_id=None):
+                   lifecycle_id=None, storage_unit_group_id=None):
         _unique(self.db, "policies", "policy", name)
         check_snapshot_mode(snapshot)
         check_file_list(file_list)
@@ -361,12 +361,12 @@ class Config:
         with self.db.tx() as c:
             c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
                       "encryption, multiple_streams, checksum, snapshot, file_list, dedup, "
-                      "skip_nodump, comment, created, lifecycle_id) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                      "skip_nodump, comment, created, lifecycle_id, storage_unit_group_id) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                       (name, sid, prio, int(bool(compression)), int(bool(encryption)),
                        int(bool(multiple_streams)), checksum, snapshot, file_list, dedup,
                        int(bool(skip_nodump)), comment, timeutil.iso(timeutil.now()),
-                       lifecycle_id))
+                       lifecycle_id, storage_unit_group_id))
         return self.policy(name)
 
     def add_policy_client(self, policy, host):
@@ -485,9 +485,11 @@ _STU_SQL = ("SELECT u.*, d.name AS pool, s.name AS server, h.name AS host, "
             "(SELECT count(*) FROM jobs j WHERE j.storage_unit=u.name AND j.state='active') "
             "AS active_jobs FROM storage_units u JOIN disk_pools d ON d.id=u.pool_id "
             "JOIN storage_servers s ON s.id=d.server_id JOIN hosts h ON h.id=s.host_id")
-_POLICY_SQL = ("SELECT p.*, u.name AS storage_unit, l.name AS lifecycle FROM policies p "
+_POLICY_SQL = ("SELECT p.*, u.name AS storage_unit, l.name AS lifecycle, "
+               "g.name AS storage_unit_group FROM policies p "
                "JOIN storage_units u ON u.id=p.storage_unit_id "
-               "LEFT JOIN lifecycles l ON l.id=p.lifecycle_id")
+               "LEFT JOIN lifecycles l ON l.id=p.lifecycle_id "
+               "LEFT JOIN storage_unit_groups g ON g.id=p.storage_unit_group_id")
 
 
 def _host_dict(row):

@@ -16,15 +16,19 @@ from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUM
     check_snapshot_mode
 from app.errors import ValidationError
 from app.lifecycles import Lifecycles
+from app.stugroups import StorageUnitGroups
 from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
-KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy", "lifecycle")
+KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy", "lifecycle",
+         "storage-unit-group")
 
 _TABLE = {"host": "hosts", "storage-server": "storage_servers", "disk-pool": "disk_pools",
-          "storage-unit": "storage_units", "policy": "policies", "lifecycle": "lifecycles"}
+          "storage-unit": "storage_units", "policy": "policies", "lifecycle": "lifecycles",
+          "storage-unit-group": "storage_unit_groups"}
 _CREATE = {"host": "host add", "storage-server": "storage-server create",
            "disk-pool": "disk-pool create", "storage-unit": "storage-unit create",
-           "policy": "policy create", "lifecycle": "lifecycle create"}
+           "policy": "policy create", "lifecycle": "lifecycle create",
+           "storage-unit-group": "storage-unit-group create"}
 
 #: attributes the properties dialog may change, per kind
 EDITABLE = {
@@ -34,10 +38,12 @@ EDITABLE = {
     "disk-pool": ("high_water", "low_water", "max_io_streams", "compact_below", "verify_every",
                   "verify_max_mb_s", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
-    "policy": ("storage_unit", "lifecycle", "priority", "multiple_streams", "checksum",
+    "policy": ("storage_unit", "lifecycle", "storage_unit_group", "priority", "multiple_streams", "checksum",
                "snapshot", "file_list", "dedup", "skip_nodump", "active", "comment"),
     # a lifecycle's steps number its images' copies: a changed one is a new lifecycle
     "lifecycle": ("comment",),
+    # its units and selection place jobs: a changed group is a new group
+    "storage-unit-group": ("comment",),
 }
 
 
@@ -124,6 +130,9 @@ def dependents(db, kind, name):
         add("lifecycle", db.all("SELECT DISTINCT l.name FROM lifecycles l JOIN lifecycle_steps "
                                 "s ON s.lifecycle_id=l.id WHERE s.storage_unit_id=? "
                                 "ORDER BY l.name", (oid,)))
+        add("storage-unit-group", db.all(
+            "SELECT DISTINCT g.name FROM storage_unit_groups g JOIN storage_unit_group_members "
+            "m ON m.group_id=g.id WHERE m.storage_unit_id=? ORDER BY g.name", (oid,)))
         add("job", db.all("SELECT id FROM jobs WHERE storage_unit=? "
                           "AND state IN ('queued','active')", (name,)))
     elif kind == "policy":
@@ -132,6 +141,9 @@ def dependents(db, kind, name):
     elif kind == "lifecycle":
         add("policy", db.all("SELECT name FROM policies WHERE lifecycle_id=? ORDER BY name",
                              (oid,)))
+    elif kind == "storage-unit-group":
+        add("policy", db.all("SELECT name FROM policies WHERE storage_unit_group_id=? "
+                             "ORDER BY name", (oid,)))
     for d in out:
         if d["kind"] == "job":
             d["name"] = str(d["name"])
@@ -155,9 +167,11 @@ def describe(deps):
 _HOW = {"storage-server": "delete its disk pools first",
         "disk-pool": "delete its storage units and expire its images first",
         "storage-unit": "move its policies to another storage unit or delete them first, and "
-                        "delete the lifecycles whose steps use it",
+                        "delete the lifecycles and storage unit groups that use it",
         "lifecycle": "move its policies to another lifecycle or storage unit first "
                      "(`cairn policy set POLICY storage_unit STU`)",
+        "storage-unit-group": "move its policies to a storage unit, lifecycle or another "
+                              "group first (`cairn policy set POLICY storage_unit STU`)",
         "host": "remove it from those policies and delete its storage servers first",
         "policy": "wait for its jobs to end or cancel them first"}
 
@@ -270,28 +284,38 @@ def update(db, config, kind, name, **changes):
 
 
 def _policy_target(db, changes):
-    """A policy's storage unit or lifecycle, changed: one replaces the other. A lifecycle of
-    "none" (or empty) leaves the policy on its lifecycle's backup storage unit."""
-    if "storage_unit" in changes and "lifecycle" in changes:
-        raise ValidationError("give a policy a storage unit or a lifecycle, not both at once")
+    """A policy's storage unit, lifecycle or storage unit group, changed: one replaces the
+    others. A lifecycle or group of "none" (or empty) leaves the policy on the storage unit it
+    writes to now (the lifecycle's backup unit, the group's first unit)."""
+    given = [k for k in ("storage_unit", "lifecycle", "storage_unit_group") if k in changes]
+    if len(given) > 1:
+        raise ValidationError("give a policy a storage unit, a lifecycle or a storage unit "
+                              "group, one at a time")
     if "storage_unit" in changes:
         return {"storage_unit_id": id_of(db, "storage_units", "storage unit",
                                          changes["storage_unit"], "storage-unit create"),
-                "lifecycle_id": None}
-    if "lifecycle" not in changes:
+                "lifecycle_id": None, "storage_unit_group_id": None}
+    if not given:
         return {}
-    name = changes["lifecycle"]
+    key = given[0]
+    name = changes[key]
     if name in (None, "") or str(name).strip().lower() in ("none", "no", "off"):
-        return {"lifecycle_id": None}
+        return {f"{key}_id": None}
+    if key == "storage_unit_group":
+        sid, gid = StorageUnitGroups(db).target(name)
+        return {"storage_unit_id": sid, "lifecycle_id": None, "storage_unit_group_id": gid}
     stu, lid = Lifecycles(db).policy_target(lifecycle=name)
     return {"storage_unit_id": id_of(db, "storage_units", "storage unit", stu,
-                                     "storage-unit create"), "lifecycle_id": lid}
+                                     "storage-unit create"), "lifecycle_id": lid,
+            "storage_unit_group_id": None}
 
 
 def get(config, kind, name):
     _check_kind(kind)
     if kind == "lifecycle":
         return Lifecycles(config.db).get(name)
+    if kind == "storage-unit-group":
+        return StorageUnitGroups(config.db).get(name)
     return {"host": config.host, "storage-server": config.storage_server,
             "disk-pool": config.disk_pool, "storage-unit": config.storage_unit,
             "policy": config.policy}[kind](name)

@@ -133,10 +133,11 @@ class Lifecycles:
         """Where a policy's backups go: (storage unit name, lifecycle id or None), from
         exactly one of a storage unit and a lifecycle."""
         if (storage_unit is None) == (lifecycle is None):
-            raise ValidationError("a policy writes to a storage unit or through a lifecycle: "
-                                  "give exactly one of them",
-                                  hint="--storage-unit NAME (one copy) or --lifecycle NAME "
-                                       "(a backup and its duplicates)")
+            raise ValidationError("a policy writes to a storage unit, through a lifecycle or "
+                                  "to a storage unit group: give exactly one of them",
+                                  hint="--storage-unit NAME (one copy), --lifecycle NAME "
+                                       "(a backup and its duplicates) or --storage-unit-group "
+                                       "NAME (placed on one of its units when a job starts)")
         if lifecycle is None:
             return storage_unit, None
         lc = self.get(lifecycle)

@@ -210,7 +210,7 @@ def take_screenshot(console, path):
 
 
 WIZARD_VIEWS = tuple(f"wizard:{k}" for k in ("storage-server", "disk-pool", "storage-unit",
-                                               "lifecycle", "policy"))
+                                               "lifecycle", "storage-unit-group", "policy"))
 SCREENSHOT_VIEWS = VIEW_NAMES + WIZARD_VIEWS
 WIZARD_SHOWCASE_PAGES = {"disk-pool": 1}
 

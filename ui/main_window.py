@@ -27,6 +27,7 @@ NAVIGATION = (
             ("disk-pools", "Disk pools", "disk-pool", ()),
             ("storage-units", "Storage units", "storage-unit", ()),
             ("lifecycles", "Lifecycles", "lifecycle", ()),
+            ("storage-unit-groups", "Storage unit groups", "storage-unit", ()),
             ("clusters", "Storage Scale", "cluster", ()),
         )),
         ("policies", "Policies", "policy", ()),
@@ -51,7 +52,8 @@ REACHABILITY_S = 30
 
 NEW_OBJECTS = (("host", "&Host…"), ("storage-server", "&Storage server…"),
                ("disk-pool", "&Disk pool…"), ("storage-unit", "Storage &unit…"),
-               ("lifecycle", "&Lifecycle…"), ("policy", "&Policy…"))
+               ("lifecycle", "&Lifecycle…"), ("storage-unit-group", "Storage unit &group…"),
+               ("policy", "&Policy…"))
 VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 

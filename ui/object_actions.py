@@ -28,6 +28,7 @@ _AFTER_DELETE = {
     "storage-unit": "",
     "policy": "Its backup images stay until they expire and can still be restored.",
     "lifecycle": "The copies its duplications made stay until they expire.",
+    "storage-unit-group": "Its storage units and their images stay.",
 }
 
 

@@ -24,6 +24,7 @@ def make_pages(bridge):
         views.ObjectListView(specs["disk-pools"], bridge),
         views.ObjectListView(specs["storage-units"], bridge),
         views.ObjectListView(specs["lifecycles"], bridge),
+        views.ObjectListView(specs["storage-unit-groups"], bridge),
         ClusterView(bridge),
         views.ObjectListView(specs["policies"], bridge),
         ActivityView(bridge),

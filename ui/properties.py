@@ -20,7 +20,8 @@ from ui.wizards.schedule_text import summary as schedule_summary
 from ui.wizards.storage_server import CIPHER, chunk_text
 
 KIND_LABELS = {"host": "Host", "storage-server": "Storage server", "disk-pool": "Disk pool",
-               "storage-unit": "Storage unit", "policy": "Policy", "lifecycle": "Lifecycle"}
+               "storage-unit": "Storage unit", "policy": "Policy", "lifecycle": "Lifecycle",
+               "storage-unit-group": "Storage unit group"}
 
 # attributes shown read-only, per kind, in this order (after the name)
 READ_ONLY = {
@@ -30,6 +31,7 @@ READ_ONLY = {
     "storage-unit": ("pool", "server", "host", "active_jobs", "created"),
     "policy": ("clients", "selections", "schedules", "compression", "encryption", "created"),
     "lifecycle": ("steps", "policies", "created"),
+    "storage-unit-group": ("selection", "unit_names", "policies", "created"),
 }
 
 LABELS = {
@@ -51,8 +53,11 @@ LABELS = {
     "verify_max_mb_s": "Verify reads at most",
     "skip_nodump": "Leave out files marked nodump",
     "steps": "Steps", "policies": "Used by policies", "lifecycle": "Lifecycle",
+    "storage_unit_group": "Storage unit group", "selection": "Selection",
+    "unit_names": "Storage units, in order",
 }
 NO_LIFECYCLE = "(none: one copy, on the storage unit)"
+NO_GROUP = "(none: the storage unit or lifecycle above)"
 
 #: where a policy's (or a host's) backups to deduplicating pools are cut into chunks
 DEDUP_MODES = {
@@ -138,9 +143,21 @@ def editor_values(m, kind):
     """Choices some editors need from the catalog (a policy's storage units)."""
     if kind == "policy":
         return {"storage_units": [u["name"] for u in m.storage_units()],
-                "lifecycles": [x["name"] for x in m.lifecycles()]}
+                "lifecycles": [x["name"] for x in m.lifecycles()],
+                "groups": [g["name"] for g in m.storage_unit_groups()]}
     return {}
 
+
+
+def _one_target(out):
+    """A policy's changes with at most one of storage unit, lifecycle and group: the one
+    chosen (a lifecycle or group), else the unit; the others leave by themselves."""
+    keys = [k for k in ("storage_unit", "lifecycle", "storage_unit_group") if k in out]
+    if len(keys) < 2:
+        return out
+    keep = next((k for k in ("storage_unit_group", "lifecycle") if out.get(k, "none") != "none"),
+                "storage_unit" if "storage_unit" in out else keys[0])
+    return {k: v for k, v in out.items() if k == keep or k not in keys}
 
 
 def value_label(text="", name=None):
@@ -324,7 +341,7 @@ class PropertiesDialog(QDialog):
             w.setToolTip("crc32: fast, catches corruption; sha256: also evidence against "
                          "tampering, costs CPU")
             w.currentTextChanged.connect(self._changed)
-        elif key in ("storage_unit", "lifecycle"):
+        elif key in ("storage_unit", "lifecycle", "storage_unit_group"):
             w = self._target_editor(key, value)
         else:
             w = QLineEdit(value or "")
@@ -343,45 +360,62 @@ class PropertiesDialog(QDialog):
         combo.addItems(values["storage_units"])
         combo.setCurrentText(current)
         combo.blockSignals(False)
-        combo = self.editors.get("lifecycle")
-        if combo is not None:
+        for key, none, names, kind_icon in (
+                ("lifecycle", NO_LIFECYCLE, values["lifecycles"], "lifecycle"),
+                ("storage_unit_group", NO_GROUP, values.get("groups", []), "storage-unit")):
+            combo = self.editors.get(key)
+            if combo is None:
+                continue
             current = combo.currentData()
             combo.blockSignals(True)
             combo.clear()
-            combo.addItem(NO_LIFECYCLE, "none")
-            for name in values["lifecycles"]:
-                combo.addItem(icon("lifecycle"), name, name)
+            combo.addItem(none, "none")
+            for name in names:
+                combo.addItem(icon(kind_icon), name, name)
             combo.setCurrentIndex(max(0, combo.findData(current)))
             combo.blockSignals(False)
 
     def _target_editor(self, key, value):
-        """Where a policy's backups go: its storage unit, or its lifecycle (whose backup step
-        is then the unit)."""
+        """Where a policy's backups go: its storage unit, its lifecycle (whose backup step is
+        then the unit) or its storage unit group (a unit of it chosen as each job starts)."""
         w = QComboBox()
         if key == "storage_unit":
             w.addItem(value)
             w.setCurrentText(value)
             w.currentTextChanged.connect(self._changed)
-            # under a lifecycle its backup step is the unit: change the lifecycle instead
-            w.setEnabled(not self.obj.get("lifecycle"))
-            w.setToolTip("Set by the policy's lifecycle (its backup step); choose no lifecycle "
-                         "to choose a unit" if self.obj.get("lifecycle") else
+            # under a lifecycle or group the unit follows it: change that instead
+            w.setEnabled(not self.obj.get("lifecycle") and not self.obj.get(
+                "storage_unit_group"))
+            w.setToolTip("Set by the policy's lifecycle or storage unit group; choose none "
+                         "of them to choose a unit" if not w.isEnabled() else
                          "Where the policy's backups go")
             return w
-        w.addItem(NO_LIFECYCLE, "none")
+        group = key == "storage_unit_group"
+        w.addItem(NO_GROUP if group else NO_LIFECYCLE, "none")
         if value:
-            w.addItem(icon("lifecycle"), value, value)
+            w.addItem(icon("storage-unit" if group else "lifecycle"), value, value)
             w.setCurrentIndex(1)
-        w.setToolTip("A lifecycle backs up to its first step's storage unit and copies each "
+        w.setToolTip("Each backup job goes to one unit of the group, chosen when it starts "
+                     "(prioritized, failover, round-robin or least-loaded)" if group else
+                     "A lifecycle backs up to its first step's storage unit and copies each "
                      "backup to its other steps' pools, each copy with its own retention")
+        w.currentIndexChanged.connect(lambda *_: self._target_chosen(key))
         w.currentIndexChanged.connect(self._changed)
-        w.currentIndexChanged.connect(self._lifecycle_chosen)
         return w
 
-    def _lifecycle_chosen(self, *_):
+    def _target_chosen(self, key):
+        """A lifecycle or group chosen leaves the other at none; the unit is free under
+        neither."""
+        other = self.editors.get("lifecycle" if key == "storage_unit_group"
+                                 else "storage_unit_group")
+        if other is not None and self.value(key) != "none":
+            other.blockSignals(True)
+            other.setCurrentIndex(0)
+            other.blockSignals(False)
         unit = self.editors.get("storage_unit")
         if unit is not None:
-            unit.setEnabled(self.value("lifecycle") == "none")
+            unit.setEnabled(all(self.value(k) == "none" for k in
+                                ("lifecycle", "storage_unit_group") if k in self.editors))
 
     def value(self, key):
         w = self.editors[key]
@@ -405,15 +439,13 @@ class PropertiesDialog(QDialog):
                 old = ",".join(f"{k}={v}" for k, v in sorted((old or {}).items()))
             elif key == "verify_every":
                 old = verify_text(old)
-            elif key == "lifecycle":
+            elif key in ("lifecycle", "storage_unit_group"):
                 old = old or "none"
             elif isinstance(self.editors[key], QLineEdit):
                 old = old or ""
             if new != old:
                 out[key] = new
-        if "storage_unit" in out and out.get("lifecycle") == "none":
-            del out["lifecycle"]  # a storage unit chosen leaves the lifecycle by itself
-        return out
+        return _one_target(out)
 
     def _changed(self, *_):
         self.save_button.setEnabled(bool(self.changes()))

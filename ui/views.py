@@ -158,6 +158,24 @@ LIFECYCLES = ListSpec(
                               "--step duplicate:STU2:8w") + ".",
     kind="lifecycle")
 
+STORAGE_UNIT_GROUPS = ListSpec(
+    "storage-unit-groups", "Storage unit groups", "storage-unit",
+    "Several storage units a policy's backups are spread over: each job goes to one of them "
+    "when it starts, passing over units that are full, whose host is down or that are busy.",
+    [text_column("name", "Name", icon=lambda r: icon("storage-unit")),
+     text_column("selection", "Selection"),
+     Column("units", "Storage units", lambda r: " → ".join(r["unit_names"]),
+            sort=lambda r: ",".join(r["unit_names"]).lower(),
+            tooltip=lambda r: "\n".join(f"{u['position']}. {u['storage_unit']} (disk pool "
+                                        f"{u['pool']} on {u['host']})" for u in r["units"])),
+     list_column("policies", "Policies")],
+    lambda m: m.storage_unit_groups(),
+    "No storage unit groups yet: a policy writing to a group has its backups spread over "
+    "several storage units. Create one with "
+    + _cmd("cairn storage-unit-group create NAME --units STU,STU --selection least-loaded")
+    + ".",
+    kind="storage-unit-group")
+
 POLICIES = ListSpec(
     "policies", "Policies", "policy",
     "What is backed up, from which clients, when, and where to.",
@@ -167,6 +185,11 @@ POLICIES = ListSpec(
             sort=lambda r: (r.get("lifecycle") or "").lower(),
             help="the lifecycle that copies the policy's backups to other pools; its backup "
                  "step is the storage unit"),
+     Column("storage_unit_group", "Storage unit group",
+            lambda r: r.get("storage_unit_group") or "",
+            sort=lambda r: (r.get("storage_unit_group") or "").lower(),
+            help="the group whose units the policy's backups are spread over (the storage "
+                 "unit is then its first unit)"),
      number_column("priority", "Priority"),
      list_column("clients", "Clients"),
      list_column("selections", "Selections"),
@@ -180,7 +203,8 @@ POLICIES = ListSpec(
     + _cmd("cairn policy add-selection POLICY PATH") + ".",
     kind="policy")
 
-LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, LIFECYCLES, POLICIES)
+LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, LIFECYCLES,
+              STORAGE_UNIT_GROUPS, POLICIES)
 
 
 # ---- widgets ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 
 from app import __version__, status as st
 from app.cli import backup, catalog, host, images, jobs, lifecycle, master, policy, report, \
-    restore, storage
+    restore, storage, stugroup
 from app.cli.shared import open_master
 from app.errors import CairnError
 from app.store.db import catalog_error
@@ -27,6 +27,7 @@ NOUNS = (
     storage.storage_server_commands,
     storage.disk_pool_commands,
     storage.storage_unit_commands,
+    stugroup.storage_unit_group_commands,
     policy.policy_commands,
     backup.backup_commands,
     jobs.jobs_commands,

@@ -15,7 +15,8 @@ def policy_commands(sub, cmd):
     _create_command(po, cmd)
     p = cmd(po, "set", "change a policy's attribute", handler=_set,
             description="Change one attribute of a policy: storage_unit, lifecycle (a "
-                        "lifecycle's name, or none), priority, "
+                        "lifecycle's name, or none), storage_unit_group (a group's name, or "
+                        "none), priority, "
                         "multiple_streams, checksum, snapshot (none, filesystem, fileset), "
                         "file_list (auto, walk), dedup, skip_nodump (yes, no), active or "
                         "comment.")
@@ -45,6 +46,9 @@ def _create_command(po, cmd):
     where.add_argument("--lifecycle",
                        help="where its backups go and where they are duplicated to, each copy "
                             "with its own retention (`cairn lifecycle create`)")
+    where.add_argument("--storage-unit-group", metavar="NAME",
+                       help="where its backups go: one unit of the group, chosen when each "
+                            "job starts (`cairn storage-unit-group create`)")
     p.add_argument("--priority", type=int, default=0)
     p.add_argument("--compression", action="store_true")
     p.add_argument("--encryption", action="store_true")
@@ -116,6 +120,8 @@ def _policy_out(args, r):
     return out(args, r, lambda d: print(
         f"policy {d['name']}: storage unit {d['storage_unit']}"
         + (f" (lifecycle {d['lifecycle']})" if d.get("lifecycle") else "")
+        + (f" (first of storage unit group {d['storage_unit_group']})"
+           if d.get("storage_unit_group") else "")
         + f", clients {d['clients']}, selections {d['selections']}, schedules "
           f"{[x['name'] for x in d['schedules']]}"))
 
@@ -123,7 +129,7 @@ def _policy_out(args, r):
 def _create(m, args):
     return _policy_out(args, m.create_policy(
         args.name, storage_unit=args.storage_unit, lifecycle=args.lifecycle,
-        priority=args.priority,
+        storage_unit_group=args.storage_unit_group, priority=args.priority,
         compression=args.compression, encryption=args.encryption,
         multiple_streams=args.multiple_streams, checksum=args.checksum, snapshot=args.snapshot,
         file_list=args.file_list, dedup=args.dedup, skip_nodump=args.skip_nodump))
@@ -164,8 +170,8 @@ def _show(m, args):
 
 def _list(m, args):
     return out(args, {"policies": m.policies()},
-               lambda d: table(d["policies"], ["name", "storage_unit", "lifecycle", "clients",
-                                               "selections"]))
+               lambda d: table(d["policies"], ["name", "storage_unit", "lifecycle",
+                                               "storage_unit_group", "clients", "selections"]))
 
 
 # ---- schedule -------------------------------------------------------------------------------

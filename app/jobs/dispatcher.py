@@ -26,6 +26,7 @@ from app import timeutil
 from app.errors import CairnError, Canceled
 from app.jobs import cleanup, commit, duplicate_commit, duplicate_queue, expire, kinds
 from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
+from app.jobs.placement import RECENT_SECONDS, Placement
 from app.jobs.rules import retry_wanted
 from app.jobs.store import ACTIVE, QUEUED
 
@@ -51,6 +52,7 @@ class Dispatcher:
         self._stop = threading.Event()
         self._changed = threading.Event()  # a job thread ended: look again at once
         self._lease_until = 0.0
+        self.placement = Placement(master)
 
     # ---- the lease ------------------------------------------------------------------------
     def acquire_lease(self):
@@ -146,6 +148,8 @@ class Dispatcher:
         in_use = {p for p, n in active_per_pool.items() if n} | {
             pools["of_stu"][j["storage_unit"]] for j in queued
             if j["storage_unit"] in pools["of_stu"]}
+        groups = self.placement.group_of() if queued else {}
+        load = self._load(active_per_stu) if groups else None
         now = self.clock()
         for job in queued:
             if job["not_after"] is not None and now > job["not_after"]:
@@ -166,6 +170,15 @@ class Dispatcher:
                 if params.get("scheduled") and pool in in_use:
                     reason = (f"a scheduled verify waits until no backup or restore uses or "
                               f"waits for pool {pool}")
+            placed = None
+            if reason is None and job["type"] == "backup" and job["storage_unit"] and \
+                    job["policy"] in groups:
+                placed = self.placement.place(
+                    job, groups[job["policy"]], load=load,
+                    busy=lambda u: self._wait_reason({"type": "backup", "storage_unit": u},
+                                                     active_per_stu, active_per_pool, pools))
+                reason = placed[1]
+                job = {**dict(job), "storage_unit": placed[0]}
             if reason is None:
                 reason = self._wait_reason(job, active_per_stu, active_per_pool, pools)
             if reason:
@@ -174,6 +187,8 @@ class Dispatcher:
                 continue
             if not self.master.jobs.claim(job["id"], self.id):
                 continue
+            if placed is not None:
+                self._placed(job, groups[job["policy"]], placed)
             if job["type"] == "backup" and job["storage_unit"]:
                 per_client[job["client"]] = per_client.get(job["client"], 0) + 1
             stu = job["storage_unit"]
@@ -187,6 +202,34 @@ class Dispatcher:
             self._threads[job["id"]] = t
             t.start()
         return len(self._alive())
+
+    def _placed(self, job, group, placed):
+        """Records where a job of a storage unit group went (app/jobs/placement.py)."""
+        stu, _, message, full = placed
+        params = json.loads(job["params"] or "{}")
+        if full:
+            params["schedule_type"] = "full"
+        with self.db.tx() as c:
+            c.execute("UPDATE jobs SET storage_unit=?, params=? WHERE id=?",
+                      (stu, json.dumps(params), job["id"]))
+        self.master.jobs.log(job["id"], message,
+                             "warning" if full or message.startswith("no unit") else "info")
+        if group["selection"] == "round-robin":
+            group["rr_next"] = group["unit_names"].index(stu) + 1
+            self.master.storage_unit_groups_config.advance(group["name"], group["rr_next"])
+
+    def _load(self, active_per_stu):
+        """load(stu): (jobs running on its storage server, bytes its server's backups that
+        ended in the last RECENT_SECONDS wrote), for least-loaded placement."""
+        server_of = self.placement.servers()
+        recent = self.placement.recent_bytes(timeutil.iso(time.time() - RECENT_SECONDS))
+
+        def load(stu):
+            server = server_of.get(stu)
+            units = [u for u, s in server_of.items() if s == server]
+            return (sum(active_per_stu.get(u, 0) for u in units),
+                    sum(recent.get(u, 0) or 0 for u in units))
+        return load
 
     def _alive(self):
         return [t for t in self._threads.values() if t.is_alive()]

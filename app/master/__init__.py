@@ -13,6 +13,7 @@ part of the API that Master is made of:
   restores.py       checking, previewing and queueing restores
   catalog.py        queueing catalog backups of the master's own state
   lifecycles.py     lifecycles (a backup and its duplications) and the copies of images
+  stugroups.py      storage unit groups (units a job is placed on when it starts)
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
                     restart, cancel, suspend, statistics
 
@@ -26,6 +27,7 @@ from app.hosts import HostPool
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import JobStore
 from app.lifecycles import Lifecycles
+from app.stugroups import StorageUnitGroups
 from app.master.catalog import CatalogAPI
 from app.master.configuration import ConfigurationAPI
 from app.master.hosts import HostsAPI
@@ -35,18 +37,20 @@ from app.master.lifecycles import LifecyclesAPI
 from app.master.restores import (DIRECT_IO_CHOICES, MAX_RESTORE_STREAMS,  # noqa: F401
                                  OVERWRITE_CHOICES, RestoresAPI)
 from app.master.storage import StorageAPI
+from app.master.stugroups import StorageUnitGroupsAPI
 from app.paths import Home
 from app.store.db import Database
 
 
 class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
-             CatalogAPI, LifecyclesAPI):
+             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI):
     def __init__(self, home=None, password_provider=None):
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
         self.db = Database(self.home.catalog)
         self.config = Config(self.db)
         self.lifecycle_config = Lifecycles(self.db)
+        self.storage_unit_groups_config = StorageUnitGroups(self.db)
         self.jobs = JobStore(self.db)
         self.hosts = HostPool(self.home, password_provider)
         self.dispatcher = Dispatcher(self)

@@ -8,7 +8,8 @@ from app.errors import NotFound, ValidationError
 
 
 class ConfigurationAPI:
-    def create_policy(self, name, *, storage_unit=None, lifecycle=None, priority=0,
+    def create_policy(self, name, *, storage_unit=None, lifecycle=None,
+                      storage_unit_group=None, priority=0,
                       multiple_streams=False, checksum="crc32", snapshot="none",
                       file_list="auto", dedup="server", skip_nodump=False, clients=(),
                       selections=(), schedules=(), comment="", compression=False,
@@ -21,9 +22,18 @@ class ConfigurationAPI:
         needs the catalog backup key to exist (add_schedule)."""
         if any(s.get("type") == CATALOG_SCHEDULE for s in schedules):
             catalog_backup.check_schedulable(self, None)
-        storage_unit, lifecycle_id = self.lifecycle_config.policy_target(storage_unit,
-                                                                          lifecycle)
+        group_id = lifecycle_id = None
+        if storage_unit_group is not None and storage_unit is None and lifecycle is None:
+            # Under a group the policy keeps the group's first unit (app/stugroups.py).
+            g = self.storage_unit_groups_config.get(storage_unit_group)
+            storage_unit, group_id = g["unit_names"][0], g["id"]
+        elif storage_unit_group is not None:
+            self.lifecycle_config.policy_target("", "")  # two targets: refused with the hint
+        else:
+            storage_unit, lifecycle_id = self.lifecycle_config.policy_target(storage_unit,
+                                                                              lifecycle)
         self.config.add_policy(name, storage_unit=storage_unit, lifecycle_id=lifecycle_id,
+                               storage_unit_group_id=group_id,
                                priority=priority,
                                compression=compression, encryption=encryption,
                                multiple_streams=multiple_streams, checksum=checksum,

@@ -388,6 +388,28 @@ MIGRATIONS = [
     ALTER TABLE jobs ADD COLUMN started_t REAL;
     ALTER TABLE jobs ADD COLUMN ended_t REAL
     """,
+    # 16: storage unit groups: ordered storage units and how a job is placed on one of them
+    # when it starts (app/stugroups.py). A policy under a group keeps storage_unit_id as the
+    # group's first unit; rr_next is where round-robin placement looks first.
+    """
+    CREATE TABLE storage_unit_groups (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        selection TEXT NOT NULL CHECK (selection IN ('prioritized', 'failover', 'round-robin',
+                                                     'least-loaded')),
+        rr_next INTEGER NOT NULL DEFAULT 0,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE storage_unit_group_members (
+        group_id INTEGER NOT NULL REFERENCES storage_unit_groups(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        storage_unit_id INTEGER NOT NULL REFERENCES storage_units(id),
+        PRIMARY KEY (group_id, position)
+    );
+    ALTER TABLE policies ADD COLUMN storage_unit_group_id INTEGER
+        REFERENCES storage_unit_groups(id)
+    """,
 ]
 
 

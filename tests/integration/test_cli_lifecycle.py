@@ -29,7 +29,8 @@ def test_lifecycle_commands(tmp_path):
     doc, _ = cairn_json(home, "policy", "create", "p", "--lifecycle", "gold")
     assert (doc["storage_unit"], doc["lifecycle"]) == ("ua", "gold")
     p = cairn(home, "policy", "create", "q", check=False)
-    assert p.returncode != 0 and "--storage-unit --lifecycle is required" in p.stderr
+    assert p.returncode != 0 and \
+        "--storage-unit --lifecycle --storage-unit-group is required" in p.stderr
     p = cairn(home, "policy", "create", "q", "--lifecycle", "gold", "--storage-unit", "ua",
               check=False)
     assert p.returncode != 0 and "not allowed with" in p.stderr

@@ -62,6 +62,7 @@ def test_a_changed_cell_is_reported_alone(qtbot):
 @pytest.mark.qt_log_level_fail("WARNING")
 def test_every_list_model_with_catalog_rows(qtmodeltester, master, spec, tmp_path):
     add_lifecycle(master, tmp_path)
+    master.create_storage_unit_group("spread", "stu1,stu2", "least-loaded")
     model = ObjectTableModel(spec.columns, key=spec.key)
     qtmodeltester.check(model)
     rows = spec.fetch(master)

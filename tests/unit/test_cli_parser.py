@@ -27,8 +27,8 @@ def test_every_action_has_a_handler():
 
 def test_the_nouns_in_their_order():
     nouns = [path[0] for path, _ in _commands(build_parser()) if len(path) == 1]
-    assert nouns == ["host", "storage-server", "disk-pool", "storage-unit", "policy", "backup",
-                     "jobs", "images", "browse", "restore", "report", "console", "master",
+    assert nouns == ["host", "storage-server", "disk-pool", "storage-unit",
+                     "storage-unit-group", "policy", "backup", "jobs", "images", "browse", "restore", "report", "console", "master",
                      "schedule", "status-codes", "catalog", "lifecycle", "agent"]
 
 

@@ -89,7 +89,7 @@ def test_a_policy_moves_between_a_storage_unit_and_a_lifecycle(m):
     m.update_object("policy", "p", lifecycle="gold")
     p = m.update_object("policy", "p", lifecycle="none")
     assert (p["storage_unit"], p["lifecycle"]) == ("stu2", None)
-    with pytest.raises(ValidationError, match="not both"):
+    with pytest.raises(ValidationError, match="one at a time"):
         m.update_object("policy", "p", lifecycle="gold", storage_unit="stu1")
 
 

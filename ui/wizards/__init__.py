@@ -1,5 +1,5 @@
-"""The setup wizards of the console: storage server, disk pool, storage unit, lifecycle and
-policy.
+"""The setup wizards of the console: storage server, disk pool, storage unit, lifecycle,
+storage unit group and policy.
 
     wizard = make_wizard("disk-pool", bridge, parent, server="ss1")
     wizard.created.connect(lambda kind, name: ...)
@@ -17,10 +17,11 @@ from ui.wizards.lifecycle import LifecycleWizard
 from ui.wizards.policy import PolicyWizard
 from ui.wizards.storage_server import StorageServerWizard
 from ui.wizards.storage_unit import StorageUnitWizard
+from ui.wizards.stugroup import StorageUnitGroupWizard
 
 WIZARDS = {"storage-server": StorageServerWizard, "disk-pool": DiskPoolWizard,
            "storage-unit": StorageUnitWizard, "lifecycle": LifecycleWizard,
-           "policy": PolicyWizard}
+           "storage-unit-group": StorageUnitGroupWizard, "policy": PolicyWizard}
 
 
 def make_wizard(kind, bridge, parent=None, **preset):

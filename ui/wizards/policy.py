@@ -40,7 +40,8 @@ class AttributesPage(Page):
         self.unit.setObjectName("policy-target")
         self.unit.setToolTip("A storage unit keeps one copy of each backup; a lifecycle backs "
                              "up to its first storage unit and copies each backup to the "
-                             "others, every copy kept for its own time")
+                             "others, every copy kept for its own time; a storage unit group "
+                             "places each backup on one of its units when the job starts")
         self.unit_detail = note("")
         self.priority = narrow(QSpinBox())
         self.priority.setRange(0, 99999)
@@ -98,6 +99,7 @@ class AttributesPage(Page):
         self.body.addStretch(1)
         self.units = {}
         self.lifecycles = {}
+        self.groups = {}
         self.dedup_units = set()
         self.existing = set()
         self._loaded_once = False
@@ -112,9 +114,10 @@ class AttributesPage(Page):
         self.call(_load_lists, done=self._lists, failed=self.loaded)
 
     def _lists(self, result):
-        units, policies, dedup_servers, lifecycles = result
+        units, policies, dedup_servers, lifecycles, groups = result
         self.units = {u["name"]: u for u in units}
         self.lifecycles = {x["name"]: x for x in lifecycles}
+        self.groups = {g["name"]: g for g in groups}
         self.dedup_units = {u["name"] for u in units if u["server"] in dedup_servers}
         self.existing = set(policies)
         self.unit.blockSignals(True)
@@ -125,8 +128,15 @@ class AttributesPage(Page):
         for x in lifecycles:
             self.unit.addItem(icon("lifecycle"), f"{x['name']} (lifecycle)",
                               f"lifecycle:{x['name']}")
+        if groups:
+            self.unit.insertSeparator(self.unit.count())
+        for g in groups:
+            self.unit.addItem(icon("storage-unit"), f"{g['name']} (storage unit group)",
+                              f"storage_unit_group:{g['name']}")
         preset = self.wizard().preset
         want = (f"lifecycle:{preset['lifecycle']}" if preset.get("lifecycle")
+                else f"storage_unit_group:{preset['storage_unit_group']}"
+                if preset.get("storage_unit_group")
                 else f"storage_unit:{preset.get('storage_unit')}")
         i = self.unit.findData(want)
         self.unit.setCurrentIndex(max(i, 0) if units else -1)
@@ -135,7 +145,8 @@ class AttributesPage(Page):
         self.loaded()
 
     def target(self):
-        """("storage_unit" or "lifecycle", its name), or (None, None)."""
+        """("storage_unit", "lifecycle" or "storage_unit_group", its name), or (None,
+        None)."""
         data = self.unit.currentData()
         return tuple(data.split(":", 1)) if data else (None, None)
 
@@ -144,6 +155,8 @@ class AttributesPage(Page):
         kind, name = self.target()
         if kind == "lifecycle":
             return self.lifecycles[name]["steps"][0]["storage_unit"]
+        if kind == "storage_unit_group":
+            return self.groups[name]["unit_names"][0]
         return name
 
     def _unit_changed(self, *_):
@@ -157,6 +170,11 @@ class AttributesPage(Page):
                 for s in self.lifecycles[name]["steps"]) + (
                 "; each copy is kept for its step's time, which takes the place of the "
                 "schedules' retention.")
+        if kind == "storage_unit_group":
+            g = self.groups[name]
+            text = (f"Each backup goes to one of {', '.join(g['unit_names'])}, chosen when "
+                    f"the job starts ({g['selection']}); an incremental goes where its chain "
+                    f"is.")
         self.unit_detail.setText(text)
         if u and u["name"] in self.dedup_units:
             text = (f"Storage unit {u['name']} is on a deduplicating pool: this chooses where "
@@ -173,15 +191,16 @@ class AttributesPage(Page):
             return p
         if not self.units:
             return "There is no storage unit yet: create one with the storage unit wizard first."
-        return None if self.target()[0] else "Choose a storage unit or a lifecycle."
+        return None if self.target()[0] else \
+            "Choose a storage unit, a lifecycle or a storage unit group."
 
 
 def _load_lists(m):
-    """The storage units, the policies' names, the deduplicating storage servers and the
-    lifecycles."""
+    """The storage units, the policies' names, the deduplicating storage servers, the
+    lifecycles and the storage unit groups."""
     return (m.storage_units(), [p["name"] for p in m.policies()],
             {s["name"] for s in m.storage_servers() if registry.can(s["type"], "dedup")},
-            m.lifecycles())
+            m.lifecycles(), m.storage_unit_groups())
 
 
 class SchedulesPage(Page):
@@ -474,7 +493,10 @@ class PolicyWizard(WizardBase):
         s = self.spec()
         where = (("Lifecycle", f"{s['lifecycle']} (backs up to "
                   f"{self.attributes_page.backup_unit()}, then copies)")
-                 if s.get("lifecycle") else ("Storage unit", s["storage_unit"]))
+                 if s.get("lifecycle") else
+                 ("Storage unit group", f"{s['storage_unit_group']} (each backup on one of its "
+                  f"units)") if s.get("storage_unit_group") else
+                 ("Storage unit", s["storage_unit"]))
         return [("Name", s["name"]), where,
                 ("Priority", str(s["priority"])), ("Checksum", s["checksum"]),
                 ("Multiple data streams", "yes" if s["multiple_streams"] else "no"),

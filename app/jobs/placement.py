@@ -5,7 +5,9 @@ A unit can take a job when it is available (its storage server's host answers an
 of its pool is below the high-water mark: what the backup itself checks, plugins/storage/
 base.py choose_volume) and not busy (its limit of concurrent jobs and its pool's limit of I/O
 streams are not reached: the dispatcher's own wait reasons). Availability costs a call to the
-storage host, so it is remembered for AVAILABLE_TTL seconds.
+storage host, so it is remembered for AVAILABLE_TTL seconds, and a host that cannot be
+reached for DOWN_TTL: asking a host that is down costs the dispatcher's tick up to the SSH
+connect timeout, which must not be paid every few seconds while a host is down all night.
 
 An incremental goes where its chain is (the pool of the image it would compare with) when a
 unit of that pool is in the group and available, waiting while that unit is busy; otherwise
@@ -20,6 +22,7 @@ import time
 from plugins.storage import registry
 
 AVAILABLE_TTL = 5.0
+DOWN_TTL = 60.0
 # How far back "recent throughput" looks for least-loaded placement.
 RECENT_SECONDS = 600
 
@@ -49,11 +52,12 @@ class Placement:
         hit = self._available.get(stu)
         if hit and hit[0] > now:
             return hit[1]
-        why = self._check(stu)
-        self._available[stu] = (now + AVAILABLE_TTL, why)
+        why, down = self._check(stu)
+        self._available[stu] = (now + (DOWN_TTL if down else AVAILABLE_TTL), why)
         return why
 
     def _check(self, stu):
+        """(why the unit cannot take a job or None, whether its host could not be asked)."""
         cfg = self.master.config
         unit = cfg.storage_unit(stu)
         pool = cfg.disk_pool(unit["pool"])
@@ -65,9 +69,10 @@ class Placement:
                                 timeout=30)["volumes"]
         except Exception as e:  # noqa: BLE001 - any failure to ask means "down" here
             text = getattr(e, "message", None) or str(e).splitlines()[0]
-            return f"its storage server's host {host['name']} cannot be reached ({text})"
+            return f"its storage server's host {host['name']} cannot be reached ({text})", True
         _, why = registry.of_server(server).choose_volume(vols, pool["high_water"])
-        return f"no volume of disk pool {pool['name']} can take an image: {why}" if why else None
+        return (f"no volume of disk pool {pool['name']} can take an image: {why}"
+                if why else None), False
 
     def forget(self):
         self._available.clear()

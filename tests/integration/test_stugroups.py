@@ -8,6 +8,7 @@ the pool it is in, compared byte for byte."""
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -207,6 +208,13 @@ def test_a_unit_whose_host_is_down_is_passed_over_and_with_none_left_the_job_fai
     assert "passed over ud: its storage server's host dead cannot be reached" in \
         log_text(m, j["id"])
     restored_equal(m, tmp, j, src)
+    # a host that cannot be reached is not asked again at every tick (each try can cost the
+    # tick the SSH connect timeout), but for DOWN_TTL; a unit with room, for AVAILABLE_TTL
+    from app.jobs import placement
+    until_dead = m.dispatcher.placement._available["ud"][0] - time.monotonic()
+    until_ok = m.dispatcher.placement._available["u2"][0] - time.monotonic()
+    assert placement.AVAILABLE_TTL < until_dead <= placement.DOWN_TTL
+    assert until_ok <= placement.AVAILABLE_TTL
     # no unit left: the job goes to the first and fails there with its status, said
     m.create_storage_unit_group("none-left", "ud", "prioritized")
     m.update_object("policy", "p", storage_unit_group="none-left")

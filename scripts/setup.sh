@@ -17,8 +17,9 @@ debs=(python3 python3-venv libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfo
 if [ $want_test = 1 ]; then
   # sshd for the integration tests; restic and tar are the peers the benchmarks compare with,
   # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py); acl (setfacl)
-  # for the tests of restores into directories with default ACLs.
-  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl)
+  # for the tests of restores into directories with default ACLs; iproute2 (ip, tc) for the
+  # multi-host test bed (tests/netbed.py).
+  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2)
 fi
 
 missing=()

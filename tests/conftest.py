@@ -35,6 +35,20 @@ def sshd_as_localhost(sshd):
     entry, as a second host would have."""
     return ServerView(sshd, "localhost")
 
+
+@pytest.fixture
+def netbed(tmp_path):
+    """Several hosts on this machine, each in its own network namespace with its own address
+    and sshd (tests/netbed.py): netbed.add_host(name, rate_mbit=None) returns one. Removed
+    after the test."""
+    from netbed import NetBed, NetBedUnavailable
+    try:
+        bed = NetBed(tmp_path / "netbed")
+    except NetBedUnavailable as e:
+        pytest.fail(f"the multi-host test bed cannot be made: {e}", pytrace=False)
+    yield bed
+    bed.cleanup()
+
 # ---- end of SSH server fixtures -----------------------------------------------------------
 
 

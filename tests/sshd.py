@@ -77,7 +77,7 @@ class SSHServer:
         w = self.workdir
         return "\n".join([
             f"Port {self.port}",
-            "ListenAddress 127.0.0.1",
+            f"ListenAddress {self.host}",
             f"HostKey {w / 'ssh_host_ed25519_key'}",
             f"PidFile {w / 'sshd.pid'}",
             f"AuthorizedKeysFile {self.authorized_keys}",
@@ -101,11 +101,11 @@ class SSHServer:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         last_error = None
         for _ in range(3):  # the free port may be taken between probing and binding
-            self.port = free_port()
+            self.port = self._pick_port()
             config = self.workdir / "sshd_config"
             config.write_text(self._config())
             log = open(self.log_file, "ab")
-            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)],
+            self.proc = subprocess.Popen(self._command(config),
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             log.close()
             try:
@@ -115,6 +115,12 @@ class SSHServer:
                 last_error = e
                 self.stop()
         raise last_error
+
+    def _pick_port(self):
+        return free_port()
+
+    def _command(self, config):
+        return [SSHD, "-D", "-e", "-f", str(config)]
 
     def _wait_ready(self, timeout):
         deadline = time.monotonic() + timeout

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from app.errors import Canceled, DataPlaneError
+from app.liveness import watch_peer
 
 FRAME = 1 << 20
 _LEN = struct.Struct(">I")
@@ -133,6 +134,7 @@ class Listener:
             if len(pending) >= MAX_PENDING:
                 self._drop(sel, pending, next(iter(pending.values())))
             try:
+                watch_peer(raw)
                 h = _Handshake(raw, self._ctx, len(self._token) + 1)
             except (OSError, ValueError):
                 raw.close()
@@ -259,6 +261,7 @@ def connect(host, port, cert_pem, token, timeout=30.0):
                                f"{e.strerror or e}") from None
     try:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        watch_peer(raw)
         tls = ctx.wrap_socket(raw)
         tls.sendall(token.encode() + b"\n")
         if _read_exact(tls, 2) != b"OK":

@@ -5,7 +5,7 @@ import itertools
 import threading
 
 from app import status
-from app.errors import AgentError, CairnError, Canceled
+from app.errors import AgentError, CairnError, Canceled, HostUnreachable
 from app.formats import protocol
 
 HELLO_TIMEOUT = 60.0
@@ -152,6 +152,12 @@ class AgentConnection:
             self._fail(AgentError(f"the connection to the agent on {self.host} was closed: "
                                   f"{why}"))
             self.close()
+            return
+        lost = self.process.connection_lost()
+        if lost:
+            self._fail(HostUnreachable(
+                f"the connection to {self.host} was lost: {lost}",
+                hint="the host may be down or cut off from the network"))
             return
         detail = self.process.stderr_text().strip()
         self._fail(AgentError(

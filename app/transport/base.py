@@ -82,6 +82,11 @@ class AgentProcess(abc.ABC):
         """The agent's exit status once it has ended, else None."""
         ...
 
+    def connection_lost(self) -> str | None:
+        """Why the connection to the agent's host broke, when it was the connection that
+        ended and not the agent (a host that died or was cut off), else None."""
+        return None
+
     def __enter__(self):
         return self
 

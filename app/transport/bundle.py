@@ -24,7 +24,8 @@ from app.errors import AgentError
 # and package directories whose *.py files are taken recursively. Of the storage types, the
 # agent halves travel (plugins/storage/agents.py); their master halves and the keys of
 # encrypted pools (MASTER_ONLY) stay on the master.
-AGENT_FILES = ("app/__init__.py", "app/status.py", "app/errors.py", "plugins/__init__.py",
+AGENT_FILES = ("app/__init__.py", "app/status.py", "app/errors.py", "app/liveness.py",
+               "plugins/__init__.py",
                "plugins/storage/__init__.py", "plugins/storage/agent_base.py",
                "plugins/storage/agents.py")
 AGENT_PACKAGES = ("app/agent", "app/formats", "plugins/filesystems",

@@ -24,6 +24,7 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 
 from app.errors import (AgentError, AuthFailed, HostKeyChanged, HostKeyUnknown,
                         HostUnreachable, NoPython)
+from app.liveness import DEAD_PEER_SECONDS, watch_peer
 from app.transport import hostkeys
 from app.transport.base import AgentProcess, StderrBuffer, Transport
 from app.transport.bundle import agent_bundle
@@ -34,7 +35,9 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_AGENT_DIR = ".cache/cairn"    # relative to the remote user's home directory
 MIN_PYTHON = (3, 9)
-KEEPALIVE = 30
+# A keepalive every few seconds gives an idle connection outstanding data, so that a host
+# that died is noticed within about DEAD_PEER_SECONDS (app/liveness.py).
+KEEPALIVE = 10
 KEYRING_SERVICE = "cairn"
 # Older agent versions kept besides the current one: another master, or an agent still
 # running from an older bundle, may need its file (zipimport reads it lazily).
@@ -150,6 +153,19 @@ class SSHAgentProcess(AgentProcess):
         ch = self._channel
         return not ch.exit_status_ready() and ch.get_transport() is not None \
             and ch.get_transport().is_active()
+
+    def connection_lost(self):
+        ch = self._channel
+        t = ch.get_transport()
+        # paramiko marks a channel of a dead connection ended, with no exit status (-1).
+        if ch.exit_status != -1 or t is None or t.is_active():
+            return None
+        e = getattr(t, "saved_exception", None)
+        if isinstance(e, (TimeoutError, socket.timeout)):
+            return f"no answer from it for about {DEAD_PEER_SECONDS} s"
+        if isinstance(e, EOFError):
+            return "the host stopped answering or closed the connection"
+        return _reason(e) if e is not None else "the SSH connection was closed"
 
     def exit_status(self):
         ch = self._channel
@@ -273,7 +289,7 @@ class SSHTransport(Transport):
             except OSError as e:
                 reasons.append(e.strerror or str(e))
             else:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                watch_peer(sock)
                 return sock
             sock.close()
         reason = "; ".join(dict.fromkeys(reasons)) or "no address found"

@@ -64,7 +64,8 @@ def _imports(name, path):
 def layer(mod):
     """The layer of a module (docs/architecture.md), from the top: entry, ui, cli, master,
     storage-master, agent, storage-agent, formats."""
-    if mod in ("app", "plugins", "app.errors", "app.status") or mod.startswith("app.formats"):
+    if mod in ("app", "plugins", "app.errors", "app.status", "app.liveness") or \
+            mod.startswith("app.formats"):
         return "formats"
     if mod in ("app.entry", "app.__main__"):
         return "entry"

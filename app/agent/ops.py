@@ -19,6 +19,7 @@ from app.agent import dataplane
 from app.errors import CairnError, Canceled, ValidationError
 from app.agent.restore_io import suits_target
 from app.formats import pace, private
+from app.formats.durable import sync_dir
 from app.formats.tarfmt import PIECE_HASHES
 from plugins.filesystems import posix
 from plugins.storage import agents
@@ -322,11 +323,7 @@ def set_aside_image(req, path, aside, back=False):
         os.rename(src, dst)
     except FileNotFoundError:
         raise CairnError(f"{src} is gone", status_code=status.IMAGE_DAMAGED) from None
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    sync_dir(os.path.dirname(path))
     return {}
 
 
@@ -357,11 +354,7 @@ def commit_file(req, partial, final):
         raise CairnError(f"{final} exists already; {partial} was not committed",
                          status_code=status.STORAGE_WRITE_FAILED)
     os.rename(partial, final)
-    dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    sync_dir(os.path.dirname(final))
     return {"path": final, "bytes": size}
 
 

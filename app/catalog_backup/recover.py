@@ -27,6 +27,7 @@ from app import status as st, timeutil
 from app.catalog_backup import archive, escrow
 from app.errors import CairnError, ValidationError
 from app.formats import private
+from app.formats.durable import sync_dir
 
 _SERVER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
@@ -197,11 +198,7 @@ class _Staging:
         if os.path.isdir(self.root):
             os.rmdir(self.root)  # empty: checked above
         os.rename(self.dir, self.root)
-        fd = os.open(os.path.dirname(self.root), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_dir(os.path.dirname(self.root))
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)

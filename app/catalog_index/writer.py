@@ -14,6 +14,7 @@ from app.catalog_index.block import _check_row, _decode_block, _encode_block
 from app.catalog_index.layout import FORMAT_VERSION, MAGIC, TRAILER_MAGIC, _FS_ENC, _FS_ERR, \
     _HEADER, _RECORD, _RECORD_BODY, _ROOT_KEY, _ROOT_ROW_KEY, _TRAILER, _fsdecode, _fsencode
 from app.formats import private
+from app.formats.durable import sync_dir
 
 _SYNTH_DIR_MODE = 0o755
 
@@ -226,16 +227,7 @@ class IndexWriter:
 
 
 def _fsync_dir(path: str):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    sync_dir(path, ignore_errors=True)
 
 
 def build_index(path, rows_iterable) -> dict:

@@ -9,6 +9,7 @@ import os
 from app import status
 from app.errors import Canceled, CairnError, StorageError, ValidationError
 from app.formats import private
+from app.formats.durable import sync_dir
 from app.formats.writeback import start_writeback
 from plugins.storage.advanced_disk import image_check
 from plugins.storage.agent_base import AgentStorage, ImageFile
@@ -137,11 +138,7 @@ def commit_file(partial, final):
         raise StorageError(f"{final} exists already; the image was not committed")
     try:
         os.rename(partial, final)
-        dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        sync_dir(os.path.dirname(final))
     except FileNotFoundError:
         raise CairnError(f"{partial} is gone; the image cannot be committed",
                          status_code=status.IMAGE_DAMAGED) from None

@@ -9,6 +9,8 @@ import struct
 import threading
 
 from app.formats import private
+# the pool's modules sync their folders through this name
+from app.formats.durable import sync_dir as fsync_dir  # noqa: F401
 from app.formats.tarfmt import crc32 as _crc32
 from plugins.storage.dedup.encoding import RECORD_HEADER, RECORD_MAGIC, _decode_record, \
     _valid_codec_byte
@@ -34,14 +36,6 @@ def _container_number(name):
         return int(stem)
     return None
 
-
-
-def fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _is_busy(e):

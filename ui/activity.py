@@ -26,7 +26,7 @@ from ui.polled import PolledPage
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.settings import settings
-from ui.tables import data_table, select_keys, selected_rows
+from ui.tables import HandWidths, data_table, select_keys, selected_rows
 from ui.views import Placeholder, add_column_chooser
 
 REFRESH_S = 1.0
@@ -238,6 +238,7 @@ class ActivityView(PolledPage):
         pl.addWidget(self.plot, 1)
 
         self.table = data_table(self.proxy, "activity-table")
+        self.widths = HandWidths(self.table.horizontalHeader())
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
         self.table.setItemDelegateForColumn(PERCENT_COLUMN, ProgressDelegate(self.table))
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -329,13 +330,14 @@ class ActivityView(PolledPage):
         hh = self.table.horizontalHeader()
         fm = hh.fontMetrics()
         arrow = hh.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMarkSize) + 6
-        for c, col in enumerate(self.model.columns):
-            title = fm.horizontalAdvance(col.title) + 14 + (arrow if c == 0 else 0)
-            width = max(self.table.sizeHintForColumn(c) + (6 if col.numeric else 0), title)
-            if col.key == "percent":
-                width = max(width, fm.horizontalAdvance("100.0%") + 40)
-            hh.resizeSection(c, min(width, max(160, fm.averageCharWidth() * 40)))
-        hh.setStretchLastSection(True)
+        with self.widths.fitting():
+            for c, col in enumerate(self.model.columns):
+                title = fm.horizontalAdvance(col.title) + 14 + (arrow if c == 0 else 0)
+                width = max(self.table.sizeHintForColumn(c) + (6 if col.numeric else 0), title)
+                if col.key == "percent":
+                    width = max(width, fm.horizontalAdvance("100.0%") + 40)
+                hh.resizeSection(c, min(width, max(160, fm.averageCharWidth() * 40)))
+            hh.setStretchLastSection(True)
         self._sized = True
 
     # ---- filters --------------------------------------------------------------------------
@@ -528,14 +530,16 @@ class ActivityView(PolledPage):
 
     def save_state(self, settings):
         settings.setValue("views/activity/header", self.table.horizontalHeader().saveState())
+        settings.setValue("views/activity/widths-by-hand", self.widths.by_hand)
         settings.setValue("views/activity/columns", list(COLUMN_KEYS))
         settings.setValue("views/activity/splitter", self.splitter.saveState())
         settings.setValue("views/activity/filter", self.proxy.filter())
 
     def restore_state(self, settings):
         h = settings.value("views/activity/header")
-        if h is not None and self.table.horizontalHeader().restoreState(h):
-            self._sized = True
+        if h is not None and self.widths.restore(
+                h, settings.value("views/activity/widths-by-hand")):
+            self._sized = self.widths.by_hand
             known = settings.value("views/activity/columns")
             # a layout saved before some columns existed shows them as a new table would
             if not isinstance(known, list):

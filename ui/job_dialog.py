@@ -204,7 +204,11 @@ class JobDetailsDialog(QDialog):
                 f"{fmt.local_time(x['ts'])}  {x['level']:<7}  {fmt.shown(x['message'])}"
                 for x in lines))
             if at_end:
+                # to the last line's start: its end would scroll a long line's timestamp,
+                # and every other line's, out of sight to the left
                 self.log_view.moveCursor(QTextCursor.MoveOperation.End)
+                self.log_view.moveCursor(QTextCursor.MoveOperation.StartOfLine)
+                self.log_view.horizontalScrollBar().setValue(0)
         if job["state"] == "done":
             self._timer.stop()
         elif not self._timer.isActive():

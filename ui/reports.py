@@ -21,7 +21,7 @@ from ui.models import Column, ObjectTableModel, number_column, text_column, \
     time_column
 from ui.polled import PolledPage
 from ui.qtcompat import emit
-from ui.tables import data_table, sorting_proxy
+from ui.tables import HandWidths, data_table, sorting_proxy
 from ui.resources import icon
 from ui.views import Placeholder
 
@@ -368,6 +368,7 @@ class ReportsView(PolledPage):
         self.model = ObjectTableModel(COLUMNS, key="job_id", parent=self)
         self.proxy = sorting_proxy(self.model, self)
         self.table = data_table(self.proxy, "reports-table")
+        self.widths = HandWidths(self.table.horizontalHeader())
         self.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
         hh = self.table.horizontalHeader()
         hh.setStretchLastSection(False)
@@ -567,7 +568,8 @@ class ReportsView(PolledPage):
             # one has it, and the report's last columns need that room.
             if contents:
                 width = max(width, self.table.sizeHintForColumn(c) + (6 if col.numeric else 10))
-            hh.resizeSection(c, width)
+            with self.widths.fitting():
+                hh.resizeSection(c, width)
         self._sized = contents
 
     # ---- export --------------------------------------------------------------------------
@@ -620,12 +622,13 @@ class ReportsView(PolledPage):
     # ---- remembered layout ----------------------------------------------------------------
     def save_state(self, settings):
         settings.setValue("views/reports/header", self.table.horizontalHeader().saveState())
+        settings.setValue("views/reports/widths-by-hand", self.widths.by_hand)
         settings.setValue("views/reports/splitter", self.splitter.saveState())
 
     def restore_state(self, settings):
         h = settings.value("views/reports/header")
-        if h is not None and self.table.horizontalHeader().restoreState(h):
-            self._sized = True
+        if h is not None and self.widths.restore(h, settings.value("views/reports/widths-by-hand")):
+            self._sized = self.widths.by_hand
         s = settings.value("views/reports/splitter")
         if s is not None:
             self.splitter.restoreState(s)

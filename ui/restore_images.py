@@ -22,7 +22,7 @@ from ui.object_actions import ImageActions
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.restore_search import sorted_table
-from ui.tables import select_keys, selected_rows
+from ui.tables import HandWidths, select_keys, selected_rows
 from ui.views import Placeholder
 
 DEFAULT_DAYS = 30
@@ -127,6 +127,7 @@ class ImageList(QWidget):
     def _make_table(self):
         self.model = ObjectTableModel(IMAGE_COLUMNS, key="id", parent=self)
         self.table, self.proxy = sorted_table(self.model, "restore-table")
+        self.widths = HandWidths(self.table.horizontalHeader())
         self.proxy.setDynamicSortFilter(True)
         self.proxy.setSortCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
@@ -263,16 +264,18 @@ class ImageList(QWidget):
         if self._sized or not self.model.rowCount():
             return
         self._sized = True
-        self.table.resizeColumnsToContents()
         hh = self.table.horizontalHeader()
-        for c in range(self.model.columnCount()):
-            hh.resizeSection(c, hh.sectionSize(c) + 12)
-        hh.setStretchLastSection(True)
+        with self.widths.fitting():
+            self.table.resizeColumnsToContents()
+            for c in range(self.model.columnCount()):
+                hh.resizeSection(c, hh.sectionSize(c) + 12)
+            hh.setStretchLastSection(True)
 
-    def restore_header(self, state):
-        """Puts back the columns as the page saved them; they are then not sized again."""
-        if self.table.horizontalHeader().restoreState(state):
-            self._sized = True
+    def restore_header(self, state, by_hand):
+        """Puts back the columns as the page saved them; widths the admin chose are not
+        sized again."""
+        if self.widths.restore(state, by_hand):
+            self._sized = self.widths.by_hand
 
     def update_placeholder(self):
         n = self.model.rowCount()

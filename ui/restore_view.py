@@ -242,13 +242,15 @@ class RestoreView(PolledPage):
     # ---- remembered layout ------------------------------------------------------------------
     def save_state(self, settings):
         settings.setValue("views/restore-browser/header", self.table.horizontalHeader().saveState())
+        settings.setValue("views/restore-browser/widths-by-hand", self.images.widths.by_hand)
         settings.setValue("views/restore-browser/splitter", self.splitter.saveState())
         settings.setValue("views/restore-browser/files-header", self.tree.header().saveState())
 
     def restore_state(self, settings):
         h = settings.value("views/restore-browser/header")
         if h is not None:
-            self.images.restore_header(h)
+            self.images.restore_header(
+                h, settings.value("views/restore-browser/widths-by-hand"))
         s = settings.value("views/restore-browser/splitter")
         if s is not None:
             self.splitter.restoreState(s)

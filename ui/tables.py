@@ -2,6 +2,8 @@
 selected, alternating colours, no editing, movable left-aligned columns) and the sorting proxy
 over an ObjectTableModel."""
 
+from contextlib import contextmanager
+
 from PySide6.QtCore import QItemSelectionModel, QSortFilterProxyModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QTableView
 
@@ -66,3 +68,42 @@ def select_keys(table, source, keys):
             table.scrollTo(idx)
         first = False
     return not first
+
+
+class HandWidths:
+    """Whether the admin has resized a column of `header` by hand. Until then a table fits
+    its columns to their contents whenever it is filled, even after a saved layout was put
+    back (a layout saved while the list was empty holds only title-wide columns); once
+    they have, their widths are kept. Sizing done by the program runs inside fitting()."""
+
+    def __init__(self, header):
+        self.header = header
+        self.by_hand = False
+        self._fitting = 0
+        header.sectionResized.connect(self._resized)
+
+    def _resized(self, column, old, new):
+        h = self.header
+        # Hiding or showing a column, or the stretched last column following the window,
+        # is not a choice of width.
+        if self._fitting or not old or not new or not h.isVisible():
+            return
+        if h.stretchLastSection() and h.visualIndex(column) == h.count() - 1:
+            return
+        self.by_hand = True
+
+    @contextmanager
+    def fitting(self):
+        self._fitting += 1
+        try:
+            yield
+        finally:
+            self._fitting -= 1
+
+    def restore(self, state, by_hand):
+        """Puts back a saved header (column order, hidden columns, widths); True when it
+        could. by_hand: what was saved beside it; the widths are then the admin's, kept."""
+        with self.fitting():
+            ok = bool(self.header.restoreState(state))
+        self.by_hand = ok and by_hand in (True, "true", 1, "1")
+        return ok

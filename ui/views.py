@@ -17,7 +17,7 @@ from ui.models import ROW_ROLE, Column, ObjectTableModel, list_column, \
 from ui.object_actions import ObjectActions
 from ui.polled import PolledPage
 from ui.resources import icon
-from ui.tables import data_table, select_keys, selected_rows, sorting_proxy
+from ui.tables import HandWidths, data_table, select_keys, selected_rows, sorting_proxy
 from ui.wizards.schedule_text import summary as schedule_summary
 from ui.qtcompat import emit
 
@@ -291,6 +291,7 @@ class ObjectListView(PolledPage):
         self.table.sortByColumn(spec.sort_column, spec.sort_order)
         hh = self.table.horizontalHeader()
         hh.setMinimumSectionSize(36)
+        self.widths = HandWidths(hh)
         for col, delegate in spec.delegates.items():
             self.table.setItemDelegateForColumn(col, delegate(self.table))
         # activated: a double-click, or Enter on the current row
@@ -361,9 +362,10 @@ class ObjectListView(PolledPage):
         # Long texts (a policy's selections) are cut only when the columns would not fit.
         if sum(widths) > self.table.viewport().width():
             widths = [min(w, limit) for w in widths]
-        for c, width in enumerate(widths):
-            hh.resizeSection(c, width)
-        hh.setStretchLastSection(stretch)
+        with self.widths.fitting():
+            for c, width in enumerate(widths):
+                hh.resizeSection(c, width)
+            hh.setStretchLastSection(stretch)
         if contents:
             self._sized = True
             # A view filled while hidden sees a tiny viewport: size it again when shown.
@@ -406,10 +408,13 @@ class ObjectListView(PolledPage):
     def save_state(self, settings):
         settings.setValue(f"views/{self.name}/header",
                           self.table.horizontalHeader().saveState())
+        settings.setValue(f"views/{self.name}/widths-by-hand", self.widths.by_hand)
 
     def restore_state(self, settings):
         state = settings.value(f"views/{self.name}/header")
-        if state is not None and self.table.horizontalHeader().restoreState(state):
+        if state is not None and self.widths.restore(
+                state, settings.value(f"views/{self.name}/widths-by-hand")) \
+                and self.widths.by_hand:
             self._sized = True
             self._resize_on_show = False  # the admin's own column widths win
 

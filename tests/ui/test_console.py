@@ -286,6 +286,38 @@ def test_layout_is_remembered_in_the_test_settings(make_console, master, qtbot, 
     assert c2.window.splitter.sizes()[0] == 250
 
 
+def test_columns_saved_while_a_list_was_empty_still_fit_its_rows_later(
+        make_console, empty_master, qtbot, tmp_path):
+    """A layout saved while the list was empty holds title-wide columns; the next start fits
+    them to the rows all the same, as long as the admin never resized one by hand."""
+    c = make_console(empty_master)
+    show(c, qtbot, "policies")
+    c.window.close()
+    m = empty_master
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    m.config.add_storage_server("ss", type="advanced-disk", host=m.config.hosts()[0]["name"])
+    m.create_disk_pool("dp", server="ss", volumes=[str(vol)])
+    m.config.add_storage_unit("stu", pool="dp")
+    long_name = "home-directories-of-the-physics-department"
+    m.config.add_policy(long_name, storage_unit="stu")
+    c2 = make_console(m)
+    v = show(c2, qtbot, "policies")
+    qtbot.waitUntil(lambda: v.model.rowCount() == 1, timeout=5000)
+    hh = v.table.horizontalHeader()
+    fm = v.table.fontMetrics()
+    qtbot.waitUntil(lambda: hh.sectionSize(0) >= fm.horizontalAdvance(long_name), timeout=5000)
+    # a width chosen by hand is the admin's: kept by the next start, not fitted again
+    hh.resizeSection(0, 90)
+    assert v.widths.by_hand
+    c2.window.close()
+    c3 = make_console(m)
+    v3 = show(c3, qtbot, "policies")
+    qtbot.waitUntil(lambda: v3.model.rowCount() == 1, timeout=5000)
+    qtbot.wait(200)
+    assert v3.table.horizontalHeader().sectionSize(0) == 90
+
+
 def test_opening_a_job_twice_brings_the_same_window_forward(console, master):
     job = master.jobs.get(master.test_jobs["done"])
     assert console.window.open_job(job) is console.window.open_job(job)

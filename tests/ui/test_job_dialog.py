@@ -124,3 +124,22 @@ def test_the_peak_window_and_first_minutes_are_chosen_in_the_window(master, brid
     assert dlg._figure_labels["first_n"].text() == "First 3 minutes:"
     assert dlg.figures["first_bytes"] == pytest.approx(80 * 50 * MiB)
     assert dlg.figure("first_n") == "3.9 GiB"
+
+
+def test_the_detailed_log_opens_at_its_last_lines_with_the_timestamps_in_sight(
+        master, bridge, qtbot):
+    jid = master.test_jobs["done"]
+    for i in range(60):
+        master.jobs.log(jid, f"line {i}: " + "a long path/" * 40)
+    dlg = JobDetailsDialog(bridge, master.jobs.get(jid))
+    qtbot.addWidget(dlg)
+    dlg.resize(700, 500)
+    dlg.show()
+    dlg.tabs.setCurrentWidget(dlg.log_view)
+    qtbot.waitUntil(lambda: "line 59" in dlg.log_view.toPlainText(), timeout=4000)
+    qtbot.wait(50)
+    h, v = dlg.log_view.horizontalScrollBar(), dlg.log_view.verticalScrollBar()
+    assert h.maximum() > 0, "the lines are meant to be wider than the window"
+    assert h.value() == 0
+    # at the bottom (the horizontal bar may take the height of one line after the scroll)
+    assert v.value() >= v.maximum() - 1

@@ -45,6 +45,7 @@ from collections import Counter, defaultdict
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from app import status as st  # noqa: E402
+from app import timeutil  # noqa: E402
 from app.jobs.dispatcher import Dispatcher  # noqa: E402
 from app.master import Master  # noqa: E402
 
@@ -70,8 +71,11 @@ GROUPS = {  # group: (selection, units)
 }
 
 
-def build(home, vols):
-    """The catalog; returns (master, seconds to queue the jobs, job count)."""
+def build(home, vols, by_client=False, history=0):
+    """The catalog; returns (master, seconds to queue the jobs, job count). by_client: the
+    jobs are queued client after client (each client's policies together), as when they
+    were started by client, rather than policy after policy. history: ended jobs of the
+    nights before, written first (add_history)."""
     m = Master(home)
     m.config.add_host("me", local=True)
     n = 0
@@ -104,12 +108,39 @@ def build(home, vols):
             # not what is measured): the same rows, in one transaction.
             c.executemany("INSERT INTO policy_clients(policy_id, host_id) SELECT ?, id FROM "
                           "hosts WHERE name=?", [(pid, f"c{i:04d}") for i in range(count)])
+    add_history(m, history)
     t = time.perf_counter()
-    ids = [j for p in POLICIES for j in m.start_backup(p[0], schedule="night")]
+    if by_client:
+        pols = [(m.config.policy(p[0]), p[2]) for p in POLICIES]
+        ids = [m.queue_backup(pol, f"c{i:04d}", pol["schedules"][0])
+               for i in range(CLIENTS) for pol, count in pols if i < count]
+    else:
+        ids = [j for p in POLICIES for j in m.start_backup(p[0], schedule="night")]
     queued = time.perf_counter() - t
     total = m.db.one("SELECT count(*) FROM jobs WHERE state='queued'")[0]
     assert len(ids) == sum(p[2] for p in POLICIES) and total == 5000, total
     return m, queued, total
+
+
+def add_history(m, n):
+    """n ended backup jobs of the nights before (5,000 a night, the last ended an hour ago),
+    written as rows: a catalog keeps the jobs of past nights, and a tick must not read them
+    all."""
+    if not n:
+        return
+    units = [r[0] for r in m.db.all("SELECT name FROM storage_units ORDER BY name")]
+    end = time.time() - 3600
+    rows = []
+    for i in range(n):
+        night, k = divmod(i, 5000)
+        t = end - night * 86400 - k * 5
+        rows.append(("backup", "done", st.OK, f"c{i % CLIENTS:04d}", POLICIES[i % 8][0],
+                     "night", units[i % len(units)], timeutil.iso(t - 900),
+                     timeutil.iso(t - 600), timeutil.iso(t), t, 1 << 30, 1000, i + 1))
+    with m.db.tx() as c:
+        c.executemany("INSERT INTO jobs(type, state, status, client, policy, schedule, "
+                      "storage_unit, created, started, ended, ended_t, bytes, files, changed) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
 
 
 class TimedDispatcher(Dispatcher):
@@ -131,7 +162,7 @@ class Bench:
         assert self.d.acquire_lease()
         self.units = [r[0] for r in m.db.all("SELECT name FROM storage_units ORDER BY name")]
         self.queued = [tuple(r) for r in m.db.all(
-            "SELECT storage_unit, params, id FROM jobs ORDER BY id")]
+            "SELECT storage_unit, params, id FROM jobs WHERE state='queued' ORDER BY id")]
 
     def reset(self):
         """Every job back in the queue as it was queued."""
@@ -256,15 +287,23 @@ def main():
     ap.add_argument("--profile", choices=["first", "steady"],
                     help="cProfile the first or the steady ticks and print where time goes")
     ap.add_argument("--no-night", action="store_true", help="skip the night's spread")
+    ap.add_argument("--history", type=int, default=100000,
+                    help="ended jobs of past nights in the catalog (default 100,000: 20 nights)")
+    ap.add_argument("--by-client", action="store_true",
+                    help="queue client after client (Master.queue_backup), each client's jobs "
+                         "together, instead of policy after policy")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="cairn-bench-dispatch-")
     try:
         vols = os.path.join(work, "vols")
         os.mkdir(vols)
         t = time.perf_counter()
-        m, queued_s, total = build(os.path.join(work, "home"), vols)
+        m, queued_s, total = build(os.path.join(work, "home"), vols, args.by_client,
+                                   args.history)
         print(f"catalog built in {time.perf_counter() - t:.1f} s")
-        print(f"queueing {total} jobs (Master.start_backup, 8 policies): {queued_s * 1000:.0f} ms "
+        how = "Master.queue_backup, client after client" if args.by_client else \
+            "Master.start_backup, policy after policy"
+        print(f"queueing {total} jobs ({how}): {queued_s * 1000:.0f} ms "
               f"({queued_s / total * 1e6:.0f} us per job)")
         b = Bench(m)
         prof = cProfile.Profile() if args.profile else None

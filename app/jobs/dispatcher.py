@@ -208,7 +208,7 @@ class Dispatcher:
                         group["rr_next"] = group["unit_names"].index(placed[0]) + 1
                 starting.append((job, group, placed))
                 stu = job["storage_unit"]
-                if job["parent_id"] and stu:
+                if job["type"] == "backup" and job["parent_id"] and stu:
                     siblings.setdefault(job["parent_id"], stu)
                 if job["type"] == "backup" and stu:
                     per_client[job["client"]] = per_client.get(job["client"], 0) + 1

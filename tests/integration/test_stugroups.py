@@ -251,3 +251,28 @@ def test_a_clients_jobs_queued_together_are_spread_over_the_servers(site, sshd, 
     else:
         assert "round-robin: the next in turn; passed over u1: client me runs 1 job on its " \
                "storage server" in log
+
+
+def test_the_streams_of_one_backup_stay_together_while_other_jobs_spread(site):
+    """Three streams of one backup queued with another policy's job, least-loaded: the
+    streams all go where the first went, in the same round, and the other job to the
+    other server."""
+    m, tmp = site
+    m.create_storage_unit_group("g", "u1,u2", "least-loaded")
+    src = tmp / "src-streams"
+    for part in "abc":
+        (src / part).mkdir(parents=True)
+        (src / part / "f.bin").write_bytes(os.urandom(64 << 10))
+    m.create_policy("streams", storage_unit_group="g", clients=["me"], multiple_streams=True,
+                    selections=[str(src / "a"), "NEW_STREAM", str(src / "b"), "NEW_STREAM",
+                                str(src / "c")], schedules=SCHEDULES)
+    policy(m, tmp, "single", "g")
+    [parent] = m.start_backup("streams", schedule="full")
+    [single] = m.start_backup("single", schedule="full")
+    [pj, sj] = m.wait_for([parent, single])
+    children = [dict(r) for r in m.db.all("SELECT * FROM jobs WHERE parent_id=? ORDER BY id",
+                                          (parent,))]
+    assert pj["status"] == st.OK and sj["status"] == st.OK, log_text(m, parent)
+    assert [c["storage_unit"] for c in children] == ["u1", "u1", "u1"]
+    assert all("its other streams went there" in log_text(m, c["id"]) for c in children[1:])
+    assert sj["storage_unit"] == "u2"

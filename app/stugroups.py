@@ -9,9 +9,14 @@ Selections:
   failover      the first unit that is available (not full, its host up); while that unit is
                 only busy the job waits for it rather than going to the next.
   round-robin   the units in turn, one job after the other, passing over those that cannot
-                take the job.
-  least-loaded  the unit whose storage server runs the fewest jobs, then the one that wrote
-                the fewest bytes in the last minutes, passing over those that cannot take it.
+                take the job, and those on whose storage server the job's client runs more
+                jobs than on another's.
+  least-loaded  the unit whose storage server runs the fewest jobs (a job of the same client
+                counting twice), then the one that wrote the fewest bytes in the last
+                minutes, passing over those that cannot take it.
+
+With both, a client's jobs that run at the same time (several policies) go to several storage
+servers, not all to one; the streams of one multi-stream job stay together.
 
 A policy names a storage unit, a lifecycle or a storage unit group (exactly one). Under a
 group its storage_unit_id is the group's first unit; a job is queued with that unit and moved
@@ -105,11 +110,14 @@ class StorageUnitGroups:
             (row["id"],))]
         return d
 
-    def advance(self, name, position):
+    def advance(self, name, position, c=None):
         """Round-robin: the next job looks first at the unit at 0-based `position` (modulo
-        the number of units): the one after the unit the last job went to."""
-        with self.db.tx() as c:
-            c.execute("UPDATE storage_unit_groups SET rr_next=? WHERE name=?", (position, name))
+        the number of units): the one after the unit the last job went to. `c`: an open
+        write transaction."""
+        if c is None:
+            with self.db.tx() as c:
+                return self.advance(name, position, c)
+        c.execute("UPDATE storage_unit_groups SET rr_next=? WHERE name=?", (position, name))
 
     def target(self, name):
         """(first storage unit id, group id) of a group a policy is to write to."""

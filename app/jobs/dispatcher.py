@@ -28,11 +28,14 @@ from app.jobs import cleanup, commit, duplicate_commit, duplicate_queue, expire,
 from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
 from app.jobs.placement import RECENT_SECONDS, Placement
 from app.jobs.rules import retry_wanted
-from app.jobs.store import ACTIVE, QUEUED
+from app.jobs.store import ACTIVE, NEXT_CHANGE, QUEUED
 
 LEASE = "dispatcher"
 LEASE_SECONDS = 15.0
 STALE_SECONDS = 60.0
+# What a tick reads of each queued job.
+_QUEUED_COLUMNS = ("id, type, client, policy, storage_unit, params, parent_id, attempt, "
+                   "not_before, not_after, suspended, wait_reason")
 SCHEDULE_EVERY = 15.0
 EXPIRE_EVERY = 60.0
 RECOVER_RETRY = 60.0
@@ -125,110 +128,177 @@ class Dispatcher:
 
     def tick(self):
         """One round: renew the lease, start what may start. Returns the number of jobs
-        running in this dispatcher."""
+        running in this dispatcher.
+
+        With thousands of jobs queued, a round reads the catalog a few times, not per job:
+        the queue, the running jobs by client and storage unit, the units' and pools' limits,
+        the pools of the incrementals' chains. What it decided (the wait reasons that changed,
+        the jobs to start and where they go) is written in one transaction at the end, and
+        only then are the jobs started."""
         if time.time() > self._lease_until - LEASE_SECONDS / 2 and not self.acquire_lease():
             return len(self._alive())
         for jid in [j for j, t in self._threads.items() if not t.is_alive()]:
             del self._threads[jid]
-        queued = self.db.all("SELECT * FROM jobs WHERE state=? ORDER BY priority DESC, id",
-                             (QUEUED,))
-        active_per_stu, active_per_pool = {}, {}
+        queued = self.db.all(f"SELECT {_QUEUED_COLUMNS} FROM jobs WHERE state=? "
+                             "ORDER BY priority DESC, id", (QUEUED,))
         pools = self._pools()
-        for r in self.db.all("SELECT storage_unit, count(*) AS n FROM jobs WHERE state=? "
-                             "GROUP BY storage_unit", (ACTIVE,)):
-            active_per_stu[r["storage_unit"]] = r["n"]
-            pool = pools["of_stu"].get(r["storage_unit"])
-            if pool:
-                active_per_pool[pool] = active_per_pool.get(pool, 0) + r["n"]
-        per_client = {r["client"]: r["n"] for r in self.db.all(
-            "SELECT client, count(*) AS n FROM jobs WHERE state=? AND type='backup' "
-            "AND storage_unit IS NOT NULL GROUP BY client", (ACTIVE,))}
+        active_per_stu, active_per_pool, per_client, client_stu = self._running(pools)
         limits = self._client_limits() if queued else {}
         # Pools that backups and restores use or wait for: a scheduled verify yields to them.
         in_use = {p for p, n in active_per_pool.items() if n} | {
             pools["of_stu"][j["storage_unit"]] for j in queued
             if j["storage_unit"] in pools["of_stu"]}
         groups = self.placement.group_of() if queued else {}
-        load = self._load(active_per_stu) if groups else None
+        load = self._load(active_per_stu, client_stu) if groups else None
+        duplicates = chains = None
+        memo = {}
+        # Written together when the round has looked at every job (_commit).
+        reasons, starting = [], []
+        siblings = {}  # parent job: storage unit its first stream started on in this round
         now = self.clock()
-        for job in queued:
-            if job["not_after"] is not None and now > job["not_after"]:
-                self._missed(job)
-                continue
-            reason = self._hold_reason(job, now)
-            # The parent of a multi-stream backup (no storage unit) only waits for its children.
-            if reason is None and job["type"] == "backup" and job["storage_unit"]:
-                limit = limits.get(job["client"], limits.get(None))
-                if limit is not None and per_client.get(job["client"], 0) >= limit:
-                    reason = (f"client {job['client']} is at its limit of {limit} "
-                              f"job{'s' if limit != 1 else ''}")
-            if reason is None and job["type"] == DUPLICATE:
-                reason = duplicate_queue.wait_reason(self.db, job)
-            if reason is None and job["type"] == "verify" and job["params"]:
-                params = json.loads(job["params"])
-                pool = params.get("pool")
-                if params.get("scheduled") and pool in in_use:
-                    reason = (f"a scheduled verify waits until no backup or restore uses or "
-                              f"waits for pool {pool}")
-            placed = None
-            if reason is None and job["type"] == "backup" and job["storage_unit"] and \
-                    job["policy"] in groups:
-                placed = self.placement.place(
-                    job, groups[job["policy"]], load=load,
-                    busy=lambda u: self._wait_reason({"type": "backup", "storage_unit": u},
-                                                     active_per_stu, active_per_pool, pools))
-                reason = placed[1]
-                job = {**dict(job), "storage_unit": placed[0]}
-            if reason is None:
-                reason = self._wait_reason(job, active_per_stu, active_per_pool, pools)
-            if reason:
-                if reason != job["wait_reason"]:
-                    self.master.jobs.set_wait_reason(job["id"], reason)
-                continue
-            if not self.master.jobs.claim(job["id"], self.id):
-                continue
-            if placed is not None:
-                self._placed(job, groups[job["policy"]], placed)
-            if job["type"] == "backup" and job["storage_unit"]:
-                per_client[job["client"]] = per_client.get(job["client"], 0) + 1
-            stu = job["storage_unit"]
-            if stu:
-                active_per_stu[stu] = active_per_stu.get(stu, 0) + 1
-                pool = pools["of_stu"].get(stu)
-                if pool:
-                    active_per_pool[pool] = active_per_pool.get(pool, 0) + 1
-            t = threading.Thread(target=self._run, args=(job["id"],), daemon=True,
-                                 name=f"job-{job['id']}")
-            self._threads[job["id"]] = t
-            t.start()
+        try:
+            for job in queued:
+                if job["not_after"] is not None and now > job["not_after"]:
+                    self._missed(job)
+                    continue
+                reason = self._hold_reason(job, now)
+                # The parent of a multi-stream backup (no storage unit) only waits for its
+                # children.
+                if reason is None and job["type"] == "backup" and job["storage_unit"]:
+                    limit = limits.get(job["client"], limits.get(None))
+                    if limit is not None and per_client.get(job["client"], 0) >= limit:
+                        reason = (f"client {job['client']} is at its limit of {limit} "
+                                  f"job{'s' if limit != 1 else ''}")
+                if reason is None and job["type"] == DUPLICATE:
+                    if duplicates is None:
+                        duplicates = duplicate_queue.unfinished(self.db)
+                    reason = duplicate_queue.wait_reason(self.db, job, duplicates)
+                if reason is None and job["type"] == "verify" and job["params"]:
+                    params = json.loads(job["params"])
+                    pool = params.get("pool")
+                    if params.get("scheduled") and pool in in_use:
+                        reason = (f"a scheduled verify waits until no backup or restore uses "
+                                  f"or waits for pool {pool}")
+                placed = None
+                if reason is None and job["type"] == "backup" and job["storage_unit"] and \
+                        job["policy"] in groups:
+                    if chains is None:
+                        chains = self.placement.chain_pools(
+                            [j for j in queued if j["type"] == "backup" and j["storage_unit"]
+                             and j["policy"] in groups])
+                    placed = self.placement.place(
+                        job, groups[job["policy"]], load=load, memo=memo, chains=chains,
+                        siblings=siblings,
+                        busy=lambda u: self._wait_reason({"type": "backup", "storage_unit": u},
+                                                         active_per_stu, active_per_pool, pools))
+                    reason = placed[1]
+                    if reason is None:
+                        job = {**dict(job), "storage_unit": placed[0]}
+                if reason is None:
+                    reason = self._wait_reason(job, active_per_stu, active_per_pool, pools)
+                if reason:
+                    if reason != job["wait_reason"]:
+                        reasons.append((reason, job["id"]))
+                    continue
+                memo.clear()  # what a group could take has changed
+                group = None
+                if placed is not None:
+                    group = groups[job["policy"]]
+                    if group["selection"] == "round-robin":
+                        group["rr_next"] = group["unit_names"].index(placed[0]) + 1
+                starting.append((job, group, placed))
+                stu = job["storage_unit"]
+                if job["type"] == "backup" and job["parent_id"] and stu:
+                    siblings.setdefault(job["parent_id"], stu)
+                if job["type"] == "backup" and stu:
+                    per_client[job["client"]] = per_client.get(job["client"], 0) + 1
+                    key = (job["client"], stu)
+                    client_stu[key] = client_stu.get(key, 0) + 1
+                if stu:
+                    active_per_stu[stu] = active_per_stu.get(stu, 0) + 1
+                    pool = pools["of_stu"].get(stu)
+                    if pool:
+                        active_per_pool[pool] = active_per_pool.get(pool, 0) + 1
+        finally:
+            for job in self._commit(reasons, starting):
+                self._start(job)
         return len(self._alive())
 
-    def _placed(self, job, group, placed):
+    def _running(self, pools):
+        """What runs: jobs per storage unit and per pool, backups per client and per (client,
+        storage unit) (the client's limit, and its jobs spread over storage servers:
+        app/jobs/placement.py)."""
+        active_per_stu, active_per_pool = {}, {}
+        for r in self.db.all("SELECT storage_unit, count(*) AS n FROM jobs WHERE state=? "
+                             "GROUP BY storage_unit", (ACTIVE,)):
+            active_per_stu[r["storage_unit"]] = r["n"]
+            pool = pools["of_stu"].get(r["storage_unit"])
+            if pool:
+                active_per_pool[pool] = active_per_pool.get(pool, 0) + r["n"]
+        per_client, client_stu = {}, {}
+        for r in self.db.all("SELECT client, storage_unit, count(*) AS n FROM jobs WHERE state=? "
+                             "AND type='backup' AND storage_unit IS NOT NULL "
+                             "GROUP BY client, storage_unit", (ACTIVE,)):
+            per_client[r["client"]] = per_client.get(r["client"], 0) + r["n"]
+            client_stu[(r["client"], r["storage_unit"])] = r["n"]
+        return active_per_stu, active_per_pool, per_client, client_stu
+
+    def _commit(self, reasons, starting):
+        """A round's decisions in one transaction: the wait reasons that changed, and the jobs
+        to start claimed (those canceled meanwhile are left out) with where a group's jobs
+        went and the round-robin turn. Returns the jobs claimed, to be started."""
+        if not reasons and not starting:
+            return []
+        claimed, turns = [], {}
+        with self.db.tx() as c:
+            self.master.jobs.set_wait_reasons(reasons, c)
+            for job, group, placed in starting:
+                if not self.master.jobs.claim(job["id"], self.id, c):
+                    continue
+                if placed is not None:
+                    self._placed(job, placed, c)
+                    if group["selection"] == "round-robin":
+                        turns[group["name"]] = group["rr_next"]
+                claimed.append(job)
+            for name, position in turns.items():
+                self.master.storage_unit_groups_config.advance(name, position, c)
+        return claimed
+
+    def _start(self, job):
+        """Runs a claimed job in a thread of its own. The one place a tick hands a job over
+        to be run: bench/bench_dispatcher.py replaces it to time the decisions alone."""
+        t = threading.Thread(target=self._run, args=(job["id"],), daemon=True,
+                             name=f"job-{job['id']}")
+        self._threads[job["id"]] = t
+        t.start()
+
+    def _placed(self, job, placed, c):
         """Records where a job of a storage unit group went (app/jobs/placement.py)."""
         stu, _, message, full = placed
         params = json.loads(job["params"] or "{}")
         if full:
             params["schedule_type"] = "full"
-        with self.db.tx() as c:
-            c.execute("UPDATE jobs SET storage_unit=?, params=? WHERE id=?",
-                      (stu, json.dumps(params), job["id"]))
+        c.execute(f"UPDATE jobs SET storage_unit=?, params=?, changed={NEXT_CHANGE} WHERE id=?",
+                  (stu, json.dumps(params), job["id"]))
         self.master.jobs.log(job["id"], message,
-                             "warning" if full or message.startswith("no unit") else "info")
-        if group["selection"] == "round-robin":
-            group["rr_next"] = group["unit_names"].index(stu) + 1
-            self.master.storage_unit_groups_config.advance(group["name"], group["rr_next"])
+                             "warning" if full or message.startswith("no unit") else "info", c)
 
-    def _load(self, active_per_stu):
-        """load(stu): (jobs running on its storage server, bytes its server's backups that
-        ended in the last RECENT_SECONDS wrote), for least-loaded placement."""
+    def _load(self, active_per_stu, client_stu):
+        """load(stu, client): (jobs running on its storage server, bytes its server's backups
+        that ended in the last RECENT_SECONDS wrote, backups of that client running on the
+        server), for least-loaded and round-robin placement. Reads the counts as they are when
+        called: the jobs started earlier in the same tick count."""
         server_of = self.placement.servers()
         recent = self.placement.recent_bytes(timeutil.iso(time.time() - RECENT_SECONDS))
+        units_of = {}
+        for u, s in server_of.items():
+            units_of.setdefault(s, []).append(u)
 
-        def load(stu):
-            server = server_of.get(stu)
-            units = [u for u, s in server_of.items() if s == server]
+        def load(stu, client=None):
+            units = units_of.get(server_of.get(stu), [])
             return (sum(active_per_stu.get(u, 0) for u in units),
-                    sum(recent.get(u, 0) or 0 for u in units))
+                    sum(recent.get(u, 0) or 0 for u in units),
+                    sum(client_stu.get((client, u), 0) for u in units))
         return load
 
     def _alive(self):
@@ -318,13 +388,16 @@ class Dispatcher:
                 traceback.print_exc()
 
     def _pools(self):
-        """Each storage unit's disk pool, and each pool's limit of I/O streams."""
-        of_stu, streams = {}, {}
-        for r in self.db.all("SELECT u.name AS stu, d.name AS pool, d.max_io_streams "
-                             "FROM storage_units u JOIN disk_pools d ON d.id=u.pool_id"):
+        """Each storage unit's disk pool and limit of concurrent jobs, and each pool's limit
+        of I/O streams."""
+        of_stu, streams, jobs = {}, {}, {}
+        for r in self.db.all("SELECT u.name AS stu, u.max_concurrent_jobs, d.name AS pool, "
+                             "d.max_io_streams FROM storage_units u "
+                             "JOIN disk_pools d ON d.id=u.pool_id"):
             of_stu[r["stu"]] = r["pool"]
+            jobs[r["stu"]] = r["max_concurrent_jobs"]
             streams[r["pool"]] = r["max_io_streams"]
-        return {"of_stu": of_stu, "streams": streams}
+        return {"of_stu": of_stu, "streams": streams, "jobs": jobs}
 
     def _wait_reason(self, job, active_per_stu, active_per_pool, pools):
         stu = job["storage_unit"]
@@ -332,11 +405,10 @@ class Dispatcher:
             return None
         # Backups and duplications write to the unit: both count against its limit of jobs.
         if job["type"] in ("backup", DUPLICATE):
-            row = self.db.one("SELECT max_concurrent_jobs FROM storage_units WHERE name=?",
-                              (stu,))
-            if row is not None and active_per_stu.get(stu, 0) >= row[0]:
-                return (f"storage unit {stu} is at its limit of {row[0]} "
-                        f"concurrent job{'s' if row[0] != 1 else ''}")
+            limit = pools["jobs"].get(stu)
+            if limit is not None and active_per_stu.get(stu, 0) >= limit:
+                return (f"storage unit {stu} is at its limit of {limit} "
+                        f"concurrent job{'s' if limit != 1 else ''}")
         # Backups write and restores read the pool's volumes: both count as I/O streams.
         pool = pools["of_stu"].get(stu)
         limit = pools["streams"].get(pool)

@@ -13,7 +13,7 @@ copied oldest first), and copies a source that still lacks a copy there itself."
 
 import json
 
-from app.jobs.store import DONE
+from app.jobs.store import ACTIVE, QUEUED
 
 JOB_TYPE = "duplicate"
 
@@ -48,17 +48,25 @@ def queue_after_backup(master, c, record):
     return ids
 
 
-def wait_reason(db, job):
+def unfinished(db):
+    """[(id, params)] of the duplicate jobs not ended, by id: read once per dispatcher tick."""
+    # By state, not "not done": the index on state then skips the catalog's ended jobs.
+    return [(r["id"], json.loads(r["params"] or "{}")) for r in db.all(
+        "SELECT id, params FROM jobs WHERE type=? AND state IN (?, ?) ORDER BY id",
+        (JOB_TYPE, QUEUED, ACTIVE))]
+
+
+def wait_reason(db, job, others=None):
     """Why a queued duplicate job waits for another (its image's base being copied to the
-    same pool), or None."""
+    same pool), or None. others: unfinished(db), when the caller has read it already."""
     params = json.loads(job["params"]) if isinstance(job["params"], str) else job["params"]
     reads = set(params.get("reads") or [])
     if not reads:
         return None
-    for r in db.all("SELECT id, params FROM jobs WHERE type=? AND state!=? AND id!=? "
-                    "ORDER BY id", (JOB_TYPE, DONE, job["id"])):
-        other = json.loads(r["params"] or "{}")
+    for oid, other in (unfinished(db) if others is None else others):
+        if oid == job["id"]:
+            continue
         if other.get("image") in reads and other.get("pool") == params.get("pool"):
-            return (f"waits for duplicate job {r['id']}: image {other['image']}, which this "
+            return (f"waits for duplicate job {oid}: image {other['image']}, which this "
                     f"image reads data from, is copied to disk pool {other['pool']} first")
     return None

@@ -16,6 +16,7 @@ multi-stream backup go where their first sibling went, so that the set stays in 
 When no unit is available the job goes to the first unit, where it fails with the unit's own
 status (and a scheduled backup's retry is placed again)."""
 
+import functools
 import json
 import time
 
@@ -77,14 +78,18 @@ class Placement:
     def forget(self):
         self._available.clear()
 
-    # Long: one decision with its reasons, read top to bottom
-    def place(self, job, group, busy, load):
+    def place(self, job, group, busy, load, memo=None, chains=None, siblings=None):
         """(storage unit or None, wait reason or None, log message, make it a full).
-        busy(stu): why the unit cannot start one more job now, or None. load(stu): (running
-        jobs on its storage server, bytes it wrote recently)."""
+        busy(stu): why the unit cannot start one more job now, or None. load(stu, client):
+        (running jobs on its storage server, bytes it wrote recently, running jobs of that
+        client on it). memo: a dict kept while nothing starts (the dispatcher empties it when
+        a job starts): a group none of whose units can take a job makes every other job that
+        would be placed by its selection wait with the same reason, found once. chains:
+        chain_pools() of the queue. siblings: {parent job: storage unit} of the streams
+        started in this round, not yet in the catalog."""
         units = group["unit_names"]
         gname, sel = group["name"], group["selection"]
-        sibling = self._sibling_unit(job)
+        sibling = self._sibling_unit(job, siblings)
         if sibling in units:
             why = busy(sibling)
             if why:
@@ -92,10 +97,10 @@ class Placement:
                              f"went: {why}", None, False
             return sibling, None, (f"placed on storage unit {sibling} (group {gname}): its "
                                    f"other streams went there"), False
-        level = _level(job)
+        level = _level(job["params"])
         chain_note = ""
         if level != "full":
-            chain = self._chain_unit(job, level, group)
+            chain = self._chain_unit(job, level, group, chains)
             if chain is not None:
                 stu, pool = chain
                 if stu is None:
@@ -113,8 +118,16 @@ class Placement:
                                            f"chain is (disk pool {pool})"), False
                     chain_note = (f"its chain's storage unit {stu} cannot take it ({why}), so "
                                   f"it runs as a full")
+        return self._by_selection(job, group, busy, load, memo, chain_note)
+
+    def _by_selection(self, job, group, busy, load, memo, chain_note):
+        """place() for a job that neither follows its streams nor its chain."""
+        units = group["unit_names"]
+        gname, sel = group["name"], group["selection"]
+        if memo is not None and gname in memo:
+            return None, memo[gname], None, False
         full = bool(chain_note)
-        skipped = []
+        skipped = {}
         order = list(units)
         if sel == "round-robin":
             start = group["rr_next"] % len(units)
@@ -123,67 +136,117 @@ class Placement:
         for stu in order:
             why = self.unavailable(stu)
             if why:
-                skipped.append(f"{stu}: {why}")
+                skipped[stu] = why
                 continue
             why = busy(stu)
             if why:
                 if sel == "failover":
-                    return None, (f"waits for storage unit {stu}, the first available of "
-                                  f"group {gname} (failover): {why}"), None, False
-                skipped.append(f"{stu}: {why}")
+                    wait = (f"waits for storage unit {stu}, the first available of group "
+                            f"{gname} (failover): {why}")
+                    if memo is not None:
+                        memo[gname] = wait
+                    return None, wait, None, False
+                skipped[stu] = why
                 continue
             candidates.append(stu)
-            if sel != "least-loaded":
+            if sel in ("prioritized", "failover"):
                 break
         if not candidates:
             if all(self.unavailable(u) for u in units):
                 first = units[0]
                 return first, None, (f"no unit of group {gname} can take it ("
-                                     + "; ".join(skipped) + f"): it goes to {first}, the "
+                                     + _listed(skipped, order) + f"): it goes to {first}, the "
                                      f"first"), full
-            return None, f"every storage unit of group {gname} is busy or unavailable: " \
-                         + "; ".join(skipped), None, False
+            # In the group's order, not round-robin's: the reason stays the same from one
+            # tick to the next while the turn moves on, and is not written again.
+            wait = f"every storage unit of group {gname} is busy or unavailable: " \
+                   + _listed(skipped, units)
+            if memo is not None:
+                memo[gname] = wait
+            return None, wait, None, False
+        client = job["client"]
         if sel == "least-loaded":
-            loads = {u: load(u) for u in candidates}
-            chosen = min(candidates, key=lambda u: (*loads[u], units.index(u)))
+            loads = {u: load(u, client) for u in candidates}
+            # A job of the same client counts twice: its jobs spread over the servers rather
+            # than queue up on one while another runs as many jobs but none of this client's.
+            chosen = min(candidates, key=lambda u: (loads[u][0] + loads[u][2], loads[u][2],
+                                                    loads[u][1], units.index(u)))
             why = "least-loaded: " + ", ".join(
-                f"{u} {loads[u][0]} running on its server, {loads[u][1]} bytes written "
-                f"recently" for u in candidates)
+                f"{u} {loads[u][0]} running on its server"
+                + (f" ({loads[u][2]} of client {client}, counted twice)" if loads[u][2] else "")
+                + f", {loads[u][1]} bytes written recently" for u in candidates)
+        elif sel == "round-robin":
+            # The next in turn, unless this client already runs more jobs on its server than
+            # on another candidate's: then the next in turn of those where it runs fewest.
+            mine = {u: load(u, client)[2] for u in candidates}
+            chosen = min(candidates, key=lambda u: mine[u])
+            why = "round-robin: the next in turn"
+            if chosen != candidates[0]:
+                why += "".join(f"; passed over {u}: client {client} runs {mine[u]} "
+                               f"job{'s' if mine[u] != 1 else ''} on its storage server"
+                               for u in candidates[:candidates.index(chosen)])
         else:
             chosen = candidates[0]
             why = {"prioritized": "prioritized: the first unit that can take it",
-                   "failover": "failover: the first available unit",
-                   "round-robin": "round-robin: the next in turn"}[sel]
+                   "failover": "failover: the first available unit"}[sel]
+        if sel != "least-loaded":
+            # Those before the chosen one in the order looked at.
+            skipped = {u: w for u, w in skipped.items()
+                       if order.index(u) < order.index(chosen)}
         if skipped:
-            why += "; passed over " + "; ".join(skipped)
+            why += "; passed over " + _listed(skipped, order)
         msg = f"placed on storage unit {chosen} (group {gname}, {why})"
         if chain_note:
             msg += f"; {chain_note}"
         return chosen, None, msg, full
 
-    def _sibling_unit(self, job):
+    def _sibling_unit(self, job, siblings=None):
         if not job["parent_id"]:
             return None
+        if siblings and job["parent_id"] in siblings:
+            return siblings[job["parent_id"]]
         row = self.db.one("SELECT storage_unit FROM jobs WHERE parent_id=? AND id!=? AND "
                           "state!='queued' AND storage_unit IS NOT NULL ORDER BY id LIMIT 1",
                           (job["parent_id"], job["id"]))
         return row[0] if row else None
 
-    def _chain_unit(self, job, level, group):
+    def _chain_unit(self, job, level, group, chains=None):
         """(unit of the group in the pool of the image the incremental would compare with, or
-        None when no unit of the group is in it; pool), or None when there is no such image."""
-        params = json.loads(job["params"] or "{}")
-        sql = ("SELECT pool FROM images WHERE client=? AND policy=? AND coalesce(stream, '')=? "
-               "AND expiring IS NULL")
-        if level == "cumulative":
-            sql += " AND schedule_type='full'"
-        row = self.db.one(sql + " ORDER BY created DESC, id DESC LIMIT 1",
-                          (job["client"], job["policy"], params.get("stream") or ""))
-        if row is None:
+        None when no unit of the group is in it; pool), or None when there is no such image.
+        chains: chain_pools() of the tick, when read."""
+        key = _chain_key(job, level)
+        if chains is not None and key in chains:
+            pool = chains[key]
+        else:
+            sql = ("SELECT pool FROM images WHERE client=? AND policy=? AND "
+                   "coalesce(stream, '')=? AND expiring IS NULL")
+            if level == "cumulative":
+                sql += " AND schedule_type='full'"
+            row = self.db.one(sql + " ORDER BY created DESC, id DESC LIMIT 1", key[:3])
+            pool = row[0] if row else None
+        if pool is None:
             return None
-        pool = row[0]
         stu = next((u["storage_unit"] for u in group["units"] if u["pool"] == pool), None)
         return stu, pool
+
+    def chain_pools(self, jobs):
+        """{chain key: pool of the image the incremental would compare with, or None} for the
+        incremental backups among `jobs`: the lookup _chain_unit makes per job, for a whole
+        queue in one query."""
+        keys = {_chain_key(j, lvl) for j in jobs
+                if (lvl := _level(j["params"])) != "full"}
+        if not keys:
+            return {}
+        rows = self.db.all(
+            "WITH k AS (SELECT json_extract(value, '$[0]') AS client, "
+            "json_extract(value, '$[1]') AS policy, json_extract(value, '$[2]') AS stream, "
+            "json_extract(value, '$[3]') AS cumulative FROM json_each(?)) "
+            "SELECT client, policy, stream, cumulative, (SELECT pool FROM images i WHERE "
+            "i.client=k.client AND i.policy=k.policy AND coalesce(i.stream, '')=k.stream AND "
+            "i.expiring IS NULL AND (k.cumulative=0 OR i.schedule_type='full') "
+            "ORDER BY i.created DESC, i.id DESC LIMIT 1) FROM k",
+            (json.dumps(sorted(keys)),))
+        return {(r[0], r[1], r[2], bool(r[3])): r[4] for r in rows}
 
     def recent_bytes(self, since_iso):
         """{storage unit: bytes its backups that ended since then wrote}."""
@@ -199,5 +262,20 @@ class Placement:
 
 
 
-def _level(job):
-    return json.loads(job["params"] or "{}").get("schedule_type") or "full"
+def _listed(why_of, order):
+    return "; ".join(f"{u}: {why_of[u]}" for u in order if u in why_of)
+
+
+def _chain_key(job, level):
+    return job["client"], job["policy"], _stream(job["params"]), level == "cumulative"
+
+
+# The jobs of one policy and schedule share their params text: each is parsed once.
+@functools.lru_cache(maxsize=1024)
+def _level(params):
+    return json.loads(params or "{}").get("schedule_type") or "full"
+
+
+@functools.lru_cache(maxsize=1024)
+def _stream(params):
+    return json.loads(params or "{}").get("stream") or ""

@@ -2,7 +2,7 @@
 samples (one a second, kept for plots).
 
 Every write to a job row sets its `changed` column to the next value of one change counter
-(see NEXT_CHANGE), and a removed job leaves its id in job_removals with such a value, so a
+(see NEXT_CHANGE; rows written in one transaction may share a value), and a removed job leaves its id in job_removals with such a value, so a
 reader that remembers the counter fetches only what changed since (`changes`). Writes take
 sqlite's write lock in turn, so counter values are committed in increasing order and a reader
 never skips one."""
@@ -152,10 +152,12 @@ class JobStore:
                           f"VALUES (?, {NEXT_CHANGE})", (jid,))
                 c.execute("DELETE FROM jobs WHERE id=?", (jid,))
 
-    def log(self, job_id, message, level="info"):
-        with self.db.tx() as c:
-            c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
-                      (job_id, timeutil.iso(time.time()), level, log_text(message)))
+    def log(self, job_id, message, level="info", c=None):
+        if c is None:
+            with self.db.tx() as c:
+                return self.log(job_id, message, level, c)
+        c.execute("INSERT INTO job_log(job_id, ts, level, message) VALUES (?,?,?,?)",
+                  (job_id, timeutil.iso(time.time()), level, log_text(message)))
 
     def log_many(self, job_id, entries):
         if not entries:
@@ -183,15 +185,18 @@ class JobStore:
         return [tuple(r) for r in self.db.all(
             "SELECT job_id, t, bytes FROM job_samples WHERE t>? ORDER BY job_id, t", (t,))]
 
-    def claim(self, job_id, runner):
-        """queued → active, only if still queued (another dispatcher may have been faster)."""
-        with self.db.tx() as c:
-            now = time.time()
-            cur = c.execute("UPDATE jobs SET state=?, started=?, started_t=?, runner=?, "
-                            f"heartbeat=?, wait_reason=NULL, changed={NEXT_CHANGE} "
-                            "WHERE id=? AND state=?",
-                            (ACTIVE, timeutil.iso(now), now, runner, now, job_id, QUEUED))
-            return cur.rowcount == 1
+    def claim(self, job_id, runner, c=None):
+        """queued → active, only if still queued (another dispatcher may have been faster, or
+        the job was canceled). `c`: an open write transaction to claim it in."""
+        if c is None:
+            with self.db.tx() as c:
+                return self.claim(job_id, runner, c)
+        now = time.time()
+        cur = c.execute("UPDATE jobs SET state=?, started=?, started_t=?, runner=?, "
+                        f"heartbeat=?, wait_reason=NULL, changed={NEXT_CHANGE} "
+                        "WHERE id=? AND state=?",
+                        (ACTIVE, timeutil.iso(now), now, runner, now, job_id, QUEUED))
+        return cur.rowcount == 1
 
     def progress(self, job_id, *, bytes, files, rate, total_bytes=None, total_files=None,
                  sample_t=None):
@@ -221,6 +226,20 @@ class JobStore:
             c.execute(f"UPDATE jobs SET wait_reason=?, changed={NEXT_CHANGE} "
                       "WHERE id=? AND state=?",
                       (reason, job_id, QUEUED))
+
+    def set_wait_reasons(self, reasons, c=None):
+        """(reason, job id) pairs, in one transaction (`c`, when open): a dispatcher's tick
+        over thousands of queued jobs writes what changed at once."""
+        if not reasons:
+            return
+        if c is None:
+            with self.db.tx() as c:
+                return self.set_wait_reasons(reasons, c)
+        # One change number for all: readers take what changed in one snapshot, so rows
+        # written together may share it (JobStore.changes), and it is looked up once.
+        n = c.execute(f"SELECT {NEXT_CHANGE}").fetchone()[0]
+        c.executemany("UPDATE jobs SET wait_reason=?, changed=? WHERE id=? AND state=?",
+                      [(r, n, j, QUEUED) for r, j in reasons])
 
     def finish(self, job_id, code, message=None, *, image_id=None, bytes=None, files=None):
         now = time.time()

@@ -61,10 +61,11 @@ class JobsAPI:
                 raise NotFound(f"policy {policy!r} has no schedule {schedule!r}",
                                hint="its schedules: " + (", ".join(s["name"] for s in scheds)
                                                          or "none"))
-        ids = []
-        for c in ([client] if client else pol["clients"]):
-            ids.append(self.queue_backup(pol, c, sched, files_cache=files_cache))
-        return ids
+        # One transaction for all the policy's clients: a thousand of them are queued in a
+        # fraction of the time, and all or none.
+        with self.db.tx() as c:
+            return [self.queue_backup(pol, cl, sched, files_cache=files_cache, c=c)
+                    for cl in ([client] if client else pol["clients"])]
 
     def queue_backup(self, pol, client, sched, *, not_after=None, note=None, c=None,
                      files_cache=True):

@@ -410,6 +410,11 @@ MIGRATIONS = [
     ALTER TABLE policies ADD COLUMN storage_unit_group_id INTEGER
         REFERENCES storage_unit_groups(id)
     """,
+    # 17: the backups that ended in the last minutes (least-loaded placement, at every tick of
+    # the dispatcher) without reading every ended job of the catalog's history
+    """
+    CREATE INDEX jobs_state_ended ON jobs(state, ended)
+    """,
 ]
 
 

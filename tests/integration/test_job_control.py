@@ -153,8 +153,8 @@ def test_two_masters_on_one_catalog_never_run_the_same_job(master, tmp_path):
         def run(m, n):
             orig = m.jobs.claim
 
-            def claim(job_id, runner):
-                ok = orig(job_id, runner)
+            def claim(job_id, runner, c=None):
+                ok = orig(job_id, runner, c)
                 if ok:
                     claimed[n].append(job_id)
                 return ok

@@ -223,3 +223,56 @@ def test_a_unit_whose_host_is_down_is_passed_over_and_with_none_left_the_job_fai
     assert j["storage_unit"] == "ud" and j["status"] not in (st.OK, st.PARTIAL)
     assert "no unit of group none-left can take it (ud: its storage server's host dead " \
            "cannot be reached" in log_text(m, j["id"])
+
+
+@pytest.mark.parametrize("selection", ["least-loaded", "round-robin"])
+def test_a_clients_jobs_queued_together_are_spread_over_the_servers(site, sshd, selection):
+    """Two clients in two policies, queued policy after policy: me, other, me, other. Taken
+    one by one, least-loaded (equal loads, then the first unit) and round-robin (in turn)
+    would send both of me's jobs to u1 and both of other's to u2; a client's own jobs on a
+    server count against it, so each client's two jobs go to both servers."""
+    m, tmp = site
+    m.add_host("other", address=sshd.host, port=sshd.port, user=sshd.user,
+               key_file=sshd.key_file, trust_host_key=True)
+    m.create_storage_unit_group("g", "u1,u2", selection)
+    for name in ("first", "second"):
+        policy(m, tmp, name, "g")
+        m.add_policy_client(name, "other")
+    jobs = run(m, ["first", "second"])
+    assert [(j["policy"], j["client"]) for j in jobs] == [
+        ("first", "me"), ("first", "other"), ("second", "me"), ("second", "other")]
+    placed = {(j["policy"], j["client"]): j["storage_unit"] for j in jobs}
+    assert placed == {("first", "me"): "u1", ("first", "other"): "u2",
+                      ("second", "me"): "u2", ("second", "other"): "u1"}
+    assert {j["pool"] for j in jobs if j["client"] == "me"} == {"p1", "p2"}
+    log = log_text(m, jobs[2]["id"])
+    if selection == "least-loaded":
+        assert "u1 1 running on its server (1 of client me, counted twice), 0 bytes" in log
+    else:
+        assert "round-robin: the next in turn; passed over u1: client me runs 1 job on its " \
+               "storage server" in log
+
+
+def test_the_streams_of_one_backup_stay_together_while_other_jobs_spread(site):
+    """Three streams of one backup queued with another policy's job, least-loaded: the
+    streams all go where the first went, in the same round, and the other job to the
+    other server."""
+    m, tmp = site
+    m.create_storage_unit_group("g", "u1,u2", "least-loaded")
+    src = tmp / "src-streams"
+    for part in "abc":
+        (src / part).mkdir(parents=True)
+        (src / part / "f.bin").write_bytes(os.urandom(64 << 10))
+    m.create_policy("streams", storage_unit_group="g", clients=["me"], multiple_streams=True,
+                    selections=[str(src / "a"), "NEW_STREAM", str(src / "b"), "NEW_STREAM",
+                                str(src / "c")], schedules=SCHEDULES)
+    policy(m, tmp, "single", "g")
+    [parent] = m.start_backup("streams", schedule="full")
+    [single] = m.start_backup("single", schedule="full")
+    [pj, sj] = m.wait_for([parent, single])
+    children = [dict(r) for r in m.db.all("SELECT * FROM jobs WHERE parent_id=? ORDER BY id",
+                                          (parent,))]
+    assert pj["status"] == st.OK and sj["status"] == st.OK, log_text(m, parent)
+    assert [c["storage_unit"] for c in children] == ["u1", "u1", "u1"]
+    assert all("its other streams went there" in log_text(m, c["id"]) for c in children[1:])
+    assert sj["storage_unit"] == "u2"

@@ -83,6 +83,14 @@ def disk_pool_commands(sub, cmd):
                         "data is below PCT%% of its size (default 50; 0: only delete empty "
                         "containers)")
     cmd(dp, "list", "list disk pools", handler=_pool_list)
+    p = cmd(dp, "show", "a disk pool, each volume as its host finds it now, and warnings",
+            handler=_pool_show,
+            description="Show a disk pool with each volume checked on its storage server's "
+                        "host (exists, writable, size, free, file system) and warnings: a "
+                        "Storage Scale (GPFS) file system not mounted on the host's node, "
+                        "or a shared file system that other storage servers' pools use not "
+                        "mounted on this host.")
+    p.add_argument("name")
     p = cmd(dp, "set", "change a disk pool's attribute", handler=_pool_set,
             description="Change one attribute of a disk pool: high_water, low_water, "
                         "max_io_streams (0: no limit), compact_below (deduplicating pools: "
@@ -142,7 +150,38 @@ def _pool_create(m, args):
                            high_water=args.high_water, low_water=args.low_water,
                            max_io_streams=args.max_io_streams,
                            compact_below=args.compact_below)
+    _warn(r)
     return out(args, r, lambda d: print(f"disk pool {d['name']} created"))
+
+
+def _warn(d):
+    """Warnings on stderr, also with --json (whose document carries them as well)."""
+    for w in escape_all(d.get("warnings") or []):
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def _pool_show(m, args):
+    r = m.disk_pool_report(args.name)
+    _warn(r)
+
+    def show(d):
+        print(f"disk pool {d['name']} on storage server {d['server']} ({d['server_type']}, "
+              f"host {d['host']}): high water {d['high_water']}%, low water "
+              f"{d['low_water']}%")
+        if d["error"]:
+            print(f"the volumes could not be checked on host {d['host']}: {d['error']}")
+        checks = {c["path"]: c for c in d["checks"]}
+        rows = []
+        for v in d["volumes"]:
+            c = checks.get(v) or {}
+            fs = c.get("filesystem") or {}
+            rows.append({"volume": v, "state": "ok" if c.get("ok") else c.get("error"),
+                         "size": size(c.get("size")), "free": size(c.get("free")),
+                         "filesystem": (f"{fs.get('mount_point')} ({fs.get('type')})"
+                                        if fs else "")})
+        table(rows, ["volume", "state", "size", "free", "filesystem"])
+    out(args, r, show)
+    return 0
 
 
 def _pool_list(m, args):

@@ -97,13 +97,19 @@ def _family(db, volumes, host, pool=None):
     return out
 
 
-def host_rows(m, host):
+def host_rows(m, host, read=None):
     """The host's file systems with its cluster's GPFS file systems marked (_rows), read
-    through the master `m`; None when the host cannot be read."""
+    through the master `m`; None when the host cannot be read. read: {host: rows} of hosts
+    read already, for several pools at once (each host is probed once)."""
+    if read is not None and host in read:
+        return read[host]
     try:
-        return _rows(m.probe_host(host))
+        rows = _rows(m.probe_host(host))
     except CairnError:
-        return None
+        rows = None
+    if read is not None:
+        read[host] = rows
+    return rows
 
 
 def on_shared(path, rows):
@@ -114,17 +120,17 @@ def on_shared(path, rows):
     return fs is not None and fs.get("mount_point") != "/" and _shared(fs)
 
 
-def warnings(m, server, volumes, pool=None, rows=None):
+def warnings(m, server, volumes, pool=None, rows=None, read=None):
     """The warnings for these volumes of storage server `server` (a new pool's, or pool
     `pool`'s own), reading the hosts through the master `m`; rows: the server's host's
-    host_rows when read already."""
+    host_rows when read already; read: as for host_rows."""
     host = m.config.storage_server(server)["host"]
-    rows = rows if rows is not None else host_rows(m, host)
+    rows = rows if rows is not None else host_rows(m, host, read)
     if rows is None:
         return []
     others = []
     for other_host, cs in _family(m.db, volumes, host, pool).items():
-        other_rows = host_rows(m, other_host)
+        other_rows = host_rows(m, other_host, read)
         if other_rows is not None:
             others += [dict(c, rows=other_rows) for c in cs]
     return volume_warnings(volumes, host, rows, expected_mounts(others))

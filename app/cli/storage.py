@@ -82,7 +82,10 @@ def disk_pool_commands(sub, cmd):
                    help="deduplicating pool: space reclaim compacts a container whose live "
                         "data is below PCT%% of its size (default 50; 0: only delete empty "
                         "containers)")
-    cmd(dp, "list", "list disk pools", handler=_pool_list)
+    p = cmd(dp, "list", "list disk pools", handler=_pool_list)
+    p.add_argument("--check", action="store_true",
+                   help="read each storage server's host and warn about a pool whose file "
+                        "system is not mounted there (as disk-pool show does)")
     p = cmd(dp, "show", "a disk pool, each volume as its host finds it now, and warnings",
             handler=_pool_show,
             description="Show a disk pool with each volume checked on its storage server's "
@@ -185,9 +188,21 @@ def _pool_show(m, args):
 
 
 def _pool_list(m, args):
-    return out(args, {"disk_pools": m.disk_pools()},
-               lambda d: table(d["disk_pools"], ["name", "server", "volumes", "high_water",
-                                                 "low_water"]))
+    if not getattr(args, "check", False):
+        return out(args, {"disk_pools": m.disk_pools()},
+                   lambda d: table(d["disk_pools"], ["name", "server", "volumes",
+                                                     "high_water", "low_water"]))
+    pools = m.disk_pools_checked()
+    for p in escape_all(pools):
+        if not p["host_readable"]:
+            print(f"warning: disk pool {p['name']}: host {p['host']} could not be read",
+                  file=sys.stderr)
+        for w in p["warnings"]:
+            print(f"warning: disk pool {p['name']}: {w}", file=sys.stderr)
+    return out(args, {"disk_pools": pools}, lambda d: table(
+        [dict(p, warnings=len(p["warnings"]) if p["host_readable"] else "host unreadable")
+         for p in d["disk_pools"]],
+        ["name", "server", "host", "volumes", "high_water", "low_water", "warnings"]))
 
 
 def _pool_set(m, args):

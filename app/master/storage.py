@@ -105,6 +105,17 @@ class StorageAPI:
         pool["warnings"] = warnings
         return pool
 
+    def disk_pools_checked(self):
+        """Every disk pool, each with "warnings" (pool_mounts) read from its storage server's
+        host now: `disk-pool list --check`. Each host is probed once."""
+        read = {}
+        pools = self.config.disk_pools()
+        for p in pools:
+            p["warnings"] = pool_mounts.warnings(self, p["server"], p["volumes"],
+                                                 pool=p["name"], read=read)
+            p["host_readable"] = read.get(p["host"]) is not None
+        return pools
+
     def disk_pool_report(self, name):
         """One disk pool as `disk-pool show` gives it: its attributes, each volume as its
         storage server's host finds it now ("checks": exists, writable, size, free, file

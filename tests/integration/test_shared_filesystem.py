@@ -93,6 +93,16 @@ def test_a_pool_on_a_file_system_its_node_has_not_mounted_warns_but_is_created(s
     text = cairn(home, "disk-pool", "show", "dp2")
     assert str(mount / "ss2") in text.stdout and NOT_ON_2 in text.stderr
 
+    # list --check: each pool with its warnings
+    doc, p = cairn_json(home, "disk-pool", "list", "--check")
+    assert {d["name"]: d["warnings"] for d in doc["disk_pools"]} == {"dp1": [],
+                                                                     "dp2": [NOT_ON_2]}
+    assert f"warning: disk pool dp2: {NOT_ON_2}" in p.stderr and "dp1:" not in p.stderr
+    text = cairn(home, "disk-pool", "list", "--check").stdout.splitlines()
+    assert text[0].split()[-1] == "WARNINGS" and text[2].split()[-1] == "1"
+    doc, p = cairn_json(home, "disk-pool", "list")
+    assert "warnings" not in doc["disk_pools"][0] and "warning" not in p.stderr
+
     # the mount map on the CLI: the node of a storage server writing to it lacks it
     doc, p = cairn_json(home, "host", "probe", "gpfs-1")
     assert doc["warnings"] == ["shared: not mounted on gpfs-2, the node of host gpfs-2, where "

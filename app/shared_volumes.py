@@ -52,9 +52,10 @@ def claims(db):
     """Every directory a pool writes to: [{"path", "host", "pool", "server", "what"}]: the
     volumes of every disk pool, and the storage path of each server whose type makes it (a
     deduplicating server's chunk store, also before its pool exists)."""
-    out = [{"path": r[0], "pool": r[1], "server": r[2], "host": r[3],
+    out = [{"path": r[0], "pool": r[1], "server": r[2], "host": r[3], "type": r[4],
             "what": f"volume {r[0]} of disk pool {r[1]!r}"}
-           for r in _rows(db, "SELECT v.path, d.name, s.name, h.name FROM pool_volumes v "
+           for r in _rows(db, "SELECT v.path, d.name, s.name, h.name, s.type "
+                              "FROM pool_volumes v "
                               "JOIN disk_pools d ON d.id=v.pool_id JOIN storage_servers s "
                               "ON s.id=d.server_id JOIN hosts h ON h.id=s.host_id "
                               "ORDER BY d.name, v.position")]
@@ -66,7 +67,7 @@ def claims(db):
         if (path, server) in seen or t is None or not t.makes_path:
             continue
         out.append({"path": path, "pool": None, "server": server, "host": host,
-                    "what": f"storage path {path} of storage server {server!r}"})
+                    "type": type_, "what": f"storage path {path} of storage server {server!r}"})
     return out
 
 
@@ -109,4 +110,26 @@ def overlaps(db):
             rel = relation(a["path"], b["path"])
             if rel:
                 out.append((a, rel, b))
+    return out
+
+
+def pool_excludes(db, selections):
+    """{directory: why} of every pool's files below a backup's selections, on any host:
+    where the selection is on a shared file system they are other storage servers' images
+    (a backup of them would grow with every night), elsewhere another pool of the client's
+    host. A type that holds one pool keeps all of its storage path; another, the image
+    folder of each volume. (A client's own directory that has the very path of another
+    host's pool folder, on a file system not shared, is left out too: the job log says so
+    when the walk meets it.)"""
+    out = {}
+    for c in claims(db):
+        t = registry.get(c["type"])
+        if t is None:
+            continue
+        path = c["path"] if t.capabilities.one_pool else \
+            c["path"].rstrip("/") + "/" + t.image_dir
+        if any(inside(path, s) for s in selections or [] if isinstance(s, str)):
+            where = f"disk pool {c['pool']!r}" if c["pool"] else \
+                f"storage server {c['server']!r}"
+            out.setdefault(path, f"the images of {where} (host {c['host']})")
     return out

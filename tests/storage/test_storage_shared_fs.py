@@ -4,7 +4,8 @@ their pool in a directory of their own, side by side on one file system, as seed
 servers share one GPFS file system (the test double of the mm commands, tests/scale_double,
 says it is GPFS file system `shared`, mounted on both hosts' nodes). Backups into both pools
 run at once, each pool's files stay in its own directory, and every image restores byte for
-byte; a second server's pool in the first one's directory, or around it, is refused."""
+byte; a second server's pool in the first one's directory, or around it, is refused; and a
+backup of the shared file system itself leaves both pools' images out."""
 
 import json
 import os
@@ -114,5 +115,26 @@ def test_two_storage_servers_on_two_hosts_share_one_file_system(tmp_path, sshd,
             [r] = m.wait_for([m.start_restore(j["image_id"], [srcs[n]], dst)])
             assert r["status"] == st.OK, log_of(m, r["id"])
             assert_trees_equal(srcs[n], dst + srcs[n])
+
+        # A backup of the shared file system itself leaves every pool's images out (they are
+        # other storage servers' backups) and keeps the rest.
+        data = shared / "data"
+        write_tree(str(data), nfiles=4, size=1 << 16)
+        m.config.add_policy("p3", storage_unit="stu1")
+        m.config.add_policy_selection("p3", str(shared))
+        m.config.add_policy_client("p3", "client-3")
+        [j] = m.wait_for(m.start_backup("p3"))
+        assert j["status"] == st.OK, log_of(m, j["id"])
+        text = log_of(m, j["id"])
+        assert "the images of disk pool 'dp2' (host media-2)" in text, text
+        assert "the images of disk pool 'dp1' (host me)" in text, text
+        dst = tmp_path / "dst-shared"
+        [r] = m.wait_for([m.start_restore(j["image_id"], [str(shared)], str(dst))])
+        assert r["status"] == st.OK, log_of(m, r["id"])
+        assert_trees_equal(str(data), str(dst) + str(data))
+        restored = [os.path.join(d, f) for d, _, fs in os.walk(str(dst) + str(shared))
+                    for f in fs]
+        assert restored and all(f.startswith(str(dst) + str(data) + os.sep)
+                                for f in restored), restored
     finally:
         m.close()

@@ -131,3 +131,19 @@ def test_the_catalog_check_notes_pools_made_overlapping_before(tmp_path):
     assert note["note"].startswith("on host me, volume /b/pool of disk pool 'dp1' holds volume "
                                    "/b/pool/inner of disk pool 'dp2': each pool sees")
     assert "directory of its own" in note["fix"]
+
+
+def test_a_backup_leaves_out_every_pools_images_below_its_selections(cfg):
+    cfg.add_disk_pool("dp2", server="ss2", volumes=["/gpfs/fs1/cairn/ss2"])
+    cfg.add_storage_server("dd", type="dedup", host="media-2", path="/gpfs/fs1/cairn/dd")
+    cfg.add_disk_pool("dp3", server="ss1b", volumes=["/srv/pool"])
+    assert shared_volumes.pool_excludes(cfg.db, ["/gpfs/fs1"]) == {
+        "/gpfs/fs1/cairn/ss1/cairn-images": "the images of disk pool 'dp1' (host me)",
+        "/gpfs/fs1/cairn/ss2/cairn-images": "the images of disk pool 'dp2' (host media-2)",
+        "/gpfs/fs1/cairn/dd": "the images of storage server 'dd' (host media-2)"}
+    assert shared_volumes.pool_excludes(cfg.db, ["/gpfs/fs1/cairn/ss2", "/home"]) == {
+        "/gpfs/fs1/cairn/ss2/cairn-images": "the images of disk pool 'dp2' (host media-2)"}
+    assert shared_volumes.pool_excludes(cfg.db, ["/gpfs/fs1/projects", "/srv/other"]) == {}
+    assert list(shared_volumes.pool_excludes(cfg.db, ["/"])) == [
+        "/gpfs/fs1/cairn/ss1/cairn-images", "/gpfs/fs1/cairn/ss2/cairn-images",
+        "/srv/pool/cairn-images", "/gpfs/fs1/cairn/dd"]

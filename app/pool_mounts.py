@@ -76,11 +76,13 @@ def volume_warnings(volumes, host, rows, expected=()):
             here = (f"on {fs['mount_point']} ({fs.get('type') or 'unknown type'})"
                     if fs is not None and _mounted(fs) else "on no mounted file system")
             what = _fs_text(e["fs"])
+            user = (f"disk pool {e['pool']!r} uses on host {e['host']} (storage server "
+                    f"{e['server']!r})" if e["pool"] else
+                    f"storage server {e['server']!r} uses on host {e['host']}")
             out.append(
                 f"volume {v} on host {host} is {here}, not on {what} mounted at "
-                f"{e['mount_point']}, which disk pool {e['pool']!r} uses on host "
-                f"{e['host']} (storage server {e['server']!r}): mount it on host {host} "
-                "before using the volume for backups, or backups fill the host's own disk.")
+                f"{e['mount_point']}, which {user}: mount it on host {host} before using "
+                "the volume for backups, or backups fill the host's own disk.")
     return out
 
 
@@ -90,7 +92,8 @@ def _family(db, volumes, host, pool=None):
     tops = {v.split("/")[1] for v in volumes if v.count("/") >= 1 and v != "/"}
     out = {}
     for c in claims(db):
-        if c["host"] == host or c["pool"] == pool or c["path"] == "/":
+        if c["host"] == host or (pool is not None and c["pool"] == pool) or \
+                c["path"] == "/":
             continue
         if c["path"].split("/")[1] in tops:
             out.setdefault(c["host"], []).append(c)

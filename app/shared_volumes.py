@@ -113,6 +113,35 @@ def overlaps(db):
     return out
 
 
+def _folder(claim):
+    """The directory a pool's files are in: a one-pool type's whole storage path, another's
+    image folder under the volume; None for a type this version does not know."""
+    t = registry.get(claim["type"])
+    if t is None:
+        return None
+    return claim["path"] if t.capabilities.one_pool else \
+        claim["path"].rstrip("/") + "/" + t.image_dir
+
+
+def _whose(claim):
+    return (f"disk pool {claim['pool']!r}" if claim["pool"] else
+            f"storage server {claim['server']!r}") + f" (host {claim['host']})"
+
+
+def check_restore_target(db, target):
+    """Refuses a restore into a pool's files (on any host: the folder's name is the pool
+    type's own): the pool would take the restored files for its own, and a cleanup of it
+    would remove them."""
+    for c in claims(db):
+        folder = _folder(c)
+        if folder and inside(target, folder):
+            raise ValidationError(
+                f"restore target {target} is inside the images of {_whose(c)}: the pool "
+                "would take the restored files for its own, and its cleanup would remove "
+                "them",
+                hint="restore to a directory outside every disk pool")
+
+
 def pool_excludes(db, selections):
     """{directory: why} of every pool's files below a backup's selections, on any host:
     where the selection is on a shared file system they are other storage servers' images
@@ -123,13 +152,7 @@ def pool_excludes(db, selections):
     when the walk meets it.)"""
     out = {}
     for c in claims(db):
-        t = registry.get(c["type"])
-        if t is None:
-            continue
-        path = c["path"] if t.capabilities.one_pool else \
-            c["path"].rstrip("/") + "/" + t.image_dir
-        if any(inside(path, s) for s in selections or [] if isinstance(s, str)):
-            where = f"disk pool {c['pool']!r}" if c["pool"] else \
-                f"storage server {c['server']!r}"
-            out.setdefault(path, f"the images of {where} (host {c['host']})")
+        path = _folder(c)
+        if path and any(inside(path, s) for s in selections or [] if isinstance(s, str)):
+            out.setdefault(path, f"the images of {_whose(c)}")
     return out

@@ -136,5 +136,10 @@ def test_two_storage_servers_on_two_hosts_share_one_file_system(tmp_path, sshd,
                     for f in fs]
         assert restored and all(f.startswith(str(dst) + str(data) + os.sep)
                                 for f in restored), restored
+        # and no restore goes into a pool's files, whichever host's
+        folder = os.path.dirname(pool_files(m, "dp2")[0])
+        with pytest.raises(ValidationError, match=r"is inside the images of disk pool 'dp2' "
+                                                  r"\(host media-2\)"):
+            m.start_restore(j["image_id"], [str(data)], folder, to_host="me")
     finally:
         m.close()

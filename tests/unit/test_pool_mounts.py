@@ -50,3 +50,11 @@ def test_a_gpfs_file_system_not_mounted_on_the_node_warns_as_the_wizard_does():
         {"node": "gpfs-1"}, {"node": "gpfs-2"}])])
     assert pool_mounts.volume_warnings(["/gpfs/fs1/cairn/a"], "h2",
                                        sv.mark_volumes([ROOT], mounted, None)) == []
+
+
+def test_a_deduplicating_servers_path_names_the_server():
+    others = [{"path": "/nfs/backup/dd", "pool": None, "server": "dd", "host": "media-1",
+               "rows": [ROOT, NFS]}]
+    [w] = pool_mounts.volume_warnings(["/nfs/backup/media-2"], "media-2", [ROOT],
+                                      pool_mounts.expected_mounts(others))
+    assert "which storage server 'dd' uses on host media-1: mount it on host media-2" in w

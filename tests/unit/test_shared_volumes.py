@@ -147,3 +147,17 @@ def test_a_backup_leaves_out_every_pools_images_below_its_selections(cfg):
     assert list(shared_volumes.pool_excludes(cfg.db, ["/"])) == [
         "/gpfs/fs1/cairn/ss1/cairn-images", "/gpfs/fs1/cairn/ss2/cairn-images",
         "/srv/pool/cairn-images", "/gpfs/fs1/cairn/dd"]
+
+
+def test_no_restore_into_a_pools_images(cfg):
+    cfg.add_storage_server("dd", type="dedup", host="media-2", path="/gpfs/fs1/cairn/dd")
+    for target, whose in (("/gpfs/fs1/cairn/ss1/cairn-images", "disk pool 'dp1' (host me)"),
+                          ("/gpfs/fs1/cairn/ss1/cairn-images/x/y", "disk pool 'dp1' (host me)"),
+                          ("/gpfs/fs1/cairn/dd/containers",
+                           "storage server 'dd' (host media-2)")):
+        with pytest.raises(ValidationError, match="restore target") as e:
+            shared_volumes.check_restore_target(cfg.db, target)
+        assert e.value.message.startswith(f"restore target {target} is inside the images of "
+                                          f"{whose}: the pool would take")
+    for fine in ("/gpfs/fs1/cairn/ss1", "/gpfs/fs1/cairn/ss1/restored", "/gpfs", "/tmp/x"):
+        shared_volumes.check_restore_target(cfg.db, fine)

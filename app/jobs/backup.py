@@ -11,7 +11,7 @@ import json
 import posixpath
 import time
 
-from app import status as st
+from app import shared_volumes, status as st
 from app import timeutil
 from app.formats import imagemeta
 from app.catalog_index import IndexWriter, rebuild_hint
@@ -349,6 +349,9 @@ class BackupJob:
         # Backing up the pool's own images into the pool helps nobody and grows forever.
         excludes = self.side.excludes() \
             if self.storage_host["name"] == self.client_host["name"] else {}
+        # Nor any other pool's: on a shared file system other storage servers write there.
+        excludes = dict(shared_volumes.pool_excludes(self.master.db, self.selections),
+                        **excludes)
         send = self.client.start("backup", {
             "selections": self.selections, "image_meta": meta, "dest": dest,
             "checksum": meta["checksum"], "excludes": excludes, "previous": self.previous,

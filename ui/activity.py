@@ -26,7 +26,7 @@ from ui.polled import PolledPage
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.settings import settings
-from ui.tables import HandWidths, data_table, select_keys, selected_rows
+from ui.tables import HandWidths, data_table, select_keys, selected_rows, tab_to_buttons
 from ui.views import Placeholder, add_column_chooser
 
 REFRESH_S = 1.0
@@ -166,7 +166,9 @@ class ActivityView(PolledPage):
         self.cancel_action.triggered.connect(self.cancel_selected)
         self.restart_action = QAction(icon("action-restart"), "&Restart job", self)
         self.restart_action.setToolTip("Run the selected failed or canceled jobs again, with "
-                                       "the same parameters")
+                                       "the same parameters (Ctrl+Shift+R)")
+        self.restart_action.setShortcut(QKeySequence("Ctrl+Shift+R"))
+        self.restart_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.restart_action.triggered.connect(self.restart_selected)
         self.save_filter_action = QAction(icon("action-save-filter"), "&Save filter…", self)
         self.save_filter_action.setToolTip("Keep the current filter under a name")
@@ -180,6 +182,7 @@ class ActivityView(PolledPage):
         self.toolbar.addAction(self.details_action)
         self.toolbar.addAction(self.cancel_action)
         self.toolbar.addAction(self.restart_action)
+        tab_to_buttons(self.toolbar)
 
     def _make_filters(self):
         """The bar under the head: the toolbar, then state, type, client, text and the saved

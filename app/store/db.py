@@ -410,6 +410,11 @@ MIGRATIONS = [
     ALTER TABLE policies ADD COLUMN storage_unit_group_id INTEGER
         REFERENCES storage_unit_groups(id)
     """,
+    # 17: what a running job is doing (scanning, copying, verifying, committing), for the
+    # CLI's progress lines and the activity monitor
+    """
+    ALTER TABLE jobs ADD COLUMN phase TEXT
+    """,
 ]
 
 

@@ -1,7 +1,7 @@
 """`cairn jobs`: the activity monitor."""
 
 from app.cli.output import out, size, table
-from app.cli.shared import jobs_result
+from app.cli.shared import jobs_result, progress_option
 
 
 def jobs_commands(sub, cmd):
@@ -23,10 +23,12 @@ def jobs_commands(sub, cmd):
     p = cmd(jb, "wait", "wait until jobs end (running them when no master runs)",
             handler=_wait)
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
+    progress_option(p)
     p = cmd(jb, "restart", "queue a failed or canceled job again with the same parameters",
             handler=_restart)
     p.add_argument("id", type=int)
     p.add_argument("--wait", action="store_true", help="wait for the new job to end")
+    progress_option(p)
 
 
 def _list(m, args):

@@ -5,7 +5,8 @@ its last event.
 The jobs then run in a dispatcher outside this command (the console, a headless master, or
 one started here for them, in its own session): Ctrl-C asks whether to cancel them or leave
 them running, and a job left running goes on after the command has exited. A command that
-runs its jobs itself (`--wait` with nothing to show, Master.wait_for) cannot leave them."""
+runs its jobs itself (`--wait` with nothing to show, Master.wait_for) cannot leave them:
+Ctrl-C cancels those (stop_waiting)."""
 
 import json
 import sys
@@ -13,6 +14,7 @@ import time
 
 from app.cli.progress_line import Block, job_line, use_color
 
+STOP_TIMEOUT = 60.0  # for the jobs this command runs to end once canceled
 POLL = 0.25          # a few redraws a second; each reads the jobs' rows by id
 RESTART_AFTER = 10.0  # no dispatcher for this long while jobs wait: start one again
 EVENT_FIELDS = ("id", "type", "client", "state", "status", "phase", "bytes", "files",
@@ -111,3 +113,27 @@ class Follow:
                          "to stop\n")
         sys.stderr.flush()
         return True
+
+
+def stop_waiting(m, ids):
+    """Ctrl-C while Master.wait_for waited, showing nothing. Jobs this command runs itself
+    cannot outlive it: they are canceled and waited for, so that they end as canceled
+    (status 150) with nothing half committed rather than be cut off. Jobs another dispatcher
+    runs, or that are still queued, are left to it. Returns the jobs and whether some were
+    left."""
+    here = m.dispatcher.running_here()
+    mine = [j for j in ids if j in here and m.job(j)["state"] != "done"]
+    for j in mine:
+        m.cancel_job(j)
+    if mine:
+        sys.stderr.write(f"cairn: interrupted: job{'s' if len(mine) > 1 else ''} "
+                         f"{', '.join(map(str, mine))} ran in this command and "
+                         f"{'are' if len(mine) > 1 else 'is'} canceled (with a console or "
+                         "`cairn master run` running, or on a terminal, Ctrl-C can leave "
+                         "jobs running)\n")
+        sys.stderr.flush()
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for j in mine:
+        here[j].join(timeout=max(0.0, deadline - time.monotonic()))
+    jobs = [m.job(j) for j in ids]
+    return jobs, any(j["state"] != "done" for j in jobs)

@@ -67,7 +67,12 @@ def jobs_result(m, args, ids):
         jobs = f.run()
         left_running = f.left_running
     elif args.wait:
-        jobs = m.wait_for(ids)
+        try:
+            jobs = m.wait_for(ids)
+        except KeyboardInterrupt:
+            jobs, left_running = follow.stop_waiting(m, ids)
+            if left_running:
+                _ensure_dispatcher(m, args)   # the queued ones still have to run
     else:
         _ensure_dispatcher(m, args)
         jobs = [m.job(j) for j in ids]

@@ -7,14 +7,18 @@ dozen small files lasts seconds, long enough to be seen and interrupted whatever
 machine's speed. The tests look at what was drawn and how the jobs ended, not at timing."""
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from app import status
 from app.master import Master
-from clihelp import cairn, cairn_json
+from clihelp import ROOT, cairn, cairn_json
 from ptyhelp import PtyRun
 
 FILES = 40
@@ -143,3 +147,29 @@ def test_ctrl_c_without_a_terminal_on_stdin_leaves_the_job_running(tmp_path):
     [j] = last["jobs"]
     assert j["state"] == "active"
     assert wait_done(home, j["id"])["status"] == 0
+
+
+def test_ctrl_c_cancels_the_jobs_a_wait_without_a_terminal_runs_itself(tmp_path):
+    home = setup(tmp_path)
+    env = dict(os.environ, CAIRN_HOME=str(home),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, "-m", "app", "backup", "p1", "--wait"], cwd=ROOT,
+                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    m = Master(str(home))
+    deadline = time.monotonic() + 60
+    while not any(j["state"] == "active" and j["files"] for j in m.job_list()):
+        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    [running] = m.job_list()
+    # it runs in the command's own dispatcher, which cannot leave it behind
+    assert running["runner"].split(":")[1] == str(p.pid)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == status.CANCELED, (out, err)
+    [line] = out.splitlines()
+    match = SUMMARY.match(line)
+    assert match and int(match.group(2)) == status.CANCELED, out
+    assert f"job {running['id']} ran in this command and is canceled" in err
+    assert m.job(running["id"])["status"] == status.CANCELED
+    assert m.images() == []

@@ -51,24 +51,27 @@ class Follow:
         from app.jobs.dispatcher import Dispatcher
         self.start_dispatcher()
         last_dispatcher = time.monotonic()
-        while True:
-            try:
-                jobs = [self.m.job(j) for j in self.ids]
-                self.show(jobs)
-                if all(j["state"] == "done" for j in jobs):
-                    break
-                if Dispatcher.lease_holder(self.m.db) is not None:
-                    last_dispatcher = time.monotonic()
-                elif time.monotonic() - last_dispatcher > RESTART_AFTER:
-                    self.start_dispatcher()
-                    last_dispatcher = time.monotonic()
-                time.sleep(POLL)
-            except KeyboardInterrupt:
-                if not self.interrupted():
-                    self.left_running = True
-                    break
-        if self.block is not None:
-            self.block.clear()
+        try:
+            while True:
+                try:
+                    jobs = [self.m.job(j) for j in self.ids]
+                    self.show(jobs)
+                    if all(j["state"] == "done" for j in jobs):
+                        break
+                    if Dispatcher.lease_holder(self.m.db) is not None:
+                        last_dispatcher = time.monotonic()
+                    elif time.monotonic() - last_dispatcher > RESTART_AFTER:
+                        self.start_dispatcher()
+                        last_dispatcher = time.monotonic()
+                    time.sleep(POLL)
+                except KeyboardInterrupt:
+                    if not self.interrupted():
+                        self.left_running = True
+                        break
+        finally:
+            # also before an error's message, which would otherwise follow a progress line
+            if self.block is not None:
+                self.block.clear()
         return [self.m.job(j) for j in self.ids]
 
     def show(self, jobs):

@@ -77,7 +77,7 @@ def fit(text, width):
 
 def use_color(stream):
     """Colour on a terminal that has it, unless NO_COLOR is set (no-color.org)."""
-    return (stream.isatty() and "NO_COLOR" not in os.environ
+    return (stream.isatty() and not os.environ.get("NO_COLOR")
             and os.environ.get("TERM", "") != "dumb")
 
 

@@ -410,8 +410,8 @@ MIGRATIONS = [
     ALTER TABLE policies ADD COLUMN storage_unit_group_id INTEGER
         REFERENCES storage_unit_groups(id)
     """,
-    # 17: what a running job is doing (scanning, copying, verifying, committing), for the
-    # CLI's progress lines and the activity monitor
+    # 17: what a running job is doing (scanning, copying, verifying, committing), shown by
+    # the CLI's progress lines
     """
     ALTER TABLE jobs ADD COLUMN phase TEXT
     """,

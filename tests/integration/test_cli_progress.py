@@ -73,6 +73,7 @@ def test_a_backup_on_a_terminal_shows_its_progress_then_the_summary(tmp_path):
              for x in text.split("\r")[1:] if "\x1b[K" in x]
     drawn = [x for x in lines if x.startswith("[") and "job " in x]
     assert REDRAW.replace("\r", "") in text and len(drawn) >= 3, text
+    assert "\x1b[1mcopying\x1b[0m" in text   # the phase in bold, NO_COLOR unset
     copying = [x for x in drawn if ": copying " in x]
     assert copying, drawn
     # bytes and files of their totals, percent, rate and time left once known
@@ -116,13 +117,14 @@ def test_progress_json_is_a_stream_of_events_ending_with_the_job(tmp_path):
 @pytest.mark.parametrize("answer", ["y", "n"])
 def test_ctrl_c_asks_whether_to_cancel(tmp_path, answer):
     home = setup(tmp_path)
-    run = PtyRun(home, "backup", "p1", "--wait")
+    run = PtyRun(home, "backup", "p1", "--wait", env={"NO_COLOR": "1"})
     run.wait_for_output(seen_copying)
     run.proc.send_signal(signal.SIGINT)
     run.wait_for_output(lambda t: re.search(r"Cancel job \d+\? \[y/N\] $", t))
     run.type(answer + "\n")
     rc, text = run.finish()
     jid = int(re.search(r"Cancel job (\d+)\?", text).group(1))
+    assert "\x1b[1m" not in text   # NO_COLOR
     if answer == "y":
         assert rc == status.CANCELED, text
         m = SUMMARY.search(text.split("Cancel job")[-1])

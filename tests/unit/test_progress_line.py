@@ -57,6 +57,8 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm")
     assert use_color(Tty()) and not use_color(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "")   # no-color.org: set and not empty
+    assert use_color(Tty())
     monkeypatch.setenv("NO_COLOR", "1")
     assert not use_color(Tty())
     assert progress_line.BOLD not in job_line(job(), color=False)

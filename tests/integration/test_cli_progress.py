@@ -112,6 +112,9 @@ def test_progress_json_is_a_stream_of_events_ending_with_the_job(tmp_path):
     assert [e["bytes"] for e in events] == sorted(e["bytes"] for e in events)
     assert {"state", "phase", "bytes", "files", "total_bytes", "total_files",
             "rate_bytes_per_s"} <= set(events[0])
+    # an error, as with --json
+    p = cairn(home, "backup", "nosuch", "--wait", "--progress", "json", check=False)
+    assert p.returncode == 10 and json.loads(p.stdout)["error"].startswith("there is no policy")
 
 
 @pytest.mark.parametrize("answer", ["y", "n"])

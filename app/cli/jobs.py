@@ -98,10 +98,10 @@ def _print_job(j):
     shown = dict(j, bytes=f"{j['bytes']} ({size(j['bytes'])})",
                  rate_bytes_per_s=(f"{size(j['rate_bytes_per_s'])}/s"
                                    if j.get("rate_bytes_per_s") else None))
-    for k in ("id", "type", "state", "status", "status_text", "client", "policy", "schedule",
-              "storage_unit", "started", "ended", "files", "bytes", "rate_bytes_per_s",
-              "percent", "eta_s", "wait_reason", "image_id", "dedup_ratio"):
-        if k == "dedup_ratio" and shown.get(k) is None:
+    for k in ("id", "type", "state", "phase", "status", "status_text", "client", "policy",
+              "schedule", "storage_unit", "started", "ended", "files", "bytes",
+              "rate_bytes_per_s", "percent", "eta_s", "wait_reason", "image_id", "dedup_ratio"):
+        if k in ("dedup_ratio", "phase") and shown.get(k) is None:
             continue
         print(f"{k:16} {'' if shown.get(k) is None else shown[k]}")
     f = j.get("figures")

@@ -5,7 +5,7 @@ import sys
 
 from app.cli.output import out, size, table
 from app.terminal_text import escape_all
-from app.cli.shared import deleting, jobs_result, setting_value
+from app.cli.shared import deleting, jobs_result, progress_option, setting_value
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -112,12 +112,14 @@ def disk_pool_commands(sub, cmd):
             handler=_pool_reclaim)
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "verify", "read every image of the pool back and check it (headers and "
                           "checksums, or every chunk of a deduplicating pool); also make the "
                           "pool's files private again and report any that were not",
             handler=_pool_verify)
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "import", "record the images on the pool that the catalog does not know "
                           "(after losing the catalog, or images newer than its backup)",
             handler=_pool_import,
@@ -135,12 +137,14 @@ def disk_pool_commands(sub, cmd):
                         "the file holding the key (64 hex digits, as CAIRN_HOME/keys/"
                         "SERVER.key); kept by the master once it opened the pool")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "cleanup", "remove pool files that no catalog image owns (left by backups "
                            "that stopped before their image was recorded)",
             handler=_pool_cleanup)
     p.add_argument("name")
     p.add_argument("--dry-run", action="store_true", help="only list them")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "usage", "deduplication pool: chunks and bytes it holds", handler=_pool_usage)
     p.add_argument("name")
     p = cmd(dp, "rebuild-index", "deduplication pool: rebuild the chunk index from the "

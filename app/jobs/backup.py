@@ -18,7 +18,7 @@ from app.catalog_index import IndexWriter, rebuild_hint
 from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import holds, incremental
 from app.jobs.commit import commit, record_image  # noqa: F401 - record_image: backup_set
-from app.jobs.context import JobContext, results, start_listening_side
+from app.jobs.context import COMMITTING, SCANNING, JobContext, results, start_listening_side
 from app.jobs.result import JobResult
 from plugins.storage import registry
 
@@ -187,6 +187,7 @@ class BackupJob:
             info = self.index.close()
             self.index = None
             warnings = max(summary.get("warnings", 0), self.ctx.warnings)
+            self.ctx.set_phase(COMMITTING)
             committed = self._commit(meta, expires, summary, stats, warnings)
         except BaseException:
             self._undo()
@@ -360,6 +361,7 @@ class BackupJob:
             "references": self.references,
             "skip_nodump": bool(self.policy.get("skip_nodump"))}, on_event=self._on_event)
         self.calls.insert(0, send)
+        self.ctx.set_phase(SCANNING)
         self.ctx.supervise(self.calls)
         outcome = results(self.calls)
         if self.ctx.cancelled:

@@ -415,6 +415,11 @@ MIGRATIONS = [
     """
     CREATE INDEX jobs_state_ended ON jobs(state, ended)
     """,
+    # 18: what a running job is doing (scanning, copying, verifying, committing), shown by
+    # the CLI's progress lines
+    """
+    ALTER TABLE jobs ADD COLUMN phase TEXT
+    """,
 ]
 
 

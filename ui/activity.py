@@ -36,7 +36,8 @@ STATE_HELP = {
     "queued": "waiting to start (the Waiting for column says why)",
     "active": "running now",
     "done": "ended with status 0, or 1 (some files skipped)",
-    "failed": "ended with any other status, canceled and missed jobs included",
+    "failed": "ended with any other status, missed jobs included",
+    "canceled": "canceled by an administrator or at their request (status 150)",
 }
 SETTINGS_FILTERS = "views/activity/saved-filters"
 
@@ -137,7 +138,8 @@ class ActivityView(PolledPage):
             b = QToolButton()
             b.setObjectName(f"count-{state}")
             b.setIcon(icon({"queued": "state-queued", "active": "state-active",
-                            "done": "state-ok", "failed": "state-failed"}[state]))
+                            "done": "state-ok", "failed": "state-failed",
+                            "canceled": "state-canceled"}[state]))
             b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
             b.setAutoRaise(True)
             b.setToolTip(f"{state.capitalize()}: {STATE_HELP[state]}. Click to show only "
@@ -322,8 +324,9 @@ class ActivityView(PolledPage):
         self.placeholder.setVisible(shown == 0)
 
     def _update_plot_title(self, series):
-        now = series[-1][1] if series else 0.0
         active = self.model.counts["active"]
+        # the last sample is from when jobs ran; with none running the rate now is nothing
+        now = series[-1][1] if series and active else 0.0
         self.plot_title.setText(
             f"Throughput of all jobs, last {int(PLOT_WINDOW_S // 60)} minutes — now "
             f"{fmt.rate(now) or '0 B/s'}, {active} job{'s' if active != 1 else ''} running")

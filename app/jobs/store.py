@@ -8,6 +8,7 @@ sqlite's write lock in turn, so counter values are committed in increasing order
 never skips one."""
 
 import json
+import math
 import time
 
 from app import status as st
@@ -66,7 +67,8 @@ def job_dict(row):
     d["percent"] = None if pct is None else round(pct, 1)
     eta = None
     if d["state"] == ACTIVE and tb and d["rate_bytes_per_s"] and d["bytes"] < tb:
-        eta = int((tb - d["bytes"]) / d["rate_bytes_per_s"])
+        # rounded up: "0:00:00" while data remains reads as done
+        eta = max(1, math.ceil((tb - d["bytes"]) / d["rate_bytes_per_s"]))
     d["eta_s"] = eta
     d["cancel_requested"] = bool(d["cancel_requested"])
     if "suspended" in d:

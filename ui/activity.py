@@ -42,8 +42,9 @@ STATE_HELP = {
 SETTINGS_FILTERS = "views/activity/saved-filters"
 
 
-EMPTY_TEXT = ("No jobs yet: start a backup with <code>cairn backup POLICY</code>; its jobs "
-              "show up here while they run.")
+EMPTY_TEXT = ("No jobs yet: select a policy on the Policies page and click <b>Back up now</b> "
+              "(Ctrl+B); its jobs show up here while they run.<br><br><small>In a shell: "
+              "<code>cairn backup POLICY</code></small>")
 
 
 # ---- master calls (on the bridge's threads) ------------------------------------------------

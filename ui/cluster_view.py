@@ -465,9 +465,8 @@ class ClusterView(PolledPage):
             self.result = self.error = self._shown_host = None
             self.summary.setText("")
             self._show_message("No hosts yet",
-                               "Register a node of the cluster as a host (Hosts, or "
-                               "<code>cairn host add NAME --address ADDRESS</code>), then "
-                               "choose it here.")
+                               "Register a node of the cluster as a host (Hosts page, "
+                               "<b>New host…</b>), then choose it here.")
             emit(self.refreshed)
         elif self._shown_host != self.host() and not self._probing:
             self.probe()

@@ -8,11 +8,13 @@ import html
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QAbstractItemView, QButtonGroup, QComboBox, QDialog, \
     QDialogButtonBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, \
-    QCheckBox, QLineEdit, QRadioButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout
+    QCheckBox, QLineEdit, QPushButton, QRadioButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout
 
 from ui import fmt
 from ui.qtcompat import emit
 from ui.resources import icon
+from ui.wizards.common import Calls
+from ui.wizards.dir_browser import DirBrowserDialog
 
 PREVIEW_ROWS = 50
 PREVIEW_DELAY_MS = 250
@@ -130,17 +132,22 @@ class RestoreDialog(QDialog):
         self.directory.setObjectName("restore-directory")
         self.directory.setPlaceholderText("/restore/target directory")
         self.directory.setClearButtonEnabled(True)
+        self.browse_button = QPushButton("&Browse…")
+        self.browse_button.setObjectName("restore-browse")
+        self.browse_button.setToolTip("Choose the directory on the host, read from its agent")
+        self.browse_button.clicked.connect(self.browse)
         self.dest_hint = QLabel()
         self.dest_hint.setWordWrap(True)
         _dim(self.dest_hint)
         grid = QGridLayout(dest)
-        grid.addWidget(self.original, 0, 0, 1, 5)
+        grid.addWidget(self.original, 0, 0, 1, 6)
         grid.addWidget(self.elsewhere, 1, 0)
         grid.addWidget(QLabel("Host"), 1, 1)
         grid.addWidget(self.host, 1, 2)
         grid.addWidget(QLabel("Directory"), 1, 3)
         grid.addWidget(self.directory, 1, 4)
-        grid.addWidget(self.dest_hint, 2, 0, 1, 5)
+        grid.addWidget(self.browse_button, 1, 5)
+        grid.addWidget(self.dest_hint, 2, 0, 1, 6)
         grid.setColumnStretch(4, 1)
         return dest
 
@@ -234,6 +241,8 @@ class RestoreDialog(QDialog):
         self.preview_tree.setAlternatingRowColors(True)
         self.preview_tree.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.preview_tree.header().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        # a path's end is what tells two apart: cut long ones at the start
+        self.preview_tree.setTextElideMode(Qt.TextElideMode.ElideLeft)
         self.preview_tree.setMinimumHeight(150)
         self.status = QLabel("Preparing the preview…")
         self.status.setObjectName("restore-status")
@@ -321,6 +330,7 @@ class RestoreDialog(QDialog):
         elsewhere = self.elsewhere.isChecked()
         self.host.setEnabled(elsewhere)
         self.directory.setEnabled(elsewhere)
+        self.browse_button.setEnabled(elsewhere)
         if elsewhere:
             self.dest_hint.setText("Each path keeps its full name under the directory "
                                    "(/data/x restored to /new becomes /new/data/x) unless "
@@ -390,6 +400,16 @@ class RestoreDialog(QDialog):
         self.status.setText(f"Cannot restore like this: {err}")
         _error(self.status)
         self.start_button.setEnabled(False)
+
+    def browse(self):
+        """A directory of the chosen host, picked from its tree, becomes the target."""
+        start = self.directory.text().strip() or "/"
+        dlg = DirBrowserDialog(Calls(self.bridge, self), self.host.currentText(), self,
+                               start=start, choose_directory=True)
+        self.browser = dlg
+        dlg.accepted.connect(lambda: dlg.paths() and self.directory.setText(dlg.paths()[0]))
+        dlg.open()
+        return dlg
 
     # ---- starting ----------------------------------------------------------------------------
     def start(self):

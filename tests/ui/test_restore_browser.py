@@ -183,3 +183,37 @@ def test_restore_with_a_stripped_prefix_and_a_rename(make_console, backed_up, qt
             assert a.read() == b.read()
     assert not os.path.exists(dst + "/dir/top.txt")
     assert os.path.isdir(dst + "/dir/emptydir")
+
+
+def test_the_target_directory_is_browsed_and_long_targets_keep_their_end_in_sight(
+        make_console, backed_up, qtbot, tmp_path):
+    m, src = backed_up
+    c, v = open_page(make_console, m, qtbot)
+    expand_to(v, qtbot, src + "/dir")
+    tick(v, qtbot, src + "/dir")
+    dlg = v.open_restore_dialog()
+    target = tmp_path / ("a-rather-long-directory-name-" * 3) / "restore-here"
+    target.mkdir(parents=True)
+    (target / "a-file").write_text("not a directory to choose")
+    qtbot.keyClicks(dlg.directory, str(target.parent))
+    browser = dlg.browse()
+    # the browser opens down to the typed directory, reading each level from the agent
+    qtbot.waitUntil(lambda: browser.item_for(str(target.parent)) is not None
+                    and browser.tree.currentItem() is browser.item_for(str(target.parent)),
+                    timeout=10000)
+    item = browser.item_for(str(target.parent))
+    item.setExpanded(True)
+    qtbot.waitUntil(lambda: browser.item_for(str(target)) is not None, timeout=5000)
+    browser.item_for(str(target)).setExpanded(True)
+    qtbot.waitUntil(lambda: browser.item_for(str(target / "a-file")) is not None,
+                    timeout=5000)
+    browser.tree.clearSelection()
+    browser.item_for(str(target / "a-file")).setSelected(True)
+    assert browser.paths() == []          # a file is no target
+    browser.tree.clearSelection()
+    browser.item_for(str(target)).setSelected(True)
+    assert browser.add_button.text() == "&Choose" and browser.add_button.isEnabled()
+    qtbot.mouseClick(browser.add_button, Qt.MouseButton.LeftButton)
+    assert dlg.directory.text() == str(target)
+    qtbot.waitUntil(lambda: dlg.start_button.isEnabled(), timeout=5000)
+    assert dlg.preview_tree.textElideMode() == Qt.TextElideMode.ElideLeft

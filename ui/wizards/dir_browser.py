@@ -12,14 +12,18 @@ from ui.wizards.common import StatusLine
 
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
 LOADED_ROLE = Qt.ItemDataRole.UserRole + 2
+KIND_ROLE = Qt.ItemDataRole.UserRole + 3
 _PLACEHOLDER = "Loading…"
 
 
 class DirBrowserDialog(QDialog):
     """`paths()` are the chosen paths after the dialog was accepted."""
 
-    def __init__(self, calls, client, parent=None, start="/"):
+    def __init__(self, calls, client, parent=None, start="/", choose_directory=False):
         super().__init__(parent)
+        self.choose_directory = choose_directory
+        # opened down to `start` as each directory on the way is read
+        self._open_to = posixpath.normpath(start) if start and start.startswith("/") else "/"
         self.calls = calls
         self.client = client
         self.loading = set()
@@ -32,7 +36,9 @@ class DirBrowserDialog(QDialog):
 
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Name", "Size", "Modified"])
-        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.tree.setSelectionMode(
+            QAbstractItemView.SelectionMode.SingleSelection if choose_directory
+            else QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.setUniformRowHeights(True)
         self.tree.setColumnWidth(0, 320)
         self.tree.setColumnWidth(1, 90)
@@ -42,15 +48,18 @@ class DirBrowserDialog(QDialog):
         self.chosen.setWordWrap(True)
         self.status = StatusLine()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.add_button = self.buttons.addButton("&Add selected",
-                                                 QDialogButtonBox.ButtonRole.AcceptRole)
+        self.add_button = self.buttons.addButton(
+            "&Choose" if choose_directory else "&Add selected",
+            QDialogButtonBox.ButtonRole.AcceptRole)
         self.add_button.setEnabled(False)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
 
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel(f"Files and directories of <b>{client}</b>. Open a directory "
-                                "to read it from the host; select what to back up."))
+        layout.addWidget(QLabel(
+            f"Files and directories of <b>{client}</b>. Open a directory to read it from the "
+            "host; " + ("select the directory to restore into." if choose_directory
+                        else "select what to back up.")))
         layout.addWidget(self.tree, 1)
         layout.addWidget(self.chosen)
         layout.addWidget(self.status)
@@ -63,6 +72,7 @@ class DirBrowserDialog(QDialog):
         item = QTreeWidgetItem(parent, [label, "" if kind == "d" else fmt.size(size),
                                         "" if mtime is None else fmt.local_time_ns(mtime * 1e9)])
         item.setData(0, PATH_ROLE, path)
+        item.setData(0, KIND_ROLE, kind)
         item.setTextAlignment(1, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if kind == "d":
             item.setIcon(0, self._dir_icon)
@@ -95,8 +105,26 @@ class DirBrowserDialog(QDialog):
         if not entries:
             empty = QTreeWidgetItem(item, ["(empty)"])
             empty.setFlags(Qt.ItemFlag.NoItemFlags)
+        self._open_towards_start(item)
         if not self.loading:
             self.status.clear()
+
+    def _open_towards_start(self, item):
+        base = item.data(0, PATH_ROLE)
+        target = self._open_to
+        if target == base:
+            if self.choose_directory and target != "/":
+                self.tree.setCurrentItem(item)
+            return
+        if not target.startswith(base.rstrip("/") + "/"):
+            return
+        name = target[len(base.rstrip("/")) + 1:].split("/")[0]
+        for i in range(item.childCount()):
+            child = item.child(i)
+            if child.text(0) == name and child.data(0, KIND_ROLE) == "d":
+                child.setExpanded(True)
+                self.tree.scrollToItem(child)
+                return
 
     def _list_failed(self, item, error):
         self.loading.discard(id(item))
@@ -122,7 +150,8 @@ class DirBrowserDialog(QDialog):
 
     def paths(self):
         return [i.data(0, PATH_ROLE) for i in self.tree.selectedItems()
-                if i.data(0, PATH_ROLE)]
+                if i.data(0, PATH_ROLE)
+                and (not self.choose_directory or i.data(0, KIND_ROLE) == "d")]
 
     def _selection_changed(self):
         paths = self.paths()

@@ -29,7 +29,8 @@ def m(tmp_path):
     vol.mkdir()
     m.create_storage_server("ss", type="advanced-disk", host=m.host_list()[0]["name"])
     m.create_disk_pool("dp", server="ss", volumes=[str(vol)])
-    m.create_disk_pool("dp2", server="ss", volumes=[str(tmp_path)])
+    (tmp_path / "vol2").mkdir()
+    m.create_disk_pool("dp2", server="ss", volumes=[str(tmp_path / "vol2")])
     yield m
     m.close()
 

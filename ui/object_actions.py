@@ -16,6 +16,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMessageBox, QToolBar
 
 from plugins.storage import registry
+from ui.backup_now_dialog import BackupNowDialog
 from ui.import_dialog import ImportDialog
 from ui.properties import KIND_LABELS, PropertiesDialog
 from ui.qtcompat import emit
@@ -90,13 +91,13 @@ class ObjectActions(_JobActions):
                              f"Delete the selected {label}, after saying what depends on it")
         self.backup = self.backup_reading_all = None
         if self.kind == "policy":
-            self.backup = action("Back up now", "action-backup", self._backup_now, "Ctrl+B",
+            self.backup = action("Back up now…", "action-backup", self._backup_now, "Ctrl+B",
                                  "Queue a backup of every client of the selected policy "
                                  "(Ctrl+B)")
             # In the context menu only: the rare case, for when a file may have changed
             # without any change to its size, times or inode (a raw device write).
             self.backup_reading_all = action(
-                "Back up now, reading every file", "action-backup",
+                "Back up now, reading every file…", "action-backup",
                 lambda: self._backup_now(files_cache=False), None,
                 "Queue a backup of every client of the selected policy; a full into a "
                 "deduplicating pool reads every file instead of taking the unchanged ones "
@@ -226,12 +227,26 @@ class ObjectActions(_JobActions):
         emit(self.changed, self.kind, name)
 
     def _backup_now(self, files_cache=True):
+        """Asks which schedule and clients (BackupNowDialog), then queues the backups."""
         row = self.selected()
         if row is None:
-            return
-        name = row["name"]
-        self.bridge.call(lambda m: m.start_backup(name, files_cache=files_cache),
-                         done=self._backups_queued, failed=self._error, context=self)
+            return None
+        dlg = BackupNowDialog(row, files_cache=files_cache, parent=self.view.window())
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.accepted.connect(lambda: self._start_backups(
+            row["name"], dlg.schedule(), dlg.clients(), dlg.files_cache()))
+        self.last_dialog = dlg
+        dlg.open()
+        return dlg
+
+    def _start_backups(self, name, schedule, clients, files_cache):
+        def start(m):
+            if clients is None:
+                return m.start_backup(name, schedule=schedule, files_cache=files_cache)
+            return [jid for c in clients
+                    for jid in m.start_backup(name, client=c, schedule=schedule,
+                                              files_cache=files_cache)]
+        self.bridge.call(start, done=self._backups_queued, failed=self._error, context=self)
 
     def _backups_queued(self, ids):
         emit(self.jobs_started, list(ids))

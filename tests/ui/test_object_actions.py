@@ -22,7 +22,7 @@ def select(view, key, qtbot):
 
 def test_list_pages_have_their_actions(console, qtbot):
     for name, extra in (("hosts", []), ("storage-servers", []), ("disk-pools", []),
-                        ("storage-units", []), ("policies", ["Back up now"])):
+                        ("storage-units", []), ("policies", ["Back up now…"])):
         view = show(console, qtbot, name)
         texts = [a.text() for a in view.object_actions.toolbar.actions() if a.text()]
         assert texts[0].startswith("New ")
@@ -94,6 +94,9 @@ def test_back_up_now_queues_and_shows_the_activity_monitor(console, master, qtbo
     view = show(console, qtbot, "policies")
     select(view, "p1", qtbot)
     view.object_actions.backup.trigger()
+    dlg = view.object_actions.last_dialog
+    assert dlg.schedule() == "daily" and dlg.clients() is None
+    dlg.ok.click()
     qtbot.waitUntil(lambda: console.window.current_view.name == "activity", timeout=5000)
     new = [j for j in master.jobs.list() if j["id"] not in before]
     assert len(new) == 1 and new[0]["policy"] == "p1" and new[0]["state"] == "queued"
@@ -105,14 +108,16 @@ def test_back_up_now_reading_every_file_is_in_the_context_menu(console, master, 
     select(view, "p1", qtbot)
     acts = view.object_actions
     toolbar = [a.text() for a in acts.toolbar.actions()]
-    assert "Back up now, reading every file" not in toolbar
+    assert "Back up now, reading every file…" not in toolbar
     acts._menu(view.table.visualRect(view.table.currentIndex()).center())
     texts = [a.text() for a in acts.last_menu.actions() if a.text()]
-    i = texts.index("Back up now")
-    assert texts[i + 1] == "Back up now, reading every file"
+    i = texts.index("Back up now…")
+    assert texts[i + 1] == "Back up now, reading every file…"
     acts.last_menu.close()
     before = {j["id"] for j in master.jobs.list()}
     acts.backup_reading_all.trigger()
+    assert acts.last_dialog.read_all.isChecked()
+    acts.last_dialog.ok.click()
     qtbot.waitUntil(lambda: console.window.current_view.name == "activity", timeout=5000)
     new = [j for j in master.jobs.list() if j["id"] not in before]
     assert len(new) == 1 and new[0]["policy"] == "p1"
@@ -471,7 +476,7 @@ def test_the_keyboard_reaches_everything(console, master, qtbot):
     qtbot.waitUntil(table.hasFocus, timeout=3000)
     qtbot.keyClick(table, Qt.Key.Key_F10, Qt.KeyboardModifier.ShiftModifier)
     menu = view.object_actions.last_menu
-    assert menu is not None and "Back up now" in [a.text() for a in menu.actions()]
+    assert menu is not None and "Back up now…" in [a.text() for a in menu.actions()]
     menu.close()
     QApplication.processEvents()
     before = {j["id"] for j in master.jobs.list()}
@@ -479,5 +484,43 @@ def test_the_keyboard_reaches_everything(console, master, qtbot):
     table.setFocus()
     qtbot.waitUntil(table.hasFocus, timeout=3000)
     qtbot.keyClick(table, Qt.Key.Key_B, Qt.KeyboardModifier.ControlModifier)
+    view.object_actions.last_dialog.ok.click()
     qtbot.waitUntil(lambda: any(j["id"] not in before for j in master.jobs.list()),
                     timeout=5000)
+
+
+def test_back_up_now_asks_which_schedule_and_which_clients(console, master, qtbot):
+    """The backup runs under the schedule chosen (its type) for the clients ticked, not the
+    policy's first schedule for every client."""
+    from PySide6.QtCore import Qt
+    master.config.add_schedule("p1", "weekly-full", type="full")
+    master.config.add_schedule("p1", "nightly-diff", type="differential")
+    master.config.add_host("second", address="127.0.0.1", port=1)
+    master.config.add_policy_client("p1", "second")
+    view = show(console, qtbot, "policies")
+    view.refresh()
+    qtbot.waitUntil(lambda: "second" in (view.model.row_dict(view.model.row_of("p1"))
+                                         .get("clients") or []), timeout=5000)
+    select(view, "p1", qtbot)
+    before = {j["id"] for j in master.jobs.list()}
+    dlg = view.object_actions._backup_now()
+    box = dlg.schedule_box
+    box.setCurrentIndex(box.findData("nightly-diff"))
+    first = next(dlg.client_list.item(i) for i in range(dlg.client_list.count())
+                 if dlg.client_list.item(i).text() != "second")
+    for i in range(dlg.client_list.count()):
+        item = dlg.client_list.item(i)
+        item.setCheckState(Qt.CheckState.Unchecked if item.text() == "second"
+                           else Qt.CheckState.Checked)
+    assert dlg.clients() == [first.text()] and dlg.ok.isEnabled()
+    for i in range(dlg.client_list.count()):
+        dlg.client_list.item(i).setCheckState(Qt.CheckState.Unchecked)
+    assert not dlg.ok.isEnabled() and "at least one client" in dlg.note.text()
+    first.setCheckState(Qt.CheckState.Checked)
+    me = first.text()
+    dlg.ok.click()
+    qtbot.waitUntil(lambda: any(j["id"] not in before for j in master.jobs.list()),
+                    timeout=5000)
+    new = [j for j in master.jobs.list() if j["id"] not in before]
+    assert [(j["client"], j["schedule"]) for j in new] == [(me, "nightly-diff")]
+    assert master.jobs.get(new[0]["id"])["params"]["schedule_type"] == "differential"

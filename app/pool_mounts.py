@@ -86,6 +86,32 @@ def volume_warnings(volumes, host, rows, expected=()):
     return out
 
 
+def placement_warnings(volumes, host, rows, protected=()):
+    """[text] for volumes that share a disk with what they should outlive: the root file
+    system (a full pool stops the host), or the file system of a backup selection of this
+    same host (one failed disk takes the data and its backups). protected: [(policy,
+    selection)] of the policies that back up `host`."""
+    out = []
+    for v in volumes:
+        fs = sv.mount_of(v, rows)
+        if fs is None or not _mounted(fs):
+            continue
+        if fs["mount_point"] == "/":
+            out.append(f"volume {v} is on host {host}'s root file system: backups that fill "
+                       "it stop the host itself, and a lost system disk takes them along; "
+                       "give the pool a file system of its own.")
+            continue
+        same = [f"{sel} (policy {pol})" for pol, sel in protected
+                if sel.startswith("/") and (sv.mount_of(sel, rows) or {}).get("mount_point")
+                == fs["mount_point"]]
+        if same:
+            out.append(f"volume {v} is on the same file system ({fs['mount_point']}) as "
+                       f"data it backs up on host {host}: {', '.join(same[:3])}"
+                       + (f" and {len(same) - 3} more" if len(same) > 3 else "")
+                       + "; one failed disk would take the data and its backups.")
+    return out
+
+
 def _family(db, volumes, host, pool=None):
     """The other hosts' pools whose volumes share a top directory with these volumes (where
     one shared file system would be mounted): {host: [claim]}."""

@@ -596,3 +596,36 @@ def test_browsing_a_directory_that_cannot_be_read_says_so(open_wizard, empty_mas
     settle(qtbot, w)
     assert browser.status.kind == "error" and "cannot list" in browser.status.plain_text()
     browser.reject()
+
+
+def test_a_volume_on_the_root_file_system_or_beside_the_data_it_protects_warns(
+        open_wizard, empty_master, qtbot, tmp_path, small_tmpfs):
+    storage(empty_master, tmp_path, unit=False)
+    host = empty_master.config.local_host()["name"]
+    w = open_wizard("disk-pool", server="ss1")
+    go_next(qtbot, w)
+    vp = w.volumes_page
+    on_root = tmp_path / "on-root"
+    on_root.mkdir()
+    qtbot.keyClicks(vp.path, str(on_root) + "\r")
+    qtbot.waitUntil(lambda: str(on_root) in vp.checks and not w.busy, timeout=WAIT_MS)
+    assert f"is on host {host}'s root file system" in vp.status.plain_text()
+    assert next_enabled(w), "a warning, not a refusal"
+
+    # a policy of this host backs up a directory of the same (non-root) file system
+    disk = small_tmpfs("4m")
+    (disk / "projects").mkdir()
+    (disk / "pool").mkdir()
+    empty_master.create_storage_unit("stu-x", pool="dp1")
+    empty_master.create_policy("projects", storage_unit="stu-x", clients=[host],
+                               selections=[str(disk / "projects")])
+    w2 = open_wizard("disk-pool", server="ss1")
+    go_next(qtbot, w2)
+    vp2 = w2.volumes_page
+    qtbot.keyClicks(vp2.path, str(disk / "pool") + "\r")
+    qtbot.waitUntil(lambda: str(disk / "pool") in vp2.checks and not w2.busy,
+                    timeout=WAIT_MS)
+    text = vp2.status.plain_text()
+    assert f"is on the same file system ({disk}) as data it backs up" in text, text
+    assert f"{disk / 'projects'} (policy projects)" in text
+    assert "root file system" not in text

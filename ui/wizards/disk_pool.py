@@ -57,7 +57,9 @@ def _load_volumes(m, server):
     # never another pool's or inside or around one (the master refuses them too)
     pools = [{"name": p["name"], "host": p["host"], "volumes": p["volumes"]}
              for p in m.disk_pools()]
-    return {"host": srv["host"], "used": used, "pools": pools,
+    protected = [(p["name"], s) for p in m.policies() if srv["host"] in (p["clients"] or [])
+                 for s in p["selections"] or []]
+    return {"host": srv["host"], "used": used, "pools": pools, "protected": protected,
             "filesystems": scale_view.mark_volumes(probe.get("filesystems") or [], scale,
                                                    probe.get("hostname")),
             "cluster": None if scale_view.problem(scale, srv["host"]) else {
@@ -203,6 +205,7 @@ class VolumesPage(Page):
         self.filesystems = []
         self.used = {}
         self.pools = []
+        self.protected = []
         self.host = None
         self.server = None
         self.checks = {}          # volume path -> the host's answer
@@ -242,6 +245,7 @@ class VolumesPage(Page):
         self.filesystems = result["filesystems"]
         self.used = result["used"]
         self.pools = result.get("pools") or []
+        self.protected = result.get("protected") or []
         self._show_cluster(result.get("cluster"))
         self.table.blockSignals(True)
         self.table.setRowCount(0)
@@ -476,11 +480,14 @@ class VolumesPage(Page):
         """What to do before the chosen volumes take backups (a GPFS file system not mounted
         on the storage server's node), or None; Next stays enabled."""
         out = []
-        for v in self.volumes():
-            fs = scale_view.mount_of(v, self.filesystems) if v.startswith("/") else None
+        volumes = [v for v in self.volumes() if v.startswith("/")]
+        for v in volumes:
+            fs = scale_view.mount_of(v, self.filesystems)
             w = scale_view.volume_warning(fs, self.host)
             if w and w not in out:
                 out.append(w)
+        out += [w[0].upper() + w[1:] for w in pool_mounts.placement_warnings(
+            volumes, self.host, self.filesystems, self.protected)]
         return " ".join(out) or None
 
     def overlap(self, v):

@@ -629,3 +629,22 @@ def test_a_volume_on_the_root_file_system_or_beside_the_data_it_protects_warns(
     assert f"is on the same file system ({disk}) as data it backs up" in text, text
     assert f"{disk / 'projects'} (policy projects)" in text
     assert "root file system" not in text
+
+
+def test_the_storage_server_wizard_asks_the_host_before_going_on(open_wizard, empty_master,
+                                                                 qtbot):
+    empty_master.config.add_host("gone", address="127.0.0.1", port=1)
+    w = open_wizard("storage-server")
+    go_next(qtbot, w)
+    hp = w.host_page
+    host = empty_master.config.local_host()["name"]
+    hp.picker.combo.setCurrentIndex(hp.picker.combo.findText(host))
+    settle(qtbot, w)
+    assert "The host answered:" in hp.reached.text() and "Python" in hp.reached.text()
+    assert next_enabled(w)
+    hp.picker.combo.setCurrentIndex(hp.picker.combo.findText("gone"))
+    settle(qtbot, w)
+    assert not next_enabled(w)
+    assert "Host gone cannot be reached" in hp.status.plain_text()
+    hp.picker.combo.setCurrentIndex(hp.picker.combo.findText(host))
+    assert next_enabled(w), "the answer of a host asked before is kept"

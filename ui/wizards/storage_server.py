@@ -3,7 +3,7 @@ server, encryption at rest and the chunk size; then the name. The result page na
 encryption key to back up and any warning about the storage path (a network file system)."""
 
 from PySide6.QtWidgets import QButtonGroup, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, \
-    QLineEdit, QPushButton, QRadioButton
+    QLabel, QLineEdit, QPushButton, QRadioButton
 
 from app.config import check_abs_path
 from app.errors import ValidationError
@@ -110,8 +110,9 @@ class TypePage(Page):
 class HostPicker:
     """A combo box of the registered hosts with an "Add a host…" button beside it."""
 
-    def __init__(self, page, label="Host"):
+    def __init__(self, page, label="Host", on_change=None):
         self.page = page
+        self.on_change = on_change
         self.combo = fit_combo(QComboBox())
         self.add_button = QPushButton("Add a host…")
         self.add_button.clicked.connect(self.add_host)
@@ -120,7 +121,10 @@ class HostPicker:
         row.addWidget(self.combo, 1)
         row.addWidget(self.add_button)
         self.form = QFormLayout()
-        self.form.addRow(f"&{label}:", row)
+        # a row of several widgets has no buddy of its own: the label names the combo box
+        caption = QLabel(f"&{label}:")
+        caption.setBuddy(self.combo)
+        self.form.addRow(caption, row)
         self.form.addRow("", self.detail)
         self.hosts = {}
         self.combo.currentIndexChanged.connect(self._changed)
@@ -155,6 +159,8 @@ class HostPicker:
         else:
             self.detail.setText(f"Reached over SSH as {h.get('user') or 'the console user'}@"
                                 f"{h['address']}:{h.get('port') or 22}.")
+        if self.on_change is not None:
+            self.on_change()
         self.page.revalidate()
 
     def add_host(self):
@@ -168,21 +174,70 @@ class HostPage(Page):
     def __init__(self):
         super().__init__("Host", "The machine whose file systems hold the backup images. Its "
                                  "agent writes the images; clients send their data to it.")
-        self.picker = HostPicker(self)
+        self.picker = HostPicker(self, on_change=self._host_changed)
+        self.reached = note("")
+        self.picker.form.addRow("", self.reached)
         self.body.addLayout(self.picker.form)
         self.body.addStretch(1)
         self.host_dialog = None
         self._loaded_once = False
+        # host -> its probe, or the error that reaching it gave: the host is asked once it is
+        # chosen, as the disk pool wizard asks for its volumes, so that a storage server is
+        # not made on a host that does not answer
+        self.probes = {}
+        self.probing = None
 
     def initializePage(self):
         if not self._loaded_once:
             self._loaded_once = True
             self.picker.load(self.wizard().preset.get("host"))
 
+    def _host_changed(self):
+        name = self.picker.name()
+        if not name or name in self.probes:
+            self._show_probe()
+            return
+        self.probing = name
+        self.reached.setText(f"Asking host {name}…")
+        self.call(lambda m, n: m.probe_host(n), name,
+                  done=lambda r: self._probed(name, r), failed=lambda e: self._probed(name, e))
+
+    def _probed(self, name, result):
+        self.probes[name] = result
+        if self.probing == name:
+            self.probing = None
+        self._show_probe()
+        self.revalidate()
+
+    def _show_probe(self):
+        r = self.probes.get(self.picker.name())
+        if r is None or isinstance(r, BaseException):
+            self.reached.setText("")
+            return
+        os_name = r.get("os")
+        fs = len(r.get("filesystems") or [])
+        self.reached.setText(f"The host answered: {os_name or 'unknown system'}, Python "
+                             f"{r.get('python') or '?'}, {fs} file system"
+                             f"{'s' if fs != 1 else ''} mounted.")
+
+    def isComplete(self):
+        return super().isComplete() and self.probing is None
+
     def problem(self):
         if not self.picker.hosts:
             return "No host is registered yet: add one with “Add a host…”."
-        return None if self.picker.name() else "Choose a host."
+        name = self.picker.name()
+        if not name:
+            return "Choose a host."
+        r = self.probes.get(name)
+        if self.probing == name:
+            return f"Asking host {name}…"
+        if isinstance(r, BaseException):
+            text = getattr(r, "message", None) or str(r)
+            hint = getattr(r, "hint", None)
+            return (f"Host {name} cannot be reached: {text}"
+                    + (f" ({hint})" if hint else "") + ". Check it, or choose another host.")
+        return None
 
     def nextId(self):
         return PATH_PAGE if needs_path(self.wizard().type_page.type_name()) else NAME_PAGE

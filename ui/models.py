@@ -87,6 +87,7 @@ class ObjectTableModel(QAbstractTableModel):
         self._rows = []
         self._pos = {}
         self.loaded = False
+        self._sorted = None     # (column, order) once the view sorts the model itself
 
     # ---- refreshing -----------------------------------------------------------------------
     def set_rows(self, rows):
@@ -95,6 +96,7 @@ class ObjectTableModel(QAbstractTableModel):
         self._remove([k for k in self._pos if k not in new])
         self._upsert(new.values())
         self.loaded = True
+        self._resort()
 
     def apply_changes(self, rows, removed=()):
         """Only what changed: `rows` new or updated, `removed` the keys of rows that went
@@ -102,6 +104,7 @@ class ObjectTableModel(QAbstractTableModel):
         self._remove([k for k in removed if k in self._pos])
         self._upsert(rows)
         self.loaded = True
+        self._resort()
 
     def _remove(self, keys):
         gone = sorted((self._pos[k] for k in set(keys)), reverse=True)
@@ -156,6 +159,36 @@ class ObjectTableModel(QAbstractTableModel):
                 self._pos[k] = len(self._rows)
                 self._rows.append(r)
             self.endInsertRows()
+
+    # ---- sorting without a proxy ----------------------------------------------------------
+    def sort(self, column, order=Qt.SortOrder.AscendingOrder):
+        """Sorts the rows themselves, for a view set on this model with sorting enabled: one
+        Python sort by the column's sort key, where a sorting proxy compares rows through
+        data() (a second on the UI thread for a report of 20,000 jobs)."""
+        if not 0 <= column < len(self.columns):
+            return
+        self._sorted = (column, order)
+        self._resort()
+
+    def _resort(self):
+        if self._sorted is None or len(self._rows) < 2:
+            return
+        column, order = self._sorted
+        col = self.columns[column]
+
+        def key(row):
+            v = col.sort(row) if col.sort else col.text(row)
+            if isinstance(v, str):
+                v = v.lower()
+            # None first, then values; numbers and texts apart so that they never compare
+            return (v is not None, isinstance(v, str), v if v is not None else 0)
+        emit(self.layoutAboutToBeChanged)
+        before = self.persistentIndexList()
+        keys = [(self._rows[i.row()][self.key], i.column()) for i in before]
+        self._rows.sort(key=key, reverse=order == Qt.SortOrder.DescendingOrder)
+        self._pos = {r[self.key]: n for n, r in enumerate(self._rows)}
+        self.changePersistentIndexList(before, [self.index(self._pos[k], c) for k, c in keys])
+        emit(self.layoutChanged)
 
     def row_dict(self, row):
         return self._rows[row]

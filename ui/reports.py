@@ -21,7 +21,7 @@ from ui.models import Column, ObjectTableModel, number_column, text_column, \
     time_column
 from ui.polled import PolledPage
 from ui.qtcompat import emit
-from ui.tables import HandWidths, data_table, sorting_proxy
+from ui.tables import HandWidths, data_table
 from ui.resources import icon
 from ui.views import Placeholder
 
@@ -143,6 +143,10 @@ def _unit(max_bytes):
     return "bytes", 1
 
 
+#: clients named in the chart's legend at most (the others in one line)
+LEGEND_MAX = 12
+
+
 class BytesPerDayChart(pg.GraphicsLayoutWidget):
     """Bytes backed up per day, one stacked bar segment per client, with the legend beside
     the plot (never over a bar); the tooltip of a segment tells its client, day, size and
@@ -241,6 +245,10 @@ class BytesPerDayChart(pg.GraphicsLayoutWidget):
             pi.setYRange(0, 1, padding=0)
             return
         base = [0.0] * n
+        # The legend names the clients that wrote the most; with dozens it would take half
+        # the chart, so the rest are summed up in one line (each bar's tooltip names it).
+        by_size = sorted(daily["clients"], key=lambda c: -sum(daily["bytes"][c]))
+        named = set(by_size[:LEGEND_MAX - 1] if len(by_size) > LEGEND_MAX else by_size)
         for c in daily["clients"]:
             heights = [b / factor for b in daily["bytes"][c]]
             colour = colours.get(c, client_colour(0))
@@ -251,17 +259,24 @@ class BytesPerDayChart(pg.GraphicsLayoutWidget):
                                   brush=pg.mkBrush(colour), pen=pg.mkPen(colour.darker(130)),
                                   name=c)
             pi.addItem(bar)
-            self.legend.addItem(bar, c)
+            if c in named:
+                self.legend.addItem(bar, c)
             self.bars[c] = bar
             for i, h in enumerate(heights):
                 if h > 0:
                     self._segments.append((i, base[i], base[i] + h, c, daily["bytes"][c][i],
                                            daily["jobs"][c][i]))
             base = [b + h for b, h in zip(base, heights)]
-        self.legend.setColumnCount(max(1, (len(daily["clients"]) + 7) // 8))
+        rest = len(daily["clients"]) - len(named)
+        if rest:
+            self.legend.addItem(pg.PlotDataItem(pen=None), f"… and {rest} more clients "
+                                                           "(point at a bar)")
+        self.legend.setColumnCount(1 if len(named) + bool(rest) <= 8 else 2)
         pi.getAxis("bottom").setTicks([self._ticks(days)])
         pi.setXRange(-0.6, n - 0.4, padding=0)
-        pi.setYRange(0, max(max(base), 1e-9) * 1.05, padding=0)
+        top = max(max(base), 1e-9) * 1.05
+        # a little below 0, so that the axis labels its 0 (pyqtgraph drops a label on the edge)
+        pi.setYRange(-top * 0.04, top, padding=0)
 
     def _ticks(self, days):
         """A label under every bar while they fit, else under every n-th."""
@@ -366,8 +381,8 @@ class ReportsView(PolledPage):
 
         self.chart = BytesPerDayChart()
         self.model = ObjectTableModel(COLUMNS, key="job_id", parent=self)
-        self.proxy = sorting_proxy(self.model, self)
-        self.table = data_table(self.proxy, "reports-table")
+        # sorted by the model itself: thousands of rows, sorted in one Python sort
+        self.table = data_table(self.model, "reports-table")
         self.widths = HandWidths(self.table.horizontalHeader())
         self.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
         hh = self.table.horizontalHeader()

@@ -12,6 +12,7 @@ from ui.models import ROW_ROLE, SORT_ROLE
 from ui.qtcompat import emit
 
 Selection = QAbstractItemView.SelectionMode
+RESIZE_PRECISION = 100
 
 
 def sorting_proxy(model, parent=None):
@@ -40,6 +41,9 @@ def data_table(model, name, selection=Selection.ExtendedSelection, sortable=True
     hh.setHighlightSections(False)
     hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
     hh.setSectionsMovable(True)
+    # Fitting a column to its contents reads this many rows around the visible ones, not a
+    # thousand: a report of 20,000 jobs sized its columns in a second on the UI thread.
+    hh.setResizeContentsPrecision(RESIZE_PRECISION)
     keyboard_friendly(t)
     return t
 

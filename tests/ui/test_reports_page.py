@@ -94,9 +94,9 @@ def test_the_table_sorts_by_a_clicked_column(page, qtbot):
     hh = v.table.horizontalHeader()
     x = hh.sectionViewportPosition(cols.index("bytes")) + 5
     qtbot.mouseClick(hh.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, 5))
-    first = [v.proxy.index(r, cols.index("bytes")).data() for r in range(v.proxy.rowCount())]
+    first = [v.table.model().index(r, cols.index("bytes")).data() for r in range(v.table.model().rowCount())]
     qtbot.mouseClick(hh.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, 5))
-    second = [v.proxy.index(r, cols.index("bytes")).data() for r in range(v.proxy.rowCount())]
+    second = [v.table.model().index(r, cols.index("bytes")).data() for r in range(v.table.model().rowCount())]
     assert {first[0], second[0]} == {"1.0 GiB", "6.0 GiB"}
     assert first == list(reversed(second))
 
@@ -262,3 +262,19 @@ def test_the_restores_report_and_the_labelled_group_rates(page, history, master,
     with qtbot.waitSignal(v.refreshed, timeout=5000):
         v.set_kind("backup")
     assert shown_ids(v) == sorted(history.values())
+
+
+def test_a_legend_of_forty_clients_names_the_largest_and_sums_up_the_rest(qtbot):
+    chart = ui_reports.BytesPerDayChart()
+    qtbot.addWidget(chart)
+    clients = [f"client{i:02d}" for i in range(40)]
+    daily = {"days": ["2026-11-20", "2026-11-21"], "clients": clients,
+             "bytes": {c: [(i + 1) << 20, (i + 1) << 20] for i, c in enumerate(clients)},
+             "jobs": {c: [1, 1] for c in clients}}
+    chart.set_daily(daily, {c: ui_reports.client_colour(i) for i, c in enumerate(clients)})
+    labels = [label.text for _, label in chart.legend.items]
+    assert len(labels) == ui_reports.LEGEND_MAX
+    assert labels[-1].startswith("… and 29 more clients")
+    # the largest writers are the ones named
+    assert "client39" in labels and "client00" not in labels
+    assert len(chart.bars) == 40, "every client still has its bars"

@@ -199,3 +199,85 @@ def client_excludes(db, policy, client, c=None):
     rows = q.fetchall()
     return backup_excludes.job_excludes([r[0] for r in rows if r[1] is None],
                                         [r[0] for r in rows if r[1] == client])
+
+
+_SCHEDULE_KEYS = ("type", "retention", "frequency", "windows", "calendar", "read_all")
+
+
+def _schedule_columns(name, s):
+    return check_schedule(name, type=s["type"], retention=s.get("retention", "2w"),
+                          frequency=s.get("frequency"), windows=s.get("windows"),
+                          calendar=s.get("calendar"), read_all=bool(s.get("read_all")))
+
+
+def change_lists(master, policy, *, clients=None, selections=None, schedules=None,
+                 excludes=None):
+    """Makes a policy's lists what is given (None: left as it is), as the console's pages
+    edit them: clients (host names), selections (paths; NEW_STREAM lines are left as they
+    are), schedules (add_schedule's dicts with their name: a new name is added, a missing one
+    removed, a changed one set) and excludes ([{"pattern", "client" or None}]). Everything
+    is checked before anything is written. Returns the policy with `warnings`."""
+    db, config = master.db, master.config
+    pol = config.policy(policy)
+    for h in clients or ():
+        id_of(db, "hosts", "host", h, "host add")
+    want_sel = None if selections is None else \
+        [check_abs_path("backup selection", p) for p in selections if p != STREAM_MARKER]
+    want_sched = {}
+    for s in schedules or ():
+        if s["name"] in want_sched:
+            raise ValidationError(f"two schedules are named {s['name']!r}")
+        want_sched[s["name"]] = (s, _schedule_columns(s["name"], s))
+    want_exc = []
+    for e in excludes or ():
+        want_exc.append((backup_excludes.check_pattern(e["pattern"]), e.get("client")))
+    final_clients = set(pol["clients"] if clients is None else clients)
+    for _, client in want_exc:
+        if client is not None and client not in final_clients:
+            raise ValidationError(f"{client!r} is not a client of policy {policy!r}",
+                                  hint="check it as a client, or exclude for every client")
+    warnings = []
+    if clients is not None:
+        for h in clients:
+            if h not in pol["clients"]:
+                config.add_policy_client(policy, h)
+        for h in pol["clients"]:
+            if h not in clients:
+                warnings += remove_client(config, policy, h)["warnings"]
+    if want_sel is not None:
+        have = [p for p in pol["selections"] if p != STREAM_MARKER]
+        for p in have:
+            if p not in want_sel:
+                warnings += remove_selection(config, policy, p)["warnings"]
+        for p in want_sel:
+            if p not in have:
+                config.add_policy_selection(policy, p)
+                warnings += backup_excludes.selection_warnings(db, p)
+    if schedules is not None:
+        stored = {s["name"]: s for s in pol["schedules"]}
+        for name in stored:
+            if name not in want_sched:
+                warnings += remove_schedule(config, policy, name)["warnings"]
+        pid = _pid(db, policy)
+        for name, (s, cols) in want_sched.items():
+            if name not in stored:
+                master.add_schedule(policy, name, **{k: s[k] for k in _SCHEDULE_KEYS
+                                                     if k in s})
+                continue
+            row = db.one("SELECT type, retention_s, frequency_s, windows, calendar, read_all "
+                         "FROM schedules WHERE policy_id=? AND name=?", (pid, name))
+            if dict(row) != cols:
+                given = {k: s.get(k) for k in _SCHEDULE_KEYS}
+                given.update(read_all=bool(s.get("read_all")),
+                             retention=s.get("retention", "2w"))
+                warnings += set_schedule(config, policy, name, **given)["warnings"]
+    if excludes is not None:
+        have = [(p, None) for p in pol["excludes"]] + \
+            [(p, c) for c, pats in pol["client_excludes"].items() for p in pats]
+        for p, c in have:
+            if (p, c) not in want_exc and (c is None or c in final_clients):
+                remove_exclude(config, policy, p, c)
+        for p, c in want_exc:
+            if (p, c) not in have:
+                add_exclude(config, policy, p, c)
+    return with_warnings(config.policy(policy), list(dict.fromkeys(warnings)))

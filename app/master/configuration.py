@@ -13,9 +13,10 @@ class ConfigurationAPI:
                       multiple_streams=False, checksum="crc32", snapshot="none",
                       file_list="auto", dedup="server", skip_nodump=False, clients=(),
                       selections=(), schedules=(), comment="", compression=False,
-                      encryption=False):
+                      encryption=False, excludes=()):
         """A policy with its clients, backup selections and schedules (dicts of
-        add_schedule's arguments plus `name`), all or nothing: when a later part is
+        add_schedule's arguments plus `name`) and excludes ({"pattern", "client"}), all or
+        nothing: when a later part is
         refused, the policy is removed again and the error raised. It writes to a storage
         unit or through a lifecycle (exactly one of them: app/lifecycles.py). compression and
         encryption are refused with the reason (Config.add_policy). A catalog schedule
@@ -47,6 +48,8 @@ class ConfigurationAPI:
             for s in schedules:
                 s = dict(s)
                 self.config.add_schedule(name, s.pop("name"), **s)
+            for e in excludes:
+                policy_edit.add_exclude(self.config, name, e["pattern"], e.get("client"))
         except BaseException:
             self._remove_policy(name)
             raise
@@ -100,6 +103,15 @@ class ConfigurationAPI:
 
     def remove_policy_exclude(self, policy, pattern, client=None):
         return policy_edit.remove_exclude(self.config, policy, pattern, client)
+
+    def change_policy_lists(self, policy, *, clients=None, selections=None, schedules=None,
+                            excludes=None):
+        """Makes a policy's clients, selections, schedules and excludes the lists given
+        (None: unchanged), checked first; the console's policy pages save through this."""
+        if any(s.get("type") == CATALOG_SCHEDULE for s in schedules or ()):
+            catalog_backup.check_schedulable(self, None)
+        return policy_edit.change_lists(self, policy, clients=clients, selections=selections,
+                                        schedules=schedules, excludes=excludes)
 
     def add_schedule(self, policy, name, *, type, retention="2w", frequency=None, windows=None,
                      calendar=None, read_all=False, passphrase=None):

@@ -264,3 +264,40 @@ def test_cli_day_two_forms(m, home, capsys):
     assert [s["name"] for s in json.loads(out)["schedules"]] == ["weekly"]
     rc, out, err = run_cli(capsys, home, "policy", "show", "p1")
     assert rc == 0 and "excludes:   *.tmp" in out and "weekly: full, retention 6w" in out
+
+
+# ---- the console's pages save whole lists ----------------------------------------------------
+
+def test_change_lists_checks_everything_before_writing(m):
+    before = m.policy("p1")
+    weekly = dict(before["schedules"][0])
+    with pytest.raises(ValidationError, match="neither a file name pattern"):
+        m.change_policy_lists("p1", clients=[m.host], selections=["/srv"],
+                              schedules=[weekly], excludes=[{"pattern": "a/b"}])
+    with pytest.raises(ValidationError, match="'other' is not a client of policy 'p1'"):
+        m.change_policy_lists("p1", clients=[m.host],
+                              excludes=[{"pattern": "*.o", "client": "other"}])
+    with pytest.raises(ValidationError, match="calendar names Monday"):
+        m.change_policy_lists("p1", selections=["/srv"], schedules=[
+            dict(weekly, frequency=None, calendar={"weekdays": ["mon"]})])
+    after = m.policy("p1")
+    assert after == before                              # nothing half written
+    weekly["retention"] = "9w"
+    pol = m.change_policy_lists(
+        "p1", clients=[m.host], selections=["/home", "/srv", "/proc"],
+        schedules=[weekly, {"name": "monthly", "type": "full", "retention": "1y"}],
+        excludes=[{"pattern": "*.tmp", "client": None}, {"pattern": "/srv/x", "client": m.host}])
+    assert pol["clients"] == [m.host]
+    assert pol["selections"] == ["/home", "/srv", "/proc"]
+    assert [(s["name"], s["retention"]) for s in pol["schedules"]] == [("weekly", "9w"),
+                                                                        ("monthly", "1y")]
+    assert sched(m, "weekly")["windows"] == before["schedules"][0]["windows"]
+    assert pol["excludes"] == ["*.tmp"] and pol["client_excludes"] == {m.host: ["/srv/x"]}
+    assert any(w.startswith("/proc is a pseudo file system") for w in pol["warnings"])
+    # unchanged lists write nothing and say nothing
+    again = m.change_policy_lists("p1", clients=pol["clients"], selections=pol["selections"],
+                                  schedules=pol["schedules"], excludes=[
+                                      {"pattern": "*.tmp"},
+                                      {"pattern": "/srv/x", "client": m.host}])
+    assert again["warnings"] == [] and {k: v for k, v in again.items() if k != "warnings"} == \
+        {k: v for k, v in pol.items() if k != "warnings"}

@@ -5,7 +5,7 @@ import time
 
 from app import status, timeutil
 from app.config import STREAM_MARKER
-from app.schedule_rules import CATALOG_SCHEDULE
+from app.schedule_rules import CATALOG_SCHEDULE, DEFAULT_RETENTION
 from app.errors import CairnError, NotFound, ValidationError
 from app.jobs import catalog_backup, stats
 from app.jobs.stats import job_start
@@ -53,7 +53,8 @@ class JobsAPI:
             if not scheds:
                 # A manual backup of a policy without schedules is a full with the default
                 # retention, as admins expect from a user-directed backup.
-                sched = {"name": "manual", "type": "full"}
+                sched = {"name": "manual", "type": "full",
+                         "retention_s": timeutil.parse_duration(DEFAULT_RETENTION)}
             else:
                 sched = (full or scheds)[0]
         else:

@@ -154,3 +154,27 @@ def test_the_next_scheduled_backup_follows_set_schedule(m, tmp_path):
     created = datetime.fromisoformat(img["created"].replace("Z", "+00:00")).timestamp()
     expires = datetime.fromisoformat(img["expires"].replace("Z", "+00:00")).timestamp()
     assert abs(expires - created - 3 * 86400) <= 2
+
+
+@pytest.mark.ssh
+def test_excludes_reach_a_client_over_ssh(m, tmp_path, sshd):
+    # The client is the loopback sshd's host: it sees the pool's volume as a shared file
+    # system would, inside its selection, and leaves it out by default.
+    data = str(tmp_path / "data")
+    write(f"{data}/keep.txt", b"keep")
+    write(f"{data}/core.1234", b"core dump")
+    write(f"{data}/mine/secret", b"left out for this client")
+    m.add_host("client1", address=sshd.host, port=sshd.port, user=sshd.user,
+               key_file=sshd.key_file, trust_host_key=True)
+    pool(m, "advanced-disk", tmp_path / "data" / "pool")
+    m.create_policy("p", storage_unit="stu", clients=["client1"], selections=[data],
+                    excludes=[{"pattern": "core.*"},
+                              {"pattern": f"{data}/mine", "client": "client1"}])
+    [jid] = m.start_backup("p")
+    [job] = m.wait_for([jid])
+    log = [x["message"] for x in m.jobs.logs(jid)]
+    assert job["status"] == st.OK, log
+    assert any("data plane: client1 -> me" in x for x in log), log
+    assert [e["name"] for e in m.browse(job["image_id"], data)["entries"]] == ["keep.txt"]
+    assert any(f"{data}/pool is not backed up" in x and "left out by default" in x
+               for x in log), log

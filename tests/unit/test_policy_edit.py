@@ -133,9 +133,10 @@ def test_remove_schedule_and_the_last_one(m):
     pol = m.remove_schedule("p1", "weekly")
     assert pol["schedules"] == []
     assert any("no schedules left" in w for w in pol["warnings"])
-    # still backed up by hand: a full
+    # still backed up by hand: a full, kept for the default retention (not for ever)
     [jid] = m.start_backup("p1", client=m.host)
     assert m.job(jid)["params"]["schedule_type"] == "full"
+    assert m.job(jid)["params"]["retention_s"] == 14 * DAY
 
 
 def test_the_next_scheduler_pass_follows_an_edited_schedule(m):

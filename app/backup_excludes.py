@@ -56,7 +56,7 @@ def _within(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def _pool_paths(db):
+def pool_paths(db):
     """{path: why} of every disk pool volume and storage server path in the catalog."""
     out = {}
     for path, name in db.all("SELECT path, name FROM storage_servers WHERE path IS NOT NULL"):
@@ -76,17 +76,20 @@ def default_excludes(db, selections):
     for path, why in PSEUDO_FILESYSTEMS.items():
         if any(_within(path, s) or _within(s, path) for s in sels):
             out[path] = why + ", left out by default"
-    for path, why in _pool_paths(db).items():
+    for path, why in pool_paths(db).items():
         if any(_within(path, s) for s in sels):
             out[path] = why + ", left out by default"
     return out
 
 
-def selection_warnings(db, selection):
+def selection_warnings(db, selection, pools=None):
     """What an admin should know about a new selection: it is (in) a pseudo file system or
-    a pool, or holds one, which the backups leave out."""
+    a pool, or holds one, which the backups leave out. pools: pool_paths(db), when the
+    caller has it already (db is then not read)."""
     if not selection.startswith("/"):
         return []
+    if pools is None:
+        pools = pool_paths(db)
     out = []
     for path, why in PSEUDO_FILESYSTEMS.items():
         if _within(selection, path):
@@ -95,7 +98,7 @@ def selection_warnings(db, selection):
                        "backs up nothing")
         elif _within(path, selection):
             out.append(f"{selection} holds {path} ({why}): backups leave it out")
-    for path, why in sorted(_pool_paths(db).items()):
+    for path, why in sorted(pools.items()):
         if _within(path, selection):
             out.append(f"{selection} holds {path} ({why}): backups leave it out")
         elif _within(selection, path):

@@ -77,6 +77,11 @@ class ConfigurationAPI:
         return policy_edit.with_warnings(doc, backup_excludes.selection_warnings(self.db,
                                                                                  added))
 
+    def pool_paths(self):
+        """{path: why} of every disk pool volume and storage server path: backups leave them
+        out where a selection holds them (app/backup_excludes.py)."""
+        return backup_excludes.pool_paths(self.db)
+
     # Day two: what policy_edit changes. Each returns the policy with `warnings` (queued or
     # running jobs that keep the old values, a policy left with nothing to run).
     def remove_policy_client(self, policy, host):

@@ -45,8 +45,9 @@ def write(path, data):
         f.write(data)
 
 
-def test_policy_lists_changed_in_properties_and_the_next_backup_follows(
-        qtbot, bridge, empty_master, tmp_path):
+@pytest.fixture
+def tree(empty_master, tmp_path):
+    """Directories a, b and c under data/, a pool, and policy p backing up a and b."""
     m = empty_master
     host = m.config.local_host()["name"]
     a, b, c = (str(tmp_path / "data" / x) for x in "abc")
@@ -60,7 +61,13 @@ def test_policy_lists_changed_in_properties_and_the_next_backup_follows(
     m.config.add_storage_unit("stu", pool="dp")
     m.create_policy("p", storage_unit="stu", clients=[host], selections=[a, b],
                     schedules=[{"name": "weekly", "type": "full", "retention": "2w"}])
+    return host, a, b, c
 
+
+def test_policy_lists_changed_in_properties_and_the_next_backup_follows(
+        qtbot, bridge, empty_master, tmp_path, tree):
+    m = empty_master
+    host, a, b, c = tree
     dlg = PropertiesDialog(bridge, "policy", m.policy("p"))
     qtbot.addWidget(dlg)
     dlg.show()
@@ -84,6 +91,20 @@ def test_policy_lists_changed_in_properties_and_the_next_backup_follows(
 
     sel = w.selections_page
     assert sel.selections == [a, b]
+    assert sel.warnings.isHidden()
+    # the pages warn about selections the backups leave out: a pseudo file system, a pool
+    for path, said in (("/proc", "/proc is a pseudo file system"),
+                       (str(tmp_path), f"{tmp_path} holds {tmp_path / 'pool'} (a volume of "
+                                       "disk pool dp)")):
+        qtbot.keyClicks(sel.path, path)
+        click(qtbot, sel.add_button)
+        qtbot.waitUntil(lambda: not sel.warnings.isHidden(), timeout=WAIT_MS)
+        assert said in sel.warnings.text()
+        if os.environ.get("CAIRN_SHOT_DIR"):
+            w.grab().save(os.path.join(os.environ["CAIRN_SHOT_DIR"], "selection-warning.png"))
+        sel.list.setCurrentRow(2)
+        click(qtbot, sel.remove_button)
+        assert sel.warnings.isHidden()
     sel.list.setCurrentRow(1)
     click(qtbot, sel.remove_button)
     qtbot.keyClicks(sel.path, c)

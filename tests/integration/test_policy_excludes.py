@@ -178,3 +178,25 @@ def test_excludes_reach_a_client_over_ssh(m, tmp_path, sshd):
     assert [e["name"] for e in m.browse(job["image_id"], data)["entries"]] == ["keep.txt"]
     assert any(f"{data}/pool is not backed up" in x and "left out by default" in x
                for x in log), log
+
+
+def test_a_queued_job_runs_with_what_it_was_queued_with(m, tmp_path):
+    src = str(tmp_path / "src")
+    write(f"{src}/f.txt", b"queued")
+    write(f"{src}/g.tmp", b"queued too")
+    pool(m, "advanced-disk", tmp_path / "pool")
+    m.create_policy("p", storage_unit="stu", clients=["me"], selections=[src],
+                    schedules=[{"name": "weekly", "type": "full", "retention": "5d"}])
+    [jid] = m.start_backup("p", schedule="weekly")
+    # edited while it waits: it keeps its selection, its (no) excludes, type and retention
+    m.add_policy_exclude("p", "*.tmp")
+    assert m.remove_policy_selection("p", src)["warnings"][0].startswith(
+        f"1 queued or running job ({jid}) keeps the selections")
+    m.remove_schedule("p", "weekly")
+    [job] = m.wait_for([jid])
+    assert job["status"] == st.OK, [x["message"] for x in m.jobs.logs(jid)]
+    assert {e["name"] for e in m.browse(job["image_id"], src)["entries"]} == {"f.txt", "g.tmp"}
+    img = m.image(job["image_id"])
+    created = datetime.fromisoformat(img["created"].replace("Z", "+00:00")).timestamp()
+    expires = datetime.fromisoformat(img["expires"].replace("Z", "+00:00")).timestamp()
+    assert abs(expires - created - 5 * 86400) <= 2

@@ -83,9 +83,9 @@ def default_excludes(db, selections):
 
 
 def selection_warnings(db, selection, pools=None):
-    """What an admin should know about a new selection: it is (in) a pseudo file system or
-    a pool, or holds one, which the backups leave out. pools: pool_paths(db), when the
-    caller has it already (db is then not read)."""
+    """What an admin should know about a new selection: it is or lies in a pseudo file
+    system, or holds one or a pool volume, which the backups leave out. pools:
+    pool_paths(db), when the caller has it already (db is then not read)."""
     if not selection.startswith("/"):
         return []
     if pools is None:
@@ -99,11 +99,11 @@ def selection_warnings(db, selection, pools=None):
         elif _within(path, selection):
             out.append(f"{selection} holds {path} ({why}): backups leave it out")
     for path, why in sorted(pools.items()):
-        if _within(path, selection):
+        if path == selection:
+            out.append(f"{selection} is {why}: backups leave it out, so this selection "
+                       "backs up nothing")
+        elif _within(path, selection):
             out.append(f"{selection} holds {path} ({why}): backups leave it out")
-        elif _within(selection, path):
-            out.append(f"{selection} lies in {path} ({why}): back up the pool's data with "
-                       "a catalog backup and duplications, not as files")
     return out
 
 

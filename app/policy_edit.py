@@ -33,8 +33,10 @@ def _jobs_note(db, policy, what, client=None):
     if not ids:
         return []
     shown = ", ".join(ids[:5]) + (f", … {len(ids) - 5} more" if len(ids) > 5 else "")
-    return [f"{len(ids)} queued or running job{'' if len(ids) == 1 else 's'} ({shown}) "
-            f"keep{'s' if len(ids) == 1 else ''} the {what} {'it was' if len(ids) == 1 else 'they were'} queued with"]
+    if len(ids) == 1:
+        return [f"1 queued or running job ({shown}) keeps the {what} it was queued with"]
+    return [f"{len(ids)} queued or running jobs ({shown}) keep the {what} they were queued "
+            "with"]
 
 
 def with_warnings(doc, warnings):

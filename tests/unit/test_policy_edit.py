@@ -193,6 +193,10 @@ def test_selections_that_backups_leave_out_are_warned_about(m, tmp_path):
     assert w[0].startswith("/run/user lies in /run, runtime state")
     w = m.add_policy_selection("p1", str(tmp_path))["warnings"]
     assert w == [f"{tmp_path} holds {pool} (a volume of disk pool dp1): backups leave it out"]
+    assert m.add_policy_selection("p1", pool)["warnings"] == [
+        f"{pool} is a volume of disk pool dp1: backups leave it out, so this selection backs "
+        "up nothing"]
+    assert m.add_policy_selection("p1", pool + "/sub")["warnings"] == []
     w = m.add_policy_selection("p1", "/")["warnings"]
     assert [x.split(" (")[0] for x in w] == ["/ holds /proc", "/ holds /sys", "/ holds /dev",
                                               "/ holds /run", f"/ holds {pool}"]

@@ -26,7 +26,8 @@ class ExcludesPage(Page):
 
     def __init__(self):
         super().__init__("Excludes", "What the backups leave out. /proc, /sys, /dev, /run and "
-                                     "Cairn's own pool volumes are left out anyway.")
+                                     "Cairn's own pool volumes inside a selection are left "
+                                     "out anyway.")
         self.list = QListWidget()
         self.list.currentRowChanged.connect(self._buttons)
         self.pattern = QLineEdit()

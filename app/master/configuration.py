@@ -78,9 +78,10 @@ class ConfigurationAPI:
                                                                                  added))
 
     def pool_paths(self):
-        """{path: why} of every disk pool volume and storage server path: backups leave them
-        out where a selection holds them (app/backup_excludes.py)."""
-        return backup_excludes.pool_paths(self.db)
+        """{"volumes": {path: why}, "data": {path: why}}: every disk pool volume and storage
+        server path, and each pool's own data; backups leave them out where a selection
+        holds them or lies in a pool's data (app/backup_excludes.py)."""
+        return backup_excludes.protected(self.db)
 
     # Day two: what policy_edit changes. Each returns the policy with `warnings` (queued or
     # running jobs that keep the old values, a policy left with nothing to run).

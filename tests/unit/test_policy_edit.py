@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 from app import cli
+from app.backup_excludes import default_excludes
 from app.errors import NotFound, ValidationError
 from app.master import Master
 from app.scheduler import Scheduler
@@ -197,6 +198,14 @@ def test_selections_that_backups_leave_out_are_warned_about(m, tmp_path):
         f"{pool} is a volume of disk pool dp1: backups leave it out, so this selection backs "
         "up nothing"]
     assert m.add_policy_selection("p1", pool + "/sub")["warnings"] == []
+    images = pool + "/cairn-images"
+    assert m.add_policy_selection("p1", images + "/me")["warnings"] == [
+        f"{images}/me lies in {images} (the images of disk pool dp1): backups leave it out, "
+        "so this selection backs up nothing"]
+    assert default_excludes(m.db, [images + "/me", "/home"]) == {
+        images: "the images of disk pool dp1, left out by default"}
+    assert default_excludes(m.db, [str(tmp_path)]) == {
+        pool: "a volume of disk pool dp1, left out by default"}
     w = m.add_policy_selection("p1", "/")["warnings"]
     assert [x.split(" (")[0] for x in w] == ["/ holds /proc", "/ holds /sys", "/ holds /dev",
                                               "/ holds /run", f"/ holds {pool}"]

@@ -397,7 +397,8 @@ class SelectionsPage(Page):
         self.body.addLayout(browse)
         self.selections = []
         self.browser = None
-        self.pools = {}         # pool volumes and storage server paths, as backups skip them
+        # pool volumes, storage server paths and pools' data, as backups skip them
+        self.pools = {"volumes": {}, "data": {}}
         self._buttons()
 
     def initializePage(self):

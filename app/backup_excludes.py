@@ -1,14 +1,12 @@
 """What a backup leaves out: a policy's exclude list (a glob on file names such as `*.tmp`, or
 an absolute path whose subtree is left out; for every client or one), and what is left out by
-default: the pseudo file systems and Cairn's own pool volumes where a selection reaches them.
+default: the pseudo file systems and every pool's files where a selection reaches them.
 The agent's walk (app/agent/archiver/walk.py) applies both; this module decides them on the
 master and warns when a selection is one of them."""
 
-import posixpath
-
+from app import shared_volumes
 from app.config import check_abs_path
 from app.errors import ValidationError
-from plugins.storage import registry
 
 # Files that are made up by the kernel or live only while the machine runs: reading /proc or
 # /sys yields thousands of unreadable or endless "files", /dev holds devices, /run runtime
@@ -59,84 +57,37 @@ def _within(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def pool_paths(db):
-    """{path: why} of every disk pool volume and storage server path in the catalog."""
-    out = {}
-    for path, name in db.all("SELECT path, name FROM storage_servers WHERE path IS NOT NULL"):
-        out[path] = f"the path of storage server {name}"
-    for path, name in db.all("SELECT v.path, d.name FROM pool_volumes v "
-                             "JOIN disk_pools d ON d.id=v.pool_id"):
-        out[path] = f"a volume of disk pool {name}"
-    return out
-
-
-def pool_data(db):
-    """{path: why} of what is wholly a pool's own data, also for a selection that lies in a
-    volume: a deduplicating pool's whole path, an advanced-disk volume's image folder."""
-    out = {}
-    for path, name, stype in db.all(
-            "SELECT v.path, d.name, s.type FROM pool_volumes v JOIN disk_pools d "
-            "ON d.id=v.pool_id JOIN storage_servers s ON s.id=d.server_id"):
-        t = registry.get(stype)
-        if registry.can(stype, "dedup"):
-            out[path] = f"the data of deduplicating disk pool {name}"
-        elif t is not None and t.image_dir:
-            out[posixpath.join(path, t.image_dir)] = f"the images of disk pool {name}"
-    return out
-
-
 def default_excludes(db, selections):
     """{path: why} left out of a backup of `selections` by default: a pseudo file system
-    that a selection holds or lies in, a pool volume or storage server path that lies in a
-    selection (backing the pool up into itself grows it forever), and a pool's own data
-    that holds a selection."""
+    that a selection holds or lies in, and every pool's files (on any host: a shared file
+    system's other pools too) that a selection holds or lies in (app/shared_volumes.py)."""
     sels = [s for s in selections if s.startswith("/")]
     out = {}
     for path, why in PSEUDO_FILESYSTEMS.items():
         if any(_within(path, s) or _within(s, path) for s in sels):
             out[path] = why + ", left out by default"
-    for path, why in pool_paths(db).items():
-        if any(_within(path, s) for s in sels):
-            out[path] = why + ", left out by default"
-    for path, why in pool_data(db).items():
-        if any(_within(s, path) for s in sels):
+    for path, why in shared_volumes.pool_folders(db).items():
+        if any(_within(path, s) or _within(s, path) for s in sels):
             out[path] = why + ", left out by default"
     return out
 
 
-def protected(db):
-    """{"volumes": pool_paths(db), "data": pool_data(db)}: what selection_warnings needs of
-    the catalog, fetched once (the console's pages check each selection as it is added)."""
-    return {"volumes": pool_paths(db), "data": pool_data(db)}
-
-
 def selection_warnings(db, selection, pools=None):
-    """What an admin should know about a new selection: it is or lies in a pseudo file
-    system or a pool's own data, or holds one or a pool volume, which the backups leave
-    out. pools: protected(db), when the caller has it already (db is then not read)."""
+    """What an admin should know about a new selection: it is, lies in or holds a pseudo
+    file system or a pool's files, which the backups leave out. pools:
+    shared_volumes.pool_folders(db), when the caller has it already (db is then not
+    read)."""
     if not selection.startswith("/"):
         return []
     if pools is None:
-        pools = protected(db)
+        pools = shared_volumes.pool_folders(db)
     out = []
-    for path, why in PSEUDO_FILESYSTEMS.items():
+    for path, why in list(PSEUDO_FILESYSTEMS.items()) + sorted(pools.items()):
         if _within(selection, path):
             where = "is" if selection == path else f"lies in {path},"
             out.append(f"{selection} {where} {why}: backups leave it out, so this selection "
                        "backs up nothing")
         elif _within(path, selection):
-            out.append(f"{selection} holds {path} ({why}): backups leave it out")
-    inside = False
-    for path, why in sorted(pools["data"].items()):
-        if _within(selection, path):
-            inside = True
-            out.append(f"{selection} {'is' if path == selection else 'lies in'} {path} "
-                       f"({why}): backups leave it out, so this selection backs up nothing")
-    for path, why in sorted(pools["volumes"].items()):
-        if path == selection and not inside:
-            out.append(f"{selection} is {why}: backups leave it out, so this selection "
-                       "backs up nothing")
-        elif _within(path, selection) and path != selection:
             out.append(f"{selection} holds {path} ({why}): backups leave it out")
     return out
 

@@ -23,6 +23,7 @@ import os
 import pathlib
 import sqlite3
 
+from app import shared_volumes
 from app.catalog_index import IndexReader, check_index, rebuild_command
 from app.store.db import DAMAGED_HINT, MIGRATIONS, CatalogError
 
@@ -116,6 +117,7 @@ def check_catalog(home):
         if images is None:
             return r.doc()
         local_hosts = _local_hosts(conn, r)
+        _check_pool_directories(conn, r)
     except sqlite3.Error as e:
         if readable:
             r.problem(f"the catalog {path} cannot be read: {e}", RESTORE_COPY)
@@ -194,6 +196,17 @@ def _images(conn, r, report=True):
         images.append(img)
     r.checked["images"] = len(images)
     return images
+
+
+def _check_pool_directories(conn, r):
+    """Pools of one host in one directory or one inside another (made before such pools
+    were refused): each sees the other's files as its own."""
+    for a, rel, b in shared_volumes.overlaps(conn):
+        r.note(f"on host {a['host']}, {a['what']} {rel} {b['what']}: each pool sees the "
+               "other's files (a cleanup or import of one would take the other's images)",
+               "make a new pool in a directory of its own beside the other, move the "
+               "policies' storage units to it, and let the old pool's images expire; do not "
+               "run a cleanup or import of either pool meanwhile")
 
 
 def _local_hosts(conn, r):

@@ -8,7 +8,7 @@ import os
 import posixpath
 import re
 
-from app import timeutil
+from app import shared_volumes, timeutil
 from app.errors import NotFound, ValidationError
 from app.schedule_rules import _DAYS, DEFAULT_FREQUENCY, SCHEDULE_TYPES, _schedule_timing, \
     check_calendar, check_frequency, check_windows
@@ -260,6 +260,8 @@ class Config:
             raise ValidationError(f"a {type} storage server needs --path DIR",
                                   hint="the directory on the storage server that holds the "
                                        "pool, on a local or parallel file system")
+        if path is not None and plugin.makes_path:
+            shared_volumes.check(self.db, [path], host, what="storage path")
         return path, plugin.check_options(options)
 
     def add_storage_server(self, name, *, type, host, path=None, options=None, comment=""):
@@ -304,6 +306,12 @@ class Config:
             p = check_abs_path("volume", v)
             if p in vols:
                 raise ValidationError(f"volume {p} is given twice")
+            for q in vols:
+                rel = shared_volumes.relation(p, q)
+                if rel:
+                    raise ValidationError(f"volume {p} {rel} volume {q}, given too",
+                                          hint="give a pool's volumes side by side, never "
+                                               "one inside another")
             vols.append(p)
         for p in vols:
             other = self.db.one(
@@ -312,6 +320,7 @@ class Config:
                 (p, server))
             if other:
                 raise ValidationError(f"volume {p} already belongs to disk pool {other[0]!r}")
+        shared_volumes.check(self.db, vols, srv["host"], server=server)
         hw = check_int("high-water mark", high_water, 1, 100)
         lw = check_int("low-water mark", low_water, 0, 100)
         if lw >= hw:

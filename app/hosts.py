@@ -2,9 +2,14 @@
 breaks. The local host is reached without SSH (the agent runs as a subprocess)."""
 
 import threading
+import time
 
 from app.errors import HostKeyChanged, HostKeyUnknown
 from app.transport.agent_client import AgentConnection
+
+# How long closing waits for the agents to leave: a live one leaves at once (its stdin
+# closed), one on a host that died waits out its grace times and a kill that cannot arrive.
+CLOSE_WAIT = 5.0
 
 
 class HostPool:
@@ -95,14 +100,26 @@ class HostPool:
 
     def close(self):
         with self._lock:
-            conns, self._conns = list(self._conns.values()), {}
-            transports, self._transports = list(self._transports.values()), {}
-            for c, t in self._retired:
-                conns.append(c)
-                if t is not None:
-                    transports.append(t)
-            self._retired = []
-        for c in conns:
-            c.close()
-        for t in transports:
-            t.close()
+            pairs = [(c, self._transports.get(name)) for name, c in self._conns.items()]
+            pairs += [(None, t) for name, t in self._transports.items()
+                      if name not in self._conns]
+            pairs += self._retired
+            self._conns, self._transports, self._retired = {}, {}, []
+        # Host by host, side by side: an agent on a host that died waits out its grace
+        # times before its connection is given up, and one such host must not hold the
+        # others' closing.
+        closers = [threading.Thread(target=_close_pair, args=pair, daemon=True,
+                                    name="close-host") for pair in pairs]
+        for th in closers:
+            th.start()
+        deadline = time.monotonic() + CLOSE_WAIT
+        for th in closers:
+            # past that, a dead host's agent is given up; its thread ends on its own
+            th.join(max(0.0, deadline - time.monotonic()))
+
+
+def _close_pair(conn, transport):
+    if conn is not None:
+        conn.close()
+    if transport is not None:
+        transport.close()

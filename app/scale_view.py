@@ -136,31 +136,107 @@ def inodes(fs):
     return i.get("usedInodes"), i.get("maxInodes")
 
 
-def flags(fs, local, fill=True):
+def flags(fs, local, fill=True, found=None):
     """What an administrator should look at about one file system, as short texts; `fill`
-    False leaves out its fill level (for a place that shows the capacity already)."""
+    False leaves out its fill level (for a place that shows the capacity already). found
+    (members()): nodes of storage servers writing to it that have not mounted it are named
+    (member_flags), the local one among them in place of the plain "not mounted" text."""
     out = []
     err = fs.get("error")
     if err:
         out.append("could not be read: " + (err.get("error") if isinstance(err, dict)
                                             else str(err)))
+    writers = member_flags(fs, found)
     if not fs.get("mounted_on"):
         out.append("not mounted on any node")
-    elif mounted_here(fs, local) is False:
+    elif mounted_here(fs, local) is False and not any(
+            f.startswith(f"not mounted on {short(local)},") for f in writers if local):
         out.append(f"not mounted on {short(local)} (this host)" if local
                    else "not mounted on this host's node")
+    out += writers
     cap = capacity(fs)
     if fill and cap["level"] in ("high", "full"):
         out.append(f"{cap['fraction'] * 100:.0f}% full")
     return out
 
 
-def mount_map(scale, local):
+# ---- storage servers on the cluster's file systems ----------------------------------------------
+
+def host_node(scale, host, probed=None):
+    """The cluster's name of a registered host's node (a dict as host_list gives it), or
+    None: for the probed host (probed: (host name, its probe's hostname)) as local_node
+    finds it, for another by its name, address or data address against the nodes' names
+    and IP addresses."""
+    if probed and host.get("name") == probed[0]:
+        return local_node(scale, probed[1])
+    names = [host.get(k) for k in ("name", "address", "data_address") if host.get(k)]
+    for n in scale.get("nodes") or []:
+        for want in names:
+            if want == n.get("ip") or _key(want) in (_key(n.get("name")),
+                                                     _key(n.get("admin_name"))):
+                return n.get("name")
+    return None
+
+
+def members(scale, pools, hosts, probed=None):
+    """The disk pools whose volumes are on the cluster's file systems, with the node of
+    their storage server's host: [{"device", "pool", "server", "host", "volume", "node"}]
+    (node None when the host is not matched to a node). pools: as disk_pools gives them;
+    hosts: as host_list gives them."""
+    by_name = {h["name"]: h for h in hosts or []}
+    out = []
+    for pool in pools or []:
+        host = by_name.get(pool.get("host")) or {"name": pool.get("host")}
+        seen = set()
+        for vol in pool.get("volumes") or []:
+            fs = mount_of(vol, scale.get("filesystems"))
+            if fs is None or fs.get("device") in seen:
+                continue
+            seen.add(fs.get("device"))
+            out.append({"device": fs.get("device"), "pool": pool["name"],
+                        "server": pool.get("server"), "host": host["name"],
+                        "volume": vol, "node": host_node(scale, host, probed)})
+    return out
+
+
+def member_flags(fs, found):
+    """What is wrong for the storage servers writing to `fs`: a host whose node has not
+    mounted it. found: members()."""
+    mounted = {_key(m.get("node")) for m in fs.get("mounted_on") or []}
+    out = []
+    for m in found or []:
+        if m["device"] != fs.get("device") or not m["node"] or _key(m["node"]) in mounted:
+            continue
+        text = (f"not mounted on {short(m['node'])}, the node of host {m['host']}, where "
+                f"storage server {m['server']} writes disk pool {m['pool']}")
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def unmatched_text(fs, found):
+    """The storage servers writing to `fs` whose host is not matched to a node, as one
+    text, or None."""
+    hosts = sorted({m["host"] for m in found or []
+                    if m["device"] == fs.get("device") and not m["node"]})
+    if not hosts:
+        return None
+    if len(hosts) == 1:
+        return (f"host {hosts[0]} has a disk pool on {fs.get('device')} but is not matched "
+                "to a node of the cluster by its name or address")
+    return (f"hosts {', '.join(hosts)} have disk pools on {fs.get('device')} but are not "
+            "matched to nodes of the cluster by their names or addresses")
+
+
+def mount_map(scale, local, found=None):
     """File systems by nodes: {"nodes": [{"name", "label", "local", "state", "remote"}],
     "local_index": column of the local node or None, "rows": [{"device", "mount_point",
-    "cells": [mode or None per node], "flags": [...]}]}. A cell holds the mount mode ("RW",
-    "RO", or "yes" when the cluster did not say); nodes of other clusters that mount a file
-    system come after the cluster's own."""
+    "cells": [mode or None per node], "flags": [...], "members": {column: [texts]},
+    "unmatched": text or None}]}. A cell holds the mount mode ("RW", "RO", or "yes" when the
+    cluster did not say); nodes of other clusters that mount a file system come after the
+    cluster's own. found (members()): the storage servers writing to each file system;
+    "members" says per node column which of them write there, and a node that has not
+    mounted the file system although one does is flagged."""
     nodes = [{"name": n.get("name"), "label": short(n.get("name")),
               "local": bool(local) and _key(n.get("name")) == _key(local),
               "state": n.get("state") or "unknown", "remote": False}
@@ -183,13 +259,33 @@ def mount_map(scale, local):
             i = index.get(_key(m.get("node")))
             if i is not None:
                 cells[i] = m["mode"].upper() if m.get("mode") else "yes"
+        cols = {}
+        for m in found or []:
+            i = index.get(_key(m["node"])) if m["node"] else None
+            if m["device"] == fs.get("device") and i is not None:
+                text = (f"host {m['host']}: storage server {m['server']}, disk pool "
+                        f"{m['pool']} ({m['volume']})")
+                cols.setdefault(i, []).append(text)
         rows.append({"device": fs.get("device"), "mount_point": fs.get("mount_point"),
-                     "cells": cells, "flags": flags(fs, local)})
+                     "cells": cells, "flags": flags(fs, local, found=found),
+                     "members": cols, "unmatched": unmatched_text(fs, found)})
     local_index = next((i for i, n in enumerate(nodes) if n["local"]), None)
     return {"nodes": nodes, "local_index": local_index, "rows": rows}
 
 
 # ---- the disk pool wizard ----------------------------------------------------------------------
+
+def mount_of(path, filesystems):
+    """The file system (a row of mark_volumes or of a host's mount table) holding path: the
+    one with the longest mount point above it, or None."""
+    best = None
+    for fs in filesystems or []:
+        mnt = fs.get("mount_point")
+        if mnt and (path == mnt or mnt == "/" or path.startswith(mnt.rstrip("/") + "/")):
+            if best is None or len(mnt) > len(best["mount_point"]):
+                best = fs
+    return best
+
 
 def mark_volumes(filesystems, scale, hostname=None):
     """The host's file systems (its mount table, as host_volumes gives them) with the

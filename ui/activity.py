@@ -26,7 +26,7 @@ from ui.polled import PolledPage
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.settings import settings
-from ui.tables import HandWidths, data_table, select_keys, selected_rows
+from ui.tables import HandWidths, data_table, select_keys, selected_rows, tab_to_buttons
 from ui.views import Placeholder, add_column_chooser
 
 REFRESH_S = 1.0
@@ -36,13 +36,15 @@ STATE_HELP = {
     "queued": "waiting to start (the Waiting for column says why)",
     "active": "running now",
     "done": "ended with status 0, or 1 (some files skipped)",
-    "failed": "ended with any other status, canceled and missed jobs included",
+    "failed": "ended with any other status, missed jobs included",
+    "canceled": "canceled by an administrator or at their request (status 150)",
 }
 SETTINGS_FILTERS = "views/activity/saved-filters"
 
 
-EMPTY_TEXT = ("No jobs yet: start a backup with <code>cairn backup POLICY</code>; its jobs "
-              "show up here while they run.")
+EMPTY_TEXT = ("No jobs yet: select a policy on the Policies page and click <b>Back up now</b> "
+              "(Ctrl+B); its jobs show up here while they run.<br><br><small>In a shell: "
+              "<code>cairn backup POLICY</code></small>")
 
 
 # ---- master calls (on the bridge's threads) ------------------------------------------------
@@ -137,7 +139,8 @@ class ActivityView(PolledPage):
             b = QToolButton()
             b.setObjectName(f"count-{state}")
             b.setIcon(icon({"queued": "state-queued", "active": "state-active",
-                            "done": "state-ok", "failed": "state-failed"}[state]))
+                            "done": "state-ok", "failed": "state-failed",
+                            "canceled": "state-canceled"}[state]))
             b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
             b.setAutoRaise(True)
             b.setToolTip(f"{state.capitalize()}: {STATE_HELP[state]}. Click to show only "
@@ -166,7 +169,9 @@ class ActivityView(PolledPage):
         self.cancel_action.triggered.connect(self.cancel_selected)
         self.restart_action = QAction(icon("action-restart"), "&Restart job", self)
         self.restart_action.setToolTip("Run the selected failed or canceled jobs again, with "
-                                       "the same parameters")
+                                       "the same parameters (Ctrl+Shift+R)")
+        self.restart_action.setShortcut(QKeySequence("Ctrl+Shift+R"))
+        self.restart_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.restart_action.triggered.connect(self.restart_selected)
         self.save_filter_action = QAction(icon("action-save-filter"), "&Save filter…", self)
         self.save_filter_action.setToolTip("Keep the current filter under a name")
@@ -180,6 +185,7 @@ class ActivityView(PolledPage):
         self.toolbar.addAction(self.details_action)
         self.toolbar.addAction(self.cancel_action)
         self.toolbar.addAction(self.restart_action)
+        tab_to_buttons(self.toolbar)
 
     def _make_filters(self):
         """The bar under the head: the toolbar, then state, type, client, text and the saved
@@ -319,8 +325,9 @@ class ActivityView(PolledPage):
         self.placeholder.setVisible(shown == 0)
 
     def _update_plot_title(self, series):
-        now = series[-1][1] if series else 0.0
         active = self.model.counts["active"]
+        # the last sample is from when jobs ran; with none running the rate now is nothing
+        now = series[-1][1] if series and active else 0.0
         self.plot_title.setText(
             f"Throughput of all jobs, last {int(PLOT_WINDOW_S // 60)} minutes — now "
             f"{fmt.rate(now) or '0 B/s'}, {active} job{'s' if active != 1 else ''} running")

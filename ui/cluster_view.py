@@ -56,10 +56,12 @@ def host_names(m):
 
 
 def read_cluster(m, host):
-    """What the page shows of one host: its probe's Storage Scale part and host name."""
+    """What the page shows of one host: its probe's Storage Scale part and host name, and
+    the disk pools and hosts (to tell which storage servers write to which file system)."""
     info = m.probe_host(host)
     return {"host": host, "hostname": info.get("hostname"),
-            "storage_scale": info.get("storage_scale")}
+            "storage_scale": info.get("storage_scale"), "pools": m.disk_pools(),
+            "hosts": m.host_list()}
 
 
 # ---- tables ------------------------------------------------------------------------------------
@@ -376,7 +378,9 @@ class ClusterView(PolledPage):
         self.mounts.verticalHeader().setHighlightSections(False)
         self.mounts_heading = _heading("Mount map")
         self.mounts_heading.setToolTip("Which node mounts which file system (mmlsmount): "
-                                       "RW read-write, RO read-only")
+                                       "RW read-write, RO read-only; missing: not "
+                                       "mounted on the node of a storage server whose "
+                                       "disk pool is on it")
 
         self.filesystems = ColouredModel(
             FS_COLUMNS, {"notes": lambda r: "amber" if r["_notes"] else None}, key="device",
@@ -461,9 +465,8 @@ class ClusterView(PolledPage):
             self.result = self.error = self._shown_host = None
             self.summary.setText("")
             self._show_message("No hosts yet",
-                               "Register a node of the cluster as a host (Hosts, or "
-                               "<code>cairn host add NAME --address ADDRESS</code>), then "
-                               "choose it here.")
+                               "Register a node of the cluster as a host (Hosts page, "
+                               "<b>New host…</b>), then choose it here.")
             emit(self.refreshed)
         elif self._shown_host != self.host() and not self._probing:
             self.probe()
@@ -572,12 +575,15 @@ class ClusterView(PolledPage):
                  for n in scale.get("nodes") or []]
         self.nodes.set_rows(nodes)
         self.nodes_heading.setText(f"Nodes — {sv.node_counts(nodes)}")
-        fss = [dict(fs, _capacity=sv.capacity(fs), _flags=sv.flags(fs, self.local),
-                    _notes=sv.flags(fs, self.local, fill=False))
+        found = sv.members(scale, result.get("pools"), result.get("hosts"),
+                           probed=(host, result.get("hostname")))
+        fss = [dict(fs, _capacity=sv.capacity(fs), _flags=sv.flags(fs, self.local,
+                                                                  found=found),
+                    _notes=sv.flags(fs, self.local, fill=False, found=found))
                for fs in scale.get("filesystems") or []]
         self.filesystems.set_rows(fss)
         self.fs_heading.setText(f"File systems ({len(fss)})")
-        self._show_mount_map(sv.mount_map(scale, self.local))
+        self._show_mount_map(sv.mount_map(scale, self.local, found))
         for table, model in ((self.nodes_table, self.nodes), (self.fs_table, self.filesystems)):
             _fit(table, model)
         if not self._panes_sized:
@@ -601,6 +607,8 @@ class ClusterView(PolledPage):
         tint.setAlpha(40)
         mounted = QColor(COLOURS["green"])
         mounted.setAlpha(60)
+        missing = QColor(COLOURS["amber"])
+        missing.setAlpha(110)
         for c, n in enumerate(nodes):
             item = QTableWidgetItem(n["label"])
             tip = f"node {n['name']}, {n['state']}"
@@ -619,24 +627,35 @@ class ClusterView(PolledPage):
         for r, row in enumerate(rows):
             # The row's flags on its header: with many nodes the end of a row is off screen.
             head = QTableWidgetItem(row["device"])
-            tip = [row.get("mount_point") or ""] + row["flags"]
+            tip = [row.get("mount_point") or ""] + row["flags"] + [row.get("unmatched")]
             head.setToolTip("\n".join(t_ for t_ in tip if t_))
             if row["flags"]:
                 head.setIcon(icon("wizard-problem"))
             t.setVerticalHeaderItem(r, head)
             for c, mode in enumerate(row["cells"]):
-                item = QTableWidgetItem(mode or "")
+                writers = row.get("members", {}).get(c) or []
+                item = QTableWidgetItem(mode or ("missing" if writers else ""))
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 where = nodes[c]["label"]
                 if mode:
                     item.setBackground(mounted)
-                    item.setToolTip(f"{row['device']} is mounted on {where}"
-                                    + (" read-only" if mode == "RO" else
-                                       " read-write" if mode == "RW" else ""))
+                    tip = (f"{row['device']} is mounted on {where}"
+                           + (" read-only" if mode == "RO" else
+                              " read-write" if mode == "RW" else ""))
+                elif writers:
+                    # A storage server writes here: backups would miss the file system.
+                    item.setBackground(missing)
+                    item.setIcon(icon("wizard-problem"))
+                    tip = (f"{row['device']} is not mounted on {where}, although a disk pool "
+                           f"there is on it: mount it (mmmount {row['device']} -N "
+                           f"{where.split(' ')[0]}) before backups run")
                 else:
-                    item.setToolTip(f"{row['device']} is not mounted on {where}")
+                    tip = f"{row['device']} is not mounted on {where}"
                     if nodes[c]["local"]:
                         item.setBackground(tint)
+                if writers:
+                    tip += "\nwritten by " + "\n".join(writers)
+                item.setToolTip(tip)
                 t.setItem(r, c, item)
         t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
 

@@ -20,6 +20,7 @@ from ui.import_dialog import ImportDialog
 from ui.properties import KIND_LABELS, PropertiesDialog
 from ui.qtcompat import emit
 from ui.resources import icon
+from ui.tables import tab_to_buttons
 
 _AFTER_DELETE = {
     "host": "Its backup images stay in the catalog until they expire.",
@@ -89,8 +90,9 @@ class ObjectActions(_JobActions):
                              f"Delete the selected {label}, after saying what depends on it")
         self.backup = self.backup_reading_all = None
         if self.kind == "policy":
-            self.backup = action("Back up now", "action-backup", self._backup_now, None,
-                                 "Queue a backup of every client of the selected policy")
+            self.backup = action("Back up now", "action-backup", self._backup_now, "Ctrl+B",
+                                 "Queue a backup of every client of the selected policy "
+                                 "(Ctrl+B)")
             # In the context menu only: the rare case, for when a file may have changed
             # without any change to its size, times or inode (a raw device write).
             self.backup_reading_all = action(
@@ -124,6 +126,7 @@ class ObjectActions(_JobActions):
         for a in self._ordered():
             self.toolbar.addAction(a)
         self.toolbar.insertSeparator(self.refresh)
+        tab_to_buttons(self.toolbar)
 
         t = view.table
         t.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)

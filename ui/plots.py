@@ -90,7 +90,9 @@ class ThroughputPlot(pg.PlotWidget):
     def _fit(self):
         vb = self.getPlotItem().getViewBox()
         top = max(self._ys, default=0.0)
-        vb.setYRange(0.0, _nice_top(top), padding=0)
+        top = _nice_top(top)
+        # a little below 0, so that the axis labels its 0 (pyqtgraph drops a label on the edge)
+        vb.setYRange(-top * 0.04, top, padding=0)
         if self._xs:
             right = self._xs[-1]
             left = right - self._span if self._span else self._xs[0]

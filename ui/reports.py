@@ -538,11 +538,11 @@ class ReportsView(PolledPage):
         self.export_button.setEnabled(True)
         n = len(report["rows"])
         self.placeholder.setText(
-            "No backup job ended in these days. Choose other days, or start a backup with "
-            "<code>cairn backup POLICY</code>; its job shows up here once it ends."
+            "No backup job ended in these days. Choose other days, or start a backup (Policies "
+            "page, <b>Back up now</b>); its job shows up here once it ends."
             if report["report"] == "backups" else
             "No restore job ended in these days. Choose other days; a restore started from "
-            "the Restore page or with <code>cairn restore</code> shows up here once it ends.")
+            "the Restore page shows up here once it ends.")
         self.placeholder.setVisible(n == 0)
         if n and not self._sized:
             self._size_columns()

@@ -27,8 +27,9 @@ from ui.views import Placeholder
 
 DEFAULT_DAYS = 30
 
-EMPTY = ("No backup images yet: they appear here after a backup, e.g. "
-         "<code>cairn backup POLICY --wait</code>.")
+EMPTY = ("No backup images yet: they appear here after a backup (Policies page, "
+         "<b>Back up now</b>).<br><br><small>In a shell: <code>cairn backup POLICY --wait"
+         "</code></small>")
 
 
 def _day_bounds(since, until):

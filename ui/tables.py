@@ -5,9 +5,11 @@ over an ObjectTableModel."""
 from contextlib import contextmanager
 
 from PySide6.QtCore import QItemSelectionModel, QSortFilterProxyModel, Qt
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QAbstractItemView, QTableView
 
 from ui.models import ROW_ROLE, SORT_ROLE
+from ui.qtcompat import emit
 
 Selection = QAbstractItemView.SelectionMode
 
@@ -38,7 +40,36 @@ def data_table(model, name, selection=Selection.ExtendedSelection, sortable=True
     hh.setHighlightSections(False)
     hh.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
     hh.setSectionsMovable(True)
+    keyboard_friendly(t)
     return t
+
+
+def keyboard_friendly(view):
+    """Tab leaves the table for the next widget (the arrows move within it), and Shift+F10
+    opens the context menu at the current row, as the Menu key does."""
+    view.setTabKeyNavigation(False)
+    menu = QShortcut(QKeySequence("Shift+F10"), view)
+    menu.setContext(Qt.ShortcutContext.WidgetShortcut)
+
+    def open_menu():
+        if view.contextMenuPolicy() != Qt.ContextMenuPolicy.CustomContextMenu:
+            return
+        index = view.currentIndex()
+        if not index.isValid() and view.model() is not None and view.model().rowCount():
+            index = view.model().index(0, 0)
+            view.setCurrentIndex(index)
+        pos = (view.visualRect(index) if index.isValid() else view.viewport().rect()).center()
+        emit(view.customContextMenuRequested, pos)
+    menu.activated.connect(open_menu)
+    view._menu_shortcut = menu  # kept with the view
+
+
+def tab_to_buttons(toolbar):
+    """A toolbar's buttons take the keyboard focus with Tab (Qt leaves them out)."""
+    for a in toolbar.actions():
+        w = toolbar.widgetForAction(a)
+        if w is not None and not a.isSeparator():
+            w.setFocusPolicy(Qt.FocusPolicy.TabFocus)
 
 
 def selected_rows(table):

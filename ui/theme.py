@@ -7,8 +7,13 @@ forces one, e.g. for screenshots."""
 
 import os
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtGui import QColor, QPainter, QPalette, QPen
+from PySide6.QtWidgets import QProxyStyle, QStyle, QStyleFactory
+
+_PE = QStyle.PrimitiveElement
+_INDICATORS = (_PE.PE_IndicatorCheckBox, _PE.PE_IndicatorItemViewItemCheck,
+               _PE.PE_IndicatorRadioButton)
 
 
 def _is_dark(palette):
@@ -49,6 +54,33 @@ def dark_palette():
     return p
 
 
+class IndicatorStyle(QProxyStyle):
+    """Fusion, with check boxes and radio buttons that can be seen on a dark palette: Fusion
+    outlines them in the window colour darkened, which on a dark base is all but black on
+    black (the restore tree's check boxes vanished). Their outline is drawn again in the
+    placeholder text colour there."""
+
+    def __init__(self):
+        super().__init__(QStyleFactory.create("Fusion"))
+
+    def drawPrimitive(self, element, option, painter, widget=None):
+        super().drawPrimitive(element, option, painter, widget)
+        if element not in _INDICATORS or not _is_dark(option.palette):
+            return
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        painter.setPen(QPen(option.palette.color(QPalette.ColorRole.PlaceholderText), 1))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        side = min(option.rect.width(), option.rect.height()) - 1
+        r = QRect(0, 0, side, side)
+        r.moveCenter(option.rect.center())
+        if element == _PE.PE_IndicatorRadioButton:
+            painter.drawEllipse(r.adjusted(1, 1, -1, -1))
+        else:
+            painter.drawRoundedRect(r, 2, 2)
+        painter.restore()
+
+
 def wanted_scheme(app):
     forced = os.environ.get("CAIRN_CONSOLE_THEME", "").strip().lower()
     if forced in ("dark", "light"):
@@ -62,7 +94,7 @@ def wanted_scheme(app):
 
 
 def apply(app):
-    app.setStyle("Fusion")
+    app.setStyle(IndicatorStyle())
 
     def update(*_):
         # An empty palette resolves to the platform's again, so a later change of the

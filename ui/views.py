@@ -34,6 +34,8 @@ class ListSpec:
     fetch: Callable
     empty: str
     key: str = "name"
+    #: the same from a shell (shown under the console's own way), html
+    shell: str = ""
     sort_column: int = 0
     sort_order: Qt.SortOrder = Qt.SortOrder.AscendingOrder
     refresh_s: float = 5.0
@@ -69,8 +71,8 @@ HOSTS = ListSpec(
      number_column("port", "Port"),
      text_column("user", "User")],
     lambda m: m.host_list(),
-    "No hosts yet. This machine is registered by itself when the console starts; add another "
-    "one with " + _cmd("cairn host add NAME --address ADDRESS") + ".",
+    "No hosts yet. This machine is registered by itself when the console starts.",
+    shell=_cmd("cairn host add NAME --address ADDRESS"),
     kind="host")
 
 STORAGE_SERVERS = ListSpec(
@@ -81,8 +83,8 @@ STORAGE_SERVERS = ListSpec(
      text_column("host", "Host"),
      text_column("path", "Path")],
     lambda m: m.storage_servers(),
-    "No storage servers yet: create one with "
-    + _cmd("cairn storage-server create NAME --type advanced-disk --host HOST") + ".",
+    "No storage servers yet.",
+    shell=_cmd("cairn storage-server create NAME --type advanced-disk --host HOST"),
     kind="storage-server")
 
 DISK_POOLS = ListSpec(
@@ -115,8 +117,8 @@ DISK_POOLS = ListSpec(
             help="how often the whole pool is read back and checked (disk-pool set POOL "
                  "verify_every 7d)")],
     lambda m: m.disk_pools(),
-    "No disk pools yet: create one on a storage server with "
-    + _cmd("cairn disk-pool create NAME --server SERVER --volume PATH") + ".",
+    "No disk pools yet: a disk pool is volumes of a storage server.",
+    shell=_cmd("cairn disk-pool create NAME --server SERVER --volume PATH"),
     kind="disk-pool")
 
 STORAGE_UNITS = ListSpec(
@@ -128,8 +130,8 @@ STORAGE_UNITS = ListSpec(
      number_column("max_concurrent_jobs", "Max concurrent jobs"),
      number_column("active_jobs", "Active jobs")],
     lambda m: m.storage_units(),
-    "No storage units yet: create one with "
-    + _cmd("cairn storage-unit create NAME --pool POOL") + ".",
+    "No storage units yet: a storage unit is what policies write to.",
+    shell=_cmd("cairn storage-unit create NAME --pool POOL"),
     kind="storage-unit")
 
 def _steps_text(lifecycle):
@@ -153,9 +155,8 @@ LIFECYCLES = ListSpec(
             tooltip=_steps_tooltip),
      list_column("policies", "Policies")],
     lambda m: m.lifecycles(),
-    "No lifecycles yet: a policy under a lifecycle has every backup copied to another pool. "
-    "Create one with " + _cmd("cairn lifecycle create NAME --step backup:STU:2w "
-                              "--step duplicate:STU2:8w") + ".",
+    "No lifecycles yet: a policy under a lifecycle has every backup copied to another pool.",
+    shell=_cmd("cairn lifecycle create NAME --step backup:STU:2w --step duplicate:STU2:8w"),
     kind="lifecycle")
 
 STORAGE_UNIT_GROUPS = ListSpec(
@@ -171,9 +172,9 @@ STORAGE_UNIT_GROUPS = ListSpec(
      list_column("policies", "Policies")],
     lambda m: m.storage_unit_groups(),
     "No storage unit groups yet: a policy writing to a group has its backups spread over "
-    "several storage units. Create one with "
-    + _cmd("cairn storage-unit-group create NAME --units STU,STU --selection least-loaded")
-    + ".",
+    "several storage units.",
+    shell=_cmd("cairn storage-unit-group create NAME --units STU,STU --selection "
+               "least-loaded"),
     kind="storage-unit-group")
 
 POLICIES = ListSpec(
@@ -197,10 +198,10 @@ POLICIES = ListSpec(
             sort=lambda r: _schedules_text(r).lower(),
             tooltip=_schedules_tooltip)],
     lambda m: m.policies(),
-    "No policies yet: create one with "
-    + _cmd("cairn policy create NAME --storage-unit UNIT") + ", then give it clients and "
-    "backup selections with " + _cmd("cairn policy add-client POLICY HOST") + " and "
-    + _cmd("cairn policy add-selection POLICY PATH") + ".",
+    "No policies yet: a policy says what is backed up, from which clients, when and where to.",
+    shell=_cmd("cairn policy create NAME --storage-unit UNIT") + ", "
+    + _cmd("cairn policy add-client POLICY HOST") + ", "
+    + _cmd("cairn policy add-selection POLICY PATH"),
     kind="policy")
 
 LIST_SPECS = (HOSTS, STORAGE_SERVERS, DISK_POOLS, STORAGE_UNITS, LIFECYCLES,
@@ -386,10 +387,14 @@ class ObjectListView(PolledPage):
             self.placeholder.setText("Loading…")
         elif self.object_actions is not None:
             self.placeholder.setText(
-                self.spec.empty + f"<br><br>Or click <b>{html.escape(self.object_actions.new.text())}"
-                "</b> above: a wizard checks each choice on the hosts as you go.")
+                self.spec.empty + f"<br><br>Click <b>{html.escape(self.object_actions.new.text())}"
+                "</b> above (Ctrl+N): a wizard checks each choice on the hosts as you go."
+                + (f"<br><br><small>In a shell: {self.spec.shell}</small>"
+                   if self.spec.shell else ""))
         else:
-            self.placeholder.setText(self.spec.empty)
+            self.placeholder.setText(self.spec.empty + (
+                f"<br><br><small>In a shell: {self.spec.shell}</small>"
+                if self.spec.shell else ""))
         self.placeholder.setVisible(n == 0)
 
     # ---- selection ------------------------------------------------------------------------
@@ -429,17 +434,29 @@ class Step:
     hint: str
 
 
+def _gui_step(page, action, shell):
+    return (f"on the <b>{page}</b> page, <b>{action}</b> (a wizard); in a shell: "
+            + _cmd(shell))
+
+
 STEPS = (
-    Step("hosts", "Hosts", "host", _cmd("cairn host add NAME --address ADDRESS")),
+    Step("hosts", "Hosts", "host",
+         _gui_step("Hosts", "New host…", "cairn host add NAME --address ADDRESS")),
     Step("storage_servers", "Storage servers", "storage-server",
-         _cmd("cairn storage-server create NAME --type advanced-disk --host HOST")),
+         _gui_step("Storage servers", "New storage server…",
+                   "cairn storage-server create NAME --type advanced-disk --host HOST")),
     Step("disk_pools", "Disk pools", "disk-pool",
-         _cmd("cairn disk-pool create NAME --server SERVER --volume PATH")),
+         _gui_step("Disk pools", "New disk pool…",
+                   "cairn disk-pool create NAME --server SERVER --volume PATH")),
     Step("storage_units", "Storage units", "storage-unit",
-         _cmd("cairn storage-unit create NAME --pool POOL")),
+         _gui_step("Storage units", "New storage unit…",
+                   "cairn storage-unit create NAME --pool POOL")),
     Step("policies", "Policies", "policy",
-         _cmd("cairn policy create NAME --storage-unit UNIT")),
-    Step("images", "Backup images", "restore", _cmd("cairn backup POLICY")),
+         _gui_step("Policies", "New policy…",
+                   "cairn policy create NAME --storage-unit UNIT")),
+    Step("images", "Backup images", "restore",
+         "on the <b>Policies</b> page, <b>Back up now</b> (Ctrl+B); in a shell: "
+         + _cmd("cairn backup POLICY")),
 )
 
 

@@ -99,6 +99,9 @@ def main(argv=None):
     if not args.cmd:
         ap.print_help()
         return 0
+    if getattr(args, "progress", None) == "json":
+        # a script's stream: errors too come as JSON on stdout
+        args.json = True
     try:
         try:
             rc = run(args)

@@ -1,6 +1,6 @@
 """`cairn backup`: start a backup of a policy."""
 
-from app.cli.shared import jobs_result
+from app.cli.shared import jobs_result, progress_option
 
 
 def backup_commands(sub, cmd):
@@ -12,6 +12,7 @@ def backup_commands(sub, cmd):
                    help="a full into a deduplication pool reads every file, also those the "
                         "previous image shows unchanged")
     p.add_argument("--wait", action="store_true", help="wait until the jobs end")
+    progress_option(p)
 
 
 def _backup(m, args):

@@ -5,7 +5,7 @@ recover`: a master recovered from such a backup into an empty home
 
 from app import status as st
 from app.cli.output import out
-from app.cli.shared import jobs_result
+from app.cli.shared import jobs_result, progress_option
 from app.errors import CairnError
 
 
@@ -36,6 +36,7 @@ def catalog_commands(sub, cmd):
                    help="once written, remove the catalog backups in the same folder made "
                         "more than this long ago (e.g. 4w; the newest is always kept)")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(ca, "set-passphrase", "seal the catalog backup key with a new passphrase",
             handler=_set_passphrase,
             description="Change the catalog backups' passphrase: the key that seals the pool "

@@ -1,7 +1,11 @@
 """`cairn host`: register and inspect hosts."""
 
+import sys
+
+from app import scale_view
 from app.cli.output import out, size, table
 from app.cli.shared import setting_value
+from app.terminal_text import escape_all
 
 
 def host_commands(sub, cmd):
@@ -53,7 +57,19 @@ def _list(m, args):
 
 
 def _probe(m, args):
-    return out(args, m.probe_host(args.name), _print_probe)
+    r = m.probe_host(args.name)
+    scale = r.get("storage_scale")
+    r["warnings"] = []
+    if scale_view.problem(scale, args.name) is None:
+        # The mount map's warnings: storage servers whose node has not mounted the GPFS
+        # file system their disk pool is on.
+        found = scale_view.members(scale, m.disk_pools(), m.host_list(),
+                                   probed=(args.name, r.get("hostname")))
+        r["warnings"] = [f"{fs.get('device')}: {f}" for fs in scale.get("filesystems") or []
+                         for f in scale_view.member_flags(fs, found)]
+    for w in escape_all(r["warnings"]):
+        print(f"warning: {w}", file=sys.stderr)
+    return out(args, r, _print_probe)
 
 
 def _trust(m, args):

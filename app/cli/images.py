@@ -2,7 +2,7 @@
 
 from app import timeutil
 from app.cli.output import out, size, table
-from app.cli.shared import jobs_result
+from app.cli.shared import jobs_result, progress_option
 
 
 def images_commands(sub, cmd):
@@ -31,11 +31,13 @@ def images_commands(sub, cmd):
                           "(every chunk on a deduplicating pool)", handler=_verify)
     p.add_argument("image")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(im, "rebuild-index", "rebuild an image's catalog index (for browse and restore) "
                                  "from the image itself; the old index is kept aside",
             handler=_rebuild_index)
     p.add_argument("image")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
 
 
 def _list(m, args):

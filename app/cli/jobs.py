@@ -1,7 +1,7 @@
 """`cairn jobs`: the activity monitor."""
 
 from app.cli.output import out, size, table
-from app.cli.shared import jobs_result
+from app.cli.shared import jobs_result, progress_option
 
 
 def jobs_commands(sub, cmd):
@@ -23,10 +23,12 @@ def jobs_commands(sub, cmd):
     p = cmd(jb, "wait", "wait until jobs end (running them when no master runs)",
             handler=_wait)
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
+    progress_option(p)
     p = cmd(jb, "restart", "queue a failed or canceled job again with the same parameters",
             handler=_restart)
     p.add_argument("id", type=int)
     p.add_argument("--wait", action="store_true", help="wait for the new job to end")
+    progress_option(p)
 
 
 def _list(m, args):
@@ -96,10 +98,10 @@ def _print_job(j):
     shown = dict(j, bytes=f"{j['bytes']} ({size(j['bytes'])})",
                  rate_bytes_per_s=(f"{size(j['rate_bytes_per_s'])}/s"
                                    if j.get("rate_bytes_per_s") else None))
-    for k in ("id", "type", "state", "status", "status_text", "client", "policy", "schedule",
-              "storage_unit", "started", "ended", "files", "bytes", "rate_bytes_per_s",
-              "percent", "eta_s", "wait_reason", "image_id", "dedup_ratio"):
-        if k == "dedup_ratio" and shown.get(k) is None:
+    for k in ("id", "type", "state", "phase", "status", "status_text", "client", "policy",
+              "schedule", "storage_unit", "started", "ended", "files", "bytes",
+              "rate_bytes_per_s", "percent", "eta_s", "wait_reason", "image_id", "dedup_ratio"):
+        if k in ("dedup_ratio", "phase") and shown.get(k) is None:
             continue
         print(f"{k:16} {'' if shown.get(k) is None else shown[k]}")
     f = j.get("figures")

@@ -2,7 +2,7 @@
 
 from app import status as st, timeutil
 from app.cli.output import out
-from app.cli.shared import jobs_result
+from app.cli.shared import jobs_result, progress_option
 from app.errors import CairnError
 
 
@@ -76,6 +76,7 @@ def restore_commands(sub, cmd):
     p.add_argument("--preview", action="store_true",
                    help="show where the paths would go, and start nothing")
     p.add_argument("--wait", action="store_true")
+    progress_option(p)
 
 
 def _restore(m, args):

@@ -1,12 +1,17 @@
 """What several nouns share: the master a command talks to, the value a `set` gives, deleting
 an object, and the jobs a command started (waited for, or left to a dispatcher)."""
 
+import json
 import os
 import subprocess
 import sys
 
+from app.cli import follow
 from app.cli.output import out, size
 from app.errors import ValidationError
+
+
+INTERRUPTED = 130
 
 
 def open_master(args):
@@ -44,9 +49,30 @@ def deleting(kind):
     return delete
 
 
+def progress_option(p):
+    """--progress of a command that can wait for its jobs."""
+    p.add_argument("--progress", choices=("auto", "json", "none"), default="auto",
+                   help="while waiting: auto shows a line per running job when stdout is a "
+                        "terminal (not with --json); json prints one JSON event a line "
+                        "(job, state, phase, bytes, files, totals, rate) and then the result "
+                        "as one line; none shows nothing until the jobs end")
+
+
 def jobs_result(m, args, ids):
-    if args.wait:
-        jobs = m.wait_for(ids)
+    how = follow.mode(args) if args.wait else None
+    left_running = False
+    if how:
+        # The jobs run outside this command, so that Ctrl-C can leave them running.
+        f = follow.Follow(m, ids, how, lambda: _ensure_dispatcher(m, args))
+        jobs = f.run()
+        left_running = f.left_running
+    elif args.wait:
+        try:
+            jobs = m.wait_for(ids)
+        except KeyboardInterrupt:
+            jobs, left_running = follow.stop_waiting(m, ids)
+            if left_running:
+                _ensure_dispatcher(m, args)   # the queued ones still have to run
     else:
         _ensure_dispatcher(m, args)
         jobs = [m.job(j) for j in ids]
@@ -75,8 +101,14 @@ def jobs_result(m, args, ids):
             print(f"duplicate job {j['id']} ({j['storage_unit']}) {j['state']}"
                   + (f": status {j['status']}" if j["state"] == "done" else
                      f"; wait for it with `cairn jobs wait {j['id']}`"))
-    out(args, doc, human)
-    return worst
+    if how == "json":
+        # The last line of the stream: the result as --json gives it, on one line.
+        args.json = True
+        sys.stdout.write(json.dumps(doc, ensure_ascii=True, default=str) + "\n")
+    else:
+        out(args, doc, human)
+    # Interrupted, the jobs going on: 130, as a shell reports a command Ctrl-C stopped.
+    return INTERRUPTED if left_running else worst
 
 
 def _ensure_dispatcher(m, args):

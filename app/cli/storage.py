@@ -5,7 +5,7 @@ import sys
 
 from app.cli.output import out, size, table
 from app.terminal_text import escape_all
-from app.cli.shared import deleting, jobs_result, setting_value
+from app.cli.shared import deleting, jobs_result, progress_option, setting_value
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -82,7 +82,18 @@ def disk_pool_commands(sub, cmd):
                    help="deduplicating pool: space reclaim compacts a container whose live "
                         "data is below PCT%% of its size (default 50; 0: only delete empty "
                         "containers)")
-    cmd(dp, "list", "list disk pools", handler=_pool_list)
+    p = cmd(dp, "list", "list disk pools", handler=_pool_list)
+    p.add_argument("--check", action="store_true",
+                   help="read each storage server's host and warn about a pool whose file "
+                        "system is not mounted there (as disk-pool show does)")
+    p = cmd(dp, "show", "a disk pool, each volume as its host finds it now, and warnings",
+            handler=_pool_show,
+            description="Show a disk pool with each volume checked on its storage server's "
+                        "host (exists, writable, size, free, file system) and warnings: a "
+                        "Storage Scale (GPFS) file system not mounted on the host's node, "
+                        "or a shared file system that other storage servers' pools use not "
+                        "mounted on this host.")
+    p.add_argument("name")
     p = cmd(dp, "set", "change a disk pool's attribute", handler=_pool_set,
             description="Change one attribute of a disk pool: high_water, low_water, "
                         "max_io_streams (0: no limit), compact_below (deduplicating pools: "
@@ -101,12 +112,14 @@ def disk_pool_commands(sub, cmd):
             handler=_pool_reclaim)
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "verify", "read every image of the pool back and check it (headers and "
                           "checksums, or every chunk of a deduplicating pool); also make the "
                           "pool's files private again and report any that were not",
             handler=_pool_verify)
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "import", "record the images on the pool that the catalog does not know "
                           "(after losing the catalog, or images newer than its backup)",
             handler=_pool_import,
@@ -124,12 +137,14 @@ def disk_pool_commands(sub, cmd):
                         "the file holding the key (64 hex digits, as CAIRN_HOME/keys/"
                         "SERVER.key); kept by the master once it opened the pool")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "cleanup", "remove pool files that no catalog image owns (left by backups "
                            "that stopped before their image was recorded)",
             handler=_pool_cleanup)
     p.add_argument("name")
     p.add_argument("--dry-run", action="store_true", help="only list them")
     p.add_argument("--wait", action="store_true", help="wait until the job ends")
+    progress_option(p)
     p = cmd(dp, "usage", "deduplication pool: chunks and bytes it holds", handler=_pool_usage)
     p.add_argument("name")
     p = cmd(dp, "rebuild-index", "deduplication pool: rebuild the chunk index from the "
@@ -142,13 +157,56 @@ def _pool_create(m, args):
                            high_water=args.high_water, low_water=args.low_water,
                            max_io_streams=args.max_io_streams,
                            compact_below=args.compact_below)
+    _warn(r)
     return out(args, r, lambda d: print(f"disk pool {d['name']} created"))
 
 
+def _warn(d):
+    """Warnings on stderr, also with --json (whose document carries them as well)."""
+    for w in escape_all(d.get("warnings") or []):
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def _pool_show(m, args):
+    r = m.disk_pool_report(args.name)
+    _warn(r)
+
+    def show(d):
+        print(f"disk pool {d['name']} on storage server {d['server']} ({d['server_type']}, "
+              f"host {d['host']}): high water {d['high_water']}%, low water "
+              f"{d['low_water']}%")
+        if d["error"]:
+            print(f"the volumes could not be checked on host {d['host']}: {d['error']}")
+        checks = {c["path"]: c for c in d["checks"]}
+        rows = []
+        for v in d["volumes"]:
+            c = checks.get(v) or {}
+            fs = c.get("filesystem") or {}
+            rows.append({"volume": v, "state": "ok" if c.get("ok") else c.get("error"),
+                         "size": size(c.get("size")), "free": size(c.get("free")),
+                         "filesystem": (f"{fs.get('mount_point')} ({fs.get('type')})"
+                                        if fs else "")})
+        table(rows, ["volume", "state", "size", "free", "filesystem"])
+    out(args, r, show)
+    return 0
+
+
 def _pool_list(m, args):
-    return out(args, {"disk_pools": m.disk_pools()},
-               lambda d: table(d["disk_pools"], ["name", "server", "volumes", "high_water",
-                                                 "low_water"]))
+    if not getattr(args, "check", False):
+        return out(args, {"disk_pools": m.disk_pools()},
+                   lambda d: table(d["disk_pools"], ["name", "server", "volumes",
+                                                     "high_water", "low_water"]))
+    pools = m.disk_pools_checked()
+    for p in escape_all(pools):
+        if not p["host_readable"]:
+            print(f"warning: disk pool {p['name']}: host {p['host']} could not be read",
+                  file=sys.stderr)
+        for w in p["warnings"]:
+            print(f"warning: disk pool {p['name']}: {w}", file=sys.stderr)
+    return out(args, {"disk_pools": pools}, lambda d: table(
+        [dict(p, warnings=len(p["warnings"]) if p["host_readable"] else "host unreadable")
+         for p in d["disk_pools"]],
+        ["name", "server", "host", "volumes", "high_water", "low_water", "warnings"]))
 
 
 def _pool_set(m, args):

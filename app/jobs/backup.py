@@ -18,7 +18,7 @@ from app.catalog_index import IndexWriter, rebuild_hint
 from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import holds, incremental
 from app.jobs.commit import commit, record_image  # noqa: F401 - record_image: backup_set
-from app.jobs.context import JobContext, results, start_listening_side
+from app.jobs.context import COMMITTING, SCANNING, JobContext, results, start_listening_side
 from app.jobs.result import JobResult
 from app.policy_edit import client_excludes
 from plugins.storage import registry
@@ -193,6 +193,7 @@ class BackupJob:
             info = self.index.close()
             self.index = None
             warnings = max(summary.get("warnings", 0), self.ctx.warnings)
+            self.ctx.set_phase(COMMITTING)
             committed = self._commit(meta, expires, summary, stats, warnings)
         except BaseException:
             self._undo()
@@ -362,6 +363,7 @@ class BackupJob:
             "references": self.references,
             "skip_nodump": bool(self.policy.get("skip_nodump"))}, on_event=self._on_event)
         self.calls.insert(0, send)
+        self.ctx.set_phase(SCANNING)
         self.ctx.supervise(self.calls)
         outcome = results(self.calls)
         if self.ctx.cancelled:
@@ -374,10 +376,13 @@ class BackupJob:
         """({path: why}, [name globs]) the client leaves out: the policy's excludes as the
         job was queued with them (a job queued before excludes existed reads the policy's
         now), the pseudo file systems and Cairn's own pools (app/backup_excludes.py)."""
-        # Backing up the pool's own images into the pool helps nobody and grows forever.
-        excludes = self.side.excludes() \
+        # Backing up the pool's own images into the pool helps nobody and grows forever;
+        # nor any other pool's (on a shared file system other storage servers write there),
+        # nor the pseudo file systems.
+        own = self.side.excludes() \
             if self.storage_host["name"] == self.client_host["name"] else {}
-        excludes.update(backup_excludes.default_excludes(self.master.db, self.selections))
+        excludes = dict(backup_excludes.default_excludes(self.master.db, self.selections),
+                        **own)
         chosen = self.p.get("excludes") or client_excludes(
             self.master.db, self.job["policy"], self.client_host["name"])
         for path in chosen["paths"]:

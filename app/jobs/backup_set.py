@@ -14,7 +14,7 @@ from app import status as st
 from app.catalog_index import IndexReader, IndexWriter
 from app.errors import CairnError, Canceled
 from app.jobs.backup import new_image_id, record_image, set_image_id
-from app.jobs.context import JobContext
+from app.jobs.context import COMMITTING, SCANNING, JobContext
 from app.jobs.duplicate_queue import queue_after_backup
 from app.jobs.store import DONE
 from app.jobs.result import JobResult
@@ -54,6 +54,14 @@ def _latest_attempts(db, parent_id):
     for r in rows:
         latest[json.loads(r["params"]).get("stream")] = r
     return rows, latest
+
+
+def _phase(phases):
+    """The phase of a set: the earliest any of its running streams is in."""
+    for p in (SCANNING, "copying", COMMITTING):
+        if p in phases:
+            return p
+    return None
 
 
 class BackupSetJob:
@@ -117,6 +125,11 @@ class BackupSetJob:
                 return latest
             ctx.files = sum(r["files"] for r in latest.values())
             ctx.bytes = sum(r["bytes"] for r in latest.values())
+            # The set's totals and phase: its streams' once every stream knows them.
+            if all(r["total_bytes"] is not None for r in latest.values()):
+                ctx.set_totals(sum(r["total_files"] or 0 for r in latest.values()),
+                               sum(r["total_bytes"] for r in latest.values()))
+            ctx.phase = _phase([r["phase"] for r in latest.values() if r["state"] != DONE])
             ctx.flush(sample=True)
             time.sleep(POLL)
 

@@ -154,7 +154,7 @@ class CleanupJob:
     def __init__(self, master, job):
         self.master = master
         self.job = job
-        self.ctx = JobContext(master.jobs, job["id"])
+        self.ctx = JobContext(master.jobs, job["id"], work="cleaning")
         self.name = self.dry_run = None
         self.host = self.volumes = self.storage_type = None
 

@@ -15,12 +15,18 @@ TICK = 0.25
 SAMPLE_EVERY = 1.0
 RATE_WINDOW = 5.0
 LISTEN_TIMEOUT = 60.0
+SCANNING, COMMITTING = "scanning", "committing"
 
 
 class JobContext:
-    def __init__(self, jobs, job_id):
+    """work: the phase a job is in once data moves (copying; verifying for a verify), shown
+    by the CLI's progress lines and kept in the job's row."""
+
+    def __init__(self, jobs, job_id, work="copying"):
         self.jobs = jobs
         self.id = job_id
+        self.phase = None
+        self.work = work
         self.files = 0
         self.bytes = 0
         self.total_files = None
@@ -36,6 +42,10 @@ class JobContext:
         if event == "progress":
             self.files = data.get("files", self.files)
             self.bytes = data.get("bytes", self.bytes)
+            # Data moving ends a scanning before it (or the commit of a duplication's previous
+            # image); the next flush records it.
+            if self.phase in (None, SCANNING, COMMITTING) and (self.files or self.bytes):
+                self.phase = self.work
         elif event == "totals":
             self.total_files = data.get("files")
             self.total_bytes = data.get("bytes")
@@ -57,6 +67,13 @@ class JobContext:
     def set_totals(self, files, bytes):
         self.total_files, self.total_bytes = files, bytes
 
+    def set_phase(self, phase):
+        """Records at once what the job does from now on (scanning, committing, ...); the
+        phase of moving data (`work`) follows by itself from the first progress event."""
+        if phase != self.phase:
+            self.phase = phase
+            self.jobs.set_phase(self.id, phase)
+
     # -- called from the job's thread -------------------------------------------------------
     def flush(self, sample=False):
         with self._lock:
@@ -70,7 +87,7 @@ class JobContext:
         rate = (self.bytes - b0) / (now - t0) if now - t0 > 0.2 else None
         self.jobs.progress(self.id, bytes=self.bytes, files=self.files, rate=rate,
                            total_bytes=self.total_bytes, total_files=self.total_files,
-                           sample_t=time.time() if sample else None)
+                           sample_t=time.time() if sample else None, phase=self.phase)
 
     def check_cancel(self):
         if not self.cancelled and self.jobs.cancel_requested(self.id):

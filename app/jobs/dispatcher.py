@@ -304,6 +304,10 @@ class Dispatcher:
     def _alive(self):
         return [t for t in self._threads.values() if t.is_alive()]
 
+    def running_here(self):
+        """{job id: its thread} of the jobs this dispatcher's process is running."""
+        return {j: t for j, t in self._threads.items() if t.is_alive()}
+
     def _hold_reason(self, job, now):
         if job["suspended"]:
             return "suspended by the administrator: resume it to let it start"

@@ -20,7 +20,7 @@ from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
 from app.jobs import copies, duplicate_commit, holds
-from app.jobs.context import JobContext, results, start_listening_side
+from app.jobs.context import COMMITTING, JobContext, results, start_listening_side
 from app.jobs.duplicate_queue import JOB_TYPE  # noqa: F401 - the kind's name, for kinds.py
 from app.jobs.result import JobResult
 from app.jobs.storage import image_storage
@@ -163,6 +163,7 @@ class DuplicateJob:
             record.update(side.catalog_fields(stats), extra_bytes=extra)
             duplicate_commit.set_phase(master, self.job["id"], image["id"], "committing",
                                        record)
+            self.ctx.set_phase(COMMITTING)
             committed = target.call("commit_image", {"partial": partial, "final": final,
                                                      "storage": side.commit_spec()},
                                     timeout=300)

@@ -150,7 +150,7 @@ class ExpireJob:
     def __init__(self, master, job):
         self.master = master
         self.job = job
-        self.ctx = JobContext(master.jobs, job["id"])
+        self.ctx = JobContext(master.jobs, job["id"], work="expiring")
         self.images = self.reason = None
 
     def prepare(self):

@@ -24,6 +24,9 @@ from plugins.storage import registry
 
 AVAILABLE_TTL = 5.0
 DOWN_TTL = 60.0
+# A storage host answers check_volumes in milliseconds; one that died with its connection
+# still open is found out after this long (the dispatcher's round waits for it).
+CHECK_TIMEOUT = 10.0
 # How far back "recent throughput" looks for least-loaded placement.
 RECENT_SECONDS = 600
 
@@ -55,7 +58,18 @@ class Placement:
             return hit[1]
         why, down = self._check(stu)
         self._available[stu] = (now + (DOWN_TTL if down else AVAILABLE_TTL), why)
+        if down:
+            # the host's other units are down with it: not asked again, each its own wait
+            for other in self._units_on_host_of(stu):
+                self._available[other] = (now + DOWN_TTL, why)
         return why
+
+    def _units_on_host_of(self, stu):
+        return [r[0] for r in self.db.all(
+            "SELECT u.name FROM storage_units u JOIN disk_pools d ON d.id=u.pool_id "
+            "JOIN storage_servers v ON v.id=d.server_id WHERE v.host_id=(SELECT v2.host_id "
+            "FROM storage_units u2 JOIN disk_pools d2 ON d2.id=u2.pool_id JOIN "
+            "storage_servers v2 ON v2.id=d2.server_id WHERE u2.name=?)", (stu,))]
 
     def _check(self, stu):
         """(why the unit cannot take a job or None, whether its host could not be asked)."""
@@ -67,7 +81,7 @@ class Placement:
         try:
             storage = self.master.hosts.connect(host)
             vols = storage.call("check_volumes", {"paths": pool["volumes"]},
-                                timeout=30)["volumes"]
+                                timeout=CHECK_TIMEOUT)["volumes"]
         except Exception as e:  # noqa: BLE001 - any failure to ask means "down" here
             text = getattr(e, "message", None) or str(e).splitlines()[0]
             return f"its storage server's host {host['name']} cannot be reached ({text})", True

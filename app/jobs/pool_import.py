@@ -108,7 +108,7 @@ class ImportJob:
     def __init__(self, master, job):
         self.master = master
         self.job = job
-        self.ctx = JobContext(master.jobs, job["id"])
+        self.ctx = JobContext(master.jobs, job["id"], work="importing")
         self.pool = self.host = self.side = self.conn = self.names = None
         self.out = None
         self.failed = set()     # images not recorded: their incrementals are not either

@@ -62,7 +62,7 @@ class VerifyJob:
     def __init__(self, master, job):
         self.master = master
         self.job = job
-        self.ctx = JobContext(master.jobs, job["id"])
+        self.ctx = JobContext(master.jobs, job["id"], work="verifying")
         self.found = self.verifier = None
 
     def prepare(self):
@@ -97,7 +97,7 @@ class ReclaimJob:
     def __init__(self, master, job):
         self.master = master
         self.job = job
-        self.ctx = JobContext(master.jobs, job["id"])
+        self.ctx = JobContext(master.jobs, job["id"], work="reclaiming")
         self.pool = self.server = self.host = self.spec = None
 
     def prepare(self):

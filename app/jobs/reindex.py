@@ -160,7 +160,7 @@ class RebuildIndexJob:
     def __init__(self, master, job):
         self.master = master
         self.job = job
-        self.ctx = JobContext(master.jobs, job["id"])
+        self.ctx = JobContext(master.jobs, job["id"], work="indexing")
         self.img = self.index_path = self.old_problems = None
         self.parts = self.storage_host = self.storage = None
 

@@ -7,7 +7,7 @@ master does."""
 from app import status as st
 
 #: the categories of the activity monitor's filter and counters, in their order
-CATEGORIES = ("queued", "active", "done", "failed")
+CATEGORIES = ("queued", "active", "done", "failed", "canceled")
 
 #: the job types that can be restarted (Master.restart_job)
 RESTARTABLE_TYPES = ("backup", "restore", "duplicate")
@@ -19,9 +19,12 @@ NO_RETRY = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED, st.INVALID_REQUEST
 
 
 def category(job):
-    """queued, active, done (status 0 or 1) or failed (any other status)."""
+    """queued, active, done (status 0 or 1), canceled (150: the admin's decision, not a
+    failure) or failed (any other status)."""
     if job["state"] != "done":
         return job["state"]
+    if job.get("status") == st.CANCELED:
+        return "canceled"
     return "done" if job.get("status") in (st.OK, st.PARTIAL) else "failed"
 
 
@@ -33,7 +36,7 @@ def cancellable(job):
 def restartable(job):
     """An ended backup or restore that failed or was canceled: it can be run again with the
     same parameters."""
-    return job["state"] == "done" and category(job) == "failed" \
+    return job["state"] == "done" and category(job) in ("failed", "canceled") \
         and job.get("type") in RESTARTABLE_TYPES
 
 

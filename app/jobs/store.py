@@ -8,6 +8,7 @@ sqlite's write lock in turn, so counter values are committed in increasing order
 never skips one."""
 
 import json
+import math
 import time
 
 from app import status as st
@@ -66,7 +67,8 @@ def job_dict(row):
     d["percent"] = None if pct is None else round(pct, 1)
     eta = None
     if d["state"] == ACTIVE and tb and d["rate_bytes_per_s"] and d["bytes"] < tb:
-        eta = int((tb - d["bytes"]) / d["rate_bytes_per_s"])
+        # rounded up: "0:00:00" while data remains reads as done
+        eta = max(1, math.ceil((tb - d["bytes"]) / d["rate_bytes_per_s"]))
     d["eta_s"] = eta
     d["cancel_requested"] = bool(d["cancel_requested"])
     if "suspended" in d:
@@ -199,15 +201,21 @@ class JobStore:
         return cur.rowcount == 1
 
     def progress(self, job_id, *, bytes, files, rate, total_bytes=None, total_files=None,
-                 sample_t=None):
+                 sample_t=None, phase=None):
         with self.db.tx() as c:
             c.execute("UPDATE jobs SET bytes=?, files=?, rate_bytes_per_s=?, heartbeat=?, "
                       "total_bytes=COALESCE(?, total_bytes), total_files=COALESCE(?, total_files),"
-                      f" changed={NEXT_CHANGE} WHERE id=?",
-                      (bytes, files, rate, time.time(), total_bytes, total_files, job_id))
+                      f" phase=COALESCE(?, phase), changed={NEXT_CHANGE} WHERE id=?",
+                      (bytes, files, rate, time.time(), total_bytes, total_files, phase, job_id))
             if sample_t is not None:
                 c.execute("INSERT INTO job_samples(job_id, t, bytes, files) VALUES (?,?,?,?)",
                           (job_id, sample_t, bytes, files))
+
+    def set_phase(self, job_id, phase):
+        """What a running job is doing now (JobContext.set_phase)."""
+        with self.db.tx() as c:
+            c.execute(f"UPDATE jobs SET phase=?, changed={NEXT_CHANGE} WHERE id=? AND state=?",
+                      (phase, job_id, ACTIVE))
 
     def set_dedup_ratio(self, job_id, ratio):
         """The share of the job's data its deduplication pool already held, in percent."""
@@ -255,7 +263,8 @@ class JobStore:
                 rate = b / dt
             c.execute("UPDATE jobs SET state=?, status=?, ended=?, ended_t=?, "
                       "image_id=COALESCE(?, image_id), bytes=?, files=COALESCE(?, files), "
-                      f"rate_bytes_per_s=?, wait_reason=NULL, changed={NEXT_CHANGE} WHERE id=?",
+                      "rate_bytes_per_s=?, wait_reason=NULL, phase=NULL, "
+                      f"changed={NEXT_CHANGE} WHERE id=?",
                       (DONE, code, timeutil.iso(now), now, image_id, b, files, rate, job_id))
             level = "info" if code == st.OK else "warning" if code == st.PARTIAL else "error"
             text = log_text(f"ended with status {code}: {message or st.text(code)}")

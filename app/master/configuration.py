@@ -1,7 +1,7 @@
 """Policies, changing and deleting configuration objects, and the master's settings. Part of the
 master API (app/master/__init__.py)."""
 
-from app import backup_excludes, config_edit, policy_edit, timeutil
+from app import backup_excludes, config_edit, policy_edit, shared_volumes, timeutil
 from app.schedule_rules import CATALOG_SCHEDULE
 from app.jobs import catalog_backup
 from app.errors import NotFound, ValidationError
@@ -78,10 +78,9 @@ class ConfigurationAPI:
                                                                                  added))
 
     def pool_paths(self):
-        """{"volumes": {path: why}, "data": {path: why}}: every disk pool volume and storage
-        server path, and each pool's own data; backups leave them out where a selection
-        holds them or lies in a pool's data (app/backup_excludes.py)."""
-        return backup_excludes.protected(self.db)
+        """{folder: why} of every pool's files: backups leave them out where a selection
+        holds them or lies in them (app/backup_excludes.py)."""
+        return shared_volumes.pool_folders(self.db)
 
     # Day two: what policy_edit changes. Each returns the policy with `warnings` (queued or
     # running jobs that keep the old values, a policy left with nothing to run).

@@ -3,6 +3,7 @@ API (app/master/__init__.py)."""
 
 import os
 
+from app import shared_volumes
 from app.config import check_abs_path
 from app.errors import NotFound, ValidationError
 from app.jobs.restore_copies import check_copy
@@ -29,6 +30,7 @@ class RestoresAPI:
         norm = [p for p in dict.fromkeys(norm)
                 if not any(p != q and (q == "/" or p.startswith(q + "/")) for q in norm)]
         to = check_abs_path("restore target", to)
+        shared_volumes.check_restore_target(self.db, to)
         if not to_host and not self.db.one("SELECT 1 FROM hosts WHERE name=?",
                                            (img["client"],)):
             raise NotFound(f"image {img['id']} is of client {img['client']}, which is not a "

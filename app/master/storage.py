@@ -1,7 +1,8 @@
 """Storage servers, disk pools and storage units, and the jobs that look after a pool (verify,
 cleanup, reclaim, import). Part of the master API (app/master/__init__.py)."""
 
-from app.errors import ValidationError
+from app import pool_mounts, shared_volumes
+from app.errors import CairnError, ValidationError
 from app.jobs import cleanup, pool_import, pool_jobs, reindex
 from plugins.storage import registry
 
@@ -35,6 +36,12 @@ class StorageAPI:
         storage_type = registry.get(type)
         warnings = []
         if storage_type.makes_path and check:
+            # Another host's pool may use the same directory when it is on a shared file
+            # system: a GPFS file system of the host's cluster is known before the path is
+            # made, another shared mount once the host said where the path is.
+            if pool_mounts.on_shared(path, pool_mounts.host_rows(self, host)):
+                shared_volumes.check(self.db, [path], host, what="storage path",
+                                     shared={path: True})
             conn = self.hosts.connect(self.config.host(host))
             v = conn.call("check_volumes", {"paths": [path], "create": True},
                           timeout=120)["volumes"][0]
@@ -42,6 +49,8 @@ class StorageAPI:
                 raise ValidationError(f"storage path {path} on host {host}: {v['error']}",
                                       hint="create the directory on the storage server and "
                                            "make it writable for the agent's user")
+            shared_volumes.check(self.db, [path], host, what="storage path", shared={
+                path: shared_volumes.is_shared(v.get("filesystem"))})
             w = storage_type.path_warning(v.get("filesystem"))
             if w:
                 warnings.append(w)
@@ -64,23 +73,63 @@ class StorageAPI:
                          max_io_streams=None, compact_below=None, check=True, comment=""):
         """compact_below: a deduplicating pool's compaction threshold in percent (default
         app.config.DEFAULT_COMPACT_BELOW). check: each volume is checked on the storage
-        server's host first (it exists and the agent's user can write to it)."""
+        server's host first (it exists and the agent's user can write to it; a volume on a
+        shared file system is refused where another host's pool uses it, or a directory
+        around or inside it), and the pool comes back with "warnings" (pool_mounts: a file
+        system the volume should be on that is not mounted there)."""
         vols, *_ = self.config.validate_disk_pool(
             name, server=server, volumes=volumes, high_water=high_water, low_water=low_water,
             max_io_streams=max_io_streams, compact_below=compact_below)
+        warnings = []
         if check:
-            bad = [v for v in self.check_volumes(server, vols) if not v["ok"]]
+            srv = self.config.storage_server(server)
+            checked = self.check_volumes(server, vols)
+            bad = [v for v in checked if not v["ok"]]
             if bad:
-                srv = self.config.storage_server(server)
                 raise ValidationError(
                     "volume " + "; ".join(f"{v['path']}: {v['error']}" for v in bad)
                     + f" (on host {srv['host']})",
                     hint="create the directory on the storage server and make it writable "
                          "for the agent's user, then try again")
-        return self.config.add_disk_pool(name, server=server, volumes=vols,
+            # Other hosts' pools count where the volume is on a shared file system: a
+            # parallel or network mount, or a GPFS file system of the host's cluster.
+            rows = pool_mounts.host_rows(self, srv["host"])
+            shared_volumes.check(self.db, vols, srv["host"], server=server, shared={
+                v["path"]: shared_volumes.is_shared(v.get("filesystem"))
+                or pool_mounts.on_shared(v["path"], rows) for v in checked})
+            warnings = pool_mounts.warnings(self, server, vols, rows=rows)
+        pool = self.config.add_disk_pool(name, server=server, volumes=vols,
                                          high_water=high_water, low_water=low_water,
                                          max_io_streams=max_io_streams,
                                          compact_below=compact_below, comment=comment)
+        pool["warnings"] = warnings
+        return pool
+
+    def disk_pools_checked(self):
+        """Every disk pool, each with "warnings" (pool_mounts) read from its storage server's
+        host now: `disk-pool list --check`. Each host is probed once."""
+        read = {}
+        pools = self.config.disk_pools()
+        for p in pools:
+            p["warnings"] = pool_mounts.warnings(self, p["server"], p["volumes"],
+                                                 pool=p["name"], read=read)
+            p["host_readable"] = read.get(p["host"]) is not None
+        return pools
+
+    def disk_pool_report(self, name):
+        """One disk pool as `disk-pool show` gives it: its attributes, each volume as its
+        storage server's host finds it now ("checks": exists, writable, size, free, file
+        system; empty with "error" when the host cannot be reached) and "warnings" on file
+        systems it should be on that are not mounted there (pool_mounts)."""
+        pool = self.config.disk_pool(name)
+        try:
+            pool["checks"] = self.check_volumes(pool["server"], pool["volumes"])
+            pool["error"] = None
+        except CairnError as e:
+            pool["checks"], pool["error"] = [], e.message
+        pool["warnings"] = pool_mounts.warnings(self, pool["server"], pool["volumes"],
+                                                pool=name) if pool["error"] is None else []
+        return pool
 
     def create_storage_unit(self, name, *, pool, max_concurrent_jobs=1, comment=""):
         """A storage unit on a disk pool: what policies write to."""

@@ -415,7 +415,12 @@ MIGRATIONS = [
     """
     CREATE INDEX jobs_state_ended ON jobs(state, ended)
     """,
-    # 18: a policy's exclude list: a glob on file names (*.tmp) or an absolute path that
+    # 18: what a running job is doing (scanning, copying, verifying, committing), shown by
+    # the CLI's progress lines
+    """
+    ALTER TABLE jobs ADD COLUMN phase TEXT
+    """,
+    # 19: a policy's exclude list: a glob on file names (*.tmp) or an absolute path that
     # leaves out a subtree; host_id NULL for every client of the policy, else for that client
     """
     CREATE TABLE policy_excludes (

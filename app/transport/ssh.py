@@ -181,15 +181,17 @@ class SSHAgentProcess(AgentProcess):
             pass
         if not ch.status_event.wait(EXIT_GRACE):
             for sig in ("TERM", "KILL"):
-                self._signal(sig)
-                if ch.status_event.wait(SIGNAL_GRACE):
+                reached = self._signal(sig)
+                # a host that did not let the first kill through will not let the second
+                if ch.status_event.wait(SIGNAL_GRACE) or not reached:
                     break
         ch.close()
 
     def _signal(self, name):
+        """Sends the signal; False when the host could not be reached to deliver it."""
         ch = self._channel
         if ch.closed or ch.get_transport() is None or not ch.get_transport().is_active():
-            return
+            return False
         # RFC 4254 6.9; paramiko has no call for it.
         m = paramiko.Message()
         m.add_byte(cMSG_CHANNEL_REQUEST)
@@ -202,7 +204,8 @@ class SSHAgentProcess(AgentProcess):
         except (OSError, EOFError, paramiko.SSHException):
             pass
         if self.pid is not None and not ch.status_event.wait(0.2):
-            self._kill(self.pid, name)
+            return self._kill(self.pid, name) is not False
+        return True
 
 
 class SSHTransport(Transport):
@@ -696,7 +699,8 @@ class SSHTransport(Transport):
             self.run(f"{shlex.quote(self.python)} -c {shlex.quote(script)} {int(pid)} "
                      f"{shlex.quote(signal_name)}", timeout=10)
         except AgentError:
-            pass                        # the connection is gone: nothing more can be done
+            return False                # the connection is gone: nothing more can be done
+        return True
 
     # -- addresses, closing --------------------------------------------------------------
 

@@ -108,13 +108,21 @@ def test_prioritized_and_round_robin_behave_as_named(site):
     assert [j["pool"] for j in run(m, ["prio"])] == ["pb"]
     # round-robin: each job the next unit in turn
     assert [run(m, ["rr"])[0]["pool"] for _ in range(3)] == ["pa", "pb", "pa"]
-    # prioritized moves on when its first unit's host does not answer, and says why
+    # prioritized moves on when its first unit's host does not answer, and says why; the
+    # host's other unit is known down with it, without asking the dead host again
+    m.create_storage_unit("ub2", pool="pb", max_concurrent_jobs=4)
+    m.create_storage_unit_group("prio2", "ub,ub2,ua", "prioritized")
+    m.update_object("policy", "prio", storage_unit_group="prio2")
     hosts["sb"].power_off()
     m.dispatcher.placement.forget()
+    started = time.monotonic()
     [j] = run(m, ["prio"])
     assert j["pool"] == "pa"
-    assert "passed over ub: its storage server's host sb cannot be reached" in \
-        log_text(m, j["id"])
+    log = log_text(m, j["id"])
+    assert "passed over ub: its storage server's host sb cannot be reached" in log
+    assert "; ub2: its storage server's host sb cannot be reached" in log
+    # one probe of the dead host (its connection timeout), not one per unit
+    assert time.monotonic() - started < 30
     restored_equal(m, tmp, j["image_id"], src, "c1")
 
 

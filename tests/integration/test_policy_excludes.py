@@ -100,12 +100,15 @@ def test_backups_follow_edited_excludes_and_selections(m, tmp_path, kind):
     full, log = run(m, "p", "full")
     paths = indexed(m, full["image_id"], a)
     assert f"{a}/keep.txt" in paths and f"{a}/work/y.txt" in paths
-    for gone in (f"{a}/work/x.tmp", f"{a}/cache", f"{a}/cache.tmp", f"{a}/pool"):
+    for gone in (f"{a}/work/x.tmp", f"{a}/cache", f"{a}/cache.tmp"):
         assert not any(p == gone or p.startswith(gone + "/") for p in paths), gone
+    assert not any(p.startswith(f"{a}/pool/") for p in paths)     # the pool's files
     assert "proc" not in [e["name"] for e in m.browse(full["image_id"], "/")["entries"]]
     said = [x for x in log if "/proc" in x and "not backed up" in x]
     assert len(said) == 1 and "pseudo file system" in said[0], log
-    assert len([x for x in log if f"{a}/pool is not backed up" in x]) == 1, log
+    # once, with the pool's own reason (it is this job's pool)
+    said = [x for x in log if x.startswith(f"{a}/pool") and "is not backed up" in x]
+    assert len(said) == 1 and " pool dp)" in said[0], log
     assert full["files"] == 3                       # keep.txt, work/y.txt, b/gone.txt
     out1 = tmp_path / "out1"
     restore(m, full["image_id"], a, str(out1))
@@ -175,9 +178,12 @@ def test_excludes_reach_a_client_over_ssh(m, tmp_path, sshd):
     log = [x["message"] for x in m.jobs.logs(jid)]
     assert job["status"] == st.OK, log
     assert any("data plane: client1 -> me" in x for x in log), log
-    assert [e["name"] for e in m.browse(job["image_id"], data)["entries"]] == ["keep.txt"]
-    assert any(f"{data}/pool is not backed up" in x and "left out by default" in x
-               for x in log), log
+    # the pool's folder is there, its images are not
+    assert [e["name"] for e in m.browse(job["image_id"], data)["entries"]] == ["keep.txt",
+                                                                               "pool"]
+    assert m.browse(job["image_id"], f"{data}/pool")["entries"] == []
+    assert any(x.startswith(f"{data}/pool/cairn-images is not backed up") and
+               "left out by default" in x for x in log), log
 
 
 def test_a_queued_job_runs_with_what_it_was_queued_with(m, tmp_path):

@@ -207,14 +207,16 @@ def test_inserts_removals_and_counters():
     model.apply_changes([job(1), job(2, "active"), job(3, "done", st.OK),
                          job(4, "done", st.PARTIAL), job(5, "done", st.CANCELED),
                          job(6, "done", st.VOLUME_UNAVAILABLE)])
-    assert dict(model.counts) == {"queued": 1, "active": 1, "done": 2, "failed": 2}
+    assert dict(model.counts) == {"queued": 1, "active": 1, "done": 2, "failed": 1,
+                                  "canceled": 1}
     inserted = []
     model.rowsInserted.connect(lambda p, a, b: inserted.append((a, b)))
     model.apply_changes([job(1, "active"), job(2, "done", st.OK), job(7), job(8)],
                         removed=[6])
     assert inserted == [(5, 6)]                 # both new jobs in one insert, at the end
     assert model.row_of(6) is None and model.rowCount() == 7
-    assert dict(model.counts) == {"queued": 2, "active": 1, "done": 3, "failed": 1}
+    assert dict(model.counts) == {"queued": 2, "active": 1, "done": 3, "failed": 0,
+                                  "canceled": 1}
     assert model.index(model.row_of(1), col("state")).data() == "active"
 
 
@@ -361,7 +363,8 @@ def show(console, qtbot):
 def test_counters_count_all_jobs_and_filter_on_click(console, master, qtbot):
     v = show(console, qtbot)
     assert {s: b.text() for s, b in v.counters.items()} == {
-        "queued": "1 queued", "active": "1 active", "done": "1 done", "failed": "1 failed"}
+        "queued": "1 queued", "active": "1 active", "done": "1 done", "failed": "1 failed",
+        "canceled": "0 canceled"}
     v.counters["failed"].click()
     assert shown_ids(v.proxy) == [master.test_jobs["failed"]]
     assert v.counters["done"].text() == "1 done"        # counters ignore the filter
@@ -449,7 +452,8 @@ def test_cancel_of_several_jobs_asks_once(console, master, qtbot, monkeypatch):
     assert len(asked) == 1 and "Cancel these 3 jobs?" in asked[0]
     qtbot.waitUntil(lambda: all(master.jobs.get(i)["status"] == st.CANCELED for i in ids),
                     timeout=4000)
-    qtbot.waitUntil(lambda: v.counters["failed"].text() == "4 failed", timeout=4000)
+    qtbot.waitUntil(lambda: v.counters["canceled"].text() == "3 canceled", timeout=4000)
+    assert v.counters["failed"].text() == "1 failed"
 
 
 def test_plot_follows_the_palette(console, qtbot):
@@ -625,3 +629,14 @@ def test_a_verify_result_says_which_repairs_it_queued():
         "repairs": [{"image": "c1_1_2", "copy": 1, "job": 7, "from": 2}]}
     assert verify_result_text(r).splitlines()[-1] == \
         "Image c1_1_2: repair job 7 writes copy 1 again from copy 2."
+
+
+def test_the_plot_title_says_nothing_runs_once_the_jobs_ended(console, master, qtbot):
+    v = show(console, qtbot)
+    series = [(1.0, 300 * (1 << 20)), (2.0, 385 * (1 << 20))]
+    v._update_plot_title(series)
+    assert "now 385.0 MiB/s, 1 job running" in v.plot_title.text()
+    master.jobs.finish(master.test_jobs["active"], st.OK)
+    qtbot.waitUntil(lambda: v.counters["active"].text() == "0 active", timeout=5000)
+    v._update_plot_title(series)
+    assert "now 0 B/s, 0 jobs running" in v.plot_title.text()

@@ -118,6 +118,7 @@ def test_a_layout_saved_before_the_new_columns_shows_them_as_a_new_table(make_co
     table.horizontalHeader().resizeSection(1, 150)
     s = settings()
     s.setValue("views/activity/header", table.horizontalHeader().saveState())
+    s.setValue("views/activity/widths-by-hand", True)   # the admin's own width: kept
     s.sync()
 
     v = show(make_console(master), qtbot)

@@ -237,6 +237,60 @@ def test_a_host_without_storage_scale_and_an_unreachable_one(
     assert fresh.host() == local and fresh.result["host"] == local
 
 
+def test_mount_map_warns_where_a_storage_servers_node_lacks_its_pools_file_system(
+        make_console, scale_master, double, qtbot):
+    """Storage servers on several hosts write to the cluster's file systems: a host's node
+    that has not mounted the file system its pool is on is flagged, in the mount map (its
+    cell, the row's header) and in the file systems' notes."""
+    m, mounts = scale_master, double.mounts
+    local = m.config.local_host()["name"]
+    m.config.add_host("media-1", address="gpfs-1.example.com")
+    m.config.add_host("media-3", address="10.0.0.3")
+    m.config.add_host("media-9", address="media-9.example.com")
+    for server, host, volume in (("ss-local", local, "fs1/cairn/local"),
+                                 ("ss1", "media-1", "scratch/cairn/media-1"),
+                                 ("ss3", "media-3", "fs1/cairn/media-3"),
+                                 ("ss9", "media-9", "fs1/cairn/media-9")):
+        m.config.add_storage_server(server, type="advanced-disk", host=host)
+        m.config.add_disk_pool(f"dp-{host}", server=server, volumes=[str(mounts / volume)])
+    view = open_page(make_console, m, qtbot)
+    view.select_host(local)   # the others are not reachable: only named
+    qtbot.waitUntil(lambda: view.settled and (view.result or {}).get("host") == local,
+                    timeout=WAIT_MS)
+    assert view.stack.currentWidget() is view.splitter, view.message_text()
+
+    mm = view.mounts
+    assert [mm.item(0, c).text() for c in range(3)] == ["RW", "RW", "missing"]
+    assert [mm.item(1, c).text() for c in range(3)] == ["RW", "", ""]
+    missing = mm.item(0, 2)
+    assert not missing.icon().isNull()
+    assert missing.background().color().rgb() == QColor(cluster_view.COLOURS["amber"]).rgb()
+    assert ("fs1 is not mounted on client-3, although a disk pool there is on it: mount it "
+            "(mmmount fs1 -N client-3) before backups run") in missing.toolTip()
+    assert f"host media-3: storage server ss3, disk pool dp-media-3 ({mounts}/fs1/cairn/" \
+           "media-3)" in missing.toolTip()
+    assert "host media-1: storage server ss1" in mm.item(1, 0).toolTip()
+    assert "disk pool dp-" + local in mm.item(0, 1).toolTip()
+    flag = ("not mounted on client-3, the node of host media-3, where storage server ss3 "
+            "writes disk pool dp-media-3")
+    head = mm.verticalHeaderItem(0).toolTip()
+    assert flag in head and not mm.verticalHeaderItem(0).icon().isNull()
+    assert ("host media-9 has a disk pool on fs1 but is not matched to a node of the "
+            "cluster") in head
+    assert text(view.filesystems, "fs1", "notes") == flag
+    # scratch: its only storage server's node (gpfs-1) has it; this host does not
+    assert text(view.filesystems, "scratch", "notes") == "not mounted on gpfs-2 (this host)"
+
+    # mounted on client-3 now: nothing to flag
+    fss = cluster_spec(mounts)["filesystems"]
+    fss[0]["mounted_on"].append("client-3")
+    double(filesystems=fss)
+    view.probe()
+    qtbot.waitUntil(lambda: view.settled, timeout=WAIT_MS)
+    assert [mm.item(0, c).text() for c in range(3)] == ["RW", "RW", "RW"]
+    assert text(view.filesystems, "fs1", "notes") == ""
+
+
 # ---- the disk pool wizard ----------------------------------------------------------------------
 
 @pytest.fixture
@@ -253,6 +307,47 @@ def volumes_page(scale_master, qtbot):
     yield w, w.volumes_page
     w.close()
     bridge.shutdown()
+
+
+def test_wizard_refuses_another_pools_directory_on_the_host_or_the_shared_file_system(
+        scale_master, double, tmp_path, qtbot):
+    m = scale_master
+    local = m.config.local_host()["name"]
+    m.config.add_host("media-1", address="gpfs-1.example.com")
+    for server, host, volume in (("ss-m1", "media-1", double.mounts / "fs1/cairn/media-1"),
+                                 ("ss-m1b", "media-1", tmp_path / "m1-own"),
+                                 ("ss-other", local, tmp_path / "local-pool")):
+        m.config.add_storage_server(server, type="advanced-disk", host=host)
+        m.config.add_disk_pool(f"dp-{server[3:]}", server=server, volumes=[str(volume)])
+    m.create_storage_server("ss1", type="advanced-disk", host=local)
+    bridge = Bridge(m)
+    w = make_wizard("disk-pool", bridge, server="ss1")
+    qtbot.addWidget(w)
+    try:
+        w.show()
+        qtbot.waitUntil(lambda: not w.busy, timeout=WAIT_MS)
+        w.next()
+        qtbot.waitUntil(lambda: not w.busy, timeout=WAIT_MS)
+        vp = w.volumes_page
+        inside = double.mounts / "fs1/cairn/media-1/x"
+        vp.path.setText(str(inside))
+        vp.add_typed()
+        assert vp.problem() == (
+            f"Volume {inside} is inside volume {double.mounts}/fs1/cairn/media-1 of disk pool "
+            "'dp-m1' on host media-1, on the same shared file system: give each pool its own "
+            "directory beside the others'.")
+        assert not w.button(QWizard.WizardButton.NextButton).isEnabled()
+        vp.set_checked(str(inside), False)
+        vp.path.setText(str(tmp_path / "local-pool"))
+        vp.add_typed()
+        assert vp.problem().startswith(f"Volume {tmp_path}/local-pool is the same directory as "
+                                       f"volume {tmp_path}/local-pool of disk pool 'dp-other':")
+        # another host's directory on its own disk is another directory
+        assert vp.overlap(str(tmp_path / "m1-own")) is None
+        assert vp.overlap(str(double.mounts / "fs1/cairn/media-2")) is None
+    finally:
+        w.close()
+        bridge.shutdown()
 
 
 def cell_text(vp, path, col):

@@ -356,3 +356,15 @@ def test_the_catalog_backup_dialog_sets_the_passphrase_once_and_queues_the_job(
     qtbot.waitUntil(lambda: dlg.error.isVisible(), timeout=5000)
     assert "passphrase does not open" in dlg.error.text()
     assert dlg.isVisible() and dlg.ok.isEnabled()
+
+
+def test_an_empty_list_says_what_to_click_before_the_shell_command(make_console, empty_master,
+                                                                    qtbot):
+    c = make_console(empty_master)
+    v = show(c, qtbot, "storage-servers")
+    text = v.placeholder.text()
+    assert "New storage server…" in text and "cairn storage-server create" in text
+    assert text.index("New storage server…") < text.index("cairn storage-server create")
+    o = show(c, qtbot, "overview")
+    hint = o._hints["storage_servers"].text()
+    assert hint.index("New storage server…") < hint.index("cairn storage-server create")

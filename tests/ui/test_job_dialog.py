@@ -143,3 +143,22 @@ def test_the_detailed_log_opens_at_its_last_lines_with_the_timestamps_in_sight(
     assert h.value() == 0
     # at the bottom (the horizontal bar may take the height of one line after the scroll)
     assert v.value() >= v.maximum() - 1
+
+
+def test_the_throughput_axis_labels_its_zero(qtbot):
+    from PySide6.QtGui import QImage, QPainter
+    from ui.plots import ThroughputPlot
+    plot = ThroughputPlot()
+    qtbot.addWidget(plot)
+    plot.resize(600, 220)
+    plot.show()
+    plot.set_points([(t, (50 + 30 * (t % 3)) * MiB) for t in range(30)])
+    qtbot.wait(20)
+    axis = plot.getPlotItem().getAxis("left")
+    img = QImage(100, 300, QImage.Format.Format_ARGB32)
+    painter = QPainter(img)
+    try:
+        texts = [spec[2] for spec in axis.generateDrawSpecs(painter)[2]]
+    finally:
+        painter.end()
+    assert "0" in texts and "100" in texts

@@ -447,3 +447,37 @@ def test_import_images_asks_then_queues_an_import_of_the_pool(make_console, dedu
     qtbot.waitUntil(lambda: actions.last_box is not None and actions.last_box.isVisible(),
                     timeout=5000)
     assert "does not exist" in actions.last_box.text()
+
+
+def test_the_keyboard_reaches_everything(console, master, qtbot):
+    """Tab leaves a list for the next widget, the toolbar's buttons are in the Tab chain,
+    Shift+F10 opens the context menu of the current row, Ctrl+B backs the policy up."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+    view = show(console, qtbot, "policies")
+    select(view, "p1", qtbot)
+    table = view.table
+    console.window.activateWindow()
+    table.setFocus()
+    qtbot.waitUntil(table.hasFocus, timeout=3000)
+    current = table.currentIndex()
+    qtbot.keyClick(table, Qt.Key.Key_Tab)
+    assert not table.hasFocus()
+    assert table.currentIndex() == current  # Tab did not walk the cells
+    buttons = [view.object_actions.toolbar.widgetForAction(a)
+               for a in view.object_actions.toolbar.actions() if not a.isSeparator()]
+    assert buttons and all(b.focusPolicy() & Qt.FocusPolicy.TabFocus for b in buttons)
+    table.setFocus()
+    qtbot.waitUntil(table.hasFocus, timeout=3000)
+    qtbot.keyClick(table, Qt.Key.Key_F10, Qt.KeyboardModifier.ShiftModifier)
+    menu = view.object_actions.last_menu
+    assert menu is not None and "Back up now" in [a.text() for a in menu.actions()]
+    menu.close()
+    QApplication.processEvents()
+    before = {j["id"] for j in master.jobs.list()}
+    console.window.activateWindow()
+    table.setFocus()
+    qtbot.waitUntil(table.hasFocus, timeout=3000)
+    qtbot.keyClick(table, Qt.Key.Key_B, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: any(j["id"] not in before for j in master.jobs.list()),
+                    timeout=5000)

@@ -94,8 +94,8 @@ def test_policy_lists_changed_in_properties_and_the_next_backup_follows(
     assert sel.warnings.isHidden()
     # the pages warn about selections the backups leave out: a pseudo file system, a pool
     for path, said in (("/proc", "/proc is a pseudo file system"),
-                       (str(tmp_path), f"{tmp_path} holds {tmp_path / 'pool'} (a volume of "
-                                       "disk pool dp)")):
+                       (str(tmp_path), f"{tmp_path} holds {tmp_path / 'pool'}/cairn-images "
+                                       "(the images of disk pool 'dp'")):
         qtbot.keyClicks(sel.path, path)
         click(qtbot, sel.add_button)
         qtbot.waitUntil(lambda: not sel.warnings.isHidden(), timeout=WAIT_MS)
@@ -136,6 +136,7 @@ def test_policy_lists_changed_in_properties_and_the_next_backup_follows(
     go_next(qtbot, w)
     assert w.result_page.result is not None, w.result_page.status.plain_text()
     assert "were saved" in w.result_page.headline.text()
+    assert w.result_page.subTitle() == "The changes are in the catalog."
     click(qtbot, w.button(QWizard.WizardButton.FinishButton))
 
     pol = m.policy("p")

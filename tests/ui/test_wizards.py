@@ -261,6 +261,8 @@ def test_a_failed_creation_stays_open_to_go_back_and_fix(open_wizard, empty_mast
     assert w.currentPage() is w.result_page and w.result_page.result is None
     assert "already exists" in w.result_page.status.plain_text()
     assert not w.button(QWizard.WizardButton.FinishButton).isEnabled()
+    assert w.button(QWizard.WizardButton.CancelButton).isVisible()
+    assert w.result_page.subTitle() == "The storage unit was not created."
     back = w.button(QWizard.WizardButton.BackButton)
     assert back.isVisible() and back.isEnabled()
     qtbot.mouseClick(back, Qt.MouseButton.LeftButton)
@@ -272,6 +274,9 @@ def test_a_failed_creation_stays_open_to_go_back_and_fix(open_wizard, empty_mast
     go_next(qtbot, w)
     assert w.result_page.result is not None
     assert not w.button(QWizard.WizardButton.BackButton).isVisible()
+    # a success has nothing left to cancel, and no longer says it is creating
+    assert not w.button(QWizard.WizardButton.CancelButton).isVisible()
+    assert "Creating" not in w.result_page.subTitle()
     finish(qtbot, w)
     assert empty_master.config.storage_unit("stu3")["max_concurrent_jobs"] == 4
 

@@ -27,14 +27,20 @@ def test_an_ended_job_with_status_0_or_1_is_done(status):
     assert rules.category(job("done", status)) == "done"
 
 
-@pytest.mark.parametrize("status", [st.CANCELED, st.WINDOW_CLOSED, st.VOLUME_UNAVAILABLE,
+@pytest.mark.parametrize("status", [st.WINDOW_CLOSED, st.VOLUME_UNAVAILABLE,
                                     st.INTERNAL, None])
 def test_an_ended_job_with_any_other_status_is_failed(status):
     assert rules.category(job("done", status)) == "failed"
 
 
+def test_a_canceled_job_is_counted_apart_from_the_failed_and_can_be_restarted():
+    j = dict(job("done", st.CANCELED), type="backup")
+    assert rules.category(j) == "canceled"
+    assert rules.restartable(j)
+
+
 def test_the_categories_are_the_filters_states_in_order():
-    assert rules.CATEGORIES == ("queued", "active", "done", "failed")
+    assert rules.CATEGORIES == ("queued", "active", "done", "failed", "canceled")
 
 
 # ---- cancellable ---------------------------------------------------------------------------
@@ -120,3 +126,12 @@ def test_a_failed_backup_started_by_hand_is_not_retried():
 def test_a_failed_stream_parent_is_not_retried():
     assert not rules.retry_wanted(job("done", st.VOLUME_UNAVAILABLE, params={"streams": 2},
                                       **SCHEDULED))
+
+
+def test_time_left_is_never_zero_while_data_remains():
+    from app.jobs.store import job_dict
+    row = dict(id=1, state="active", status=None, params="{}", started=None, ended=None,
+               bytes=84 << 20, files=1, total_bytes=100 << 20, total_files=2,
+               rate_bytes_per_s=400 << 20, cancel_requested=0)
+    d = job_dict(row)
+    assert d["percent"] == 84.0 and d["eta_s"] == 1

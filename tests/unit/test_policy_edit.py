@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 from app import cli
-from app.backup_excludes import default_excludes
+from app.backup_excludes import PSEUDO_FILESYSTEMS, default_excludes
 from app.errors import NotFound, ValidationError
 from app.master import Master
 from app.scheduler import Scheduler
@@ -185,7 +185,8 @@ def test_excludes_for_all_clients_and_one(m):
 
 
 def test_selections_that_backups_leave_out_are_warned_about(m, tmp_path):
-    pool = str(tmp_path / "pool")
+    images = str(tmp_path / "pool" / "cairn-images")
+    whose = f"the images of disk pool 'dp1' (host {m.host})"
     assert m.add_policy_selection("p1", "/srv")["warnings"] == []
     w = m.add_policy_selection("p1", "/proc")["warnings"]
     assert w == ["/proc is a pseudo file system (process information): backups leave it out, "
@@ -193,22 +194,19 @@ def test_selections_that_backups_leave_out_are_warned_about(m, tmp_path):
     w = m.add_policy_selection("p1", "/run/user")["warnings"]
     assert w[0].startswith("/run/user lies in /run, runtime state")
     w = m.add_policy_selection("p1", str(tmp_path))["warnings"]
-    assert w == [f"{tmp_path} holds {pool} (a volume of disk pool dp1): backups leave it out"]
-    assert m.add_policy_selection("p1", pool)["warnings"] == [
-        f"{pool} is a volume of disk pool dp1: backups leave it out, so this selection backs "
-        "up nothing"]
-    assert m.add_policy_selection("p1", pool + "/sub")["warnings"] == []
-    images = pool + "/cairn-images"
+    assert w == [f"{tmp_path} holds {images} ({whose}): backups leave it out"]
+    assert m.add_policy_selection("p1", str(tmp_path / "pool" / "sub"))["warnings"] == []
     assert m.add_policy_selection("p1", images + "/me")["warnings"] == [
-        f"{images}/me lies in {images} (the images of disk pool dp1): backups leave it out, "
-        "so this selection backs up nothing"]
+        f"{images}/me lies in {images}, {whose}: backups leave it out, so this selection "
+        "backs up nothing"]
     assert default_excludes(m.db, [images + "/me", "/home"]) == {
-        images: "the images of disk pool dp1, left out by default"}
-    assert default_excludes(m.db, [str(tmp_path)]) == {
-        pool: "a volume of disk pool dp1, left out by default"}
+        images: whose + ", left out by default"}
+    assert default_excludes(m.db, [str(tmp_path), "/"]) == {
+        images: whose + ", left out by default",
+        **{p: why + ", left out by default" for p, why in PSEUDO_FILESYSTEMS.items()}}
     w = m.add_policy_selection("p1", "/")["warnings"]
     assert [x.split(" (")[0] for x in w] == ["/ holds /proc", "/ holds /sys", "/ holds /dev",
-                                              "/ holds /run", f"/ holds {pool}"]
+                                              "/ holds /run", f"/ holds {images}"]
 
 
 # ---- the `cairn` command ---------------------------------------------------------------------

@@ -217,3 +217,74 @@ def test_wizard_texts_and_the_warning_for_an_unmounted_gpfs():
     assert "no entry at /gpfs/fs1" in sv.mounted_note(here[0])
     assert sv.volume_warning(here[0], "h1") is None
     assert sv.mounted_note(fs1) is None and sv.mounted_note(scratch) is None
+
+
+# ---- storage servers on the cluster's file systems ---------------------------------------------
+
+HOSTS = [{"name": "media-1", "address": "gpfs-1.example.com"},
+         {"name": "media-2", "address": "10.9.9.9", "data_address": "10.0.0.2"},
+         {"name": "client-3", "address": None},
+         {"name": "here", "address": None, "kind": "local"},
+         {"name": "elsewhere", "address": "backup.example.org"}]
+POOLS = [{"name": "dp1", "server": "ss1", "host": "media-1",
+          "volumes": ["/gpfs/fs1/cairn/media-1"]},
+         {"name": "dp2", "server": "ss2", "host": "media-2",
+          "volumes": ["/gpfs/scratch/cairn/media-2", "/gpfs/fs1/cairn/media-2"]},
+         {"name": "dp3", "server": "ss3", "host": "client-3",
+          "volumes": ["/gpfs/fs1/cairn/client-3", "/gpfs/fs1/cairn/client-3b"]},
+         {"name": "dp4", "server": "ss4", "host": "here", "volumes": ["/gpfs/scratch/x"]},
+         {"name": "dp5", "server": "ss5", "host": "elsewhere", "volumes": ["/gpfs/fs1/e"]},
+         {"name": "dp6", "server": "ss6", "host": "media-1", "volumes": ["/backup"]}]
+
+
+def test_a_registered_host_is_matched_to_its_node():
+    c = cluster()
+    assert sv.host_node(c, HOSTS[0]) == "gpfs-1.example.com"       # by its address
+    assert sv.host_node(c, HOSTS[1]) == "gpfs-2.example.com"       # by its data address (IP)
+    assert sv.host_node(c, HOSTS[2]) == "client-3.example.com"     # by its name
+    assert sv.host_node(c, HOSTS[4]) is None
+    assert sv.host_node(c, HOSTS[3]) is None
+    assert sv.host_node(c, HOSTS[3], probed=("here", "client-3.example.com")) == \
+        "client-3.example.com"
+    assert sv.host_node(dict(c, local_node="gpfs-2.example.com"), HOSTS[3],
+                        probed=("here", "whatever")) == "gpfs-2.example.com"
+
+
+def test_members_are_the_pools_on_each_file_system_with_their_node():
+    found = sv.members(cluster(), POOLS, HOSTS, probed=("here", "gpfs-2.example.com"))
+    assert [(f["device"], f["pool"], f["node"], f["volume"]) for f in found] == [
+        ("fs1", "dp1", "gpfs-1.example.com", "/gpfs/fs1/cairn/media-1"),
+        ("scratch", "dp2", "gpfs-2.example.com", "/gpfs/scratch/cairn/media-2"),
+        ("fs1", "dp2", "gpfs-2.example.com", "/gpfs/fs1/cairn/media-2"),
+        ("fs1", "dp3", "client-3.example.com", "/gpfs/fs1/cairn/client-3"),
+        ("scratch", "dp4", "gpfs-2.example.com", "/gpfs/scratch/x"),
+        ("fs1", "dp5", None, "/gpfs/fs1/e")]
+
+
+def test_the_mount_map_flags_a_storage_servers_node_without_its_file_system():
+    c = cluster()
+    local = "gpfs-2.example.com"
+    found = sv.members(c, POOLS, HOSTS, probed=("here", local))
+    mm = sv.mount_map(c, local, found)
+    fs1, scratch = mm["rows"]
+    assert fs1["flags"] == ["not mounted on client-3, the node of host client-3, where storage "
+                            "server ss3 writes disk pool dp3"]
+    assert fs1["members"] == {
+        0: ["host media-1: storage server ss1, disk pool dp1 (/gpfs/fs1/cairn/media-1)"],
+        1: ["host media-2: storage server ss2, disk pool dp2 (/gpfs/fs1/cairn/media-2)"],
+        2: ["host client-3: storage server ss3, disk pool dp3 (/gpfs/fs1/cairn/client-3)"]}
+    assert fs1["unmatched"] == ("host elsewhere has a disk pool on fs1 but is not matched to "
+                                "a node of the cluster by its name or address")
+    # this host's node writes to scratch without it: named once, with the pools, not twice
+    assert scratch["flags"] == [
+        "not mounted on gpfs-2, the node of host media-2, where storage server ss2 writes "
+        "disk pool dp2",
+        "not mounted on gpfs-2, the node of host here, where storage server ss4 writes disk "
+        "pool dp4",
+        "97% full"]
+    assert scratch["unmatched"] is None
+    # without storage servers, as before
+    plain = sv.mount_map(c, local)
+    assert plain["rows"][1]["flags"] == ["not mounted on gpfs-2 (this host)", "97% full"]
+    assert plain["rows"][0]["members"] == {} and plain["rows"][0]["unmatched"] is None
+    assert sv.flags(c["filesystems"][0], local, found=found) == fs1["flags"]

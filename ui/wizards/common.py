@@ -268,6 +268,8 @@ class ResultPage(Page):
     def initializePage(self):
         w = self.wizard()
         w.setOption(QWizard.WizardOption.NoBackButtonOnLastPage, False)
+        w.button(QWizard.WizardButton.CancelButton).show()
+        self.setSubTitle(f"Creating the {self.what} in the catalog.")
         self.result, self.error = None, None
         self.headline.setText(f"Creating the {self.what}…")
         self.start_loading(f"Creating the {self.what}…")
@@ -282,6 +284,9 @@ class ResultPage(Page):
         w.setOption(QWizard.WizardOption.NoBackButtonOnLastPage, True)
         name = w.created_name()
         self.headline.setText(f"The {self.what} '{name}' was created.")
+        self.setSubTitle(f"The {self.what} is in the catalog.")
+        # nothing is left to cancel: Finish closes the wizard
+        w.button(QWizard.WizardButton.CancelButton).hide()
         self.status.ok(w.result_text(result))
         w.on_created(result)
 
@@ -290,6 +295,7 @@ class ResultPage(Page):
         self.loaded()
         self.headline.setText(f"The {self.what} was not created. Go Back to change what the "
                               "error names, then create it again.")
+        self.setSubTitle(f"The {self.what} was not created.")
         self.status.error(error)
 
     def revalidate(self, *_):

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QFormLayo
     QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSpinBox, QTableWidget, \
     QTableWidgetItem
 
-from app import scale_view
+from app import pool_mounts, scale_view, shared_volumes
 from app.config import check_abs_path
 from app.errors import ValidationError
 from plugins.storage import registry
@@ -53,7 +53,11 @@ def _load_volumes(m, server):
                 used[v] = pool["name"]
     probe = m.probe_host(srv["host"])
     scale = probe.get("storage_scale")
-    return {"host": srv["host"], "used": used,
+    # every pool's directories: one host's, or any host's on a shared file system, are
+    # never another pool's or inside or around one (the master refuses them too)
+    pools = [{"name": p["name"], "host": p["host"], "volumes": p["volumes"]}
+             for p in m.disk_pools()]
+    return {"host": srv["host"], "used": used, "pools": pools,
             "filesystems": scale_view.mark_volumes(probe.get("filesystems") or [], scale,
                                                    probe.get("hostname")),
             "cluster": None if scale_view.problem(scale, srv["host"]) else {
@@ -83,17 +87,6 @@ def check_text(check):
 
 def is_parallel(fs):
     return fs.get("class") == "parallel"
-
-
-def mount_of(path, filesystems):
-    """The file system holding path: the longest mount point above it."""
-    best = None
-    for fs in filesystems:
-        mnt = fs["mount_point"]
-        if path == mnt or path.startswith(mnt.rstrip("/") + "/"):
-            if best is None or len(mnt) > len(best["mount_point"]):
-                best = fs
-    return best
 
 
 class ServerPage(Page):
@@ -209,6 +202,7 @@ class VolumesPage(Page):
 
         self.filesystems = []
         self.used = {}
+        self.pools = []
         self.host = None
         self.server = None
         self.checks = {}          # volume path -> the host's answer
@@ -247,6 +241,7 @@ class VolumesPage(Page):
         self.host = result["host"]
         self.filesystems = result["filesystems"]
         self.used = result["used"]
+        self.pools = result.get("pools") or []
         self._show_cluster(result.get("cluster"))
         self.table.blockSignals(True)
         self.table.setRowCount(0)
@@ -255,7 +250,7 @@ class VolumesPage(Page):
         for path, checked in keep:
             r = self._row_of(path)
             if r is None:
-                self._add_row(path, mount_of(path, self.filesystems), checked)
+                self._add_row(path, scale_view.mount_of(path, self.filesystems), checked)
             else:
                 self._set_checked(r, checked)
         self.table.blockSignals(False)
@@ -380,7 +375,7 @@ class VolumesPage(Page):
         r = self._row_of(path)
         if r is None:
             self.table.blockSignals(True)
-            r = self._add_row(path, mount_of(path, self.filesystems), True)
+            r = self._add_row(path, scale_view.mount_of(path, self.filesystems), True)
             self.table.blockSignals(False)
             self._fit_columns()
         else:
@@ -395,7 +390,7 @@ class VolumesPage(Page):
         r = item.row()
         path = self.volume(r)
         # An edited directory belongs to the file system that holds it.
-        fs = mount_of(path, self.filesystems) if path.startswith("/") else None
+        fs = scale_view.mount_of(path, self.filesystems) if path.startswith("/") else None
         if fs is not item.data(FS_ROLE):
             self.table.blockSignals(True)
             item.setData(FS_ROLE, fs)
@@ -482,11 +477,26 @@ class VolumesPage(Page):
         on the storage server's node), or None; Next stays enabled."""
         out = []
         for v in self.volumes():
-            fs = mount_of(v, self.filesystems) if v.startswith("/") else None
+            fs = scale_view.mount_of(v, self.filesystems) if v.startswith("/") else None
             w = scale_view.volume_warning(fs, self.host)
             if w and w not in out:
                 out.append(w)
         return " ".join(out) or None
+
+    def overlap(self, v):
+        """Why volume v may not be used because of another pool's directory, or None."""
+        shared = pool_mounts.on_shared(v, self.filesystems)
+        for pool in self.pools:
+            if pool["host"] != self.host and not shared:
+                continue
+            for q in pool["volumes"]:
+                rel = shared_volumes.relation(v, q)
+                if rel:
+                    where = "" if pool["host"] == self.host else \
+                        f" on host {pool['host']}, on the same shared file system"
+                    return (f"Volume {v} {rel} volume {q} of disk pool '{pool['name']}'"
+                            f"{where}: give each pool its own directory beside the others'.")
+        return None
 
     def problem(self):
         vols = self.volumes()
@@ -505,6 +515,9 @@ class VolumesPage(Page):
             seen.add(v)
             if v in self.used:
                 return f"Volume {v} already belongs to disk pool '{self.used[v]}'."
+            overlap = self.overlap(v)
+            if overlap:
+                return overlap
         if self.check_error is not None:
             return f"The volumes could not be checked on host {self.host}: " \
                    f"{self.check_error.message}"

@@ -397,8 +397,7 @@ class SelectionsPage(Page):
         self.body.addLayout(browse)
         self.selections = []
         self.browser = None
-        # pool volumes, storage server paths and pools' data, as backups skip them
-        self.pools = {"volumes": {}, "data": {}}
+        self.pools = {}         # every pool's files, as backups leave them out
         self._buttons()
 
     def initializePage(self):

@@ -155,11 +155,13 @@ class _ChangesResultPage(ResultPage):
     def _created(self, result):
         super()._created(result)
         self.headline.setText(f"The changes to policy '{result['name']}' were saved.")
+        self.setSubTitle("The changes are in the catalog.")
 
     def _failed(self, error):
         super()._failed(error)
         self.headline.setText("Nothing was changed. Go Back to change what the error names, "
                               "then save again.")
+        self.setSubTitle("The changes were not saved.")
 
 
 class PolicyChangeWizard(WizardBase):

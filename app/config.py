@@ -151,6 +151,47 @@ def id_of(db, table, kind, name, listing):
     return row[0]
 
 
+def check_schedule(name, *, type, retention, frequency, windows, calendar, read_all):
+    """A schedule's columns (type, retention_s, frequency_s, windows, calendar, read_all) from
+    what an admin gives, checked as a whole: for a new schedule and for a changed one alike."""
+    if type not in SCHEDULE_TYPES:
+        raise ValidationError(f"schedule type {type!r} is unknown",
+                              hint="choose full, differential, cumulative or catalog")
+    ret = retention if isinstance(retention, int) and not isinstance(retention, bool) \
+        else timeutil.parse_duration(retention)
+    freq = check_frequency(frequency)
+    cal = check_calendar(calendar)
+    wins = check_windows(windows)
+    if freq is not None and cal is not None:
+        raise ValidationError("a schedule runs either every so often or on calendar days, "
+                              "not both",
+                              hint="drop the frequency, or drop the weekdays and days of "
+                                   "the month")
+    if cal is not None:
+        if not wins:
+            raise ValidationError("a calendar schedule needs a start window",
+                                  hint='give the hours it may start in, e.g. '
+                                       '--window "daily 22:00 8h"')
+        window_days = {w["day"] for w in wins}
+        lost = [_DAYS[d] for d in cal["weekdays"] if d not in window_days]
+        if lost:
+            raise ValidationError(
+                f"the calendar names {', '.join(lost)} but no start window opens on "
+                f"{'that day' if len(lost) == 1 else 'those days'}, so it would never run "
+                "then", hint='add a window on those days, e.g. --window "daily 22:00 8h"')
+    if wins and freq is None and cal is None:
+        freq = DEFAULT_FREQUENCY[type]
+    if not isinstance(read_all, bool):
+        raise ValidationError(f"read_all {read_all!r} is not yes or no")
+    if read_all and type != "full":
+        raise ValidationError(
+            f"only a full schedule can read every file ({name!r} is {type})",
+            hint="incrementals read only what changed; make it a full schedule")
+    return {"type": type, "retention_s": -1 if ret is None else ret, "frequency_s": freq,
+            "windows": json.dumps(wins), "calendar": None if cal is None else json.dumps(cal),
+            "read_all": int(read_all)}
+
+
 class Config:
     def __init__(self, db):
         self.db = db
@@ -415,46 +456,14 @@ class Config:
         file instead of trusting the files cache (e.g. a monthly one beside nightly fulls)."""
         pid = id_of(self.db, "policies", "policy", policy, "policy create")
         check_name("schedule", name)
-        if type not in SCHEDULE_TYPES:
-            raise ValidationError(f"schedule type {type!r} is unknown",
-                                  hint="choose full, differential, cumulative or catalog")
         if self.db.one("SELECT 1 FROM schedules WHERE policy_id=? AND name=?", (pid, name)):
             raise ValidationError(f"policy {policy!r} already has a schedule named {name!r}")
-        ret = timeutil.parse_duration(retention)
-        freq = check_frequency(frequency)
-        cal = check_calendar(calendar)
-        wins = check_windows(windows)
-        if freq is not None and cal is not None:
-            raise ValidationError("a schedule runs either every so often or on calendar days, "
-                                  "not both",
-                                  hint="drop the frequency, or drop the weekdays and days of "
-                                       "the month")
-        if cal is not None:
-            if not wins:
-                raise ValidationError("a calendar schedule needs a start window",
-                                      hint='give the hours it may start in, e.g. '
-                                           '--window "daily 22:00 8h"')
-            window_days = {w["day"] for w in wins}
-            lost = [_DAYS[d] for d in cal["weekdays"] if d not in window_days]
-            if lost:
-                raise ValidationError(
-                    f"the calendar names {', '.join(lost)} but no start window opens on "
-                    f"{'that day' if len(lost) == 1 else 'those days'}, so it would never run "
-                    "then", hint='add a window on those days, e.g. --window "daily 22:00 8h"')
-        if wins and freq is None and cal is None:
-            freq = DEFAULT_FREQUENCY[type]
-        if not isinstance(read_all, bool):
-            raise ValidationError(f"read_all {read_all!r} is not yes or no")
-        if read_all and type != "full":
-            raise ValidationError(
-                f"only a full schedule can read every file ({name!r} is {type})",
-                hint="incrementals read only what changed; make it a full schedule")
+        row = check_schedule(name, type=type, retention=retention, frequency=frequency,
+                             windows=windows, calendar=calendar, read_all=read_all)
         with self.db.tx() as c:
             c.execute("INSERT INTO schedules(policy_id, name, type, retention_s, frequency_s, "
                       "windows, calendar, read_all) VALUES (?,?,?,?,?,?,?,?)",
-                      (pid, name, type, -1 if ret is None else ret, freq,
-                       json.dumps(wins), None if cal is None else json.dumps(cal),
-                       int(read_all)))
+                      (pid, name, *row.values()))
         return self.policy(policy)
 
     def policy(self, name):
@@ -484,6 +493,15 @@ class Config:
              "read_all": bool(r["read_all"]), **_schedule_timing(r)}
             for r in self.db.all("SELECT * FROM schedules WHERE policy_id=? ORDER BY id",
                                  (row["id"],))]
+        # excludes: for every client; client_excludes: {client: its own}
+        d["excludes"], d["client_excludes"] = [], {}
+        for r in self.db.all("SELECT e.pattern, h.name FROM policy_excludes e LEFT JOIN hosts "
+                             "h ON h.id=e.host_id WHERE e.policy_id=? ORDER BY e.id",
+                             (row["id"],)):
+            if r[1] is None:
+                d["excludes"].append(r[0])
+            else:
+                d["client_excludes"].setdefault(r[1], []).append(r[0])
         return d
 
 

@@ -86,6 +86,9 @@ SCHEDULE_TYPES = ("full", "differential", "cumulative", CATALOG_SCHEDULE)
 #: how often a schedule with start windows but neither a frequency nor a calendar is due
 DEFAULT_FREQUENCY = {"full": 7 * 86400, "differential": 86400, "cumulative": 86400,
                      CATALOG_SCHEDULE: 86400}
+#: a schedule's retention when none is given, and that of a backup started by hand on a
+#: policy without schedules
+DEFAULT_RETENTION = "2w"
 #: shorter than this, back-up jobs would queue behind each other all day
 MIN_FREQUENCY_S = 15 * 60
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -393,7 +393,9 @@ class Scheduler:
                                        schedule=s.name, not_after=inst[1], note=note, c=c)
         else:
             jid = self.master.queue_backup(p, client, {"name": s.name, "type": s.type,
-                                                       "read_all": s.read_all},
+                                                       "read_all": s.read_all,
+                                                       "retention_s": None if s.retention_s < 0
+                                                       else s.retention_s},
                                            not_after=inst[1], note=note, c=c)
         c.execute("UPDATE schedule_runs SET job_id=? WHERE id=?", (jid, run_id))
         return jid

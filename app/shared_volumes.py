@@ -142,6 +142,17 @@ def check_restore_target(db, target):
                 hint="restore to a directory outside every disk pool")
 
 
+def pool_folders(db):
+    """{folder: why} of every pool's files (_folder of each claim), for what backups leave
+    out and the warnings about selections (app/backup_excludes.py)."""
+    out = {}
+    for c in claims(db):
+        path = _folder(c)
+        if path:
+            out.setdefault(path, f"the images of {_whose(c)}")
+    return out
+
+
 def pool_excludes(db, selections):
     """{directory: why} of every pool's files below a backup's selections, on any host:
     where the selection is on a shared file system they are other storage servers' images

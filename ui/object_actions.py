@@ -175,7 +175,9 @@ class ObjectActions(_JobActions):
             return None
         dlg = PropertiesDialog(self.bridge, self.kind, row, self.view.window())
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dlg.accepted.connect(lambda: self._saved(dlg))
+        # finished, not accepted: a policy's lists are saved by their own wizard, also when
+        # the Properties are then closed with Cancel
+        dlg.finished.connect(lambda _: self._saved(dlg))
         self.last_dialog = dlg
         dlg.open()
         return dlg

@@ -7,7 +7,7 @@ import time
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, \
-    QLabel, QLineEdit, QSpinBox, QVBoxLayout
+    QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout
 
 from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW, FILE_LIST_MODES, SNAPSHOT_MODES
 from app.config_edit import EDITABLE
@@ -16,6 +16,7 @@ from app.timeutil import format_duration
 from plugins.storage import registry
 from ui import fmt
 from ui.resources import icon
+from ui.wizards.policy_change import PolicyChangeWizard, excludes_text, policy_excludes
 from ui.wizards.schedule_text import summary as schedule_summary
 from ui.wizards.storage_server import CIPHER, chunk_text
 
@@ -29,7 +30,8 @@ READ_ONLY = {
     "storage-server": ("type", "host", "path", "options", "created"),
     "disk-pool": ("server", "server_type", "host", "volumes", "created"),
     "storage-unit": ("pool", "server", "host", "active_jobs", "created"),
-    "policy": ("clients", "selections", "schedules", "compression", "encryption", "created"),
+    "policy": ("clients", "selections", "excludes", "schedules", "compression", "encryption",
+               "created"),
     "lifecycle": ("steps", "policies", "created"),
     "storage-unit-group": ("selection", "unit_names", "policies", "created"),
 }
@@ -39,6 +41,7 @@ LABELS = {
     "host": "Host", "path": "Path", "server": "Storage server", "server_type": "Storage type",
     "volumes": "Volumes", "pool": "Disk pool", "active_jobs": "Active jobs",
     "clients": "Clients", "selections": "Backup selections", "schedules": "Schedules",
+    "excludes": "Excludes",
     "compression": "Compression", "encryption": "Encryption", "port": "SSH port",
     "user": "SSH user", "key_file": "Private key file", "data_address": "Data address",
     "comment": "Comment", "high_water": "High-water mark", "low_water": "Low-water mark",
@@ -189,11 +192,20 @@ class PropertiesDialog(QDialog):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         title = QLabel(f"<b>{html.escape(self.name)}</b>")
         form.addRow("Name", title)
+        self.read_only = {}
         for key in READ_ONLY[kind]:
             if key == "options" and not registry.can(obj.get("type"), "dedup"):
                 continue    # only a deduplicating server has options to show
             if key in obj:
-                form.addRow(LABELS.get(key, key), value_label(_text(key, obj[key])))
+                self.read_only[key] = value_label(self._shown(key))
+                form.addRow(LABELS.get(key, key), self.read_only[key])
+        self.change_button = self.change_wizard = None
+        if kind == "policy":
+            self.change_button = QPushButton("C&hange schedules, clients, selections and "
+                                             "excludes…")
+            self.change_button.setObjectName("policy-change")
+            self.change_button.clicked.connect(self.change_lists)
+            form.addRow("", self.change_button)
         self.next_label = None
         if kind == "policy":
             self.next_label = value_label("Looking…", "next-backups")
@@ -244,6 +256,34 @@ class PropertiesDialog(QDialog):
                         failed=lambda e: self._late_text(
                             self.usage_label, f"Cannot tell: {getattr(e, 'message', e)}"),
                         context=self)
+
+    def _shown(self, key):
+        if self.kind == "policy" and key == "excludes":
+            excludes = policy_excludes(self.obj)
+            return excludes_text(excludes) if excludes else "—"
+        return _text(key, self.obj[key])
+
+    def change_lists(self):
+        """The policy wizard's pages on this policy's lists, saved by their own Save; the
+        values shown here follow."""
+        w = PolicyChangeWizard(self.bridge, self.obj, self)
+        self.change_wizard = w
+        w.created.connect(lambda *_: self._lists_changed(w.created_result))
+        w.open()
+        return w
+
+    def _lists_changed(self, policy):
+        self.saved = self.saved or policy
+        for key in ("clients", "selections", "excludes", "schedules", "client_excludes"):
+            self.obj[key] = policy[key]
+        for key, label in self.read_only.items():
+            if key in ("clients", "selections", "excludes", "schedules"):
+                label.setText(self._shown(key))
+        if self.next_label is not None:
+            self.bridge.call(next_backups, self.name,
+                             done=lambda runs: self._late_text(self.next_label,
+                                                               next_backups_text(runs)),
+                             context=self)
 
     def _late_text(self, label, text):
         """A value that arrives after the window is shown: the window grows to keep every

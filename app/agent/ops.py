@@ -163,7 +163,7 @@ def list_dir(req, path):
 @handler
 def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
            previous=None, snapshot="none", file_list="walk", since=None, references=None,
-           skip_nodump=False):
+           skip_nodump=False, exclude_names=None):
     """Client side of a backup. dest is {"mode": "file", "path": partial, "storage": spec}
     when the storage is on this host, or {"mode": "net", "host", "port", "cert", "token",
     "storage": the client's part of the spec} to stream to the storage server's agent; the
@@ -185,6 +185,7 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
         # image too (its summary member), so that an import finds it there
         kw = dict(emit=req.emit, is_cancelled=req.is_cancelled, image_meta=image_meta,
                   checksum=checksum, excludes=dict(excludes or {}, **prep.excludes),
+                  exclude_names=exclude_names,
                   previous=previous, read_from=prep.read_from, listing=prep.listing,
                   unchanged_before_ns=prep.unchanged_before_ns, references=references,
                   skip_nodump=skip_nodump, summary_extra=prep.report())

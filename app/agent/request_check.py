@@ -20,7 +20,7 @@ ARG_TYPES = {
                      "snapshot", "file_list", "bind", "image_id", "aside"), _STR),
     **dict.fromkeys(("port", "streams"), _INT),
     **dict.fromkeys(("paths", "selections", "snapshots", "extents", "plan", "image_paths",
-                     "images", "lengths"), _LIST),
+                     "images", "lengths", "exclude_names"), _LIST),
     **dict.fromkeys(("image_meta", "dest", "excludes", "storage", "sink", "target"), _DICT),
     "create": (bool,),
     "back": (bool,),

@@ -2,11 +2,14 @@
 `cairn schedule runs` (what the scheduler will run and what it did)."""
 
 import argparse
+import json
+import sys
 
 from app import status as st, timeutil
 from app.cli.output import out, table
 from app.cli.shared import deleting, setting_value
 from app.errors import CairnError
+from app.terminal_text import escape_all
 
 
 def policy_commands(sub, cmd):
@@ -30,6 +33,7 @@ def policy_commands(sub, cmd):
     p.add_argument("policy")
     p.add_argument("path")
     _add_schedule_command(po, cmd)
+    _day_two_commands(po, cmd)
     cmd(po, "list", "list policies", handler=_list)
     p = cmd(po, "delete", "delete a policy (its images stay until they expire)",
             handler=deleting("policy"))
@@ -90,12 +94,18 @@ def _add_schedule_command(po, cmd):
                    "Windows are in the master's local time; a window may run past midnight.")
     p.add_argument("policy")
     p.add_argument("name")
-    p.add_argument("--type", required=True,
+    _schedule_options(p, adding=True)
+
+
+def _schedule_options(p, adding):
+    """add-schedule's options; for set-schedule (adding False) every one is optional and
+    only those given change."""
+    p.add_argument("--type", required=adding,
                    help="full, differential (changes since the last backup of any type), "
                         "cumulative (changes since the last full) or catalog (a catalog "
                         "backup of the master to the policy's storage unit; --retention says "
                         "how long its archives are kept)")
-    p.add_argument("--retention", default="2w")
+    p.add_argument("--retention", default="2w" if adding else None)
     p.add_argument("--frequency", metavar="DURATION",
                    help="run when no backup of this schedule succeeded for this long: 12h, "
                         "1d, 1w")
@@ -108,7 +118,8 @@ def _add_schedule_command(po, cmd):
                    help="calendar: run on these days of the month, e.g. 1,15,last")
     p.add_argument("--exclude-date", action="append", metavar="YYYY-MM-DD",
                    help="calendar: not on this date; repeat for more")
-    p.add_argument("--read-every-file", action="store_true",
+    p.add_argument("--read-every-file", default=False if adding else None,
+                   action="store_true" if adding else argparse.BooleanOptionalAction,
                    help="full schedules into deduplicating pools: read every file instead of "
                         "trusting the files cache (e.g. a monthly full beside nightly ones)")
     p.add_argument("--passphrase-file", metavar="F",
@@ -117,6 +128,9 @@ def _add_schedule_command(po, cmd):
 
 
 def _policy_out(args, r):
+    if not getattr(args, "json", False):
+        for w in r.get("warnings") or ():
+            print(f"warning: {escape_all(w)}", file=sys.stderr)
     return out(args, r, lambda d: print(
         f"policy {d['name']}: storage unit {d['storage_unit']}"
         + (f" (lifecycle {d['lifecycle']})" if d.get("lifecycle") else "")
@@ -165,7 +179,124 @@ def _add_schedule(m, args):
 
 
 def _show(m, args):
-    return _policy_out(args, m.policy(args.name))
+    return out(args, m.policy(args.name), _print_policy)
+
+
+def _print_policy(d):
+    target = d["storage_unit"] + (f" (lifecycle {d['lifecycle']})" if d.get("lifecycle")
+                                  else "") + \
+        (f" (storage unit group {d['storage_unit_group']})" if d.get("storage_unit_group")
+         else "")
+    print(f"policy {d['name']}{'' if d['active'] else ' (inactive)'}: storage unit {target}")
+    print(f"  priority {d['priority']}, multiple streams {'yes' if d['multiple_streams'] else 'no'}"
+          f", checksum {d['checksum']}, snapshot {d['snapshot']}, file list {d['file_list']}, "
+          f"dedup {d['dedup']}, skip nodump {'yes' if d['skip_nodump'] else 'no'}")
+    print("  clients:    " + (", ".join(d["clients"]) or "none"))
+    print("  selections: " + (", ".join(d["selections"]) or "none"))
+    print("  excludes:   " + (", ".join(d["excludes"]) or "none"))
+    for client, pats in d["client_excludes"].items():
+        print(f"    for {client}: {', '.join(pats)}")
+    print("  schedules:" + ("" if d["schedules"] else " none"))
+    for x in d["schedules"]:
+        when = (f"every {x['frequency']}" if x["frequency"] else "") if x["kind"] != "calendar" \
+            else "calendar " + json.dumps(x["calendar"])
+        wins = f", {len(x['windows'])} start window(s)" if x["windows"] else ", by hand only"
+        print(f"    {x['name']}: {x['type']}, retention {x['retention']}"
+              f"{', ' + when if when else ''}{wins}"
+              f"{', reads every file' if x['read_all'] else ''}")
+
+
+# ---- day two: change what exists ------------------------------------------------------------
+
+def _day_two_commands(po, cmd):
+    p = cmd(po, "remove-client", "remove a client from a policy (with its own excludes)",
+            handler=lambda m, a: _policy_out(a, m.remove_policy_client(a.policy, a.host)))
+    p.add_argument("policy")
+    p.add_argument("host")
+    p = cmd(po, "remove-selection", "remove a backup selection from a policy",
+            handler=lambda m, a: _policy_out(a, m.remove_policy_selection(a.policy, a.path)))
+    p.add_argument("policy")
+    p.add_argument("path")
+    p = cmd(po, "set-schedule", "change a schedule's options; those not given stay",
+            handler=_set_schedule,
+            description="Change the options given and keep the others, checked as "
+                        "add-schedule checks a new schedule. --frequency replaces calendar "
+                        "days and --weekdays/--monthdays replace a frequency; --window none "
+                        "leaves only backups started by hand; --weekdays none, --monthdays "
+                        "none and --exclude-date none clear that part of the calendar. Jobs "
+                        "already queued keep what they were queued with.")
+    p.add_argument("policy")
+    p.add_argument("name")
+    _schedule_options(p, adding=False)
+    p = cmd(po, "remove-schedule", "remove a schedule from a policy",
+            handler=lambda m, a: _policy_out(a, m.remove_schedule(a.policy, a.name)))
+    p.add_argument("policy")
+    p.add_argument("name")
+    for verb, what in (("add", "leave out of the policy's backups"),
+                       ("remove", "back up again")):
+        p = cmd(po, f"{verb}-exclude", f"{what}: a file name pattern or an absolute path",
+                handler=_add_exclude if verb == "add" else _remove_exclude,
+                description="PATTERN is a glob matched against each file's and directory's "
+                            "name (*.tmp, core.*, .cache), or an absolute path whose whole "
+                            "subtree is left out (/home/joe/scratch).")
+        p.add_argument("policy")
+        p.add_argument("pattern")
+        p.add_argument("--client", metavar="HOST",
+                       help="for this client of the policy only")
+
+
+def _add_exclude(m, args):
+    return _policy_out(args, m.add_policy_exclude(args.policy, args.pattern, args.client))
+
+
+def _remove_exclude(m, args):
+    return _policy_out(args, m.remove_policy_exclude(args.policy, args.pattern, args.client))
+
+
+_NONE = ("none", "no", "off", "")
+
+
+def _set_schedule(m, args):
+    # app.config loads for the commands that parse with it, not for every `cairn` command.
+    from app.schedule_rules import calendar_from_text, parse_windows_text
+    changes = {}
+    if args.type is not None:
+        changes["type"] = args.type
+    if args.retention is not None:
+        changes["retention"] = args.retention
+    if args.frequency is not None:
+        changes["frequency"] = None if args.frequency.strip().lower() in _NONE \
+            else args.frequency
+    if args.window:
+        changes["windows"] = [] if [w.strip().lower() for w in args.window] == ["none"] \
+            else parse_windows_text(args.window)
+    if args.weekdays is not None or args.monthdays is not None or args.exclude_date:
+        stored = next((s for s in m.policy(args.policy)["schedules"]
+                       if s["name"] == args.name), None) or {}
+        cal = stored.get("calendar") or {"weekdays": [], "monthdays": [], "exclude": []}
+
+        def part(given, key):
+            if given is None:
+                return cal[key]
+            return [] if str(given).strip().lower() in _NONE else given
+        dates = cal["exclude"] if not args.exclude_date else \
+            ([] if [d.strip().lower() for d in args.exclude_date] == ["none"]
+             else args.exclude_date)
+        changes["calendar"] = calendar_from_text(part(args.weekdays, "weekdays"),
+                                                 part(args.monthdays, "monthdays"), dates)
+    if args.read_every_file is not None:
+        changes["read_all"] = args.read_every_file
+    if not changes:
+        raise CairnError("nothing to change", status_code=st.INVALID_REQUEST,
+                         hint="give one or more of add-schedule's options, e.g. "
+                              "--retention 4w or --window \"daily 22:00 8h\"")
+    passphrase = None
+    if args.passphrase_file:
+        # The escrow's module loads for this option only.
+        from app.catalog_backup.escrow import read_passphrase
+        passphrase = read_passphrase(args.passphrase_file)
+    return _policy_out(args, m.set_schedule(args.policy, args.name, passphrase=passphrase,
+                                            **changes))
 
 
 def _list(m, args):

@@ -11,8 +11,8 @@ import json
 import posixpath
 import time
 
-from app import shared_volumes, status as st
-from app import timeutil
+from app import status as st
+from app import backup_excludes, timeutil
 from app.formats import imagemeta
 from app.catalog_index import IndexWriter, rebuild_hint
 from app.errors import CairnError, Canceled, ValidationError
@@ -20,6 +20,7 @@ from app.jobs import holds, incremental
 from app.jobs.commit import commit, record_image  # noqa: F401 - record_image: backup_set
 from app.jobs.context import COMMITTING, SCANNING, JobContext, results, start_listening_side
 from app.jobs.result import JobResult
+from app.policy_edit import client_excludes
 from plugins.storage import registry
 
 
@@ -153,6 +154,11 @@ class BackupJob:
                               if s["name"] == job["schedule"]), None)
         self.level = self.p.get("schedule_type") or (self.schedule["type"] if self.schedule
                                                      else "full")
+        if "retention_s" in self.p:
+            # as queued: a schedule changed or removed since applies to later jobs
+            self.schedule = dict(self.schedule or {"name": job["schedule"],
+                                                   "type": self.level},
+                                 retention_s=self.p["retention_s"])
         self.checksum = self.p.get("checksum", "crc32")
         self.stream = self.p.get("stream")
         self.set = None
@@ -347,15 +353,11 @@ class BackupJob:
         """Streams the image: (the client's summary, the storage side's result or None when
         the client wrote the image itself)."""
         dest = self._destination()
-        # Backing up the pool's own images into the pool helps nobody and grows forever.
-        excludes = self.side.excludes() \
-            if self.storage_host["name"] == self.client_host["name"] else {}
-        # Nor any other pool's: on a shared file system other storage servers write there.
-        excludes = dict(shared_volumes.pool_excludes(self.master.db, self.selections),
-                        **excludes)
+        excludes, names = self._excludes()
         send = self.client.start("backup", {
             "selections": self.selections, "image_meta": meta, "dest": dest,
-            "checksum": meta["checksum"], "excludes": excludes, "previous": self.previous,
+            "checksum": meta["checksum"], "excludes": excludes, "exclude_names": names,
+            "previous": self.previous,
             "snapshot": self.policy.get("snapshot") or "none",
             "file_list": self.policy.get("file_list") or "auto", "since": self.since,
             "references": self.references,
@@ -369,6 +371,26 @@ class BackupJob:
         if self.index_error:
             raise CairnError(f"indexing the image failed: {self.index_error[0]}")
         return outcome[0], (outcome[1] if len(outcome) > 1 else None)
+
+    def _excludes(self):
+        """({path: why}, [name globs]) the client leaves out: the policy's excludes as the
+        job was queued with them (a job queued before excludes existed reads the policy's
+        now), the pseudo file systems and Cairn's own pools (app/backup_excludes.py)."""
+        # Backing up the pool's own images into the pool helps nobody and grows forever;
+        # nor any other pool's (on a shared file system other storage servers write there),
+        # nor the pseudo file systems.
+        own = self.side.excludes() \
+            if self.storage_host["name"] == self.client_host["name"] else {}
+        excludes = dict(backup_excludes.default_excludes(self.master.db, self.selections),
+                        **own)
+        chosen = self.p.get("excludes") or client_excludes(
+            self.master.db, self.job["policy"], self.client_host["name"])
+        for path in chosen["paths"]:
+            excludes[path] = f"excluded by policy {self.job['policy']}"
+        if chosen["paths"] or chosen["names"]:
+            self.ctx.log("excluded by the policy: " + ", ".join(chosen["paths"]
+                                                               + chosen["names"]))
+        return excludes, chosen["names"]
 
     def _commit(self, meta, expires, summary, stats, warnings):
         """Checks that the images this one reads from are still there, then commits it."""

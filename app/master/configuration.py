@@ -1,7 +1,7 @@
 """Policies, changing and deleting configuration objects, and the master's settings. Part of the
 master API (app/master/__init__.py)."""
 
-from app import config_edit, timeutil
+from app import backup_excludes, config_edit, policy_edit, shared_volumes, timeutil
 from app.schedule_rules import CATALOG_SCHEDULE
 from app.jobs import catalog_backup
 from app.errors import NotFound, ValidationError
@@ -13,9 +13,10 @@ class ConfigurationAPI:
                       multiple_streams=False, checksum="crc32", snapshot="none",
                       file_list="auto", dedup="server", skip_nodump=False, clients=(),
                       selections=(), schedules=(), comment="", compression=False,
-                      encryption=False):
+                      encryption=False, excludes=()):
         """A policy with its clients, backup selections and schedules (dicts of
-        add_schedule's arguments plus `name`), all or nothing: when a later part is
+        add_schedule's arguments plus `name`) and excludes ({"pattern", "client"}), all or
+        nothing: when a later part is
         refused, the policy is removed again and the error raised. It writes to a storage
         unit or through a lifecycle (exactly one of them: app/lifecycles.py). compression and
         encryption are refused with the reason (Config.add_policy). A catalog schedule
@@ -47,10 +48,13 @@ class ConfigurationAPI:
             for s in schedules:
                 s = dict(s)
                 self.config.add_schedule(name, s.pop("name"), **s)
+            for e in excludes:
+                policy_edit.add_exclude(self.config, name, e["pattern"], e.get("client"))
         except BaseException:
             self._remove_policy(name)
             raise
-        return self.config.policy(name)
+        return policy_edit.with_warnings(self.config.policy(name), [
+            w for path in selections for w in backup_excludes.selection_warnings(self.db, path)])
 
     def policy(self, name):
         """One policy with its clients, backup selections and schedules."""
@@ -66,8 +70,53 @@ class ConfigurationAPI:
 
     def add_policy_selection(self, policy, path):
         """Adds a backup selection (an absolute path, or NEW_STREAM) to a policy; returns
-        the policy."""
-        return self.config.add_policy_selection(policy, path)
+        the policy, with `warnings` when the backups leave the selection (or part of it)
+        out: a pseudo file system, a pool (app/backup_excludes.py)."""
+        doc = self.config.add_policy_selection(policy, path)
+        added = doc["selections"][-1]   # as stored: normalized
+        return policy_edit.with_warnings(doc, backup_excludes.selection_warnings(self.db,
+                                                                                 added))
+
+    def pool_paths(self):
+        """{folder: why} of every pool's files: backups leave them out where a selection
+        holds them or lies in them (app/backup_excludes.py)."""
+        return shared_volumes.pool_folders(self.db)
+
+    # Day two: what policy_edit changes. Each returns the policy with `warnings` (queued or
+    # running jobs that keep the old values, a policy left with nothing to run).
+    def remove_policy_client(self, policy, host):
+        """Removes a client from a policy, with its own excludes."""
+        return policy_edit.remove_client(self.config, policy, host)
+
+    def remove_policy_selection(self, policy, path):
+        return policy_edit.remove_selection(self.config, policy, path)
+
+    def set_schedule(self, policy, name, passphrase=None, **changes):
+        """Changes the given options of a schedule (add_schedule's keywords); the others
+        stay."""
+        if changes.get("type") == CATALOG_SCHEDULE:
+            catalog_backup.check_schedulable(self, passphrase)
+        return policy_edit.set_schedule(self.config, policy, name, **changes)
+
+    def remove_schedule(self, policy, name):
+        return policy_edit.remove_schedule(self.config, policy, name)
+
+    def add_policy_exclude(self, policy, pattern, client=None):
+        """Adds a name glob (*.tmp) or an absolute path to what the policy's backups leave
+        out, for every client or for `client`."""
+        return policy_edit.add_exclude(self.config, policy, pattern, client)
+
+    def remove_policy_exclude(self, policy, pattern, client=None):
+        return policy_edit.remove_exclude(self.config, policy, pattern, client)
+
+    def change_policy_lists(self, policy, *, clients=None, selections=None, schedules=None,
+                            excludes=None):
+        """Makes a policy's clients, selections, schedules and excludes the lists given
+        (None: unchanged), checked first; the console's policy pages save through this."""
+        if any(s.get("type") == CATALOG_SCHEDULE for s in schedules or ()):
+            catalog_backup.check_schedulable(self, None)
+        return policy_edit.change_lists(self, policy, clients=clients, selections=selections,
+                                        schedules=schedules, excludes=excludes)
 
     def add_schedule(self, policy, name, *, type, retention="2w", frequency=None, windows=None,
                      calendar=None, read_all=False, passphrase=None):

@@ -5,7 +5,7 @@ import time
 
 from app import status, timeutil
 from app.config import STREAM_MARKER
-from app.schedule_rules import CATALOG_SCHEDULE
+from app.schedule_rules import CATALOG_SCHEDULE, DEFAULT_RETENTION
 from app.errors import CairnError, NotFound, ValidationError
 from app.jobs import catalog_backup, stats
 from app.jobs.stats import job_start
@@ -14,6 +14,7 @@ from app.jobs.backup_set import split_streams, stream_key
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
 from app.jobs.store import DONE
+from app.policy_edit import client_excludes
 
 
 class JobsAPI:
@@ -52,7 +53,8 @@ class JobsAPI:
             if not scheds:
                 # A manual backup of a policy without schedules is a full with the default
                 # retention, as admins expect from a user-directed backup.
-                sched = {"name": "manual", "type": "full"}
+                sched = {"name": "manual", "type": "full",
+                         "retention_s": timeutil.parse_duration(DEFAULT_RETENTION)}
             else:
                 sched = (full or scheds)[0]
         else:
@@ -78,7 +80,12 @@ class JobsAPI:
                                          c=c, files_cache=files_cache)
         plain = [s for s in pol["selections"] if s != STREAM_MARKER]
         streams = split_streams(pol["selections"]) if pol["multiple_streams"] else [plain]
-        base = {"schedule_type": sched["type"], "checksum": pol["checksum"]}
+        # A queued job keeps what it was queued with: an edit of the policy applies to the
+        # jobs queued after it (app/policy_edit.py).
+        base = {"schedule_type": sched["type"], "checksum": pol["checksum"],
+                "excludes": client_excludes(self.db, pol["name"], client, c)}
+        if "retention_s" in sched:
+            base["retention_s"] = sched["retention_s"]
         if not files_cache or sched.get("read_all"):
             base["no_files_cache"] = True
         common = dict(client=client, policy=pol["name"], schedule=sched["name"],

@@ -420,6 +420,17 @@ MIGRATIONS = [
     """
     ALTER TABLE jobs ADD COLUMN phase TEXT
     """,
+    # 19: a policy's exclude list: a glob on file names (*.tmp) or an absolute path that
+    # leaves out a subtree; host_id NULL for every client of the policy, else for that client
+    """
+    CREATE TABLE policy_excludes (
+        id INTEGER PRIMARY KEY,
+        policy_id INTEGER NOT NULL REFERENCES policies(id) ON DELETE CASCADE,
+        host_id INTEGER REFERENCES hosts(id) ON DELETE CASCADE,
+        pattern TEXT NOT NULL
+    );
+    CREATE INDEX policy_excludes_policy ON policy_excludes(policy_id)
+    """,
 ]
 
 

@@ -98,8 +98,10 @@ def test_frequency_schedule_fires_in_its_window_once_and_again_after_the_frequen
     job = m.jobs.get(jid)
     assert (job["policy"], job["schedule"], job["client"], job["state"]) == \
         ("p1", "nightly", m.host, "queued")
+    # what it backs up and keeps is fixed when it is queued (app/policy_edit.py)
     assert job["params"] == {"selections": ["/data"], "schedule_type": "full",
-                             "checksum": "crc32"}
+                             "checksum": "crc32", "retention_s": 14 * 86400,
+                             "excludes": {"paths": [], "names": []}}
     assert job["storage_unit"] == "stu1"
     row = m.db.one("SELECT not_after FROM jobs WHERE id=?", (jid,))
     assert row[0] == MON + 30 * HOUR                     # may not start after the window

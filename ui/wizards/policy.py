@@ -5,6 +5,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, \
     QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSpinBox, QVBoxLayout
 
+from app.backup_excludes import selection_warnings
 from app.config import CHECKSUMS, FILE_LIST_MODES, SNAPSHOT_MODES, check_abs_path
 from app.errors import ValidationError
 from plugins.storage import registry
@@ -387,11 +388,16 @@ class SelectionsPage(Page):
         browse.addWidget(self.browse_button)
         browse.addStretch(1)
         browse.addWidget(self.remove_button)
+        self.warnings = note("")
+        self.warnings.setObjectName("selection-warnings")
+        self.warnings.hide()
         self.body.addWidget(self.list, 1)
+        self.body.addWidget(self.warnings)
         self.body.addLayout(typed)
         self.body.addLayout(browse)
         self.selections = []
         self.browser = None
+        self.pools = {}         # every pool's files, as backups leave them out
         self._buttons()
 
     def initializePage(self):
@@ -403,7 +409,19 @@ class SelectionsPage(Page):
         if i >= 0:
             self.client.setCurrentIndex(i)
         self.browse_button.setEnabled(self.client.count() > 0)
+        self.call(lambda m: m.pool_paths(), done=self._pools)
         self.revalidate()
+
+    def _pools(self, pools):
+        self.pools = pools
+        self._warn()
+
+    def _warn(self):
+        """Says which selections the backups leave out, in part or whole (pseudo file
+        systems, Cairn's own pools)."""
+        found = [w for p in self.selections for w in selection_warnings(None, p, self.pools)]
+        self.warnings.setText("\n".join(f"⚠ {w}" for w in found))
+        self.warnings.setVisible(bool(found))
 
     def _buttons(self, *_):
         self.remove_button.setEnabled(self.list.currentRow() >= 0)
@@ -425,6 +443,7 @@ class SelectionsPage(Page):
             if p not in self.selections:
                 self.selections.append(p)
                 self.list.addItem(QListWidgetItem(p))
+        self._warn()
         self.revalidate()
 
     def add_typed(self):
@@ -439,6 +458,7 @@ class SelectionsPage(Page):
         if i >= 0:
             del self.selections[i]
             self.list.takeItem(i)
+            self._warn()
             self.revalidate()
 
     def browse(self):

@@ -14,7 +14,7 @@ from app.agent.archiver.members import Members
 from app.agent.archiver.metadata import Metadata
 from app.agent.archiver.output import Output
 from app.agent.archiver.totals import Counted, Totals
-from app.agent.archiver.walk import Walk
+from app.agent.archiver.walk import NamePatterns, Walk
 from app.errors import Canceled, ValidationError
 from app.formats import tarfmt
 from app.formats.changes import PreviousState
@@ -29,7 +29,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
 
     def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None,
                  read_from=None, listing=None, unchanged_before_ns=None, references=None,
-                 skip_nodump=False):
+                 skip_nodump=False, exclude_names=None):
         self.checksum = checksum
         # Leave out what is marked nodump (chattr +d), as dump does.
         self.skip_nodump = skip_nodump
@@ -63,6 +63,9 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         # absolute path (bytes) -> why it is left out
         self.excludes = {os.fsencode(p.rstrip("/") or "/"): why
                          for p, why in (excludes or {}).items()}
+        # globs matched against each entry's name (bytes); what they left out is counted
+        # and logged once at the end, not per file
+        self.exclude_names = NamePatterns(exclude_names)
         self.emit = emit
         self.is_cancelled = is_cancelled
         # CRC-32 runs inline: handing each MiB to a hash thread costs more than checking it.
@@ -136,7 +139,8 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         if (self.previous is None or self.files_cache) and self.listing is not None:
             self.totals = Counted(self.listing.totals())
         elif self.previous is None or self.files_cache:
-            self.totals = Totals([self.real(r) for r in roots], self.excludes)
+            self.totals = Totals([self.real(r) for r in roots], self.excludes,
+                                 self.exclude_names)
             self.totals.start()
         else:
             # What an incremental will send is known only at its end: no percentage.
@@ -151,6 +155,9 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         self.out.zeros(tarfmt.padding(len(meta)))
 
         self.walk(roots)
+        if self.exclude_names.left_out:
+            self.log("%d entries not backed up: their names match the excludes %s"
+                     % (self.exclude_names.left_out, ", ".join(self.exclude_names.texts)))
 
         self.out.flush()
         self.worker.wait()
@@ -169,7 +176,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
               checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None,
               read_from=None, listing=None, unchanged_before_ns=None, references=None,
-              skip_nodump=False, summary_extra=None):
+              skip_nodump=False, summary_extra=None, exclude_names=None):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
@@ -181,7 +188,8 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
 
     checksum names the piece algorithm of the file checksums (tarfmt.PIECE_HASHES).
     excludes: {absolute path: reason}; those directories or files and everything below them
-    are left out (logged once each).
+    are left out (logged once each). exclude_names: globs (fnmatch, case-sensitive) on
+    entry names; a matching file or directory (with all below it) is left out.
 
     previous: the state of the image an incremental compares with (app/formats/changes.py);
     unchanged entries get rows with offset -1 and no member.
@@ -211,7 +219,7 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     except ValueError as e:
         raise ValidationError(str(e))
     b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
-                unchanged_before_ns, references, skip_nodump)
+                unchanged_before_ns, references, skip_nodump, exclude_names)
     try:
         return b.run(selections, image_meta, summary_extra)
     finally:

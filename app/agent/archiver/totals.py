@@ -18,10 +18,12 @@ class Totals(threading.Thread):
     """Counts what the selections hold, beside the copy, so that percent done and an ETA can
     be shown long before the copy is over."""
 
-    def __init__(self, roots, excludes=frozenset()):
+    def __init__(self, roots, excludes=frozenset(), names=None):
         super().__init__(name="cairn-totals", daemon=True)
         self.roots = roots
         self.excludes = excludes
+        # the walk's name globs (walk.NamePatterns): their regex, not their count
+        self.names = names.regex if names is not None else None
         self.stop = False
         self.result = None
 
@@ -50,6 +52,8 @@ class Totals(threading.Thread):
                 continue
             with it:
                 for e in it:
+                    if self.names is not None and self.names.match(os.fsencode(e.name)):
+                        continue
                     try:
                         if e.is_dir(follow_symlinks=False):
                             if e.path not in self.excludes:

@@ -3,7 +3,9 @@ direct children of a directory as one run sorted by name bytes, each child direc
 them in the same order (the order the catalog's directory index depends on)."""
 
 import errno
+import fnmatch
 import os
+import re
 import stat
 
 from app.agent.archiver.common import DIR_FLAGS, why
@@ -12,6 +14,24 @@ from app.errors import NothingToBackup
 
 def _join(parent, name):
     return parent + name if parent == b"/" else parent + b"/" + name
+
+
+class NamePatterns:
+    """Exclude globs on entry names (`*.tmp`), compiled once; counts what they left out."""
+
+    def __init__(self, patterns):
+        self.texts = [str(p) for p in patterns or ()]
+        # fnmatch on bytes: names that are not UTF-8 are matched as they are
+        self.regex = re.compile(b"|".join(
+            b"(?:" + fnmatch.translate(p).encode("utf-8", "surrogateescape") + b")"
+            for p in self.texts)) if self.texts else None
+        self.left_out = 0
+
+    def match(self, name):
+        if self.regex is not None and self.regex.match(name):
+            self.left_out += 1
+            return True
+        return False
 
 
 class _Node:
@@ -144,6 +164,8 @@ class Walk:
                 if child in self.excludes:
                     self.log("%s is not backed up: it is excluded (%s)"
                              % (os.fsdecode(child), self.excludes[child]))
+                    continue
+                if self.exclude_names.match(name):
                     continue
                 if quick and name in self.prev_names and self.listed_unchanged(
                         child, listed[name]):

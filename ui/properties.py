@@ -16,6 +16,7 @@ from app.timeutil import format_duration
 from plugins.storage import registry
 from ui import fmt
 from ui.resources import icon
+from ui.wizards.policy import FILE_LIST_TEXT, SNAPSHOT_TEXT
 from ui.wizards.policy_change import PolicyChangeWizard, excludes_text, policy_excludes
 from ui.wizards.schedule_text import summary as schedule_summary
 from ui.wizards.storage_server import CIPHER, chunk_text
@@ -115,6 +116,8 @@ def _text(key, value):
                          f"kept {s['retention']}" for s in value)
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, int) and key not in ("port", "id"):
+        return f"{value:,}"
     if isinstance(value, list):
         return "\n".join(map(str, value)) or "—"
     return str(value)
@@ -316,6 +319,7 @@ class PropertiesDialog(QDialog):
         elif key == "verify_max_mb_s":
             w = QSpinBox()
             w.setRange(0, 100000)
+            w.setGroupSeparatorShown(True)
             w.setSuffix(" MB/s")
             w.setSpecialValueText("no limit")
             w.setValue(int(value or 0))
@@ -325,6 +329,8 @@ class PropertiesDialog(QDialog):
         elif key in ("max_io_streams", "max_concurrent_jobs", "priority", "port"):
             w = QSpinBox()
             hi = {"priority": 99999, "port": 65535}.get(key, 1000)
+            # 30,000 as the lists write it; a port number is a name, never grouped
+            w.setGroupSeparatorShown(key != "port")
             if key == "max_io_streams":
                 w.setRange(0, hi)
                 w.setSpecialValueText("no limit")
@@ -338,14 +344,18 @@ class PropertiesDialog(QDialog):
             w.toggled.connect(self._changed)
         elif key in ("snapshot", "file_list"):
             w = QComboBox()
-            w.addItems(SNAPSHOT_MODES if key == "snapshot" else FILE_LIST_MODES)
-            w.setCurrentText(value or ("none" if key == "snapshot" else "auto"))
+            # the wizard's sentences, the stored word kept as each item's data
+            words = SNAPSHOT_TEXT if key == "snapshot" else FILE_LIST_TEXT
+            for mode in (SNAPSHOT_MODES if key == "snapshot" else FILE_LIST_MODES):
+                w.addItem(words.get(mode, mode), mode)
+            w.setCurrentIndex(max(0, w.findData(value or ("none" if key == "snapshot"
+                                                          else "auto"))))
             w.setToolTip("none: the live files; filesystem or fileset: read from a Storage "
                          "Scale snapshot taken and deleted by each backup"
                          if key == "snapshot" else
                          "auto: the Storage Scale policy engine lists the files where the "
                          "selection is on Storage Scale; walk: always walk the tree")
-            w.currentTextChanged.connect(self._changed)
+            w.currentIndexChanged.connect(self._changed)
         elif key == "dedup":
             modes = DEDUP_MODES if self.kind == "host" else {
                 k: v for k, v in DEDUP_MODES.items() if k != "policy"}

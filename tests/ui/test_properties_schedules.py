@@ -104,3 +104,19 @@ def test_a_pools_verify_pace_is_set_and_cleared_in_its_properties(qtbot, bridge,
     assert dlg.changes() == {"verify_max_mb_s": None}
     dlg.save()
     qtbot.waitUntil(lambda: m.config.disk_pool(pool)["verify_max_mb_s"] is None, timeout=5000)
+
+
+def test_a_policys_choices_read_as_the_wizard_writes_them(qtbot, bridge, master):
+    m = master
+    dlg = PropertiesDialog(bridge, "policy", m.config.policy("p1"))
+    qtbot.addWidget(dlg)
+    snap, listing = dlg.editors["snapshot"], dlg.editors["file_list"]
+    assert snap.currentText() == "none — read the live files"
+    assert listing.currentText() == "policy engine on Storage Scale, tree walk elsewhere"
+    assert dlg.value("snapshot") == "none" and dlg.changes() == {}
+    listing.setCurrentIndex(listing.findData("walk"))
+    assert dlg.changes() == {"file_list": "walk"}
+    dlg.save()
+    qtbot.waitUntil(lambda: m.config.policy("p1")["file_list"] == "walk", timeout=5000)
+    # numbers are grouped as the lists group them
+    assert dlg.editors["priority"].isGroupSeparatorShown()

@@ -186,6 +186,8 @@ class ActivityView(PolledPage):
         self.toolbar.addAction(self.cancel_action)
         self.toolbar.addAction(self.restart_action)
         tab_to_buttons(self.toolbar)
+        # the filters beside it give way first: its actions never hide behind "»"
+        self.toolbar.setMinimumWidth(self.toolbar.sizeHint().width())
 
     def _make_filters(self):
         """The bar under the head: the toolbar, then state, type, client, text and the saved
@@ -200,7 +202,9 @@ class ActivityView(PolledPage):
         self.client_box = QComboBox()
         self.client_box.setObjectName("filter-client")
         self.client_box.addItem("All clients", "")
-        self.client_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.client_box.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.client_box.setMinimumContentsLength(14)
         self.search = QLineEdit()
         self.search.setObjectName("filter-text")
         self.search.setPlaceholderText("Filter by text…")
@@ -221,14 +225,20 @@ class ActivityView(PolledPage):
         self.client_box.currentIndexChanged.connect(self._filters_edited)
         self.search.textChanged.connect(self._filters_edited)
         self.saved_box.activated.connect(self._saved_filter_chosen)
-        bar = QHBoxLayout()
-        bar.addWidget(self.toolbar)
-        bar.addStretch(1)
-        for w in (self.state_box, self.type_box, self.client_box, self.search):
-            bar.addWidget(w)
-        bar.addSpacing(6)
-        bar.addWidget(self.saved_box)
-        bar.addWidget(save)
+        # the actions and the saved filters above, the filters themselves below: in one row
+        # they made the console wider than a 1024-pixel screen, or hid the actions
+        actions, filters = QHBoxLayout(), QHBoxLayout()
+        actions.addWidget(self.toolbar)
+        actions.addStretch(1)
+        actions.addWidget(self.saved_box)
+        actions.addWidget(save)
+        for w in (self.state_box, self.type_box, self.client_box):
+            filters.addWidget(w)
+        filters.addWidget(self.search, 1)
+        bar = QVBoxLayout()
+        bar.setSpacing(4)
+        bar.addLayout(actions)
+        bar.addLayout(filters)
         self._fill_saved_filters()
         return bar
 

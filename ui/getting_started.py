@@ -47,7 +47,9 @@ class StepCard(QFrame):
         self.kind, self.key, title, text, button, self.word = step
         self.setObjectName(f"step-{self.kind}")
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        # as tall as its wrapped text needs at the width it gets (a Maximum policy capped it
+        # at the height of a wide window and cut the text off on a narrow one)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
         num = QLabel(str(number))
         num.setAlignment(Qt.AlignmentFlag.AlignCenter)

@@ -431,17 +431,25 @@ class ReportsView(PolledPage):
         self.export_button.setToolTip("Save the jobs of this report as a CSV file")
         self.export_button.clicked.connect(self._choose_export_file)
         self.export_button.setEnabled(False)
-        filters = QHBoxLayout()
-        for label, widget in (("Report", self.kind_box),
-                              ("From", self.since_edit), ("to", self.until_edit),
-                              ("Client", self.client_box), ("Policy", self.policy_box)):
+        # two rows: in one, the choices alone made the console wider than a 1024-pixel screen
+        first, second = QHBoxLayout(), QHBoxLayout()
+        for row, label, widget in ((first, "Report", self.kind_box),
+                                   (first, "From", self.since_edit),
+                                   (first, "to", self.until_edit),
+                                   (second, "Client", self.client_box),
+                                   (second, "Policy", self.policy_box)):
             text = QLabel(label)
             text.setBuddy(widget)
-            filters.addWidget(text)
-            filters.addWidget(widget)
-            filters.addSpacing(8)
-        filters.addStretch(1)
-        filters.addWidget(self.export_button)
+            row.addWidget(text)
+            row.addWidget(widget)
+            row.addSpacing(8)
+        first.addStretch(1)
+        first.addWidget(self.export_button)
+        second.addStretch(1)
+        filters = QVBoxLayout()
+        filters.setSpacing(4)
+        filters.addLayout(first)
+        filters.addLayout(second)
         return filters
 
     def _date_edit(self, name, day):

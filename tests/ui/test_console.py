@@ -368,3 +368,25 @@ def test_an_empty_list_says_what_to_click_before_the_shell_command(make_console,
     o = show(c, qtbot, "overview")
     hint = o._hints["storage_servers"].text()
     assert hint.index("New storage server…") < hint.index("cairn storage-server create")
+
+
+def test_the_console_fits_a_1024_by_700_screen(make_console, master, qtbot):
+    from PySide6.QtWidgets import QLabel
+    c = make_console(master)
+    c.window.resize(1024, 700)
+    qtbot.wait(50)
+    assert c.window.minimumSizeHint().width() <= 1024
+    assert c.window.width() == 1024
+    v = show(c, qtbot, "activity")
+    qtbot.wait(50)
+    for a in v.toolbar.actions():
+        w = v.toolbar.widgetForAction(a)
+        assert w is not None and w.isVisible(), f"{a.text()} is hidden behind the toolbar's »"
+    show(c, qtbot, "getting-started")
+    qtbot.wait(50)
+    page = c.window.views["getting-started"]
+    for card in page.cards:
+        for label in card.findChildren(QLabel):
+            if label.wordWrap() and label.text():
+                assert label.height() >= label.heightForWidth(label.width()), \
+                    f"{label.text()[:30]}… is cut off"

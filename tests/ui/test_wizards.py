@@ -648,3 +648,13 @@ def test_the_storage_server_wizard_asks_the_host_before_going_on(open_wizard, em
     assert "Host gone cannot be reached" in hp.status.plain_text()
     hp.picker.combo.setCurrentIndex(hp.picker.combo.findText(host))
     assert next_enabled(w), "the answer of a host asked before is kept"
+
+
+def test_the_disk_pool_wizard_opens_no_wider_than_the_screen(open_wizard, empty_master,
+                                                              tmp_path):
+    from PySide6.QtGui import QGuiApplication
+    storage(empty_master, tmp_path, unit=False)
+    w = open_wizard("disk-pool", server="ss1")
+    room = QGuiApplication.primaryScreen().availableGeometry().width()
+    assert w.width() <= max(room, w.minimumWidth())
+    assert w.width() <= disk_pool.VOLUMES_WIDTH

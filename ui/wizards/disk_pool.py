@@ -11,6 +11,7 @@ choosing a volume on it warns (it does not refuse: it may be mounted before back
 
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QFormLayout, \
     QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSpinBox, QTableWidget, \
     QTableWidgetItem
@@ -694,8 +695,11 @@ class DiskPoolWizard(WizardBase):
         self.preset = preset
         self.follow_up = None
         self.setWindowTitle("New disk pool")
-        # The volumes page's table has seven columns: room for them from the start.
-        self.resize(VOLUMES_WIDTH, self.minimumHeight())
+        # The volumes page's table has seven columns: room for them from the start, as far
+        # as the screen allows (a 1024-pixel screen gets a window it can show whole).
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        room = screen.availableGeometry().width() - 40 if screen else VOLUMES_WIDTH
+        self.resize(max(self.minimumWidth(), min(VOLUMES_WIDTH, room)), self.minimumHeight())
         self.server_page = self.add(SERVER_PAGE, ServerPage())
         self.volumes_page = self.add(VOLUMES_PAGE, VolumesPage())
         self.dedup_page = self.add(DEDUP_VOLUME_PAGE, DedupVolumePage())

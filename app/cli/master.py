@@ -33,7 +33,8 @@ def master_commands(sub, cmd):
     cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay)",
         handler=_settings)
     p = cmd(ma, "set", "change a master setting", handler=_settings)
-    p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay"])
+    p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay",
+                                   "stale_client_days"])
     p.add_argument("value")
 
 

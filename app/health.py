@@ -1,0 +1,161 @@
+"""Health at a glance (`cairn status`, the console's dashboard): each disk pool's capacity,
+high-water state and growth; each host's reachability and last contact; the last day's
+failed, partial and missed jobs; the last good backup of each client; the catalog backup;
+and the warnings these add up to.
+
+The hosts are asked side by side, each with a short timeout, and the answer never waits for
+one that does not answer past that: a site with three hosts down costs one timeout, not
+three, and each such host is reported as not reachable with the reason."""
+
+import threading
+import time
+
+from app import pool_capacity, status as st, timeutil
+from app.health_warnings import warnings
+
+# Seconds a host gets to answer (its agent started or reused, a ping, its pools' volumes).
+ASK_TIMEOUT = 8.0
+DAY = 86400
+# Ended jobs that count as failed: all but success, partial success, an administrator's
+# cancel and a missed start window (counted on their own).
+NOT_FAILED = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED}
+
+
+def ask_hosts(master, hosts, volumes_of, timeout=ASK_TIMEOUT):
+    """{host name: {"reachable", "error", "checks": {path: check_volumes entry}}}, every host
+    asked in its own thread; one that has not answered within `timeout` is "not reachable"
+    and its thread is left to end on its own."""
+    answers = {}
+    lock = threading.Lock()
+
+    def ask(h):
+        name = h["name"]
+        try:
+            conn = master.hosts.connect(h)
+            conn.call("ping", timeout=timeout)
+            paths = volumes_of.get(name) or []
+            checks = {}
+            if paths:
+                vols = conn.call("check_volumes", {"paths": paths}, timeout=timeout)["volumes"]
+                checks = {v["path"]: v for v in vols}
+            got = {"reachable": True, "error": None, "checks": checks}
+        except Exception as e:  # noqa: BLE001 - whatever stops a host answering is its state
+            text = getattr(e, "message", None) or str(e).strip() or type(e).__name__
+            got = {"reachable": False, "error": text.splitlines()[0], "checks": {}}
+        with lock:
+            answers[name] = got
+
+    threads = [threading.Thread(target=ask, args=(h,), daemon=True, name=f"health-{h['name']}")
+               for h in hosts]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + timeout + 1.0
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+    with lock:
+        out = dict(answers)
+    for h in hosts:
+        out.setdefault(h["name"], {"reachable": False, "checks": {},
+                                   "error": f"no answer within {timeout:.0f} s"})
+    return out
+
+
+def job_summary(db, now):
+    """The jobs that ended in the last 24 hours: counts and ids of the failed, partial and
+    missed ones, and how many ran well; with the jobs queued and running now."""
+    rows = db.all("SELECT id, status FROM jobs WHERE state='done' AND ended_t>=? ORDER BY id",
+                  (now - DAY,))
+    failed = [r[0] for r in rows if r[1] not in NOT_FAILED]
+    partial = [r[0] for r in rows if r[1] == st.PARTIAL]
+    missed = [r[0] for r in rows if r[1] == st.WINDOW_CLOSED]
+    canceled = [r[0] for r in rows if r[1] == st.CANCELED]
+    counts = dict(db.all("SELECT state, count(*) FROM jobs WHERE state IN ('queued','active') "
+                         "GROUP BY state"))
+    return {"failed_24h": len(failed), "partial_24h": len(partial), "missed_24h": len(missed),
+            "canceled_24h": len(canceled),
+            "succeeded_24h": sum(1 for r in rows if r[1] == st.OK),
+            "failed_ids": failed, "partial_ids": partial, "missed_ids": missed,
+            "canceled_ids": canceled,
+            "queued": counts.get("queued", 0), "active": counts.get("active", 0)}
+
+
+def client_summary(db, days, now):
+    """Each client of a policy with its last backup that ended well (status 0 or 1) and
+    whether it is stale: none for `days` days (a client registered more recently than that
+    is not stale for having none yet)."""
+    last = {r[0]: (r[1], r[2], r[3]) for r in db.all(
+        "SELECT client, max(ended_t), ended, id FROM jobs WHERE type='backup' AND state='done' "
+        "AND status IN (?,?) GROUP BY client", (st.OK, st.PARTIAL))}
+    out = []
+    for name, created in db.all(
+            "SELECT DISTINCT h.name, h.created FROM policy_clients pc "
+            "JOIN hosts h ON h.id=pc.host_id ORDER BY h.name"):
+        t, ended, jid = last.get(name, (None, None, None))
+        since = t if t is not None else timeutil.parse_iso(created)
+        out.append({"name": name, "last_successful_backup": ended, "last_backup_job": jid,
+                    "age_days": round((now - t) / DAY, 1) if t is not None else None,
+                    "stale": now - since > days * DAY})
+    return out
+
+
+def pool_summary(master, pools, answers, now):
+    """Each pool's capacity (pool_capacity), high-water state and growth; a sample of its use
+    is kept when it could be measured."""
+    out = []
+    for p in pools:
+        ans = answers.get(p["host"]) or {}
+        cap = pool_capacity.capacity(p, ans.get("checks") or {})
+        if not ans.get("reachable"):
+            cap["error"] = f"host {p['host']} is not reachable ({ans.get('error')})"
+        grow = None
+        if cap["size_bytes"] is not None:
+            pool_capacity.record(master.db, p["id"], cap["size_bytes"], cap["used_bytes"], now)
+            grow = pool_capacity.growth(master.db, p["id"], now, cap["used_bytes"])
+        out.append({"name": p["name"], "server": p["server"], "type": p["server_type"],
+                    "host": p["host"], **cap, "high_water": p["high_water"],
+                    "low_water": p["low_water"], "growth_bytes_per_day": grow,
+                    "days_to_high_water": pool_capacity.days_to_high_water(
+                        cap, p["high_water"], grow)})
+    return out
+
+
+def host_summary(master, hosts, answers):
+    out = []
+    for h in hosts:
+        a = answers[h["name"]]
+        heard = master.hosts.last_heard(h["name"])
+        last = h.get("last_contact")
+        if heard is not None and (last is None or timeutil.iso(heard) > last):
+            last = timeutil.iso(heard)
+        out.append({"name": h["name"], "kind": h["kind"], "address": h.get("address"),
+                    "reachable": a["reachable"], "last_contact": last, "error": a["error"]})
+    return out
+
+
+def summary(master, now=None, timeout=ASK_TIMEOUT):
+    """The whole health document (see README, `cairn status`)."""
+    now = time.time() if now is None else now
+    hosts = master.config.hosts()
+    pools = master.config.disk_pools()
+    volumes_of = {}
+    for p in pools:
+        volumes_of.setdefault(p["host"], []).extend(
+            v for v in p["volumes"] if v not in volumes_of.get(p["host"], []))
+    answers = ask_hosts(master, hosts, volumes_of, timeout)
+    # hosts that answered now: their last contact is now, whatever the throttling kept
+    for name, a in answers.items():
+        if a["reachable"]:
+            heard = master.hosts.last_heard(name)
+            if heard is not None:
+                master.record_contact(name, heard)
+    hosts = master.config.hosts()
+    doc = {"generated": timeutil.iso(now),
+           "pools": pool_summary(master, pools, answers, now),
+           "hosts": host_summary(master, hosts, answers),
+           "jobs": job_summary(master.db, now),
+           "clients": client_summary(master.db, master.setting("stale_client_days"), now),
+           "catalog_backup": master.catalog_backup_state(now)}
+    doc["stale_client_days"] = master.setting("stale_client_days")
+    doc["warnings"] = warnings(doc)
+    doc["ok"] = not any(w["severity"] == "error" for w in doc["warnings"])
+    return doc

@@ -159,3 +159,47 @@ def summary(master, now=None, timeout=ASK_TIMEOUT):
     doc["warnings"] = warnings(doc)
     doc["ok"] = not any(w["severity"] == "error" for w in doc["warnings"])
     return doc
+
+
+class StateCache:
+    """The hosts' answers (ask_hosts) for the console's lists, which read every few seconds
+    and must not wait for a host: a read gets the answers at hand at once and, when they are
+    older than max_age, starts a new ask in the background that a later read gets."""
+
+    def __init__(self, max_age=30.0, timeout=ASK_TIMEOUT):
+        self.max_age, self.timeout = max_age, timeout
+        self._answers, self._asked = None, None
+        self._running = False
+        self._lock = threading.Lock()
+
+    def answers(self, master):
+        """{host: answer} or None while the first ask is on its way."""
+        with self._lock:
+            stale = self._asked is None or time.monotonic() - self._asked > self.max_age
+            start = stale and not self._running
+            if start:
+                self._running = True
+            answers = self._answers
+        if start:
+            hosts = master.config.hosts()
+            volumes_of = {}
+            for p in master.config.disk_pools():
+                volumes_of.setdefault(p["host"], []).extend(p["volumes"])
+            threading.Thread(target=self._ask, args=(master, hosts, volumes_of),
+                             daemon=True, name="health-states").start()
+        return answers
+
+    def _ask(self, master, hosts, volumes_of):
+        try:
+            got = ask_hosts(master, hosts, volumes_of, self.timeout)
+        finally:
+            with self._lock:
+                self._running = False
+        with self._lock:
+            self._answers, self._asked = got, time.monotonic()
+
+
+def state_text(answer):
+    if answer is None:
+        return "checking…"
+    return "reachable" if answer["reachable"] else f"not reachable ({answer['error']})"

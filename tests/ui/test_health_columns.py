@@ -1,0 +1,81 @@
+"""The Hosts and Storage servers lists' State column and the disk pools' capacity, against
+a real catalog: a host nobody listens for, a pool on a small tmpfs filled near full. The
+hosts are asked in the background: the lists show "checking…" first, never wait."""
+
+import os
+
+import pytest
+
+from app.master import Master
+from sshd import free_port
+
+pytestmark = pytest.mark.gui
+
+
+def show(console, qtbot, name):
+    w = console.window
+    w.select_view(name)
+    view = w.views[name]
+    qtbot.waitUntil(lambda: view.loaded, timeout=5000)
+    return view
+
+
+def cell(view, key, column):
+    m = view.model
+    row = m.row_of(key)
+    assert row is not None, f"{key!r} is not listed in {view.name}"
+    col = [c.key for c in m.columns].index(column)
+    return m.index(row, col).data()
+
+
+def eventually(view, qtbot, check):
+    """Refreshes the list until check() holds (the states come from a background ask)."""
+    def ok():
+        view.refresh()
+        return check()
+    qtbot.waitUntil(ok, timeout=20000)
+
+
+@pytest.fixture
+def site(tmp_path, small_tmpfs):
+    tiny = small_tmpfs("4m")
+    with open(tiny / "fill", "wb") as f:
+        f.write(os.urandom(int(3.8 * (1 << 20))))
+    m = Master(str(tmp_path / "home"))
+    m.config.add_host("me", local=True)
+    m.add_host("down", address="127.0.0.1", port=free_port(), user="nobody", check=False)
+    m.create_storage_server("ss1", type="advanced-disk", host="me")
+    m.create_disk_pool("tiny", server="ss1", volumes=[str(tiny)], high_water=90)
+    m.create_storage_server("ss2", type="advanced-disk", host="down", check=False)
+    m.create_disk_pool("far", server="ss2", volumes=["/srv/far"], check=False)
+    yield m, tiny
+    m.close()
+
+
+def test_hosts_and_storage_servers_show_their_state(make_console, site, qtbot):
+    m, _ = site
+    c = make_console(m)
+    v = show(c, qtbot, "hosts")
+    eventually(v, qtbot, lambda: cell(v, "down", "state").startswith("not reachable ("))
+    assert cell(v, "me", "state") == "reachable"
+    assert cell(v, "me", "last_contact") != ""
+    assert cell(v, "down", "last_contact") == ""
+    s = show(c, qtbot, "storage-servers")
+    eventually(s, qtbot, lambda: cell(s, "ss2", "state").startswith("not reachable ("))
+    assert cell(s, "ss1", "state") == "reachable"
+
+
+def test_disk_pools_show_their_capacity(make_console, site, qtbot):
+    m, tiny = site
+    c = make_console(m)
+    v = show(c, qtbot, "disk-pools")
+    eventually(v, qtbot, lambda: cell(v, "tiny", "size_bytes") != "")
+    fs = os.statvfs(tiny)
+    used = 100.0 * (fs.f_blocks - fs.f_bavail) / fs.f_blocks
+    assert cell(v, "tiny", "used_percent") == f"{used:.0f}%" and used >= 90
+    assert cell(v, "tiny", "size_bytes") == "4.0 MiB"
+    assert cell(v, "far", "size_bytes") == ""
+    row = v.model.row_of("far")
+    col = [k.key for k in v.model.columns].index("used_percent")
+    from PySide6.QtCore import Qt
+    assert "not reachable" in v.model.index(row, col).data(Qt.ItemDataRole.ToolTipRole)

@@ -58,6 +58,16 @@ class HealthAPI:
                           if not a["reachable"] else (cap["error"] or "ok"))
         return out
 
+    def disk_pool_capacity(self, name):
+        """One pool's capacity asked of its storage host now (app/pool_capacity.py), with its
+        high_water; "error" says why it is not known."""
+        rep = self.disk_pool_report(name)
+        cap = pool_capacity.capacity(rep, {v["path"]: v for v in rep["checks"]})
+        if rep["error"]:
+            cap["error"] = rep["error"]
+        cap["high_water"] = rep["high_water"]
+        return cap
+
     def record_contact(self, host, t):
         """Records that the master heard from a host at epoch seconds t (app/hosts.py calls
         it as connections are used)."""

@@ -79,3 +79,22 @@ def test_disk_pools_show_their_capacity(make_console, site, qtbot):
     col = [k.key for k in v.model.columns].index("used_percent")
     from PySide6.QtCore import Qt
     assert "not reachable" in v.model.index(row, col).data(Qt.ItemDataRole.ToolTipRole)
+
+
+def test_disk_pool_properties_show_the_capacity_asked_now(make_console, site, qtbot):
+    m, tiny = site
+    c = make_console(m)
+    v = show(c, qtbot, "disk-pools")
+    qtbot.waitUntil(lambda: v.model.row_of("tiny") is not None, timeout=5000)
+    assert v.select_key("tiny")
+    dlg = v.object_actions._properties()
+    qtbot.waitUntil(lambda: dlg.capacity_label.text() != "Looking…", timeout=10000)
+    text = dlg.capacity_label.text()
+    assert " used of 4.0 MiB (" in text and "free" in text
+    assert "at or above the high-water mark (90%)" in text
+    dlg.reject()
+    assert v.select_key("far")
+    dlg = v.object_actions._properties()
+    qtbot.waitUntil(lambda: dlg.capacity_label.text() != "Looking…", timeout=20000)
+    assert dlg.capacity_label.text().startswith("Cannot tell: ")
+    dlg.reject()

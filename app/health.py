@@ -105,7 +105,9 @@ def pool_summary(master, pools, answers, now):
     for p in pools:
         ans = answers.get(p["host"]) or {}
         cap = pool_capacity.capacity(p, ans.get("checks") or {})
-        if not ans.get("reachable"):
+        if ans.get("reachable") is None:
+            cap["error"] = f"host {p['host']} is not asked yet"
+        elif not ans["reachable"]:
             cap["error"] = f"host {p['host']} is not reachable ({ans.get('error')})"
         grow = None
         if cap["size_bytes"] is not None:
@@ -132,8 +134,14 @@ def host_summary(master, hosts, answers):
     return out
 
 
-def summary(master, now=None, timeout=ASK_TIMEOUT):
-    """The whole health document (see README, `cairn status`)."""
+# A host's answer before it was first asked (summary with answers given, from StateCache)
+NOT_ASKED = {"reachable": None, "error": None, "checks": {}}
+
+
+def summary(master, now=None, timeout=ASK_TIMEOUT, answers=None):
+    """The whole health document (see README, `cairn status`). answers: the hosts' answers
+    at hand (StateCache) instead of asking them now; a host missing from them is not asked
+    yet ("reachable": None)."""
     now = time.time() if now is None else now
     hosts = master.config.hosts()
     pools = master.config.disk_pools()
@@ -141,7 +149,10 @@ def summary(master, now=None, timeout=ASK_TIMEOUT):
     for p in pools:
         volumes_of.setdefault(p["host"], []).extend(
             v for v in p["volumes"] if v not in volumes_of.get(p["host"], []))
-    answers = ask_hosts(master, hosts, volumes_of, timeout)
+    if answers is None:
+        answers = ask_hosts(master, hosts, volumes_of, timeout)
+    else:
+        answers = {h["name"]: answers.get(h["name"], NOT_ASKED) for h in hosts}
     # hosts that answered now: their last contact is now, whatever the throttling kept
     for name, a in answers.items():
         if a["reachable"]:

@@ -20,13 +20,15 @@ def _ids(ids, most=10):
 def warnings(doc):
     out = []
     for h in doc["hosts"]:
-        if not h["reachable"]:
+        if h["reachable"] is False:
             since = f"; last contact {h['last_contact']}" if h["last_contact"] else \
                 "; never reached"
             out.append(_w("error", "host", h["name"],
                           f"Host {h['name']} is not reachable ({h['error']}){since}."))
     for p in doc["pools"]:
         if p["size_bytes"] is None:
+            if "not asked yet" in (p["error"] or ""):
+                continue
             out.append(_w("warning", "disk-pool", p["name"],
                           f"Disk pool {p['name']}: its capacity is not known ({p['error']})."))
             continue

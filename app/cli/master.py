@@ -13,7 +13,7 @@ def console_commands(sub, cmd):
     p = cmd(sub, "console", "the desktop console", handler=_console, opens_master=False)
     p.add_argument("--screenshot", metavar="FILE")
     p.add_argument("--view", help="the page to open (default: getting started until setup "
-                   "is complete, then the activity monitor); with --screenshot also "
+                   "is complete, then the dashboard); with --screenshot also "
                    "wizard:storage-server, wizard:disk-pool, wizard:storage-unit, wizard:policy")
 
 

@@ -6,11 +6,13 @@ from app import health, pool_capacity, timeutil
 
 
 class HealthAPI:
-    def health(self, now=None, timeout=health.ASK_TIMEOUT):
+    def health(self, now=None, timeout=health.ASK_TIMEOUT, wait=True):
         """pools, hosts, jobs, clients, catalog_backup and warnings (README, `cairn status`).
         Every host is asked side by side; one that does not answer within `timeout` seconds
-        is reported as not reachable."""
-        return health.summary(self, now=now, timeout=timeout)
+        is reported as not reachable. wait=False (the console): the hosts' answers at hand,
+        at most half a minute old, asked again in the background; never waits."""
+        answers = None if wait else (self._states() or {})
+        return health.summary(self, now=now, timeout=timeout, answers=answers)
 
     def _states(self):
         cache = getattr(self, "_state_cache", None)

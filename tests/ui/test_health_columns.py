@@ -98,3 +98,39 @@ def test_disk_pool_properties_show_the_capacity_asked_now(make_console, site, qt
     qtbot.waitUntil(lambda: dlg.capacity_label.text() != "Looking…", timeout=20000)
     assert dlg.capacity_label.text().startswith("Cannot tell: ")
     dlg.reject()
+
+
+def test_dashboard_shows_a_full_pool_a_host_down_and_a_failed_job_one_click_away(
+        make_console, site, qtbot, tmp_path):
+    m, _ = site
+    m.create_storage_unit("stu1", pool="tiny")
+    m.create_policy("bad", storage_unit="stu1")
+    m.add_policy_client("bad", "me")
+    m.add_policy_selection("bad", str(tmp_path / "no-such-dir"))
+    [jid] = m.start_backup("bad")
+    [job] = m.wait_for([jid], timeout=60)
+    assert job["status"] not in (0, 1)
+    from ui.app import first_view
+    assert first_view(m) == "dashboard"
+    c = make_console(m)
+    v = show(c, qtbot, "dashboard")
+    eventually(v, qtbot, lambda: "not reachable (" in v.sections["hosts"].text())
+    warnings = v.sections["warnings"].text()
+    assert "Host down is not reachable" in warnings
+    eventually(v, qtbot, lambda: "Disk pool tiny is" in v.sections["warnings"].text())
+    assert "1 job(s) failed in the last 24 hours" in v.sections["warnings"].text()
+    jobs = v.sections["jobs"].text()
+    assert "href='jobs:failed'" in jobs and f"href='job:{jid}'" in jobs
+    assert "tiny" in v.sections["pools"].text()
+    # one click to the failed jobs: the activity monitor, filtered to them
+    v.sections["jobs"].linkActivated.emit("jobs:failed")
+    w = c.window
+    assert w.current_view is w.views["activity"]
+    assert w.views["activity"].state_box.currentData() == "failed"
+    # and one to a job's details
+    w.select_view("dashboard")
+    from ui.job_dialog import JobDetailsDialog
+    v.sections["jobs"].linkActivated.emit(f"job:{jid}")
+    dlgs = [d for d in w.findChildren(JobDetailsDialog) if d.job_id == jid]
+    assert dlgs and dlgs[0].isVisible()
+    dlgs[0].close()

@@ -17,8 +17,13 @@ def _ids(ids, most=10):
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
+def _n(n, word, plural=None):
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def warnings(doc):
     out = []
+    down = {h["name"] for h in doc["hosts"] if h["reachable"] is False}
     for h in doc["hosts"]:
         if h["reachable"] is False:
             since = f"; last contact {h['last_contact']}" if h["last_contact"] else \
@@ -27,8 +32,8 @@ def warnings(doc):
                           f"Host {h['name']} is not reachable ({h['error']}){since}."))
     for p in doc["pools"]:
         if p["size_bytes"] is None:
-            if "not asked yet" in (p["error"] or ""):
-                continue
+            if "not asked yet" in (p["error"] or "") or p["host"] in down:
+                continue    # the host's own warning says why
             out.append(_w("warning", "disk-pool", p["name"],
                           f"Disk pool {p['name']}: its capacity is not known ({p['error']})."))
             continue
@@ -51,15 +56,15 @@ def warnings(doc):
     j = doc["jobs"]
     if j["failed_24h"]:
         out.append(_w("error", "jobs", None,
-                      f"{j['failed_24h']} job(s) failed in the last 24 hours: "
+                      f"{_n(j['failed_24h'], 'job')} failed in the last 24 hours: "
                       f"{_ids(j['failed_ids'])}."))
     if j["missed_24h"]:
         out.append(_w("warning", "jobs", None,
-                      f"{j['missed_24h']} scheduled backup(s) missed their start window in "
+                      f"{_n(j['missed_24h'], 'scheduled backup')} missed the start window in "
                       f"the last 24 hours: {_ids(j['missed_ids'])}."))
     if j["partial_24h"]:
         out.append(_w("warning", "jobs", None,
-                      f"{j['partial_24h']} job(s) ended partially in the last 24 hours (files "
+                      f"{_n(j['partial_24h'], 'job')} ended partially in the last 24 hours (files "
                       f"skipped, see their logs): {_ids(j['partial_ids'])}."))
     days = doc["stale_client_days"]
     for c in doc["clients"]:
@@ -74,7 +79,7 @@ def warnings(doc):
         last = f"the last one {cb['last']}" if cb["last"] else "there is none yet"
         out.append(_w("warning", "catalog", None,
                       f"A catalog backup is overdue ({last}): a lost master would lose the "
-                      f"record of {cb['images']} image(s)."))
+                      f"record of {_n(cb['images'], 'image')}."))
     for name in cb.get("keys_not_escrowed") or []:
         out.append(_w("warning", "storage-server", name,
                       f"No catalog backup holds the key of storage server {name} yet."))

@@ -57,7 +57,10 @@ def pools_html(doc):
     rows = []
     for p in doc["pools"]:
         if p["size_bytes"] is None:
-            use = f"<i>{_e(p['error'] or 'not known')}</i>"
+            why = ("its host is not reachable" if "is not reachable" in (p["error"] or "")
+                   else "its host is being asked" if "not asked yet" in (p["error"] or "")
+                   else p["error"] or "no volume could be measured")
+            use = f"<i>not known: {_e(why)}</i>"
             rows.append([_e(p["name"]), _e(p["host"]), use, "", "", ""])
             continue
         colour = ERROR_COLOUR if p["above_high_water"] else ""
@@ -108,6 +111,8 @@ class DashboardView(PolledPage):
     def __init__(self, bridge, parent=None):
         super().__init__(bridge, parent)
         self.loaded = False
+        #: False while a host is still being asked (it shows "checking…")
+        self.settled = False
         self.doc = None
         self.sections = {}
         inner = QWidget()
@@ -149,10 +154,15 @@ class DashboardView(PolledPage):
         s["hosts"].setText(hosts_html(doc))
         s["clients"].setText(clients_html(doc))
         s["catalog"].setText(catalog_html(doc["catalog_backup"]))
+        # while hosts are still being asked, read again soon rather than in refresh_s
+        checking = any(h["reachable"] is None for h in doc["hosts"])
+        self.settled = not checking
+        self.refresh_s = 1.0 if checking else DashboardView.refresh_s
         self.loaded = True
         emit(self.refreshed)
 
     def poll_failed(self, err):
+        self.settled = True
         self.sections["warnings"].setText(
             f"<span style='color:{ERROR_COLOUR}'>Could not read the master: {_e(err)}</span>")
         self.loaded = True

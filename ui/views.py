@@ -344,7 +344,14 @@ class ObjectListView(PolledPage):
     def polled(self, rows):
         self.error = None
         self.model.set_rows(rows)
-        if not self._sized and rows:
+        # Hosts' states and pools' capacity are asked in the background (Master.
+        # hosts_with_state): read again soon while they are on their way, and fit the
+        # columns again once they came, unless the user sized a column by hand.
+        checking = any(r.get("state") == "checking…" for r in rows)
+        came = getattr(self, "settled", True) is False and not checking
+        self.settled = not checking
+        self.refresh_s = 1.0 if checking else self.spec.refresh_s
+        if not self._sized and rows or came and not self.widths.by_hand:
             self._size_columns()
         self._update_title()
         emit(self.refreshed)

@@ -132,6 +132,7 @@ def test_status_reports_a_full_pool_a_host_down_a_failed_and_missed_jobs(site):
     assert ("error", "disk-pool", "tiny") in kinds
     assert ("error", "jobs", None) in kinds
     assert ("warning", "jobs", None) in kinds
+    assert not any(w["name"] == "far" for w in doc["warnings"])   # its host's warning says it
     assert ("warning", "catalog", None) in kinds       # images, and no catalog backup
     assert doc["catalog_backup"]["last"] is None and doc["catalog_backup"]["overdue"]
     assert doc["ok"] is False

@@ -118,7 +118,7 @@ def test_dashboard_shows_a_full_pool_a_host_down_and_a_failed_job_one_click_away
     warnings = v.sections["warnings"].text()
     assert "Host down is not reachable" in warnings
     eventually(v, qtbot, lambda: "Disk pool tiny is" in v.sections["warnings"].text())
-    assert "1 job(s) failed in the last 24 hours" in v.sections["warnings"].text()
+    assert "1 job failed in the last 24 hours" in v.sections["warnings"].text()
     jobs = v.sections["jobs"].text()
     assert "href='jobs:failed'" in jobs and f"href='job:{jid}'" in jobs
     assert "tiny" in v.sections["pools"].text()

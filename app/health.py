@@ -21,10 +21,13 @@ DAY = 86400
 NOT_FAILED = {st.OK, st.PARTIAL, st.CANCELED, st.WINDOW_CLOSED}
 
 
-def ask_hosts(master, hosts, volumes_of, timeout=ASK_TIMEOUT):
-    """{host name: {"reachable", "error", "checks": {path: check_volumes entry}}}, every host
-    asked in its own thread; one that has not answered within `timeout` is "not reachable"
-    and its thread is left to end on its own."""
+def ask_hosts(master, hosts, volumes_of, timeout=ASK_TIMEOUT, usage_of=None):
+    """{host name: {"reachable", "error", "checks": {path: check_volumes entry}, "usage":
+    {pool: pool_usage answer}}}, every host asked in its own thread; one that has not
+    answered within `timeout` is "not reachable" and its thread is left to end on its own.
+    usage_of: {host: [(pool name, storage spec)]}, the pools whose type keeps its own
+    accounting (a deduplicating pool's chunks); one that cannot tell is left out."""
+    usage_of = usage_of or {}
     answers = {}
     lock = threading.Lock()
 
@@ -38,7 +41,13 @@ def ask_hosts(master, hosts, volumes_of, timeout=ASK_TIMEOUT):
             if paths:
                 vols = conn.call("check_volumes", {"paths": paths}, timeout=timeout)["volumes"]
                 checks = {v["path"]: v for v in vols}
-            got = {"reachable": True, "error": None, "checks": checks}
+            usage = {}
+            for pool, spec in usage_of.get(name) or []:
+                try:
+                    usage[pool] = conn.call("pool_usage", {"storage": spec}, timeout=timeout)
+                except Exception:  # noqa: BLE001 - the file systems' figures still hold
+                    pass
+            got = {"reachable": True, "error": None, "checks": checks, "usage": usage}
         except Exception as e:  # noqa: BLE001 - whatever stops a host answering is its state
             text = getattr(e, "message", None) or str(e).strip() or type(e).__name__
             got = {"reachable": False, "error": text.splitlines()[0], "checks": {}}
@@ -98,6 +107,23 @@ def client_summary(db, days, now):
     return out
 
 
+def own_accounting(master, pools):
+    """{host: [(pool name, storage spec)]} of the pools whose type keeps its own accounting
+    (registry capability "reclaim": chunks in containers)."""
+    from app.jobs.storage import pool_storage
+    from plugins.storage import registry
+    out = {}
+    for p in pools:
+        if not registry.can(p["server_type"], "reclaim"):
+            continue
+        try:
+            spec = pool_storage(master, master.config.storage_server(p["server"]))
+        except Exception:  # noqa: BLE001 - a key the master lacks: the file systems' figures only
+            continue
+        out.setdefault(p["host"], []).append((p["name"], spec))
+    return out
+
+
 def pool_summary(master, pools, answers, now):
     """Each pool's capacity (pool_capacity), high-water state and growth; a sample of its use
     is kept when it could be measured."""
@@ -113,6 +139,11 @@ def pool_summary(master, pools, answers, now):
         if cap["size_bytes"] is not None:
             pool_capacity.record(master.db, p["id"], cap["size_bytes"], cap["used_bytes"], now)
             grow = pool_capacity.growth(master.db, p["id"], now, cap["used_bytes"])
+        own = (ans.get("usage") or {}).get(p["name"])
+        if own is not None:
+            # a deduplicating pool's own figures: data stored once, in its container files
+            cap["dedup"] = {k: own.get(k) for k in ("stored_bytes", "container_bytes",
+                                                    "chunks")}
         out.append({"name": p["name"], "server": p["server"], "type": p["server_type"],
                     "host": p["host"], **cap, "high_water": p["high_water"],
                     "low_water": p["low_water"], "growth_bytes_per_day": grow,
@@ -150,7 +181,7 @@ def summary(master, now=None, timeout=ASK_TIMEOUT, answers=None):
         volumes_of.setdefault(p["host"], []).extend(
             v for v in p["volumes"] if v not in volumes_of.get(p["host"], []))
     if answers is None:
-        answers = ask_hosts(master, hosts, volumes_of, timeout)
+        answers = ask_hosts(master, hosts, volumes_of, timeout, own_accounting(master, pools))
     else:
         answers = {h["name"]: answers.get(h["name"], NOT_ASKED) for h in hosts}
     # hosts that answered now: their last contact is now, whatever the throttling kept

@@ -31,6 +31,12 @@ def _print(d):
             else size(p["growth_bytes_per_day"]),
             "error": p["error"] or ""} for p in d["pools"]],
           ["name", "host", "size", "used", "free", "use", "high-water", "growth/day", "error"])
+    for p in d["pools"]:
+        if p.get("dedup"):
+            dd = p["dedup"]
+            print(f"  {p['name']}: {size(dd['stored_bytes'])} of data stored once "
+                  f"({dd['chunks']:,} chunks) in {size(dd['container_bytes'])} of container "
+                  "files")
     print("\nHosts")
     table([{"name": h["name"], "state": "reachable" if h["reachable"]
             else f"not reachable ({h['error']})", "last contact": h["last_contact"] or "never"}

@@ -210,3 +210,32 @@ def test_a_host_that_accepts_and_never_answers_does_not_hold_the_summary(tmp_pat
     finally:
         m.close()
         mute.close()
+
+
+def test_a_deduplicating_pool_reports_its_own_accounting(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):                # the same data three times: stored once
+        (src / f"copy{i}").write_bytes(b"".join(os.urandom(1) * 4096 for _ in range(64))
+                                       if i == 0 else (src / "copy0").read_bytes())
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        m.create_storage_server("dd", type="dedup", host="me", path=str(tmp_path / "pool"),
+                                options={"encrypted": True})
+        m.create_disk_pool("ddp", server="dd", volumes=[])
+        m.create_storage_unit("dstu", pool="ddp")
+        m.create_policy("dp", storage_unit="dstu")
+        m.add_policy_client("dp", "me")
+        m.add_policy_selection("dp", str(src))
+        assert run_backup(m, "dp")["status"] == st.OK
+        doc = m.health(timeout=10)
+        ddp = next(p for p in doc["pools"] if p["name"] == "ddp")
+        usage = m.pool_usage("ddp")
+        assert ddp["dedup"] == {"stored_bytes": usage["stored_bytes"],
+                                "container_bytes": usage["container_bytes"],
+                                "chunks": usage["chunks"]}
+        assert 0 < ddp["dedup"]["stored_bytes"] < 3 * 64 * 4096
+        assert ddp["size_bytes"] > 0        # the file system under it, as for every pool
+    finally:
+        m.close()

@@ -12,6 +12,8 @@ import time
 
 from app import pool_capacity, status as st, timeutil
 from app.health_warnings import warnings
+from app.jobs.storage import pool_storage
+from plugins.storage import registry
 
 # Seconds a host gets to answer (its agent started or reused, a ping, its pools' volumes).
 ASK_TIMEOUT = 8.0
@@ -110,8 +112,6 @@ def client_summary(db, days, now):
 def own_accounting(master, pools):
     """{host: [(pool name, storage spec)]} of the pools whose type keeps its own accounting
     (registry capability "reclaim": chunks in containers)."""
-    from app.jobs.storage import pool_storage
-    from plugins.storage import registry
     out = {}
     for p in pools:
         if not registry.can(p["server_type"], "reclaim"):

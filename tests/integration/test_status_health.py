@@ -239,3 +239,27 @@ def test_a_deduplicating_pool_reports_its_own_accounting(tmp_path):
         assert ddp["size_bytes"] > 0        # the file system under it, as for every pool
     finally:
         m.close()
+
+
+def test_the_status_bar_reachability_asks_hosts_side_by_side(tmp_path):
+    import socket
+    mutes = [socket.socket() for _ in range(3)]
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        for i, s in enumerate(mutes):
+            s.bind(("127.0.0.1", 0))
+            s.listen(8)
+            m.add_host(f"mute{i}", address="127.0.0.1", port=s.getsockname()[1],
+                       user="nobody", check=False)
+        t0 = time.monotonic()
+        r = {h["name"]: h for h in m.host_reachability(timeout=2)}
+        took = time.monotonic() - t0
+        assert took < 2 + 2, f"three silent hosts took {took:.1f} s"
+        assert r["me"]["reachable"] is True
+        assert all(r[f"mute{i}"]["reachable"] is False and r[f"mute{i}"]["error"]
+                   for i in range(3))
+    finally:
+        m.close()
+        for s in mutes:
+            s.close()

@@ -50,12 +50,17 @@ class HostPool:
 
     def connect(self, host, trust_unknown_key=False):
         """The live agent connection of a host (a dict from Config.host)."""
+        conn = self._connect(host, trust_unknown_key)
+        # outside the host's lock: a catalog busy with a long write holds no other call
+        self._note_contact(host["name"], conn)
+        return conn
+
+    def _connect(self, host, trust_unknown_key):
         name = host["name"]
         with self._host_lock(name):
             env = host.get("agent_env") or {}
             conn = self._conns.get(name)
             if conn is not None and conn.alive and getattr(conn, "agent_env", {}) == env:
-                self._note_contact(name, conn)
                 return conn
             old = self._transports.pop(name, None)
             if conn is not None and conn.alive:
@@ -83,7 +88,6 @@ class HostPool:
             conn.agent_env = env
             self._transports[name] = transport
             self._conns[name] = conn
-            self._note_contact(name, conn)
             return conn
 
     def _note_contact(self, name, conn):

@@ -30,7 +30,8 @@ def master_commands(sub, cmd):
     ma = cmd(sub, "master", "the master without a GUI").add_subparsers(dest="sub", metavar="ACTION")
     p = cmd(ma, "run", "run the dispatcher", handler=_run)
     p.add_argument("--until-idle", action="store_true", help="stop when no job is queued or running")
-    cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay)",
+    cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay, "
+        "days before a client without a backup is warned about)",
         handler=_settings)
     p = cmd(ma, "set", "change a master setting", handler=_settings)
     p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay",

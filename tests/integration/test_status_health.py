@@ -263,3 +263,21 @@ def test_the_status_bar_reachability_asks_hosts_side_by_side(tmp_path):
         m.close()
         for s in mutes:
             s.close()
+
+
+def test_a_deleted_pool_takes_its_usage_samples_with_it(tmp_path):
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.config.add_host("me", local=True)
+        m.create_storage_server("ss", type="advanced-disk", host="me")
+        m.create_disk_pool("dp", server="ss", volumes=[str(vol)])
+        m.health(timeout=5)
+        assert m.db.one("SELECT count(*) FROM pool_usage")[0] == 1
+        m.health(timeout=5)             # within the hour: no second sample
+        assert m.db.one("SELECT count(*) FROM pool_usage")[0] == 1
+        m.delete_object("disk-pool", "dp")
+        assert m.db.one("SELECT count(*) FROM pool_usage")[0] == 0
+    finally:
+        m.close()

@@ -10,6 +10,9 @@ from app.transport.agent_client import AgentConnection
 # How long closing waits for the agents to leave: a live one leaves at once (its stdin
 # closed), one on a host that died waits out its grace times and a kill that cannot arrive.
 CLOSE_WAIT = 5.0
+# A host's last contact is handed to on_contact at most this often: a busy host's calls do
+# not each write the catalog.
+CONTACT_EVERY = 60.0
 
 
 class HostPool:
@@ -23,6 +26,10 @@ class HostPool:
         # Connections made with an agent environment that has changed since: their running
         # calls finish on them, new calls get a connection with the new environment.
         self._retired = []
+        # on_contact(host name, epoch seconds): called when the master has heard from a host
+        # (the master records it as the host's last contact)
+        self.on_contact = None
+        self._noted = {}
 
     def _host_lock(self, name):
         with self._lock:
@@ -43,6 +50,12 @@ class HostPool:
 
     def connect(self, host, trust_unknown_key=False):
         """The live agent connection of a host (a dict from Config.host)."""
+        conn = self._connect(host, trust_unknown_key)
+        # outside the host's lock: a catalog busy with a long write holds no other call
+        self._note_contact(host["name"], conn)
+        return conn
+
+    def _connect(self, host, trust_unknown_key):
         name = host["name"]
         with self._host_lock(name):
             env = host.get("agent_env") or {}
@@ -76,6 +89,24 @@ class HostPool:
             self._transports[name] = transport
             self._conns[name] = conn
             return conn
+
+    def _note_contact(self, name, conn):
+        heard = getattr(conn, "last_heard", None)
+        if heard is None or self.on_contact is None:
+            return
+        with self._lock:
+            if heard - self._noted.get(name, 0.0) < CONTACT_EVERY:
+                return
+            self._noted[name] = heard
+        try:
+            self.on_contact(name, heard)
+        except Exception:  # noqa: BLE001 - a catalog busy with a long write must not fail the call
+            pass
+
+    def last_heard(self, name):
+        """When the live connection to a host last heard from its agent, or None."""
+        conn = self._conns.get(name)
+        return getattr(conn, "last_heard", None) if conn is not None and conn.alive else None
 
     def sftp(self, host):
         """The SFTP session of an SSH host, on the connection its agent uses (the agent is

@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 SCALE_DOUBLE = {"CAIRN_MMFS_BIN": os.path.join(ROOT, "tests", "scale_double", "bin"),
                 "CAIRN_SCALE_DOUBLE": os.path.join(ROOT, "scripts", "demo-cluster.json")}
 
-VIEWS = ("getting-started", "hosts", "storage-servers", "disk-pools", "storage-units",
+VIEWS = ("dashboard", "getting-started", "hosts", "storage-servers", "disk-pools", "storage-units",
          "clusters", "policies", "activity", "restore", "reports", "wizard:storage-server",
          "wizard:disk-pool", "wizard:storage-unit", "wizard:policy")
 

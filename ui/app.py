@@ -245,10 +245,10 @@ def take_wizard_screenshot(console, kind, path):
 
 
 def first_view(master):
-    """Getting started until the four setup steps are done, then the activity monitor."""
+    """Getting started until the four setup steps are done, then the dashboard."""
     done = master.storage_servers() and master.disk_pools() and master.storage_units() \
         and master.policies()
-    return "activity" if done else "getting-started"
+    return "dashboard" if done else "getting-started"
 
 
 def main(home=None, screenshot=None, view=None):

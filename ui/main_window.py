@@ -20,6 +20,7 @@ from ui.settings import settings
 # (view name, label, icon, children); the names are also the --view choices.
 NAVIGATION = (
     ("overview", "Master", "master", (
+        ("dashboard", "Dashboard", "report", ()),
         ("getting-started", "Getting started", "getting-started", ()),
         ("hosts", "Hosts", "host", ()),
         ("storage", "Storage", "storage", (
@@ -126,6 +127,8 @@ class MainWindow(QMainWindow):
                 page.job_opened.connect(self.open_job)
             elif page.name == "activity":
                 page.opened.connect(self.open_job)
+            if hasattr(page, "jobs_requested"):   # the dashboard: jobs in one state
+                page.jobs_requested.connect(self.show_jobs)
             if hasattr(page, "wizard_requested"):
                 page.wizard_requested.connect(self.open_wizard)
             actions = getattr(page, "object_actions", None)
@@ -258,6 +261,11 @@ class MainWindow(QMainWindow):
         if name not in self.views:
             raise KeyError(name)
         self.nav.setCurrentItem(self._items[name])
+
+    def show_jobs(self, state):
+        """The activity monitor, filtered to the jobs in one state ("failed")."""
+        self.select_view("activity")
+        self.views["activity"].set_filter(state=state)
 
     def nav_item(self, name):
         return self._items.get(name)

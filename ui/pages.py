@@ -8,6 +8,7 @@ and `restore_state(settings)`; a page that loads more after its first refresh al
 from ui import views
 from ui.activity import ActivityView
 from ui.cluster_view import ClusterView
+from ui.dashboard import DashboardView
 from ui.restore_view import RestoreView
 from ui.getting_started import GettingStartedView
 from ui.reports import ReportsView
@@ -17,6 +18,7 @@ def make_pages(bridge):
     specs = {s.name: s for s in views.LIST_SPECS}
     pages = [
         views.OverviewView("overview", "Master — this catalog", "master", views.STEPS, bridge),
+        DashboardView(bridge),
         GettingStartedView(bridge),
         views.OverviewView("storage", "Storage", "storage", views.STEPS[1:4], bridge),
         views.ObjectListView(specs["hosts"], bridge),

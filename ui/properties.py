@@ -89,6 +89,19 @@ def _options_text(options):
                if options.get("encrypted") else "not encrypted"))
 
 
+def capacity_text(cap):
+    """A disk pool's capacity (master.disk_pool_capacity) in one line."""
+    if cap.get("size_bytes") is None:
+        return f"Cannot tell: {cap.get('error') or 'no volume could be measured'}"
+    text = (f"{fmt.size(cap['used_bytes'])} used of {fmt.size(cap['size_bytes'])} "
+            f"({cap['used_percent']:.0f}%), {fmt.size(cap['free_bytes'])} free")
+    if cap.get("above_high_water"):
+        text += f"; at or above the high-water mark ({cap['high_water']}%): no new backups"
+    if cap.get("error"):
+        text += f" ({cap['error']})"
+    return text
+
+
 def pool_usage_text(usage):
     """What master.pool_usage says about a deduplicating pool, in one line."""
     text = (f"{fmt.size(usage.get('stored_bytes'))} of chunks stored "
@@ -213,6 +226,10 @@ class PropertiesDialog(QDialog):
         if kind == "policy":
             self.next_label = value_label("Looking…", "next-backups")
             form.addRow("Next backups", self.next_label)
+        self.capacity_label = None
+        if kind == "disk-pool":
+            self.capacity_label = value_label("Looking…", "pool-capacity")
+            form.addRow("Capacity", self.capacity_label)
         self.usage_label = None
         if kind == "disk-pool" and registry.can(obj.get("server_type"), "reclaim"):
             self.usage_label = value_label("Looking…", "pool-usage")
@@ -252,6 +269,12 @@ class PropertiesDialog(QDialog):
                                                           next_backups_text(runs)),
                         failed=lambda e: self._late_text(
                             self.next_label, f"Cannot tell: {getattr(e, 'message', e)}"),
+                        context=self)
+        if self.capacity_label is not None:
+            bridge.call(lambda m, name: m.disk_pool_capacity(name), self.name,
+                        done=lambda c: self._late_text(self.capacity_label, capacity_text(c)),
+                        failed=lambda e: self._late_text(
+                            self.capacity_label, f"Cannot tell: {getattr(e, 'message', e)}"),
                         context=self)
         if self.usage_label is not None:
             bridge.call(lambda m, name: m.pool_usage(name), self.name,

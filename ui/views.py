@@ -12,8 +12,9 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, \
 from app.jobs.rules import category
 from app.timeutil import format_duration
 from plugins.storage import registry
+from ui import fmt
 from ui.models import ROW_ROLE, Column, ObjectTableModel, list_column, \
-    number_column, text_column
+    number_column, text_column, time_column
 from ui.object_actions import ObjectActions
 from ui.polled import PolledPage
 from ui.resources import icon
@@ -62,6 +63,15 @@ def _schedules_tooltip(policy):
     return "\n".join(schedule_summary(s) for s in policy.get("schedules") or []) or None
 
 
+def _state_column():
+    """Whether the host (a storage server's host) answers: asked in the background, at most
+    half a minute old (Master.hosts_with_state)."""
+    return Column("state", "State", lambda r: r.get("state") or "",
+                  sort=lambda r: (r.get("reachable") is not False, r.get("state") or ""),
+                  tooltip=lambda r: r.get("state"),
+                  help="whether the host's agent answers; asked every half minute")
+
+
 HOSTS = ListSpec(
     "hosts", "Hosts", "host",
     "Machines the master reaches: clients to back up and storage servers.",
@@ -69,8 +79,11 @@ HOSTS = ListSpec(
      text_column("kind", "Kind", help="local: this machine, without SSH; ssh: reached over SSH"),
      Column("address", "Address", _host_address, sort=lambda r: _host_address(r).lower()),
      number_column("port", "Port"),
-     text_column("user", "User")],
-    lambda m: m.host_list(),
+     text_column("user", "User"),
+     _state_column(),
+     time_column("last_contact", "Last contact",
+                 help="when the master last heard from the host's agent")],
+    lambda m: m.hosts_with_state(),
     "No hosts yet. This machine is registered by itself when the console starts.",
     shell=_cmd("cairn host add NAME --address ADDRESS"),
     kind="host")
@@ -81,8 +94,9 @@ STORAGE_SERVERS = ListSpec(
     [text_column("name", "Name", icon=lambda r: icon("storage-server")),
      text_column("type", "Type"),
      text_column("host", "Host"),
-     text_column("path", "Path")],
-    lambda m: m.storage_servers(),
+     text_column("path", "Path"),
+     _state_column()],
+    lambda m: m.storage_servers_with_state(),
     "No storage servers yet.",
     shell=_cmd("cairn storage-server create NAME --type advanced-disk --host HOST"),
     kind="storage-server")
@@ -93,6 +107,12 @@ DISK_POOLS = ListSpec(
     [text_column("name", "Name", icon=lambda r: icon("disk-pool")),
      text_column("server", "Storage server"),
      list_column("volumes", "Volumes"),
+     number_column("size_bytes", "Size", format=fmt.size,
+                   help="the file systems of the pool's volumes, as its storage host reports"),
+     number_column("used_bytes", "Used", format=fmt.size),
+     number_column("free_bytes", "Free", format=fmt.size),
+     number_column("used_percent", "Use", format=lambda v: f"{v:.0f}%",
+                   tooltip=lambda r: r.get("state")),
      number_column("high_water", "High water", format=lambda v: f"{v}%",
                    help="no new backups start on the pool above this fill level"),
      number_column("low_water", "Low water", format=lambda v: f"{v}%",
@@ -116,7 +136,7 @@ DISK_POOLS = ListSpec(
             sort=lambda r: r.get("verify_every") or 1 << 62, numeric=True,
             help="how often the whole pool is read back and checked (disk-pool set POOL "
                  "verify_every 7d)")],
-    lambda m: m.disk_pools(),
+    lambda m: m.disk_pools_with_capacity(),
     "No disk pools yet: a disk pool is volumes of a storage server.",
     shell=_cmd("cairn disk-pool create NAME --server SERVER --volume PATH"),
     kind="disk-pool")
@@ -325,7 +345,14 @@ class ObjectListView(PolledPage):
     def polled(self, rows):
         self.error = None
         self.model.set_rows(rows)
-        if not self._sized and rows:
+        # Hosts' states and pools' capacity are asked in the background (Master.
+        # hosts_with_state): read again soon while they are on their way, and fit the
+        # columns again once they came, unless the user sized a column by hand.
+        checking = any(r.get("state") == "checking…" for r in rows)
+        came = getattr(self, "settled", True) is False and not checking
+        self.settled = not checking
+        self.refresh_s = 1.0 if checking else self.spec.refresh_s
+        if not self._sized and rows or came and not self.widths.by_hand:
             self._size_columns()
         self._update_title()
         emit(self.refreshed)

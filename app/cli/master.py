@@ -13,7 +13,7 @@ def console_commands(sub, cmd):
     p = cmd(sub, "console", "the desktop console", handler=_console, opens_master=False)
     p.add_argument("--screenshot", metavar="FILE")
     p.add_argument("--view", help="the page to open (default: getting started until setup "
-                   "is complete, then the activity monitor); with --screenshot also "
+                   "is complete, then the dashboard); with --screenshot also "
                    "wizard:storage-server, wizard:disk-pool, wizard:storage-unit, wizard:policy")
 
 
@@ -30,10 +30,12 @@ def master_commands(sub, cmd):
     ma = cmd(sub, "master", "the master without a GUI").add_subparsers(dest="sub", metavar="ACTION")
     p = cmd(ma, "run", "run the dispatcher", handler=_run)
     p.add_argument("--until-idle", action="store_true", help="stop when no job is queued or running")
-    cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay)",
+    cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay, "
+        "days before a client without a backup is warned about)",
         handler=_settings)
     p = cmd(ma, "set", "change a master setting", handler=_settings)
-    p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay"])
+    p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay",
+                                   "stale_client_days"])
     p.add_argument("value")
 
 

@@ -12,6 +12,7 @@ part of the API that Master is made of:
   images.py         images: listing, browsing and searching their indexes, expiring them
   restores.py       checking, previewing and queueing restores
   catalog.py        queueing catalog backups of the master's own state
+  health.py         health at a glance (`cairn status`, the dashboard), hosts' last contact
   lifecycles.py     lifecycles (a backup and its duplications) and the copies of images
   stugroups.py      storage unit groups (units a job is placed on when it starts)
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
@@ -30,6 +31,7 @@ from app.lifecycles import Lifecycles
 from app.stugroups import StorageUnitGroups
 from app.master.catalog import CatalogAPI
 from app.master.configuration import ConfigurationAPI
+from app.master.health import HealthAPI
 from app.master.hosts import HostsAPI
 from app.master.images import ImagesAPI
 from app.master.jobs import JobsAPI
@@ -43,7 +45,7 @@ from app.store.db import Database
 
 
 class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
-             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI):
+             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI):
     def __init__(self, home=None, password_provider=None):
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
@@ -53,6 +55,7 @@ class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, Job
         self.storage_unit_groups_config = StorageUnitGroups(self.db)
         self.jobs = JobStore(self.db)
         self.hosts = HostPool(self.home, password_provider)
+        self.hosts.on_contact = self.record_contact
         self.dispatcher = Dispatcher(self)
 
     def close(self):

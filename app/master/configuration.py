@@ -154,7 +154,9 @@ class ConfigurationAPI:
                 "backup_tries": (2, "attempts of a failed backup or duplication, the first one "
                                  "included"),
                 "retry_delay": ("10m", "wait before the next attempt of a failed backup or "
-                                "duplication")}
+                                "duplication"),
+                "stale_client_days": (3, "days without a successful backup after which "
+                                      "`cairn status` warns about a client")}
 
     def setting(self, key):
         if key not in self.SETTINGS:

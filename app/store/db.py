@@ -431,6 +431,18 @@ MIGRATIONS = [
     );
     CREATE INDEX policy_excludes_policy ON policy_excludes(policy_id)
     """,
+    # 20: health at a glance (`cairn status`): when the master last heard from each host, and
+    # samples of each disk pool's use, from which its growth is told
+    """
+    ALTER TABLE hosts ADD COLUMN last_contact TEXT;
+    CREATE TABLE pool_usage (
+        pool_id INTEGER NOT NULL REFERENCES disk_pools(id) ON DELETE CASCADE,
+        t REAL NOT NULL,
+        size INTEGER NOT NULL,
+        used INTEGER NOT NULL,
+        PRIMARY KEY (pool_id, t)
+    );
+    """,
 ]
 
 

@@ -3,6 +3,7 @@ host, shared by every operation on it; requests are multiplexed by id."""
 
 import itertools
 import threading
+import time
 
 from app import status
 from app.errors import AgentError, CairnError, Canceled, HostUnreachable
@@ -71,6 +72,8 @@ class AgentConnection:
         self._broken = None
         self._hello = threading.Event()
         self.info = {}
+        # when the agent last said anything (wall clock): the host's last contact
+        self.last_heard = None
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                         name=f"agent-{host_name}")
         self._reader.start()
@@ -137,6 +140,7 @@ class AgentConnection:
                     break
                 if not line:
                     break
+                self.last_heard = time.time()
                 try:
                     msg = protocol.decode(line)
                 except (ValueError, RecursionError):

@@ -37,6 +37,7 @@ def nav_tree(item):
 def test_navigation_follows_the_storage_model(console):
     assert nav_tree(console.window.nav.invisibleRootItem()) == [
         ("Master", [
+            ("Dashboard", []),
             ("Getting started", []),
             ("Hosts", []),
             ("Storage", [("Storage servers", []), ("Disk pools", []), ("Storage units", []),

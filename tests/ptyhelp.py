@@ -4,6 +4,7 @@ comes, escape sequences and all."""
 
 import fcntl
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -12,6 +13,13 @@ import threading
 import time
 
 from clihelp import ROOT
+
+
+def interruptible():
+    """In the child before it starts: Ctrl-C (SIGINT) as a shell on a terminal gives it. A
+    test run started in the background (`cmd &`) ignores SIGINT, and its children would
+    inherit that, so Python would never raise KeyboardInterrupt in them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class PtyRun:
@@ -25,7 +33,7 @@ class PtyRun:
         self.proc = subprocess.Popen([sys.executable, "-m", "app", *map(str, args)],
                                      stdin=subprocess.DEVNULL if stdin_devnull else slave,
                                      stdout=slave, stderr=slave, env=e, cwd=ROOT,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=interruptible)
         os.close(slave)
         self.fd = master
         self._buf = bytearray()

@@ -19,7 +19,7 @@ import pytest
 from app import status
 from app.master import Master
 from clihelp import ROOT, cairn, cairn_json
-from ptyhelp import PtyRun
+from ptyhelp import PtyRun, interruptible
 
 FILES = 40
 SLOW = """
@@ -163,7 +163,7 @@ def test_ctrl_c_cancels_the_jobs_a_wait_without_a_terminal_runs_itself(tmp_path)
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.Popen([sys.executable, "-m", "app", "backup", "p1", "--wait"], cwd=ROOT,
                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     m = Master(str(home))
     deadline = time.monotonic() + 60
     while not any(j["state"] == "active" and j["files"] for j in m.job_list()):

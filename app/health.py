@@ -11,6 +11,7 @@ import threading
 import time
 
 from app import pool_capacity, status as st, timeutil
+from app.alerts.alerter import delivery_state
 from app.health_warnings import warnings
 from app.jobs.storage import pool_storage
 from plugins.storage import registry
@@ -198,6 +199,7 @@ def summary(master, now=None, timeout=ASK_TIMEOUT, answers=None):
            "clients": client_summary(master.db, master.setting("stale_client_days"), now),
            "catalog_backup": master.catalog_backup_state(now)}
     doc["stale_client_days"] = master.setting("stale_client_days")
+    doc["alerts"] = delivery_state(master.db)
     doc["warnings"] = warnings(doc)
     doc["ok"] = not any(w["severity"] == "error" for w in doc["warnings"])
     return doc

@@ -80,6 +80,12 @@ def warnings(doc):
         out.append(_w("warning", "catalog", None,
                       f"A catalog backup is overdue ({last}): a lost master would lose the "
                       f"record of {_n(cb['images'], 'image')}."))
+    al = doc.get("alerts") or {}
+    for channel, why in (al.get("failed") or {}).items():
+        out.append(_w("warning", "alerts", channel,
+                      f"Alerts could not be sent by {channel} at {al['last']}: {why}."))
+    for text in al.get("problems") or []:
+        out.append(_w("warning", "alerts", None, f"Alert settings: {text}."))
     for name in cb.get("keys_not_escrowed") or []:
         out.append(_w("warning", "storage-server", name,
                       f"No catalog backup holds the key of storage server {name} yet."))

@@ -10,6 +10,7 @@ import pytest
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
+from memkeyring import MemoryKeyring  # noqa: E402
 from sshd import ServerView, SSHDMissing, SSHServer  # noqa: E402
 
 
@@ -76,3 +77,14 @@ def small_tmpfs(tmp_path):
     yield mount
     for path in mounted:
         subprocess.run(["umount", str(path)], capture_output=True)
+
+
+@pytest.fixture
+def memory_keyring():
+    """The OS keyring, for one test, a MemoryKeyring."""
+    import keyring
+    before = keyring.get_keyring()
+    kr = MemoryKeyring()
+    keyring.set_keyring(kr)
+    yield kr
+    keyring.set_keyring(before)

@@ -14,8 +14,8 @@ import sqlite3
 import sys
 
 from app import __version__, status as st
-from app.cli import backup, catalog, health, host, images, jobs, lifecycle, master, policy, \
-    report, restore, storage, stugroup
+from app.cli import alerts, backup, catalog, health, host, images, jobs, lifecycle, master, \
+    policy, report, restore, storage, stugroup
 from app.cli.shared import open_master
 from app.errors import CairnError
 from app.store.db import catalog_error
@@ -39,6 +39,7 @@ NOUNS = (
     master.master_commands,
     policy.schedule_commands,
     health.status_commands,
+    alerts.alerts_commands,
     report.status_codes_commands,
     catalog.catalog_commands,
     lifecycle.lifecycle_commands,

@@ -38,6 +38,10 @@ _QUEUED_COLUMNS = ("id, type, client, policy, storage_unit, params, parent_id, a
                    "not_before, not_after, suspended, wait_reason")
 SCHEDULE_EVERY = 15.0
 EXPIRE_EVERY = 60.0
+ALERTS_EVERY = 60.0
+# A job that ended is looked at by the alert round this soon (the digest interval still
+# decides when mail goes out).
+ALERTS_AFTER_END = 5.0
 RECOVER_RETRY = 60.0
 
 
@@ -49,6 +53,7 @@ class Dispatcher:
         self.scheduler = None
         self._next_schedule = 0.0
         self._next_expire = 0.0
+        self._next_alerts = 0.0
         self._next_recover = 0.0
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._threads = {}
@@ -137,8 +142,11 @@ class Dispatcher:
         only then are the jobs started."""
         if time.time() > self._lease_until - LEASE_SECONDS / 2 and not self.acquire_lease():
             return len(self._alive())
-        for jid in [j for j, t in self._threads.items() if not t.is_alive()]:
+        ended = [j for j, t in self._threads.items() if not t.is_alive()]
+        for jid in ended:
             del self._threads[jid]
+        if ended:
+            self._next_alerts = min(self._next_alerts, self.clock() + ALERTS_AFTER_END)
         queued = self.db.all(f"SELECT {_QUEUED_COLUMNS} FROM jobs WHERE state=? "
                              "ORDER BY priority DESC, id", (QUEUED,))
         pools = self._pools()
@@ -366,8 +374,8 @@ class Dispatcher:
         return new
 
     def housekeeping(self):
-        """The scheduler, automatic expiry and scheduled verify of pools, at their own pace,
-        under the lease."""
+        """The scheduler, automatic expiry, scheduled verify of pools and the alert round, at
+        their own pace, under the lease."""
         now = self.clock()
         if now >= self._next_schedule:
             self._next_schedule = now + SCHEDULE_EVERY
@@ -388,6 +396,13 @@ class Dispatcher:
                 traceback.print_exc()
             try:
                 self.master.verify_due(now)
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
+        if now >= self._next_alerts:
+            self._next_alerts = now + ALERTS_EVERY
+            try:
+                # in a thread of its own: asking hosts must not hold up the jobs
+                self.master.alerter.start_round()
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
 

@@ -15,6 +15,7 @@ part of the API that Master is made of:
   health.py         health at a glance (`cairn status`, the dashboard), hosts' last contact
   lifecycles.py     lifecycles (a backup and its duplications) and the copies of images
   stugroups.py      storage unit groups (units a job is placed on when it starts)
+  alerts.py         alert settings, test messages, what is pending and what was sent
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
                     restart, cancel, suspend, statistics
 
@@ -28,6 +29,7 @@ from app.hosts import HostPool
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import JobStore
 from app.lifecycles import Lifecycles
+from app.master.alerts import AlertsAPI
 from app.stugroups import StorageUnitGroups
 from app.master.catalog import CatalogAPI
 from app.master.configuration import ConfigurationAPI
@@ -45,7 +47,7 @@ from app.store.db import Database
 
 
 class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
-             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI):
+             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI, AlertsAPI):
     def __init__(self, home=None, password_provider=None):
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
@@ -59,5 +61,8 @@ class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, Job
         self.dispatcher = Dispatcher(self)
 
     def close(self):
+        alerts = getattr(self, "_alerter", None)
+        if alerts is not None:
+            alerts.wait(30)
         self.hosts.close()
         self.db.close()

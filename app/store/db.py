@@ -443,6 +443,34 @@ MIGRATIONS = [
         PRIMARY KEY (pool_id, t)
     );
     """,
+    # 21: alerts (app/alerts/): what was found (a failed job, a pool above its high-water
+    # mark, a host down, ...) and the digests that told the admins about it. A condition that
+    # holds stays one open event until it clears; it may open again later.
+    """
+    CREATE TABLE alert_digests (
+        id INTEGER PRIMARY KEY,
+        t REAL NOT NULL,
+        test INTEGER NOT NULL DEFAULT 0,
+        events INTEGER NOT NULL,
+        delivered INTEGER NOT NULL,
+        results TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE alert_events (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        subject TEXT,
+        message TEXT NOT NULL,
+        job_id INTEGER,
+        first_seen REAL NOT NULL,
+        cleared REAL,
+        digest_id INTEGER REFERENCES alert_digests(id) ON DELETE SET NULL,
+        cleared_digest_id INTEGER REFERENCES alert_digests(id) ON DELETE SET NULL
+    );
+    CREATE UNIQUE INDEX alert_events_open ON alert_events(key) WHERE cleared IS NULL;
+    CREATE INDEX alert_events_pending ON alert_events(digest_id);
+    """,
 ]
 
 

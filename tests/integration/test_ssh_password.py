@@ -8,9 +8,7 @@ import shutil
 import subprocess
 import tempfile
 
-import keyring
 import pytest
-from keyring.backend import KeyringBackend
 
 from app.errors import AuthFailed
 from app.transport import ssh as ssh_transport
@@ -18,25 +16,6 @@ from app.transport.agent_client import AgentConnection
 from sshd import SSHServer
 
 USER = "cairn-pwtest"
-
-
-class MemoryKeyring(KeyringBackend):
-    """A keyring backend of this test (the machine has no desktop keyring), registered
-    through keyring's own API like any other backend."""
-    priority = 1
-
-    def __init__(self):
-        super().__init__()
-        self.items = {}
-
-    def get_password(self, service, username):
-        return self.items.get((service, username))
-
-    def set_password(self, service, username, password):
-        self.items[(service, username)] = password
-
-    def delete_password(self, service, username):
-        self.items.pop((service, username), None)
 
 
 class PasswordSSHServer(SSHServer):
@@ -64,15 +43,6 @@ def password_host(tmp_path_factory):
     server.stop()
     subprocess.run(["userdel", USER], capture_output=True)
     shutil.rmtree(home, ignore_errors=True)
-
-
-@pytest.fixture
-def memory_keyring():
-    before = keyring.get_keyring()
-    kr = MemoryKeyring()
-    keyring.set_keyring(kr)
-    yield kr
-    keyring.set_keyring(before)
 
 
 def transport(server, tmp_path, **kw):

@@ -28,7 +28,8 @@ SCALE_DOUBLE = {"CAIRN_MMFS_BIN": os.path.join(ROOT, "tests", "scale_double", "b
 
 VIEWS = ("dashboard", "getting-started", "hosts", "storage-servers", "disk-pools", "storage-units",
          "clusters", "policies", "activity", "restore", "reports", "wizard:storage-server",
-         "wizard:disk-pool", "wizard:storage-unit", "wizard:policy")
+         "wizard:disk-pool", "wizard:storage-unit", "wizard:policy", "dialog:alerts",
+         "dialog:policy-properties")
 
 
 def make_tree(root, files, size):
@@ -69,7 +70,25 @@ def demo_catalog(home, scratch):
                           os.path.join(scratch, "restored"))
     m.wait_for([job])
     demo_dedup(m, host, scratch, src)
+    demo_alerts(m, scratch)
     m.close()
+
+
+def demo_alerts(m, scratch):
+    """Alerts by mail to the site's server and to syslog; one test message went to a syslog
+    socket of the demo, so that the alert window has a message to show."""
+    import socket
+    path = os.path.join(scratch, "syslog.sock")
+    log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    log.bind(path)
+    try:
+        m.set_alert_settings({"syslog": "on", "syslog_address": path, "interval": "30m"})
+        m.alerts_test()
+    finally:
+        log.close()
+    m.set_alert_settings({"syslog_address": "/dev/log", "smtp_host": "mail.example.org", "smtp_user": "cairn-alerts",
+                          "sender": "cairn@backup.example.org",
+                          "recipients": "storage-admins@example.org"})
 
 
 def demo_dedup(m, host, scratch, src):

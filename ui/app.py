@@ -5,9 +5,9 @@ as a host from the start, and the job dispatcher runs on a thread of its own, so
 queued here or by the CLI run while the console is open. The window talks to the master only
 through ui.bridge.
 
-`--screenshot FILE --view VIEW` renders the window offscreen at 1280x800 once the view's data
-has loaded, writes it as PNG and exits; it neither dispatches jobs nor touches the remembered
-window layout."""
+`--screenshot FILE --view VIEW` renders the window offscreen at 1280x800 (CAIRN_SCREENSHOT_SIZE,
+e.g. 1024x700, for another size) once the view's data has loaded, writes it as PNG and exits;
+it neither dispatches jobs nor touches the remembered window layout."""
 
 import logging
 import os
@@ -32,7 +32,15 @@ from ui.resources import icon
 
 log = logging.getLogger(__name__)
 
-SCREENSHOT_SIZE = (1280, 800)
+def _screenshot_size():
+    w, _, h = os.environ.get("CAIRN_SCREENSHOT_SIZE", "1280x800").partition("x")
+    try:
+        return max(640, int(w)), max(480, int(h))
+    except ValueError:
+        return 1280, 800
+
+
+SCREENSHOT_SIZE = _screenshot_size()
 SCREENSHOT_TIMEOUT_S = 30
 SHUTDOWN_TIMEOUT_S = 60
 
@@ -211,7 +219,8 @@ def take_screenshot(console, path):
 
 WIZARD_VIEWS = tuple(f"wizard:{k}" for k in ("storage-server", "disk-pool", "storage-unit",
                                                "lifecycle", "storage-unit-group", "policy"))
-SCREENSHOT_VIEWS = VIEW_NAMES + WIZARD_VIEWS
+DIALOG_VIEWS = ("dialog:alerts", "dialog:policy-properties")
+SCREENSHOT_VIEWS = VIEW_NAMES + WIZARD_VIEWS + DIALOG_VIEWS
 WIZARD_SHOWCASE_PAGES = {"disk-pool": 1}
 
 
@@ -244,6 +253,36 @@ def take_wizard_screenshot(console, kind, path):
     return 0
 
 
+def take_dialog_screenshot(console, which, path):
+    """File ▸ Alerts… or the first policy's Properties, over the main window, once loaded."""
+    w = console.window
+    w.resize(*SCREENSHOT_SIZE)
+    w.show()
+    if which == "alerts":
+        dlg = w.open_alerts()
+    else:
+        w.select_view("policies")
+        view = w.current_view
+        if not wait_until(lambda: view.loaded, SCREENSHOT_TIMEOUT_S) or not \
+                view.model.rowCount():
+            print("cairn console: there is no policy to show; no screenshot written",
+                  file=sys.stderr)
+            return 1
+        view.table.selectRow(0)
+        dlg = view.object_actions._properties()
+    wait_until(lambda: False, 0.3)
+    if not wait_until(lambda: not console.bridge.pending, SCREENSHOT_TIMEOUT_S):
+        print(f"cairn console: the {which} window did not load within "
+              f"{SCREENSHOT_TIMEOUT_S} s; no screenshot written", file=sys.stderr)
+        return 1
+    wait_until(lambda: False, 0.3)  # let the layout settle
+    QApplication.processEvents()
+    if not dlg.grab().save(path, "PNG"):
+        print(f"cairn console: cannot write the screenshot to {path}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def first_view(master):
     """Getting started until the four setup steps are done, then the dashboard."""
     done = master.storage_servers() and master.disk_pools() and master.storage_units() \
@@ -252,7 +291,8 @@ def first_view(master):
 
 
 def main(home=None, screenshot=None, view=None):
-    if view is not None and view not in SCREENSHOT_VIEWS or (view in WIZARD_VIEWS and not screenshot):
+    if view is not None and view not in SCREENSHOT_VIEWS or (
+            view in WIZARD_VIEWS + DIALOG_VIEWS and not screenshot):
         print(f"cairn console: there is no view {view!r}\n  choose one of: "
               + ", ".join(VIEW_NAMES if not screenshot else SCREENSHOT_VIEWS), file=sys.stderr)
         return 2
@@ -276,7 +316,7 @@ def main(home=None, screenshot=None, view=None):
         return e.status or 1
 
     console = Console(master, run_dispatcher=not screenshot, remember_layout=not screenshot)
-    if view in WIZARD_VIEWS:
+    if view in WIZARD_VIEWS + DIALOG_VIEWS:
         console.window.select_view("getting-started")
     else:
         console.window.select_view(view)
@@ -284,6 +324,8 @@ def main(home=None, screenshot=None, view=None):
         try:
             if view in WIZARD_VIEWS:
                 return take_wizard_screenshot(console, view.split(":", 1)[1], screenshot)
+            if view in DIALOG_VIEWS:
+                return take_dialog_screenshot(console, view.split(":", 1)[1], screenshot)
             return take_screenshot(console, screenshot)
         finally:
             console.window.close()

@@ -1,7 +1,8 @@
 """The dashboard: health at a glance (Master.health, as `cairn status` shows it) on one page,
 the console's first page once setup is done. The open warnings first, then the last day's
 jobs with one click to the failed ones (the activity monitor filtered to them) or to a job's
-details, the disk pools' capacity, the hosts' state and the clients' last good backups.
+details, the disk pools' capacity, the hosts' state, the clients' last good backups, the
+catalog backup and where alerts go.
 
 The hosts' answers come from the master's background asks (Master.health(wait=False)): a
 refresh never waits for a host, and a host not asked yet shows as "checking…"."""
@@ -100,6 +101,22 @@ def catalog_html(cb):
         f" <span style='color:{WARNING_COLOUR}'>(overdue)</span>" if cb["overdue"] else "")
 
 
+def alerts_html(al):
+    if not al or not al["channels"]:
+        return (f"<span style='color:{WARNING_COLOUR}'>No alerts are sent</span>: a failure "
+                "is seen only here. <a href='alerts:'>Set up alerts…</a>")
+    where = {"email": "email to {}", "syslog": "syslog ({})", "webhook": "webhook {}",
+             "command": "command {}"}
+    parts = [_e(where[k].format(al["to"][k])) for k in al["channels"]]
+    text = "Alerts go by " + "; ".join(parts) + "."
+    if al["last"]:
+        text += " Last message " + _e(fmt.local_time(al["last"]))
+        text += "." if not al["failed"] else (
+            f": <span style='color:{ERROR_COLOUR}'>not sent by "
+            f"{_e(', '.join(al['failed']))}</span>.")
+    return text + " <a href='alerts:'>Alert settings…</a>"
+
+
 class DashboardView(PolledPage):
     name = "dashboard"
     refresh_s = 10.0
@@ -107,6 +124,8 @@ class DashboardView(PolledPage):
     job_opened = Signal(dict)
     #: the activity monitor, filtered to a state ("failed")
     jobs_requested = Signal(str)
+    #: the alert settings
+    alerts_requested = Signal()
 
     def __init__(self, bridge, parent=None):
         super().__init__(bridge, parent)
@@ -121,7 +140,8 @@ class DashboardView(PolledPage):
         lay.addWidget(title)
         for key, heading in (("warnings", "Open warnings"), ("jobs", "Jobs, last 24 hours"),
                              ("pools", "Disk pools"), ("hosts", "Hosts"),
-                             ("clients", "Clients"), ("catalog", "Catalog backup")):
+                             ("clients", "Clients"), ("catalog", "Catalog backup"),
+                             ("alerts", "Alerts")):
             head = QLabel(f"<b>{heading}</b>")
             body = QLabel("Looking…")
             body.setObjectName(f"dashboard-{key}")
@@ -154,6 +174,7 @@ class DashboardView(PolledPage):
         s["hosts"].setText(hosts_html(doc))
         s["clients"].setText(clients_html(doc))
         s["catalog"].setText(catalog_html(doc["catalog_backup"]))
+        s["alerts"].setText(alerts_html(doc.get("alerts")))
         # while hosts are still being asked, read again soon rather than in refresh_s
         checking = any(h["reachable"] is None for h in doc["hosts"])
         self.settled = not checking
@@ -174,6 +195,8 @@ class DashboardView(PolledPage):
             emit(self.job_opened, {"id": int(value)})
         elif kind == "jobs":
             emit(self.jobs_requested, value)
+        elif kind == "alerts":
+            emit(self.alerts_requested)
 
     def save_state(self, settings):
         pass

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
 from app import __version__
 from ui import wizards
 from ui.pages import make_pages
+from ui.alerts_dialog import AlertsDialog
 from ui.catalog_backup_dialog import CatalogBackupDialog
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
@@ -129,6 +130,8 @@ class MainWindow(QMainWindow):
                 page.opened.connect(self.open_job)
             if hasattr(page, "jobs_requested"):   # the dashboard: jobs in one state
                 page.jobs_requested.connect(self.show_jobs)
+            if hasattr(page, "alerts_requested"):  # the dashboard: the alert settings
+                page.alerts_requested.connect(self.open_alerts)
             if hasattr(page, "wizard_requested"):
                 page.wizard_requested.connect(self.open_wizard)
             actions = getattr(page, "object_actions", None)
@@ -224,6 +227,10 @@ class MainWindow(QMainWindow):
         catalog_backup.setToolTip("A catalog backup of this master to a storage unit")
         catalog_backup.triggered.connect(self.open_catalog_backup)
         file_menu.addAction(catalog_backup)
+        alerts = QAction(icon("action-alerts"), "&Alerts…", self)
+        alerts.setToolTip("What the master alerts about, and where it sends it")
+        alerts.triggered.connect(self.open_alerts)
+        file_menu.addAction(alerts)
         file_menu.addSeparator()
         quit_action = QAction("&Quit", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
@@ -441,6 +448,18 @@ class MainWindow(QMainWindow):
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dlg.queued.connect(lambda jid: self._job_queued(jid, f"Catalog backup job {jid} "
                                                              "queued"))
+        dlg.show()
+        return dlg
+
+    def open_alerts(self):
+        """One alerts window: opening it again brings the open one forward."""
+        for dlg in self.findChildren(AlertsDialog):
+            if dlg.isVisible():
+                dlg.raise_()
+                dlg.activateWindow()
+                return dlg
+        dlg = AlertsDialog(self.bridge, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dlg.show()
         return dlg
 

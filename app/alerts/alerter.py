@@ -226,12 +226,16 @@ def open_events(db, limit=200):
 
 
 def delivery_state(db):
-    """{"channels": turned on, "last": time of the last digest, "failed": {channel: why}
-    of that digest's channels that did not deliver} for the health summary."""
+    """{"channels": turned on, "to": {channel: where it goes}, "last": time of the last
+    digest, "failed": {channel: why} of that digest's channels that did not deliver} for the
+    health summary."""
     v = cfg.values(db)
     row = db.one("SELECT t, results FROM alert_digests WHERE test=0 ORDER BY t DESC, id DESC "
                  "LIMIT 1")
     results = json.loads(row[1] or "{}") if row else {}
+    to = {"email": v["recipients"], "syslog": v["syslog_address"],
+          "webhook": v["webhook_url"], "command": v["command"]}
     return {"channels": cfg.channels(v), "problems": cfg.problems(v),
+            "to": {k: to[k] for k in cfg.channels(v)},
             "last": timeutil.iso(row[0]) if row else None,
             "failed": {k: r["text"] for k, r in results.items() if not r["ok"]}}

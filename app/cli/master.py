@@ -14,7 +14,8 @@ def console_commands(sub, cmd):
     p.add_argument("--screenshot", metavar="FILE")
     p.add_argument("--view", help="the page to open (default: getting started until setup "
                    "is complete, then the dashboard); with --screenshot also "
-                   "wizard:storage-server, wizard:disk-pool, wizard:storage-unit, wizard:policy")
+                   "wizard:storage-server, wizard:disk-pool, wizard:storage-unit, wizard:policy, "
+                   "dialog:alerts, dialog:policy-properties")
 
 
 def _console(args):

@@ -443,6 +443,11 @@ MIGRATIONS = [
         PRIMARY KEY (pool_id, t)
     );
     """,
+    # 21: the client's names of the owners and groups of an image's files, as its backup
+    # recorded them (app/formats/owners.py); NULL for images made before
+    """
+    ALTER TABLE images ADD COLUMN owners TEXT
+    """,
 ]
 
 

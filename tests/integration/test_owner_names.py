@@ -3,7 +3,8 @@ local user owns some of the files, root others, and an id without a name the res
 come back through the master API and `cairn browse` (text shows names, --json keeps the
 numbers beside them), for a client on this machine (the local transport) and one reached over
 a real sshd, for an incremental's unchanged entries (no member written for them), after the
-user is removed from the system, and for the images a lost catalog gets back from the pool."""
+user is removed from the system, for a multi-stream backup's set image, and for the images a
+lost catalog gets back from the pool."""
 
 import grp
 import os
@@ -112,6 +113,18 @@ def test_owner_names_recorded_at_backup_time(tmp_path, sshd, owner):
 
         over_ssh = backup(m, "overssh", "full")
         assert owners_of(m, over_ssh, src) == want
+
+        # a multi-stream backup: the set image that is browsed has its streams' names
+        other = str(tmp_path / "other")
+        make_files(other, owner, nobody)
+        m.config.add_policy("streams", storage_unit="stu", multiple_streams=True)
+        m.config.add_policy_client("streams", "me")
+        for s in (src, other):
+            m.config.add_policy_selection("streams", s)
+        m.config.add_schedule("streams", "full", type="full")
+        set_id = backup(m, "streams", "full")
+        assert len([i for i in m.images(include_parts=True) if i["part_of"] == set_id]) == 2
+        assert owners_of(m, set_id, src) == want and owners_of(m, set_id, other) == want
     finally:
         m.close()
 

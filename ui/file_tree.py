@@ -14,6 +14,7 @@ from PySide6.QtGui import QAbstractFileIconProvider
 from PySide6.QtWidgets import QFileIconProvider
 
 from app.catalog_index import Entry
+from app.formats import owners
 from ui import fmt
 from ui.models import ROW_ROLE
 from ui.qtcompat import emit
@@ -24,6 +25,7 @@ _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 _LEFT = int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
 
 FILE_COLUMNS = ("Name", "Size", "Modified", "Mode", "Owner", "Link target")
+_OWNER = FILE_COLUMNS.index("Owner")
 _ROOT = Entry("/", "", "d", 0o755, 0, 0, 0, 0, 0, 0, "", "")
 _NAME = attrgetter("name")
 
@@ -67,6 +69,8 @@ class ImageFilesModel(QAbstractItemModel):
     checks_changed = Signal()
     #: a path asked for with reveal() is now in the tree (its index's path)
     revealed = Signal(str)
+    #: the client's owner and group names of the image arrived (the Owner column shows them)
+    named = Signal()
 
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
@@ -79,6 +83,8 @@ class ImageFilesModel(QAbstractItemModel):
         self._reveal = None
         self._root = _Node(_ROOT, None, 0)
         self._root.fetched = True   # no image: nothing to list
+        # the client's names of the image's owners and groups: numbers until they arrive
+        self._users, self._groups = {}, {}
 
     def set_image(self, image_id):
         self.beginResetModel()
@@ -87,10 +93,36 @@ class ImageFilesModel(QAbstractItemModel):
         self._reveal = None
         self._root = _Node(_ROOT, None, 0)
         self._root.fetched = image_id is None
+        self._users, self._groups = {}, {}
         self.endResetModel()
         emit(self.checks_changed)
         if image_id is not None:
+            gen = self._generation
+            # Without names the column shows numbers, as ls -n does: not worth an error.
+            self._bridge.call(_owner_names, image_id,
+                              done=lambda names: self._named(gen, names),
+                              failed=lambda err: None, context=self)
             self.fetchMore(QModelIndex())
+
+    def owner_text(self, entry):
+        """What the Owner column shows: "user:group" by the client's names, numbers where it
+        had none."""
+        return owners.label(entry.uid, entry.gid, self._users, self._groups)
+
+    def _named(self, gen, names):
+        if gen != self._generation:
+            return
+        self._users, self._groups = names
+        # the rows already shown get their names
+        stack = [self._root]
+        while stack:
+            n = stack.pop()
+            if n.children:
+                parent = self._index_of_node(n)
+                emit(self.dataChanged, self.index(0, _OWNER, parent),
+                     self.index(len(n.children) - 1, _OWNER, parent))
+                stack.extend(c for c in n.children if c.children)
+        emit(self.named)
 
     @property
     def loading(self):
@@ -342,14 +374,16 @@ class ImageFilesModel(QAbstractItemModel):
                 return fmt.local_time_ns(e.mtime_ns)
             if c == 3:
                 return fmt.mode(e.kind, e.mode)
-            if c == 4:
-                return f"{e.uid}:{e.gid}"
+            if c == _OWNER:
+                return fmt.shown(self.owner_text(e))
             if c == 5:
                 return fmt.shown(e.link)
         if role == Qt.ItemDataRole.CheckStateRole and c == 0:
             return _QT_STATE[node.check]
         if role == Qt.ItemDataRole.ToolTipRole and c == 0:
             return fmt.shown(e.path)
+        if role == Qt.ItemDataRole.ToolTipRole and c == _OWNER:
+            return fmt.shown(owners.detail(e.uid, e.gid, self._users, self._groups))
         if role == Qt.ItemDataRole.DecorationRole and c == 0:
             return self._folder if e.kind == "d" else self._file
         if role == Qt.ItemDataRole.TextAlignmentRole:
@@ -364,6 +398,10 @@ class ImageFilesModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return FILE_COLUMNS[section]
         return None
+
+
+def _owner_names(m, image):
+    return m.owner_names(image)
 
 
 def _list_dir(m, image, path):

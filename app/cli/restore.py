@@ -37,7 +37,11 @@ def _print_listing(d):
     print(f"{d['image']}:{d['path']}")
     for e in d["entries"]:
         mt = timeutil.iso(e["mtime_ns"] / 1e9)
-        print(f"  {e['kind']} {e['mode']:04o} {e['uid']:>6} {e['gid']:>6} {e['size']:>12} "
+        # as ls -l shows them: the client's names, the number where it had none (--json
+        # keeps the numbers beside the names)
+        user = e.get("user") or e["uid"]
+        group = e.get("group") or e["gid"]
+        print(f"  {e['kind']} {e['mode']:04o} {user:<8} {group:<8} {e['size']:>12} "
               f"{mt} {e['name']}" + (f" -> {e['link']}" if e["link"] else ""))
 
 

@@ -7,7 +7,8 @@ An image's own members, in image order:
   * `.cairn/image.json` (first): the image metadata the master passed to the backup;
   * the backed-up entries;
   * `.cairn/summary.json` (format 2 on): what the backup found at its end (files, bytes,
-    warnings, the snapshots it read from and how its file list was made);
+    warnings, the snapshots it read from and how its file list was made) and, in images made
+    since, the client's names of the files' owners and groups (app/formats/owners.py);
   * `.cairn/index.jsonl` (last): the file index, one row per entry.
 
 Format 1 images have no summary member, and their image.json lacks the expiry, the retention,
@@ -17,7 +18,7 @@ Standard library only: master and agents share it."""
 
 import re
 
-from app.formats import entry
+from app.formats import entry, owners
 from app.formats.tarfmt import PIECE_HASHES
 
 FORMAT = "cairn-image"
@@ -29,7 +30,8 @@ SUMMARY_NAME = b".cairn/summary.json"
 INDEX_NAME = b".cairn/index.jsonl"
 # Larger metadata members are not read: no backup writes one of this size.
 META_LIMIT = 1 << 20
-SUMMARY_LIMIT = 1 << 16
+# The summary holds the owner names (app/formats/owners.py bounds them).
+SUMMARY_LIMIT = 1 << 20
 
 LEVELS = ("full", "differential", "cumulative")
 # What the catalog calls a host, policy, schedule, storage unit or pool (app/config.py).
@@ -134,6 +136,10 @@ def summary_problem(summary):
         bad.append("scan")
     if bad:
         return f"its .cairn/summary.json has invalid {', '.join(bad)}"
+    if summary.get("owners") is not None:
+        why = owners.problem(summary["owners"])
+        if why:
+            return f"its .cairn/summary.json: {why}"
     return None
 
 

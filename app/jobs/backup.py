@@ -13,7 +13,7 @@ import time
 
 from app import status as st
 from app import backup_excludes, timeutil
-from app.formats import imagemeta
+from app.formats import imagemeta, owners
 from app.catalog_index import IndexWriter, rebuild_hint
 from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import holds, incremental
@@ -422,6 +422,7 @@ class BackupJob:
                 snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots")
                 else None,
                 scan=json.dumps(summary["scan"]) if summary.get("scan") else None,
+                owners=owners.to_column(summary.get("owners")),
                 lifecycle=self.lifecycle["name"] if self.lifecycle else None,
                 **side.catalog_fields(stats)))
 

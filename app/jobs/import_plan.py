@@ -13,7 +13,7 @@ import time
 
 from app import timeutil
 from app.errors import ValidationError
-from app.formats import imagemeta
+from app.formats import imagemeta, owners
 
 OK = "ok"
 
@@ -230,5 +230,6 @@ def record_fields(*, job_id, side, names, d, counts, host, sources, notes=()):
         stream=meta.get("stream"),
         snapshot=json.dumps(summary["snapshots"]) if summary.get("snapshots") else None,
         scan=json.dumps(summary["scan"]) if summary.get("scan") else None,
+        owners=owners.to_column(summary.get("owners")),
         imported=json.dumps(imported), **side.catalog_fields(d))
     return fields, notes, unknown

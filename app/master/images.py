@@ -9,6 +9,7 @@ from app import status, timeutil
 from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
 from app.config import check_abs_path
 from app.errors import CairnError, NotFound, ValidationError
+from app.formats import owners
 from app.jobs import expire
 from app.jobs.reindex import aside_files
 from app.search import has_wildcards, search_index
@@ -139,6 +140,9 @@ class ImagesAPI:
                              "(dmesg); " + hint, status_code=status.IMAGE_DAMAGED) from None
 
     def browse(self, image_id, path="/"):
+        """A directory of an image (or the one entry a file path names). Each entry carries
+        its uid and gid and, where the client had names for them when it was backed up, its
+        `user` and `group` (else null)."""
         img = self.image(image_id)
         path = "/" if path in (None, "", "/") else check_abs_path("path", path)
         with self.open_index(img) as idx:
@@ -146,13 +150,33 @@ class ImagesAPI:
                 e = idx.lookup(path)
                 if e is None:
                     raise NotFound(f"{path} is not in image {image_id}")
-                if e.kind != "d":
-                    return {"image": img["id"], "path": path, "entries": [e.to_dict()]}
-            try:
-                entries = idx.list_dir(path)
-            except KeyError:
-                entries = []
-        return {"image": img["id"], "path": path, "entries": [e.to_dict() for e in entries]}
+                entries = [e] if e.kind != "d" else None
+            else:
+                entries = None
+            if entries is None:
+                try:
+                    entries = idx.list_dir(path)
+                except KeyError:
+                    entries = []
+        users, groups = self.owner_names(img["id"])
+        out = []
+        for e in entries:
+            d = e.to_dict()
+            d["user"], d["group"] = users.get(e.uid), groups.get(e.gid)
+            out.append(d)
+        return {"image": img["id"], "path": path, "entries": out}
+
+    def owner_names(self, image_id):
+        """(users, groups): {uid: name} and {gid: name} as the client named them when the
+        image was backed up (app/formats/owners.py); a set image has its stream images'.
+        Empty for an image made before names were recorded."""
+        row = self.db.one("SELECT owners FROM images WHERE id=?", (image_id,))
+        if row is None:
+            raise NotFound(f"there is no image {image_id!r}", hint="see `cairn images list`")
+        tables = [owners.from_column(row[0])]
+        tables += [owners.from_column(r[0]) for r in self.db.all(
+            "SELECT owners FROM images WHERE part_of=? ORDER BY id", (image_id,))]
+        return owners.merged(tables)
 
     # ---- finding and restoring files ------------------------------------------------------
     def list_entries(self, image_id, path="/"):
@@ -256,4 +280,7 @@ def _image_dict(row):
     d["dedup"] = json.loads(d["dedup"]) if d.get("dedup") else None
     # Recorded again from its pool by an import job: what it found (app/jobs/pool_import.py).
     d["imported"] = json.loads(d["imported"]) if d.get("imported") else None
+    # The owner names are read with the listings that show them (owner_names), not with
+    # every image of a list.
+    d.pop("owners", None)
     return d

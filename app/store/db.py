@@ -471,6 +471,11 @@ MIGRATIONS = [
     CREATE UNIQUE INDEX alert_events_open ON alert_events(key) WHERE cleared IS NULL;
     CREATE INDEX alert_events_pending ON alert_events(digest_id);
     """,
+    # 22: the client's names of the owners and groups of an image's files, as its backup
+    # recorded them (app/formats/owners.py); NULL for images made before
+    """
+    ALTER TABLE images ADD COLUMN owners TEXT
+    """,
 ]
 
 

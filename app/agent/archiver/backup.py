@@ -77,6 +77,9 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         self.links = {}
         self.users = {}
         self.groups = {}
+        self.owner_uids = set()
+        self.owner_gids = set()
+        self.owner_table = None
         self.no_xattr_devs = set()
         self.no_flags_devs = set()
         self.files = 0
@@ -211,8 +214,9 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     snapshots read from and how the file list was made; app/formats/imagemeta.py).
 
     Returns {"files", "dirs", "bytes", "warnings", "image_bytes", "unchanged",
-    "unchanged_bytes", "reused", "reused_bytes", "index_offset", "index_length"}; the last two
-    locate the `.cairn/index.jsonl` member in the image.
+    "unchanged_bytes", "reused", "reused_bytes", "owners", "index_offset", "index_length"};
+    owners: the client's names of the entries' owners and groups (app/formats/owners.py); the
+    last two locate the `.cairn/index.jsonl` member in the image.
     """
     try:
         tarfmt.piece_hash(checksum)

@@ -7,10 +7,14 @@ member that says what the backup found (app/formats/imagemeta.py)."""
 import json
 import os
 import time
+from operator import itemgetter
 
 from app.agent.archiver.common import ROW_BATCH
 from app.errors import StorageError
-from app.formats import entry, imagemeta, tarfmt
+from app.formats import entry, imagemeta, owners, tarfmt
+
+_UID = itemgetter(entry.UID)
+_GID = itemgetter(entry.GID)
 
 
 class IndexRows:
@@ -33,6 +37,9 @@ class IndexRows:
                 batch.append(row)
             if not batch:
                 break
+            # every row's ids, unchanged entries' too: their names are looked up at the end
+            self.owner_uids.update(map(_UID, batch))
+            self.owner_gids.update(map(_GID, batch))
             self.spool.write("".join(
                 json.dumps(r, separators=(",", ":")) + "\n" for r in batch).encode("ascii"))
             self.emit("rows", {"rows": batch})
@@ -47,12 +54,20 @@ class IndexRows:
                 "unchanged_bytes": self.unchanged_bytes, "reused": self.reused,
                 "reused_bytes": self.reused_bytes}
 
+    def owner_names(self):
+        """The client's names of the owners and groups of every entry (app/formats/owners.py),
+        looked up once the rows are all known."""
+        if self.owner_table is None:
+            self.owner_table = owners.record(self.owner_uids, self.owner_gids, self.uname,
+                                             self.gname)
+        return self.owner_table
+
     def put_summary(self, start_ns, extra):
-        """The `.cairn/summary.json` member: the counters and `extra` (the snapshots read
-        from, how the file list was made), so that the image can be recorded again from the
-        pool alone."""
-        data = json.dumps(dict(extra or {}, **self.summary()), indent=1,
-                          sort_keys=True).encode("utf-8") + b"\n"
+        """The `.cairn/summary.json` member: the counters, the owner names and `extra` (the
+        snapshots read from, how the file list was made), so that the image can be recorded
+        again from the pool alone."""
+        data = json.dumps(dict(extra or {}, owners=self.owner_names(), **self.summary()),
+                          indent=1, sort_keys=True).encode("utf-8") + b"\n"
         out = self.out
         out.put(tarfmt.member_header(imagemeta.SUMMARY_NAME, tarfmt.REGTYPE, 0o644, 0, 0,
                                      len(data), start_ns - start_ns % 1000000000,
@@ -93,5 +108,5 @@ class IndexRows:
             self.emit("totals", dict(result) if result else {"files": self.files,
                                                               "bytes": self.bytes})
         self.emit("progress", {"files": self.files, "bytes": self.bytes, "path": ""})
-        return dict(self.summary(), image_bytes=out.pos, index_offset=index_offset,
+        return dict(self.summary(), owners=self.owner_names(), image_bytes=out.pos, index_offset=index_offset,
                     index_length=out.pos - 1024 - index_offset)

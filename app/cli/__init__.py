@@ -39,10 +39,10 @@ NOUNS = (
     master.master_commands,
     policy.schedule_commands,
     health.status_commands,
-    alerts.alerts_commands,
     report.status_codes_commands,
     catalog.catalog_commands,
     lifecycle.lifecycle_commands,
+    alerts.alerts_commands,
     master.agent_commands,
 )
 

@@ -29,7 +29,8 @@ def test_the_nouns_in_their_order():
     nouns = [path[0] for path, _ in _commands(build_parser()) if len(path) == 1]
     assert nouns == ["host", "storage-server", "disk-pool", "storage-unit",
                      "storage-unit-group", "policy", "backup", "jobs", "images", "browse", "restore", "report", "console", "master",
-                     "schedule", "status", "status-codes", "catalog", "lifecycle", "agent"]
+                     "schedule", "status", "status-codes", "catalog", "lifecycle", "alerts",
+                     "agent"]
 
 
 def test_a_command_opens_the_master_unless_it_must_not():

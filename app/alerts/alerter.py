@@ -16,6 +16,9 @@ from app.alerts import channels, digest, events, settings as cfg
 
 ROUND_S = 60
 HOST_ROUND_S = 300
+# Without alerts, the hosts are still asked this often, so that the pools' growth has
+# samples on a site where nobody looks (the first an hour after the dispatcher starts).
+SAMPLE_S = 3600
 KEEP_S = 90 * 86400
 SINCE = "alerts_state.jobs_since"
 STARTED = "alerts_state.started"
@@ -34,22 +37,35 @@ class Alerter:
         self._lock = threading.Lock()
         self._running = False
         self._hosts_asked = None
+        self._started = None
         self._thread = None
 
     # ---- the round ------------------------------------------------------------------------
     def start_round(self, now=None):
-        """Runs a round in a thread unless one still runs or no channel is configured;
-        returns at once."""
-        if not cfg.channels(cfg.values(self.master.db)):
+        """Runs a round in a thread unless one still runs; with no channel configured, only
+        asks the hosts (pool samples) once SAMPLE_S has passed. Returns at once."""
+        t = time.time() if now is None else now
+        if self._started is None:
+            self._started = t
+        alerting = bool(cfg.channels(cfg.values(self.master.db)))
+        last = self._hosts_asked if self._hosts_asked is not None else self._started
+        if not alerting and t - last < SAMPLE_S:
             return False
         with self._lock:
             if self._running:
                 return False
             self._running = True
-        self._thread = threading.Thread(target=self._round_thread, args=(now,), daemon=True,
-                                        name="alerts")
+        work = self.round if alerting else self.sample
+        self._thread = threading.Thread(target=self._round_thread, args=(work, now),
+                                        daemon=True, name="alerts")
         self._thread.start()
         return True
+
+    def sample(self, now=None):
+        """Asks the hosts, which records each pool's use (app/pool_capacity.py)."""
+        now = time.time() if now is None else now
+        self._hosts_asked = now
+        self.master.health(now=now)
 
     def wait(self, timeout=None):
         """Waits for a round that runs (a closing master lets it finish with the catalog)."""
@@ -57,9 +73,9 @@ class Alerter:
         if th is not None:
             th.join(timeout)
 
-    def _round_thread(self, now):
+    def _round_thread(self, work, now):
         try:
-            self.round(now)
+            work(now)
         except Exception:  # noqa: BLE001 - the next round tries again; logged for admins
             import traceback  # only on this rare path
             traceback.print_exc()

@@ -291,3 +291,21 @@ def test_cli_alerts_set_test_check_show_and_history(tmp_path, smtp):
     cairn("set", "smtp_port", str(free_port()))
     r = cairn("test", ok=(1,))
     assert "email    FAILED: mail through 127.0.0.1:" in r.stdout
+
+
+def test_without_alerts_the_pools_are_still_sampled_hourly_for_their_growth(tmp_path, master):
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    master.config.add_host("me", local=True)
+    master.create_storage_server("ss1", type="advanced-disk", host="me")
+    master.create_disk_pool("dp1", server="ss1", volumes=[str(pool)])
+    samples = "SELECT count(*) FROM pool_usage"
+    a = master.alerter
+    t0 = time.time()
+    assert a.start_round(now=t0) is False            # the dispatcher starts: no sample yet
+    assert a.start_round(now=t0 + 600) is False
+    assert master.db.one(samples)[0] == 0
+    assert a.start_round(now=t0 + 3601) is True      # an hour on: the hosts are asked
+    a.wait(30)
+    assert master.db.one(samples)[0] == 1
+    assert a.start_round(now=t0 + 3700) is False     # and not again within the hour

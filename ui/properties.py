@@ -234,6 +234,9 @@ class PropertiesDialog(QDialog):
                 continue    # only a deduplicating server has options to show
             if key in obj:
                 self.read_only[key] = value_label(self._shown(key))
+                if key in ("type", "server_type") and registry.get(obj[key]) is not None:
+                    # the type's name is the wizard's choice; its sentence comes with it
+                    self.read_only[key].setToolTip(registry.get(obj[key]).description)
                 form.addRow(LABELS.get(key, key), self.read_only[key])
         self.change_button = self.change_wizard = None
         if kind == "policy":

@@ -106,3 +106,15 @@ def test_a_group_s_selection_and_a_lifecycle_s_retentions_read_as_words(make_con
     assert [line.rsplit(", ", 1)[1] for line in
             dlg.read_only["steps"].text().splitlines()] == ["kept 90 days", "kept forever"]
     dlg.reject()
+
+
+def test_a_storage_type_explains_itself_as_in_the_wizard(make_console, master, qtbot):
+    from plugins.storage import registry
+    c = make_console(master)
+    dlg = properties(c, qtbot, "storage-servers", "ss1")
+    assert dlg.read_only["type"].text() == "advanced-disk"
+    assert dlg.read_only["type"].toolTip() == registry.get("advanced-disk").description
+    dlg.reject()
+    dlg = properties(c, qtbot, "disk-pools", "dp1")
+    assert dlg.read_only["server_type"].toolTip() == registry.get("advanced-disk").description
+    dlg.reject()

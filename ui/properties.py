@@ -16,10 +16,12 @@ from app.timeutil import format_duration
 from plugins.storage import registry
 from ui import fmt
 from ui.resources import icon
-from ui.wizards.policy import FILE_LIST_TEXT, SNAPSHOT_TEXT
+from ui.wizards.policy import CHECKSUM_TEXT, FILE_LIST_TEXT, SNAPSHOT_TEXT
 from ui.wizards.policy_change import PolicyChangeWizard, excludes_text, policy_excludes
+from ui.wizards.schedule_text import spoken
 from ui.wizards.schedule_text import summary as schedule_summary
 from ui.wizards.storage_server import CIPHER, chunk_text
+from ui.wizards.stugroup import SELECTION_TEXT
 
 KIND_LABELS = {"host": "Host", "storage-server": "Storage server", "disk-pool": "Disk pool",
                "storage-unit": "Storage unit", "policy": "Policy", "lifecycle": "Lifecycle",
@@ -62,6 +64,15 @@ LABELS = {
 }
 NO_LIFECYCLE = "(none: one copy, on the storage unit)"
 NO_GROUP = "(none: the storage unit or lifecycle above)"
+#: a policy's switches the wizard shows disabled, with its reason
+POLICY_OFF = {"compression": "no (not available in this version)",
+              "encryption": "no (a property of the pool, not of the policy)"}
+#: a host's maximum jobs left empty: the master's setting max_jobs_per_client applies
+MASTER_JOB_LIMIT = "the master's limit of jobs per client"
+#: what an empty SSH setting of a host means, as the Add host dialog says it
+HOST_PLACEHOLDERS = {"user": "the user running the console",
+                     "key_file": "default keys and the SSH agent",
+                     "data_address": "the address above"}
 
 #: where a policy's (or a host's) backups to deduplicating pools are cut into chunks
 DEDUP_MODES = {
@@ -126,7 +137,9 @@ def _text(key, value):
     if key == "steps":
         return "\n".join(f"Copy {s['copy']}: {'back up' if s['kind'] == 'backup' else 'copy'}"
                          f" to {s['storage_unit']} (disk pool {s['pool']} on {s['host']}), "
-                         f"kept {s['retention']}" for s in value)
+                         f"kept {spoken(s['retention'])}" for s in value)
+    if key == "selection":
+        return SELECTION_TEXT.get(value, value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int) and key not in ("port", "id"):
@@ -179,6 +192,13 @@ def _one_target(out):
     return {k: v for k, v in out.items() if k == keep or k not in keys}
 
 
+#: attributes edited in a spin box
+NUMBER_KEYS = ("high_water", "low_water", "compact_below", "verify_max_mb_s", "max_io_streams",
+               "max_concurrent_jobs", "priority", "port", "max_jobs")
+#: spin boxes whose 0 reads as a word (no limit, the master's limit) and is stored as None
+NONE_AT_ZERO = ("max_io_streams", "verify_max_mb_s", "max_jobs")
+
+
 def value_label(text="", name=None):
     """A read-only value of a form: plain text the admin can select and copy, wrapped."""
     label = QLabel(text)
@@ -214,6 +234,9 @@ class PropertiesDialog(QDialog):
                 continue    # only a deduplicating server has options to show
             if key in obj:
                 self.read_only[key] = value_label(self._shown(key))
+                if key in ("type", "server_type") and registry.get(obj[key]) is not None:
+                    # the type's name is the wizard's choice; its sentence comes with it
+                    self.read_only[key].setToolTip(registry.get(obj[key]).description)
                 form.addRow(LABELS.get(key, key), self.read_only[key])
         self.change_button = self.change_wizard = None
         if kind == "policy":
@@ -287,6 +310,8 @@ class PropertiesDialog(QDialog):
         if self.kind == "policy" and key == "excludes":
             excludes = policy_excludes(self.obj)
             return excludes_text(excludes) if excludes else "—"
+        if self.kind == "policy" and key in POLICY_OFF and not self.obj[key]:
+            return POLICY_OFF[key]
         return _text(key, self.obj[key])
 
     def change_lists(self):
@@ -323,43 +348,8 @@ class PropertiesDialog(QDialog):
 
     # ---- editors --------------------------------------------------------------------------
     def _editor(self, key, value):
-        if key in ("high_water", "low_water"):
-            w = QSpinBox()
-            w.setRange(0 if key == "low_water" else 1, 100)
-            w.setSuffix(" %")
-            w.setValue(int(value))
-            w.valueChanged.connect(self._changed)
-        elif key == "compact_below":
-            w = QSpinBox()
-            w.setRange(0, 100)
-            w.setSuffix(" % live data")
-            w.setSpecialValueText("never (only delete empty containers)")
-            w.setValue(int(DEFAULT_COMPACT_BELOW if value is None else value))
-            w.setToolTip("Space reclaim copies the live chunks of a container whose live data "
-                         "is below this share of its size into new containers, then deletes "
-                         "it. Higher frees more space per reclaim and copies more data.")
-            w.valueChanged.connect(self._changed)
-        elif key == "verify_max_mb_s":
-            w = QSpinBox()
-            w.setRange(0, 100000)
-            w.setGroupSeparatorShown(True)
-            w.setSuffix(" MB/s")
-            w.setSpecialValueText("no limit")
-            w.setValue(int(value or 0))
-            w.setToolTip("The most a verify of this pool (scheduled or by hand) reads back per "
-                         "second, so that backups and restores keep their share of its disks")
-            w.valueChanged.connect(self._changed)
-        elif key in ("max_io_streams", "max_concurrent_jobs", "priority", "port"):
-            w = QSpinBox()
-            hi = {"priority": 99999, "port": 65535}.get(key, 1000)
-            # 30,000 as the lists write it; a port number is a name, never grouped
-            w.setGroupSeparatorShown(key != "port")
-            if key == "max_io_streams":
-                w.setRange(0, hi)
-                w.setSpecialValueText("no limit")
-            else:
-                w.setRange(1 if key != "priority" else 0, hi)
-            w.setValue(int(value or 0))
+        if key in NUMBER_KEYS:
+            w = self._number_editor(key, value)
             w.valueChanged.connect(self._changed)
         elif key in ("multiple_streams", "skip_nodump", "active"):
             w = QCheckBox()
@@ -373,11 +363,10 @@ class PropertiesDialog(QDialog):
                 w.addItem(words.get(mode, mode), mode)
             w.setCurrentIndex(max(0, w.findData(value or ("none" if key == "snapshot"
                                                           else "auto"))))
-            w.setToolTip("none: the live files; filesystem or fileset: read from a Storage "
-                         "Scale snapshot taken and deleted by each backup"
-                         if key == "snapshot" else
-                         "auto: the Storage Scale policy engine lists the files where the "
-                         "selection is on Storage Scale; walk: always walk the tree")
+            w.setToolTip("The live files, or a Storage Scale snapshot that each backup takes, "
+                         "reads from and deletes" if key == "snapshot" else
+                         "How a backup finds its files: on Storage Scale the policy engine "
+                         "lists them, elsewhere (or always, if chosen) the tree is walked")
             w.currentIndexChanged.connect(self._changed)
         elif key == "dedup":
             modes = DEDUP_MODES if self.kind == "host" else {
@@ -409,18 +398,60 @@ class PropertiesDialog(QDialog):
             w.textChanged.connect(self._changed)
         elif key == "checksum":
             w = QComboBox()
-            w.addItems(CHECKSUMS)
-            w.setCurrentText(value or CHECKSUMS[0])
-            w.setToolTip("crc32: fast, catches corruption; sha256: also evidence against "
-                         "tampering, costs CPU")
-            w.currentTextChanged.connect(self._changed)
+            for c in CHECKSUMS:
+                w.addItem(CHECKSUM_TEXT.get(c, c), c)
+            w.setCurrentIndex(max(0, w.findData(value or CHECKSUMS[0])))
+            w.currentIndexChanged.connect(self._changed)
         elif key in ("storage_unit", "lifecycle", "storage_unit_group"):
             w = self._target_editor(key, value)
         else:
             w = QLineEdit(value or "")
+            w.setPlaceholderText(HOST_PLACEHOLDERS.get(key, "") if self.kind == "host" else "")
             w.setClearButtonEnabled(True)
             w.textChanged.connect(self._changed)
         w.setObjectName(f"edit-{key}")
+        return w
+
+    def _number_editor(self, key, value):
+        """A number's spin box, its 0 in words where 0 means no limit or never."""
+        w = QSpinBox()
+        if key in ("high_water", "low_water"):
+            w.setRange(0 if key == "low_water" else 1, 100)
+            w.setSuffix(" %")
+            w.setValue(int(value))
+        elif key == "compact_below":
+            w.setRange(0, 100)
+            w.setSuffix(" % live data")
+            w.setSpecialValueText("never (only delete empty containers)")
+            w.setValue(int(DEFAULT_COMPACT_BELOW if value is None else value))
+            w.setToolTip("Space reclaim copies the live chunks of a container whose live data "
+                         "is below this share of its size into new containers, then deletes "
+                         "it. Higher frees more space per reclaim and copies more data.")
+        elif key == "verify_max_mb_s":
+            w.setRange(0, 100000)
+            w.setGroupSeparatorShown(True)
+            w.setSuffix(" MB/s")
+            w.setSpecialValueText("no limit")
+            w.setValue(int(value or 0))
+            w.setToolTip("The most a verify of this pool (scheduled or by hand) reads back per "
+                         "second, so that backups and restores keep their share of its disks")
+        elif key in ("max_io_streams", "max_concurrent_jobs", "priority", "port"):
+            hi = {"priority": 99999, "port": 65535}.get(key, 1000)
+            # 30,000 as the lists write it; a port number is a name, never grouped
+            w.setGroupSeparatorShown(key != "port")
+            if key == "max_io_streams":
+                w.setRange(0, hi)
+                w.setSpecialValueText("no limit")
+            else:
+                w.setRange(1 if key != "priority" else 0, hi)
+            w.setValue(int(value or 0))
+        elif key == "max_jobs":
+            w.setRange(0, 1000)
+            w.setGroupSeparatorShown(True)
+            w.setSpecialValueText(MASTER_JOB_LIMIT)
+            w.setValue(int(value or 0))
+            w.setToolTip("How many jobs of this host run at once; at its lowest, the master's "
+                         "setting max_jobs_per_client applies")
         return w
 
     def _choices(self, values):
@@ -494,7 +525,7 @@ class PropertiesDialog(QDialog):
         w = self.editors[key]
         if isinstance(w, QSpinBox):
             v = w.value()
-            return None if key in ("max_io_streams", "verify_max_mb_s") and v == 0 else v
+            return None if key in NONE_AT_ZERO and v == 0 else v
         if isinstance(w, QCheckBox):
             return w.isChecked()
         if isinstance(w, QComboBox):

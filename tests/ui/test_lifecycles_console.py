@@ -45,7 +45,7 @@ def test_the_lifecycle_wizard_makes_a_backup_step_and_its_copies(open_wizard, em
     p.rows[1][2].setText("90d")
     go_next(qtbot, w)
     assert ("Copy 2:", "stu2 (disk pool dp2 on " + empty_master.config.local_host()["name"]
-            + "), kept 90d") in w.summary_page.rows()
+            + "), kept 90 days") in w.summary_page.rows()
     go_next(qtbot, w)
     assert w.result_page.result is not None, w.result_page.status.plain_text()
     finish(qtbot, w)

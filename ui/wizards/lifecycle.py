@@ -10,6 +10,7 @@ from app.lifecycles import MAX_STEPS
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_combo, \
     name_problem, note
+from ui.wizards.schedule_text import spoken
 
 STEPS_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(3)
 RETENTION_TIP = "How long this copy is kept: 2w, 90d, 1y, or infinite"
@@ -161,7 +162,7 @@ class LifecycleWizard(WizardBase):
             _, unit, keep = step.split(":")
             u = units.get(unit) or {}
             rows.append((f"Copy {i}" + (" (backup)" if i == 1 else ""),
-                         f"{unit} (disk pool {u.get('pool')} on {u.get('host')}), kept {keep}"))
+                         f"{unit} (disk pool {u.get('pool')} on {u.get('host')}), kept {spoken(keep)}"))
         return rows
 
     def create_call(self):

@@ -15,6 +15,7 @@ from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, disable
     fit_combo, name_problem, narrow, note
 from ui.wizards.dir_browser import DirBrowserDialog
 from ui.wizards.host_dialog import AddHostDialog
+from ui.wizards.schedule_text import spoken
 from ui.wizards.schedule_text import summary as schedule_summary
 from ui.wizards.schedule_dialog import ScheduleDialog
 
@@ -167,7 +168,7 @@ class AttributesPage(Page):
                 f"{u['max_concurrent_jobs']} concurrent jobs" if u else "")
         if kind == "lifecycle":
             text = "Backs up to " + " and copies to ".join(
-                f"{s['storage_unit']} (pool {s['pool']} on {s['host']}, kept {s['retention']})"
+                f"{s['storage_unit']} (pool {s['pool']} on {s['host']}, kept {spoken(s['retention'])})"
                 for s in self.lifecycles[name]["steps"]) + (
                 "; each copy is kept for its step's time, which takes the place of the "
                 "schedules' retention.")

@@ -28,14 +28,18 @@ class LocalUser:
         subprocess.run(["userdel", "-f", self.name], capture_output=True)
         # pytest's own temporary directories are root's alone: the home goes beside them
         self.home = tempfile.mkdtemp(prefix=f"cairn-{self.name}-")
-        subprocess.run(["useradd", "-M", "-d", self.home, "-s", "/bin/sh", self.name],
-                       check=True)
-        self.uid = int(subprocess.run(["id", "-u", self.name], capture_output=True,
-                                      text=True, check=True).stdout)
-        self.gid = int(subprocess.run(["id", "-g", self.name], capture_output=True,
-                                      text=True, check=True).stdout)
-        os.chown(self.home, self.uid, self.gid)
-        os.chmod(self.home, 0o755)
+        try:
+            subprocess.run(["useradd", "-M", "-d", self.home, "-s", "/bin/sh", self.name],
+                           check=True)
+            self.uid = int(subprocess.run(["id", "-u", self.name], capture_output=True,
+                                          text=True, check=True).stdout)
+            self.gid = int(subprocess.run(["id", "-g", self.name], capture_output=True,
+                                          text=True, check=True).stdout)
+            os.chown(self.home, self.uid, self.gid)
+            os.chmod(self.home, 0o755)
+        except BaseException:
+            self.remove()  # the fixture never yields: its teardown does not run
+            raise
         return self
 
     def remove(self):

@@ -126,7 +126,7 @@ def test_a_folder_other_users_can_write_is_not_read(tmp_path, master, attacker):
     os.chmod(folder, 0o700)
     doc, p, home = _recover(tmp_path, folder)
     assert p.returncode == st.INVALID_REQUEST, doc
-    assert name in doc["error"] and "belongs to cairnforge" in doc["error"]
+    assert name in doc["error"] and f"belongs to {attacker.name}" in doc["error"]
     assert _nothing_recovered(tmp_path, home)
 
 
@@ -141,7 +141,7 @@ def test_a_folder_of_another_user_is_not_read(tmp_path, master, attacker):
     assert r.returncode == 0, r.stderr
     doc, p, home = _recover(tmp_path, theirs)
     assert p.returncode == st.INVALID_REQUEST, doc
-    assert "belongs to cairnforge" in doc["error"]
+    assert f"belongs to {attacker.name}" in doc["error"]
     assert _nothing_recovered(tmp_path, home)
 
 

@@ -116,10 +116,15 @@ def test_a_target_swapped_for_a_symlink_mid_restore_is_not_followed(attacker, pl
         overwrite="skip", emit=rec, is_cancelled=never, streams=2, min_bytes=0,
         after_fork=swap)
     assert swapped.exists(), "the parts did not start: nothing was tried"
+    assert target.is_symlink(), "the user's link is not in place: the swap did not happen"
     assert result["streams"] == 2
     assert os.listdir(secret) == [], "the restore wrote through the user's symbolic link"
     moved = Path(str(target) + ".moved")
-    assert result["files"] == sum(1 for r in rows if r[entry.KIND] == entry.KIND_FILE)
+    # every file lands in the moved target; one that did not is named with the reason
+    told = [p for e, p in rec.events if e in ("warning", "log")]
+    assert result["errors"] == result["skipped"] == 0, (result, told)
+    assert result["files"] == sum(1 for r in rows if r[entry.KIND] == entry.KIND_FILE), (
+        result, told)
     assert_trees_equal(src, moved if strip else moved / str(src).lstrip("/"))
 
 

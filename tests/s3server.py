@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "s3-test-server.sh"
@@ -56,6 +58,19 @@ class S3Server:
 
     def stop(self):
         self._script("stop", str(self.workdir), timeout=60)
+
+    def kill(self):
+        """Ends the server at once (SIGKILL), in the middle of whatever it was doing, as a
+        crash would; start() brings it back."""
+        pid_file = self.workdir / "server.pid"
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        self.stop()
 
     def restart(self, max_requests=None):
         self.stop()

@@ -6,6 +6,7 @@ stopped, throttled and brought back with its data."""
 import hashlib
 import os
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -194,6 +195,39 @@ def test_stopping_mid_upload_fails_the_upload_and_keeps_no_object(s3_server, s3_
         {"PartNumber": 1, "ETag": first["ETag"]}, {"PartNumber": 2, "ETag": second["ETag"]}]},
         **part)
     assert s3.head_object(Bucket=s3_bucket, Key="cut")["ContentLength"] == 5 * MiB + 3
+
+
+def test_a_server_killed_while_a_part_is_sent_fails_the_upload(s3_server, s3_bucket,
+                                                                tmp_path):
+    src = tmp_path / "src"
+    src.write_bytes(os.urandom(24 * MiB))
+    s3 = s3_server.client(**NO_RETRIES)
+    cfg = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB,
+                         max_concurrency=1)
+    sending = threading.Event()
+    outcome = {}
+
+    def upload():
+        try:
+            s3.upload_file(str(src), s3_bucket, "cut", Config=cfg,
+                           Callback=lambda sent: sending.set())
+            outcome["done"] = True
+        except Exception as e:  # what the upload ends with is what the test looks at
+            outcome["error"] = e
+
+    t = threading.Thread(target=upload)
+    t.start()
+    # The transfer's callback runs as body bytes go out, not while they are hashed.
+    assert sending.wait(60)
+    s3_server.kill()
+    t.join(60)
+    s3_server.start()
+    assert "error" in outcome, outcome
+    assert s3.list_objects_v2(Bucket=s3_bucket)["KeyCount"] == 0
+    # The client could not abort its upload while the server was down: it is left to clean up.
+    for up in s3.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []):
+        s3.abort_multipart_upload(Bucket=s3_bucket, Key=up["Key"], UploadId=up["UploadId"])
+    assert s3.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
 
 
 def test_a_throttled_server_answers_slow_down(s3_server, s3_bucket):

@@ -60,7 +60,7 @@ def netbed(tmp_path):
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """The loopback S3 server: .endpoint, .bucket, .access_key, .secret_key, .client(),
-    .new_bucket(), .stop(), .start(), .restart(), .stopped(), .throttled()."""
+    .new_bucket(), .stop(), .kill(), .start(), .restart(), .stopped(), .throttled()."""
     from s3server import S3Server, S3ServerError
     server = S3Server(tmp_path_factory.mktemp("s3"))
     try:

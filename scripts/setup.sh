@@ -18,8 +18,8 @@ if [ $want_test = 1 ]; then
   # sshd for the integration tests; restic and tar are the peers the benchmarks compare with,
   # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py); acl (setfacl)
   # for the tests of restores into directories with default ACLs; iproute2 (ip, tc) for the
-  # multi-host test bed (tests/netbed.py).
-  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2)
+  # multi-host test bed (tests/netbed.py); curl for scripts/s3-test-server.sh.
+  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2 curl)
 fi
 
 missing=()
@@ -62,4 +62,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
     exit 1
   fi
   echo "$sum" > "$stamp"
+fi
+
+if [ $want_test = 1 ]; then
+  # The S3 server of the cloud pool tests: built from its Go module once per machine and kept
+  # in ~/.cache/cairn (about two minutes on two cores the first time, nothing afterwards).
+  scripts/s3-test-server.sh build >/dev/null
 fi

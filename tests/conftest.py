@@ -53,6 +53,32 @@ def netbed(tmp_path):
 # ---- end of SSH server fixtures -----------------------------------------------------------
 
 
+# ---- S3 server fixtures (tests/s3server.py) -----------------------------------------------
+# A real S3 server (scripts/s3-test-server.sh) on 127.0.0.1 for the whole session. Without Go
+# to build it, these tests fail rather than skip.
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """The loopback S3 server: .endpoint, .bucket, .access_key, .secret_key, .client(),
+    .new_bucket(), .stop(), .kill(), .start(), .restart(), .stopped(), .throttled()."""
+    from s3server import S3Server, S3ServerError
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start()
+    except S3ServerError as e:
+        pytest.fail(str(e), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    """A fresh, empty bucket of the session's S3 server, for one test."""
+    return s3_server.new_bucket()
+
+# ---- end of S3 server fixtures ------------------------------------------------------------
+
+
 # ---- a small file system to fill ----------------------------------------------------------
 
 @pytest.fixture

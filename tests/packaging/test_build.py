@@ -102,6 +102,19 @@ def test_what_the_build_ships_finds_its_qt_libraries(frozen):
     assert not missing
 
 
+def test_the_build_ships_the_s3_client_with_the_s3_model_only(frozen):
+    """Cloud pools load boto3 at run time; botocore needs its service model files to make an
+    S3 client, and the spec keeps S3's (and STS's) out of some 450."""
+    from PyInstaller.archive.readers import CArchiveReader
+    modules = set(CArchiveReader(str(frozen)).open_embedded_archive("PYZ.pyz").toc)
+    assert {"boto3", "boto3.s3.transfer", "botocore.client", "s3transfer.manager"} <= modules
+    data = frozen.parent / "_internal" / "botocore" / "data"
+    assert list(data.glob("s3/*/service-2.json*")), "botocore's S3 model is missing"
+    assert (data / "endpoints.json").is_file()
+    assert (data / "_retry.json").is_file()
+    assert sorted(p.name for p in data.iterdir() if p.is_dir()) == ["s3", "sts"]
+
+
 @pytest.mark.ssh
 def test_the_agent_bundle_reaches_an_ssh_host_from_the_build(frozen, tmp_path, sshd):
     """Hosts reached over SSH get the agent as a zipapp that the build makes from the

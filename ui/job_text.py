@@ -30,6 +30,8 @@ def type_text(job):
             return f"{t} pool {p['pool']}"
     if t == "rebuild-index" and p.get("image"):
         return f"{t} image {p['image']}"
+    if t == "benchmark" and p.get("server"):
+        return f"{t} server {p['server']} ({p.get('workload', 'stgpool')})"
     if t == "catalog-backup" and p.get("storage_unit"):
         return f"{t} to {p['storage_unit']}"
     return t
@@ -48,6 +50,10 @@ TYPE_TIPS = {
     "import": "Records the images on the disk pool that the catalog does not know, from "
               "what each image says about itself (its metadata and file index); the job's "
               "details list the images recorded and those that were not, with why.",
+    "benchmark": "Disk benchmark of a storage server's volumes: writer/reader thread pairs, "
+                 "one more each step until the combined throughput stabilizes; its steps "
+                 "and the daily ingest they support are in the job's details and in Test "
+                 "storage performance (a disk pool's properties).",
     "catalog-backup": "Backs up the catalog, its file indexes, known_hosts and the pool keys "
                       "(sealed) to the folder catalog-backups of the storage unit's pool; "
                       "`cairn catalog recover` brings a lost master back from it.",

@@ -18,8 +18,9 @@ if [ $want_test = 1 ]; then
   # sshd for the integration tests; restic and tar are the peers the benchmarks compare with,
   # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py); acl (setfacl)
   # for the tests of restores into directories with default ACLs; iproute2 (ip, tc) for the
-  # multi-host test bed (tests/netbed.py).
-  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2)
+  # multi-host test bed (tests/netbed.py); fio, the peer of the disk benchmark
+  # (bench/bench_diskperf.py).
+  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2 fio)
 fi
 
 missing=()

@@ -50,6 +50,13 @@ def run_text(run):
             + ("" if run.get("status") == 0 else f" (status {run.get('status')})"))
 
 
+def _translucent(colour, alpha=200):
+    """A label's background that keeps a curve under it visible."""
+    c = QColor(colour)
+    c.setAlpha(alpha)
+    return c
+
+
 def _job_and_last_line(m, job_id):
     logs = m.job_logs(job_id)
     return m.job(job_id), (logs[-1]["message"] if logs else None)
@@ -69,16 +76,17 @@ class BenchmarkPlot(pg.PlotWidget):
         pi.setLabel("left", "Throughput (MiB/s)")
         pi.setLabel("bottom", "Writer/reader pairs")
         pi.getAxis("bottom").setTickSpacing(1, 1)  # pairs are whole numbers
-        self.legend = pi.addLegend(offset=(10, 10))
-        self.curves = {}
-        for key, name, colour in CURVES:
-            pen = pg.mkPen(QColor(colour), width=2)
-            self.curves[key] = pi.plot([], [], pen=pen, symbol="o", symbolSize=7,
-                                       symbolBrush=QColor(colour), symbolPen=pen, name=name)
-        self.marks = []
         pal = self.palette()
         self.setBackground(pal.color(QPalette.ColorRole.Base))
         text = pal.color(QPalette.ColorRole.Text)
+        # one row at the top left, in the headroom show_steps leaves above the curves
+        self.legend = pi.addLegend(offset=(10, 5), colCount=len(CURVES), labelTextColor=text)
+        self.curves = {}
+        for (key, name, colour), symbol in zip(CURVES, ("t", "o", "s")):
+            pen = pg.mkPen(QColor(colour), width=2)
+            self.curves[key] = pi.plot([], [], pen=pen, symbol=symbol, symbolSize=8,
+                                       symbolBrush=QColor(colour), symbolPen=pen, name=name)
+        self.marks = []
         for axis in ("left", "bottom"):
             pi.getAxis(axis).setPen(text)
             pi.getAxis(axis).setTextPen(text)
@@ -88,7 +96,8 @@ class BenchmarkPlot(pg.PlotWidget):
                 pen=pg.mkPen(QColor("#7f8c8d"), width=1, style=Qt.PenStyle.DashLine),
                 label=f"{level['label']}: {level['ingest']} ({level['low_mb_s']}-"
                       f"{level['high_mb_s']} MiB/s)",
-                labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)], "color": text})
+                labelOpts={"position": 0.98, "anchors": [(1, 1), (1, 1)], "color": text,
+                           "fill": _translucent(pal.color(QPalette.ColorRole.Base))})
             pi.addItem(line)
             self.marks.append(line)
         self.setMinimumHeight(240)
@@ -100,7 +109,7 @@ class BenchmarkPlot(pg.PlotWidget):
             self.curves[key].setData(xs, [s[key] for s in steps])
         top = max([s["combined_mb_s"] for s in steps] + [storage_sizing.LEVELS[-1]["high_mb_s"]])
         vb = self.getPlotItem().getViewBox()
-        vb.setYRange(0, top * 1.1, padding=0)
+        vb.setYRange(0, top * 1.2, padding=0)
         vb.setXRange(0.5, max(xs + [4]) + 0.5, padding=0)
 
     def points(self, key):
@@ -124,7 +133,7 @@ class BenchmarkDialog(QDialog):
         self.setObjectName("benchmark-dialog")
         self.setWindowTitle(f"Test storage performance — {pool or server}")
         self.setWindowIcon(icon("disk-pool"))
-        self.resize(980, 760)
+        self.resize(980, 800)
 
         form = QFormLayout()
         form.addRow("Storage server", QLabel(f"<b>{html.escape(server)}</b>"))

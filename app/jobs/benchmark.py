@@ -6,7 +6,8 @@ result grows step by step); a cancel stops the threads, and the agent removes it
 
 It never runs on a pool that backups, restores or a pool's own jobs use at that moment
 (checked when it is queued and again when it starts) unless forced: its load would slow them
-down, and theirs would make its figures wrong."""
+down, and theirs would make its figures wrong. While it runs, the dispatcher holds the
+backups, restores and duplications of the pools it measures (held_pools)."""
 
 import json
 import os
@@ -105,11 +106,25 @@ def make_job(master, server, volumes=None, workload="stgpool", max_pairs=DEFAULT
             raise ValidationError(f"a benchmark of storage server {server} is queued or "
                                   f"running already (job {r['id']})",
                                   hint=f"follow it with `cairn jobs show {r['id']}`")
-    params = {"server": server, "volumes": vols, "workload": workload,
+    params = {"server": server, "volumes": vols, "pools": touched, "workload": workload,
               "max_pairs": max_pairs, "force": bool(force), **tuning}
     return master.jobs.create(JOB_TYPE, params=params,
                               note=f"{workload} benchmark of storage server {server} queued: "
                                    f"up to {max_pairs} pair(s) on {', '.join(vols)}")
+
+
+def held_pools(db):
+    """{pool: benchmark job id} of the pools that running benchmarks measure (not the forced
+    ones): the dispatcher holds the backups, restores and duplications of those pools until
+    the benchmark ends, which it does within minutes."""
+    held = {}
+    for r in db.all("SELECT id, params FROM jobs WHERE state='active' AND type=?",
+                    (JOB_TYPE,)):
+        p = json.loads(r["params"] or "{}")
+        if not p.get("force"):
+            for pool in p.get("pools") or []:
+                held[pool] = r["id"]
+    return held
 
 
 class BenchmarkJob:

@@ -35,6 +35,12 @@ def site(tmp_path, host=None):
     m.create_storage_server("ss1", type="advanced-disk", host=name)
     m.create_disk_pool("dp1", server="ss1", volumes=[str(v1), str(v2)])
     m.config.add_storage_unit("stu1", pool="dp1")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_bytes(b"a" * 1000)
+    m.config.add_policy("p1", storage_unit="stu1")
+    m.config.add_policy_client("p1", name)
+    m.config.add_policy_selection("p1", str(src))
     return m, v1, v2
 
 
@@ -179,3 +185,28 @@ def test_cli_json_documents(tmp_path):
     bad = cairn(home, "storage-server", "benchmark", "ss1", "--workload", "db",
                 "--max-pairs", "0", check=False)
     assert bad.returncode != 0 and "1 to 100" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_backups_of_the_pool_wait_while_it_runs(tmp_path):
+    m, v1, v2 = site(tmp_path)
+    try:
+        jid = m.start_storage_benchmark("ss1", max_pairs=50, **FAST)
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("jobs", m.wait_for([jid], 120)))
+        t.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (m.job(jid).get("result") or {}).get("steps"):
+            time.sleep(0.05)
+        [backup] = m.start_backup("p1")
+        while time.monotonic() < deadline and not m.job(backup)["wait_reason"]:
+            time.sleep(0.05)
+        job = m.job(backup)
+        assert job["state"] == "queued"
+        assert job["wait_reason"].startswith(f"a disk benchmark (job {jid}) measures pool dp1")
+        m.cancel_job(jid)
+        t.join(60)
+        assert box["jobs"][0]["status"] == status.CANCELED
+        [done] = m.wait_for([backup], timeout=120)
+        assert done["status"] == status.OK
+    finally:
+        m.close()

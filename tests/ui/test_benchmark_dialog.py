@@ -13,6 +13,7 @@ from app import storage_sizing
 from app.master import Master
 from ui.benchmark_dialog import BenchmarkDialog
 from ui.bridge import Bridge
+from ui.job_text import result_text, type_text, type_tooltip
 from ui.properties import PropertiesDialog
 
 pytestmark = pytest.mark.gui
@@ -42,7 +43,7 @@ def site(tmp_path):
     m.close()
 
 
-def test_a_run_is_followed_then_shown_as_table_and_plot(qtbot, site, tmp_path):
+def test_a_run_is_followed_then_shown_as_table_and_plot(qtbot, site):
     m, bridge, _ = site
     dlg = BenchmarkDialog(bridge, "ss1", volumes=m.disk_pools()[0]["volumes"], pool="dp1",
                           tuning=FAST)
@@ -70,7 +71,12 @@ def test_a_run_is_followed_then_shown_as_table_and_plot(qtbot, site, tmp_path):
     assert dlg.verdict.text().startswith("Sizing: ")
     assert "ended" in dlg.state.text() and dlg.start_button.isEnabled()
     assert dlg.run_list.itemText(0).startswith(f"#{dlg.runs[0]['id']} ")
-    dlg.grab().save(str(tmp_path / "benchmark.png"), "PNG")
+    # the activity monitor and the job's details name it and say what it found
+    assert type_text(job) == "benchmark server ss1 (stgpool)"
+    assert "thread pairs" in type_tooltip(job)
+    found = result_text(job).splitlines()
+    assert len(found) == len(steps) + 1 and found[0].startswith("1 pair(s): write ")
+    assert found[-1].startswith("Sizing: ")
 
 
 def test_a_refusal_is_shown_with_its_hint(qtbot, site):

@@ -575,10 +575,23 @@ class DedupVolumePage(Page):
         form.addRow("Volume:", self.path)
         form.addRow("On the host:", self.check_label)
         form.addRow("", self.why)
+        self.benchmark_button = QPushButton("&Test storage performance…")
+        self.benchmark_button.setToolTip("Measure what the storage path can write and read at "
+                                         "once")
+        self.benchmark_button.clicked.connect(self.test_performance)
+        form.addRow("", self.benchmark_button)
+        self.benchmark = None
         self.body.addLayout(form)
         self.body.addStretch(1)
         self.server = None
         self.check = None
+
+    def test_performance(self):
+        """The benchmark of the storage path (ui/benchmark_dialog.py)."""
+        self.benchmark = BenchmarkDialog(self.wizard().bridge, self.server["name"],
+                                         volumes=self.volumes(), parent=self)
+        self.benchmark.open()
+        return self.benchmark
 
     def initializePage(self):
         s = self.wizard().server_page.server()

@@ -122,6 +122,9 @@ class Worker(threading.Thread):
         if self.direct:
             flags |= os.O_DIRECT
         fd = os.open(self.path, flags)
+        if not self.direct and not writing:
+            # no read-ahead: it would fill the cache with what the next reads then find there
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         buf = _aligned(self.io_size)
         bufs = [buf]
         io, blocks, hist, stop = self.io_size, self.blocks, self.hist, self.stop

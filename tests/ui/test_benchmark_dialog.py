@@ -118,3 +118,22 @@ def test_offered_in_pool_properties_and_the_volumes_page(qtbot, site):
     dlg = page.test_performance()
     assert dlg is not None and dlg.volumes == [pool["volumes"][0] + "/new"]
     dlg.close()
+
+
+def test_the_screenshot_view_shows_the_newest_run(qtbot, make_console, tmp_path):
+    from ui.app import take_dialog_screenshot
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    m = Master(str(tmp_path / "shot-home"))
+    try:
+        host = m.ensure_local_host()["name"]
+        m.create_storage_server("ss1", type="advanced-disk", host=host)
+        m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)])
+        [job] = m.wait_for([m.start_storage_benchmark("ss1", max_pairs=2, **FAST)], 60)
+        assert job["status"] == 0
+        console = make_console(m)
+        out = tmp_path / "shot.png"
+        assert take_dialog_screenshot(console, "benchmark", str(out)) == 0
+        assert out.stat().st_size > 10000
+    finally:
+        m.close()

@@ -14,9 +14,10 @@ def benchmark_commands(ss, cmd, size_arg):
                         "directory, directories round-robin over the volumes), adding a pair "
                         "per step until the combined throughput stabilizes or --max-pairs is "
                         "reached, past the page cache. stgpool: 256 KiB sequential I/O; db: "
-                        "8 KiB random I/O. Throughput in MB/s of 2^20 bytes. The run is kept "
-                        "in the catalog (benchmark-results). Refused while backups or "
-                        "restores use a pool on the volumes, unless --force.")
+                        "8 KiB random I/O. Throughput in MiB/s (the *_mb_s fields of "
+                        "--json). The run is kept in the catalog (benchmark-results). "
+                        "Refused while backups or restores use a pool on the volumes, unless "
+                        "--force.")
     p.add_argument("name")
     p.add_argument("--volume", action="append", default=[], metavar="PATH",
                    help="a directory on the server's host to test; repeat for more "
@@ -63,8 +64,8 @@ def benchmark_doc(r):
             "notes": r.get("notes") or [], "sizing": storage_sizing.verdict(best)}
 
 
-COLUMNS = [("pairs", "threads"), ("io", "io_size"), ("write MB/s", "write_mb_s"),
-           ("read MB/s", "read_mb_s"), ("combined", "combined_mb_s"),
+COLUMNS = [("pairs", "threads"), ("io", "io_size"), ("write MiB/s", "write_mb_s"),
+           ("read MiB/s", "read_mb_s"), ("combined", "combined_mb_s"),
            ("peak", "max_combined_mb_s"), ("write IOPS", "write_iops"),
            ("read IOPS", "read_iops"), ("write ms p50/95/99", "write_lat"),
            ("read ms p50/95/99", "read_lat")]

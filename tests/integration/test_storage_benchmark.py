@@ -181,7 +181,7 @@ def test_cli_json_documents(tmp_path):
     assert one["id"] == run["id"]
     text = cairn(home, "storage-server", "benchmark-results", "ss1", "--run",
                  str(run["id"])).stdout
-    assert "WRITE MB/S" in text and "sizing:" in text
+    assert "WRITE MIB/S" in text and "sizing:" in text
     bad = cairn(home, "storage-server", "benchmark", "ss1", "--workload", "db",
                 "--max-pairs", "0", check=False)
     assert bad.returncode != 0 and "1 to 100" in bad.stderr and "Traceback" not in bad.stderr

@@ -16,6 +16,7 @@ from app.master import Master
 from clihelp import cairn, cairn_json
 
 FAST = dict(step_seconds=0.3, file_size=4 << 20)
+LONGER = dict(step_seconds=2, file_size=4 << 20)
 
 
 def left(*folders):
@@ -90,17 +91,19 @@ def test_the_job_runs_over_ssh(tmp_path, sshd):
 def test_cancel_mid_run_removes_the_files_and_records_the_run(tmp_path):
     m, v1, v2 = site(tmp_path)
     try:
-        jid = m.start_storage_benchmark("ss1", max_pairs=50, **FAST)
+        # steps long enough that the run cannot stop by itself (at its third step at the
+        # earliest) before it is canceled
+        jid = m.start_storage_benchmark("ss1", max_pairs=50, **LONGER)
         box = {}
         t = threading.Thread(target=lambda: box.setdefault("jobs", m.wait_for([jid], 120)))
         t.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             r = m.job(jid).get("result") or {}
-            if len(r.get("steps") or []) >= 2:
+            if r.get("steps"):
                 break
             time.sleep(0.05)
-        assert len(m.job(jid)["result"]["steps"]) >= 2
+        assert len(m.job(jid)["result"]["steps"]) >= 1
         assert left(v1) and left(v2), "the run's folders are there while it runs"
         m.cancel_job(jid)
         t.join(60)
@@ -109,7 +112,7 @@ def test_cancel_mid_run_removes_the_files_and_records_the_run(tmp_path):
         assert left(v1, v2) == []
         [run] = m.storage_benchmarks("ss1")
         assert run["status"] == status.CANCELED and run["stopped"] == "canceled"
-        assert len(run["steps"]) >= 2
+        assert len(run["steps"]) >= 1
     finally:
         m.close()
 
@@ -190,7 +193,7 @@ def test_cli_json_documents(tmp_path):
 def test_backups_of_the_pool_wait_while_it_runs(tmp_path):
     m, v1, v2 = site(tmp_path)
     try:
-        jid = m.start_storage_benchmark("ss1", max_pairs=50, **FAST)
+        jid = m.start_storage_benchmark("ss1", max_pairs=50, **LONGER)
         box = {}
         t = threading.Thread(target=lambda: box.setdefault("jobs", m.wait_for([jid], 120)))
         t.start()

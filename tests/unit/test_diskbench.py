@@ -46,7 +46,7 @@ def test_steps_add_a_pair_each_round_robin_over_the_volumes(tmp_path):
             assert 0 < s[f"{k}_p50_ms"] <= s[f"{k}_p95_ms"] <= s[f"{k}_p99_ms"]
         # an IOPS figure and a throughput figure of the same I/O size agree
         assert s["write_iops"] * s["io_size"] / (1 << 20) == pytest.approx(s["write_mb_s"],
-                                                                           rel=0.01)
+                                                                           rel=0.02, abs=0.05)
     last = steps[-1]["directories"]
     roots = [os.path.dirname(d) for d in last]
     # pair 1 on the first volume, pair 2 on the second, pair 3 on the first again
@@ -78,7 +78,9 @@ def test_without_direct_io_it_syncs_and_drops_the_cache_and_says_so(tmp_path, mo
 def test_cancel_mid_run_stops_the_threads_and_removes_the_files(tmp_path):
     stop = threading.Event()
     steps = []
-    run = DiskBenchmark([str(tmp_path)], max_pairs=50, step_seconds=0.3, file_size=4 << 20,
+    # steps long enough that the run cannot stop by itself (at its third step at the
+    # earliest) before it is canceled
+    run = DiskBenchmark([str(tmp_path)], max_pairs=50, step_seconds=1, file_size=4 << 20,
                         emit=lambda e, d: steps.append(d) if e == "step" else None,
                         is_cancelled=stop.is_set)
     box = {}

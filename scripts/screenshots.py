@@ -29,7 +29,7 @@ SCALE_DOUBLE = {"CAIRN_MMFS_BIN": os.path.join(ROOT, "tests", "scale_double", "b
 VIEWS = ("dashboard", "getting-started", "hosts", "storage-servers", "disk-pools", "storage-units",
          "clusters", "policies", "activity", "restore", "reports", "wizard:storage-server",
          "wizard:disk-pool", "wizard:storage-unit", "wizard:policy", "dialog:alerts",
-         "dialog:policy-properties")
+         "dialog:policy-properties", "dialog:benchmark")
 
 
 def make_tree(root, files, size):
@@ -69,6 +69,9 @@ def demo_catalog(home, scratch):
     job = m.start_restore(img["id"], [os.path.join(src, "projects", "run-001")],
                           os.path.join(scratch, "restored"))
     m.wait_for([job])
+    # Test storage performance shows a run of the pool's disks (short steps, small files)
+    m.wait_for([m.start_storage_benchmark("ss-disk1", max_pairs=4, step_seconds=2,
+                                          file_size=128 << 20)])
     demo_dedup(m, host, scratch, src)
     demo_alerts(m, scratch)
     m.close()

@@ -18,8 +18,9 @@ if [ $want_test = 1 ]; then
   # sshd for the integration tests; restic and tar are the peers the benchmarks compare with,
   # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py); acl (setfacl)
   # for the tests of restores into directories with default ACLs; iproute2 (ip, tc) for the
-  # multi-host test bed (tests/netbed.py); curl for scripts/s3-test-server.sh.
-  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2 curl)
+  # multi-host test bed (tests/netbed.py); curl for scripts/s3-test-server.sh; fio, the peer
+  # of the disk benchmark (bench/bench_diskperf.py).
+  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2 curl fio)
 fi
 
 missing=()

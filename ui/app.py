@@ -26,6 +26,7 @@ from app.paths import Home
 from app.store.db import catalog_error
 from app.terminal_text import escape
 from ui import theme
+from ui.benchmark_dialog import BenchmarkDialog
 from ui.bridge import Bridge
 from ui.main_window import VIEW_NAMES, MainWindow
 from ui.resources import icon
@@ -219,7 +220,7 @@ def take_screenshot(console, path):
 
 WIZARD_VIEWS = tuple(f"wizard:{k}" for k in ("storage-server", "disk-pool", "storage-unit",
                                                "lifecycle", "storage-unit-group", "policy"))
-DIALOG_VIEWS = ("dialog:alerts", "dialog:policy-properties")
+DIALOG_VIEWS = ("dialog:alerts", "dialog:policy-properties", "dialog:benchmark")
 SCREENSHOT_VIEWS = VIEW_NAMES + WIZARD_VIEWS + DIALOG_VIEWS
 WIZARD_SHOWCASE_PAGES = {"disk-pool": 1}
 
@@ -260,6 +261,16 @@ def take_dialog_screenshot(console, which, path):
     w.show()
     if which == "alerts":
         dlg = w.open_alerts()
+    elif which == "benchmark":
+        # the first disk pool's Test storage performance, showing its newest run
+        pools = console.master.disk_pools()
+        if not pools:
+            print("cairn console: there is no disk pool to test; no screenshot written",
+                  file=sys.stderr)
+            return 1
+        dlg = BenchmarkDialog(console.bridge, pools[0]["server"], volumes=pools[0]["volumes"],
+                              pool=pools[0]["name"], parent=w)
+        dlg.show()
     else:
         w.select_view("policies")
         view = w.current_view

@@ -1,7 +1,9 @@
 """Jobs in words: the type, state, attempt and status of a job as the activity monitor's
-columns and a job's details window show them, and what a verify or reclaim job found."""
+columns and a job's details window show them, and what a verify, reclaim, import or
+benchmark job found."""
 
 from app import status as st
+from app import storage_sizing
 from ui import fmt
 
 
@@ -30,6 +32,8 @@ def type_text(job):
             return f"{t} pool {p['pool']}"
     if t == "rebuild-index" and p.get("image"):
         return f"{t} image {p['image']}"
+    if t == "benchmark" and p.get("server"):
+        return f"{t} server {p['server']} ({p.get('workload', 'stgpool')})"
     if t == "catalog-backup" and p.get("storage_unit"):
         return f"{t} to {p['storage_unit']}"
     return t
@@ -48,6 +52,10 @@ TYPE_TIPS = {
     "import": "Records the images on the disk pool that the catalog does not know, from "
               "what each image says about itself (its metadata and file index); the job's "
               "details list the images recorded and those that were not, with why.",
+    "benchmark": "Disk benchmark of a storage server's volumes: writer/reader thread pairs, "
+                 "one more each step until the combined throughput stabilizes; its steps "
+                 "and the daily ingest they support are in the job's details and in Test "
+                 "storage performance (a disk pool's properties).",
     "catalog-backup": "Backs up the catalog, its file indexes, known_hosts and the pool keys "
                       "(sealed) to the folder catalog-backups of the storage unit's pool; "
                       "`cairn catalog recover` brings a lost master back from it.",
@@ -114,6 +122,8 @@ def result_text(job):
         return verify_result_text(r)
     if job.get("type") == "import":
         return import_result_text(r)
+    if job.get("type") == "benchmark":
+        return benchmark_result_text(r)
     if job.get("type") == "reclaim":
         return (f"Freed {fmt.size(r.get('freed_bytes') or 0) or '0 B'}: "
                 f"{r.get('removed_chunks', 0):,} chunks no image used removed, "
@@ -121,6 +131,18 @@ def result_text(job):
                 f"{r.get('containers_compacted', 0):,} compacted; "
                 f"{r.get('live_chunks', 0):,} chunks in use.")
     return ""
+
+
+def benchmark_result_text(r):
+    """A disk benchmark's steps, a line each, and the daily ingest the best one supports."""
+    steps = r.get("steps") or []
+    lines = [f"{s['threads']} pair(s): write {s['write_mb_s']:.0f} MiB/s, read "
+             f"{s['read_mb_s']:.0f} MiB/s, combined {s['combined_mb_s']:.0f} MiB/s "
+             f"({s['write_iops']:,.0f} + {s['read_iops']:,.0f} IOPS)" for s in steps]
+    if steps:
+        best = r.get("max_combined_mb_s") or max(s["combined_mb_s"] for s in steps)
+        lines.append("Sizing: " + storage_sizing.summary(best) + ".")
+    return "\n".join(lines)
 
 
 def import_result_text(r):

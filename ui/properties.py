@@ -15,6 +15,7 @@ from app.scheduler import Scheduler
 from app.timeutil import format_duration
 from plugins.storage import registry
 from ui import fmt
+from ui.benchmark_dialog import BenchmarkDialog
 from ui.resources import icon
 from ui.wizards.policy import CHECKSUM_TEXT, FILE_LIST_TEXT, SNAPSHOT_TEXT
 from ui.wizards.policy_change import PolicyChangeWizard, excludes_text, policy_excludes
@@ -253,6 +254,15 @@ class PropertiesDialog(QDialog):
         if kind == "disk-pool":
             self.capacity_label = value_label("Looking…", "pool-capacity")
             form.addRow("Capacity", self.capacity_label)
+        self.benchmark_button = self.benchmark = None
+        if kind == "disk-pool":
+            self.benchmark_button = QPushButton("&Test storage performance…")
+            self.benchmark_button.setObjectName("pool-benchmark")
+            self.benchmark_button.setToolTip("Measure what the pool's volumes can write and "
+                                             "read at once, and which daily ingest that "
+                                             "supports")
+            self.benchmark_button.clicked.connect(self.test_performance)
+            form.addRow("Performance", self.benchmark_button)
         self.usage_label = None
         if kind == "disk-pool" and registry.can(obj.get("server_type"), "reclaim"):
             self.usage_label = value_label("Looking…", "pool-usage")
@@ -305,6 +315,14 @@ class PropertiesDialog(QDialog):
                         failed=lambda e: self._late_text(
                             self.usage_label, f"Cannot tell: {getattr(e, 'message', e)}"),
                         context=self)
+
+    def test_performance(self):
+        """The benchmark of the pool's volumes (ui/benchmark_dialog.py)."""
+        self.benchmark = BenchmarkDialog(self.bridge, self.obj["server"],
+                                         volumes=self.obj.get("volumes"), pool=self.name,
+                                         parent=self)
+        self.benchmark.open()
+        return self.benchmark
 
     def _shown(self, key):
         if self.kind == "policy" and key == "excludes":

@@ -633,3 +633,23 @@ def make_private(req, paths):
         if req.is_cancelled():
             raise Canceled()
     return {"modes": changed}
+
+
+# ---- benchmarks -------------------------------------------------------------------------------
+
+@handler
+def disk_benchmark(req, volumes, workload="stgpool", max_pairs=8, step_seconds=10.0,
+                   max_step_seconds=None, interval=None, file_size=1 << 30):
+    """Thread pairs writing and reading on the volumes, one more pair per step, until the
+    combined throughput stabilizes (app/agent/diskbench.py): "step" events, then the steps
+    and what they found. Its files are removed whatever ends it."""
+    from app.agent.diskbench import DiskBenchmark
+    for name, value in (("step_seconds", step_seconds), ("interval", interval),
+                        ("max_step_seconds", max_step_seconds)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value <= 0):
+            raise ValidationError(f"{name} must be a positive number of seconds")
+    return DiskBenchmark(volumes, workload=workload, max_pairs=max_pairs,
+                         step_seconds=step_seconds, max_step_seconds=max_step_seconds,
+                         interval=interval, file_size=file_size, emit=req.emit,
+                         is_cancelled=req.is_cancelled).run()

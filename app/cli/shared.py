@@ -58,7 +58,9 @@ def progress_option(p):
                         "as one line; none shows nothing until the jobs end")
 
 
-def jobs_result(m, args, ids):
+def jobs_result(m, args, ids, more=None):
+    """more(doc): what a command adds to the result of its jobs once they ended (the document
+    given to it is the one --json prints), and a function printing it for people, or None."""
     how = follow.mode(args) if args.wait else None
     left_running = False
     if how:
@@ -87,6 +89,8 @@ def jobs_result(m, args, ids):
         if args.wait and any(d["state"] != "done" for d in dups):
             _ensure_dispatcher(m, args)
 
+    show_more = more(doc) if more else None
+
     def human(d):
         for j in d["jobs"]:
             if j["state"] == "done":
@@ -101,6 +105,8 @@ def jobs_result(m, args, ids):
             print(f"duplicate job {j['id']} ({j['storage_unit']}) {j['state']}"
                   + (f": status {j['status']}" if j["state"] == "done" else
                      f"; wait for it with `cairn jobs wait {j['id']}`"))
+        if show_more:
+            show_more(d)
     if how == "json":
         # The last line of the stream: the result as --json gives it, on one line.
         args.json = True

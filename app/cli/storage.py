@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from app.cli.benchmark import benchmark_commands
 from app.cli.output import out, size, table
 from app.terminal_text import escape_all
 from app.cli.shared import deleting, jobs_result, progress_option, setting_value
@@ -37,6 +38,7 @@ def storage_server_commands(sub, cmd):
     p.add_argument("--avg-chunk", type=_size_arg, help="dedup: average chunk size (e.g. 512K)")
     p.add_argument("--max-chunk", type=_size_arg, help="dedup: maximum chunk size (e.g. 2M)")
     cmd(ss, "list", "list storage servers", handler=_server_list)
+    benchmark_commands(ss, cmd, _size_arg)
     p = cmd(ss, "delete", "delete a storage server that no disk pool uses",
             handler=deleting("storage-server"))
     p.add_argument("name")

@@ -24,7 +24,8 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled
-from app.jobs import cleanup, commit, duplicate_commit, duplicate_queue, expire, kinds
+from app.jobs import benchmark, cleanup, commit, duplicate_commit, duplicate_queue, expire, \
+    kinds
 from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
 from app.jobs.placement import RECENT_SECONDS, Placement
 from app.jobs.rules import retry_wanted
@@ -416,7 +417,9 @@ class Dispatcher:
             of_stu[r["stu"]] = r["pool"]
             jobs[r["stu"]] = r["max_concurrent_jobs"]
             streams[r["pool"]] = r["max_io_streams"]
-        return {"of_stu": of_stu, "streams": streams, "jobs": jobs}
+        # Pools a disk benchmark measures: their jobs wait until it ends.
+        return {"of_stu": of_stu, "streams": streams, "jobs": jobs,
+                "benchmarked": benchmark.held_pools(self.db)}
 
     def _wait_reason(self, job, active_per_stu, active_per_pool, pools):
         stu = job["storage_unit"]
@@ -430,6 +433,10 @@ class Dispatcher:
                         f"concurrent job{'s' if limit != 1 else ''}")
         # Backups write and restores read the pool's volumes: both count as I/O streams.
         pool = pools["of_stu"].get(stu)
+        held = pools["benchmarked"].get(pool)
+        if held is not None:
+            return f"a disk benchmark (job {held}) measures pool {pool}; this job starts " \
+                   "when it ends"
         limit = pools["streams"].get(pool)
         if limit is not None and active_per_pool.get(pool, 0) >= limit:
             return (f"disk pool {pool} is at its limit of {limit} I/O "

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from app.jobs.backup import BackupJob
 from app.jobs.backup_set import BackupSetJob
+from app.jobs.benchmark import JOB_TYPE as BENCHMARK, BenchmarkJob
 from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP, CatalogBackupJob
 from app.jobs.cleanup import CleanupJob
 from app.jobs.duplicate import JOB_TYPE as DUPLICATE, DuplicateJob
@@ -46,7 +47,7 @@ KINDS = {"backup": BackupJob, "backup-set": BackupSetJob, "restore": RestoreJob,
          "expire": ExpireJob, "verify": VerifyJob, "reclaim": ReclaimJob,
          "cleanup": CleanupJob, REBUILD_INDEX: RebuildIndexJob,
          CATALOG_BACKUP: CatalogBackupJob, IMPORT: ImportJob, DUPLICATE: DuplicateJob,
-         REPAIR: RepairJob}
+         REPAIR: RepairJob, BENCHMARK: BenchmarkJob}
 
 
 def kind_of(job):

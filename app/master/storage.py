@@ -3,7 +3,7 @@ cleanup, reclaim, import). Part of the master API (app/master/__init__.py)."""
 
 from app import pool_mounts, shared_volumes
 from app.errors import CairnError, ValidationError
-from app.jobs import cleanup, pool_import, pool_jobs, reindex
+from app.jobs import benchmark, cleanup, pool_import, pool_jobs, reindex
 from plugins.storage import registry
 
 
@@ -136,6 +136,21 @@ class StorageAPI:
         return self.config.add_storage_unit(name, pool=pool,
                                             max_concurrent_jobs=max_concurrent_jobs,
                                             comment=comment)
+
+    # ---- benchmarks -----------------------------------------------------------------------
+    def start_storage_benchmark(self, server, volumes=None, workload="stgpool", max_pairs=8,
+                                force=False, **tuning):
+        """Queues a disk benchmark of a storage server (app/jobs/benchmark.py): thread pairs on
+        `volumes` (default: its pools' volumes), `stgpool` or `db` I/O, up to max_pairs pairs.
+        Refused while backups or restores use a pool on those volumes, unless `force`.
+        tuning: step_seconds, max_step_seconds, interval, file_size."""
+        return benchmark.make_job(self, server, volumes=volumes, workload=workload,
+                                  max_pairs=max_pairs, force=force, **tuning)
+
+    def storage_benchmarks(self, server=None, limit=100):
+        """The recorded benchmark runs, newest first, each with its steps and sizing verdict
+        (app/storage_sizing.py)."""
+        return benchmark.runs(self, server, limit)
 
     # ---- deduplication pools -------------------------------------------------------------
     def start_verify(self, image=None, pool=None):

@@ -476,6 +476,27 @@ MIGRATIONS = [
     """
     ALTER TABLE images ADD COLUMN owners TEXT
     """,
+    # 23: disk benchmarks of storage servers (app/jobs/benchmark.py), kept to compare runs
+    # over time: each run's settings, how it ended and its steps (JSON, one object a step)
+    """
+    CREATE TABLE benchmark_runs (
+        id INTEGER PRIMARY KEY,
+        job_id INTEGER REFERENCES jobs(id) ON DELETE SET NULL,
+        server TEXT NOT NULL,
+        host TEXT NOT NULL,
+        workload TEXT NOT NULL,
+        io_size INTEGER,
+        volumes TEXT NOT NULL,
+        started TEXT NOT NULL,
+        ended TEXT,
+        status INTEGER,
+        stopped TEXT,
+        cache_bypass TEXT,
+        max_combined_mb_s REAL,
+        steps TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX benchmark_runs_server ON benchmark_runs(server, id)
+    """,
 ]
 
 

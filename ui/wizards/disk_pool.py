@@ -21,6 +21,7 @@ from app.config import check_abs_path
 from app.errors import ValidationError
 from plugins.storage import registry
 from ui import fmt
+from ui.benchmark_dialog import BenchmarkDialog
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_combo, \
@@ -201,6 +202,13 @@ class VolumesPage(Page):
         row.addWidget(self.path, 1)
         row.addWidget(self.add_button)
         row.addWidget(self.refresh_button)
+        self.benchmark_button = QPushButton("&Test storage performance…")
+        self.benchmark_button.setObjectName("volumes-benchmark")
+        self.benchmark_button.setToolTip("Measure what the checked directories can write and "
+                                         "read at once, before the pool uses them")
+        self.benchmark_button.clicked.connect(self.test_performance)
+        row.addWidget(self.benchmark_button)
+        self.benchmark = None
         self.body.addLayout(row)
 
         self.filesystems = []
@@ -217,6 +225,17 @@ class VolumesPage(Page):
         self.timer.setInterval(CHECK_DELAY_MS)
         self.timer.timeout.connect(self.check_now)
         self.table.itemChanged.connect(self._item_changed)
+
+    def test_performance(self):
+        """The benchmark of the checked directories (ui/benchmark_dialog.py)."""
+        if not self._valid_volumes():
+            self.status.error("Check or add the directories to test first.")
+            return None
+        vols = self.volumes()
+        self.benchmark = BenchmarkDialog(self.wizard().bridge, self.server, volumes=vols,
+                                         parent=self)
+        self.benchmark.open()
+        return self.benchmark
 
     # ---- loading ----------------------------------------------------------------------------
     def initializePage(self):
@@ -556,10 +575,23 @@ class DedupVolumePage(Page):
         form.addRow("Volume:", self.path)
         form.addRow("On the host:", self.check_label)
         form.addRow("", self.why)
+        self.benchmark_button = QPushButton("&Test storage performance…")
+        self.benchmark_button.setToolTip("Measure what the storage path can write and read at "
+                                         "once")
+        self.benchmark_button.clicked.connect(self.test_performance)
+        form.addRow("", self.benchmark_button)
+        self.benchmark = None
         self.body.addLayout(form)
         self.body.addStretch(1)
         self.server = None
         self.check = None
+
+    def test_performance(self):
+        """The benchmark of the storage path (ui/benchmark_dialog.py)."""
+        self.benchmark = BenchmarkDialog(self.wizard().bridge, self.server["name"],
+                                         volumes=self.volumes(), parent=self)
+        self.benchmark.open()
+        return self.benchmark
 
     def initializePage(self):
         s = self.wizard().server_page.server()

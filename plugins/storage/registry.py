@@ -8,7 +8,8 @@ from plugins.storage.dedup.master import DEDUP
 TYPES = {t.name: t for t in (ADVANCED_DISK, DEDUP)}
 
 # Types named in the CLI contract but not shipped in this version; creating one says so.
-PLANNED = {}
+PLANNED = {"cloud": "cloud pools (object storage behind a local cache) are not available in "
+                    "this version yet"}
 
 
 def get(type_name):
@@ -22,7 +23,8 @@ def require(type_name):
     storage_type = TYPES.get(type_name)
     if storage_type is None:
         if type_name in PLANNED:
-            raise ValidationError(PLANNED[type_name], hint="use --type advanced-disk")
+            raise ValidationError(PLANNED[type_name],
+                                  hint=f"choose one of: {', '.join(TYPES)}")
         raise ValidationError(f"storage type {type_name!r} is unknown",
                               hint=f"choose one of: {', '.join(TYPES)}")
     return storage_type

@@ -1,0 +1,4 @@
+"""Cloud pools: a deduplicating pool whose containers, recipes and chunk index live in an S3
+bucket behind a local cache on the storage host. Built so far: the bucket as the storage
+host's agent reaches it (bucket.py). The storage type itself is not registered yet
+(plugins/storage/registry.py PLANNED says so to whoever asks for it)."""

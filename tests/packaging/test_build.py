@@ -61,6 +61,15 @@ def test_version(frozen, tmp_path):
     assert p.stdout.strip() == f"cairn {__version__}"
 
 
+def test_the_build_chunks_with_the_accelerator(frozen, tmp_path):
+    """Dedup pools cut chunks with pyfastcdc's compiled modules: a build without them falls
+    back to the pure-Python chunker, many times slower, and warns on every start."""
+    p = run(frozen, "--version", cwd=tmp_path)
+    assert "pyfastcdc" not in p.stderr, p.stderr
+    cy = frozen.parent / "_internal" / "pyfastcdc" / "cy"
+    assert list(cy.glob("fastcdc*.so")), "the chunking accelerator is not in the build"
+
+
 def test_console_screenshot_offscreen(frozen, tmp_path):
     from PySide6.QtGui import QImage
     out = tmp_path / "hosts.png"

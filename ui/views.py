@@ -19,7 +19,7 @@ from ui.object_actions import ObjectActions
 from ui.polled import PolledPage
 from ui.resources import icon
 from ui.tables import HandWidths, data_table, select_keys, selected_rows, sorting_proxy
-from ui.wizards.schedule_text import summary as schedule_summary
+from ui.wizards.schedule_text import spoken, summary as schedule_summary
 from ui.qtcompat import emit
 
 # ---- what each list shows --------------------------------------------------------------------
@@ -161,9 +161,12 @@ def _steps_text(lifecycle):
 
 
 def _steps_tooltip(lifecycle):
-    return "\n".join(f"Copy {s['copy']}: {s['kind']} to storage unit {s['storage_unit']} "
-                      f"(disk pool {s['pool']} on {s['host']}), kept {s['retention']}"
-                      for s in lifecycle["steps"])
+    """`Copy 2: a copy to storage unit stu-b (disk pool ... on ...), kept 8 weeks`, in the
+    lifecycle wizard's words."""
+    return "\n".join(f"Copy {s['copy']}: "
+                      f"{'the backup' if s['kind'] == 'backup' else 'a copy'} to storage unit "
+                      f"{s['storage_unit']} (disk pool {s['pool']} on {s['host']}), kept "
+                      f"{spoken(s['retention'])}" for s in lifecycle["steps"])
 
 
 LIFECYCLES = ListSpec(

@@ -118,8 +118,11 @@ def test_the_lifecycles_list_and_its_actions(make_console, master, qtbot, tmp_pa
     qtbot.waitUntil(lambda: v.loaded and v.model.rowCount() == 1, timeout=WAIT_MS)
     row = v.model.row_dict(0)
     assert row["name"] == "gold"
-    steps = v.model.index(0, [c.key for c in v.model.columns].index("steps")).data()
-    assert steps == "back up to stu1 (2w) → copy to stu2 (8w)"
+    cell = v.model.index(0, [c.key for c in v.model.columns].index("steps"))
+    assert cell.data() == "back up to stu1 (2w) → copy to stu2 (8w)"
+    tip = cell.data(Qt.ItemDataRole.ToolTipRole)
+    assert tip.startswith("Copy 1: the backup to storage unit stu1 (disk pool ")
+    assert "Copy 2: a copy to storage unit stu2" in tip and tip.endswith("kept 8 weeks")
     assert v.object_actions.new.text() == "New lifecycle…"
 
 

@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout,
                                QLabel, QListWidget, QListWidgetItem, QVBoxLayout)
 
-from ui.wizards.schedule_text import summary as schedule_summary
+from ui.wizards.schedule_text import TYPE_LABELS, spoken, summary as schedule_summary
 
 CATALOG = "catalog"
 
@@ -29,8 +29,9 @@ class BackupNowDialog(QDialog):
         self.schedule_box.setObjectName("backup-now-schedule")
         default = next((i for i, s in enumerate(schedules) if s["type"] == "full"), 0)
         for s in schedules:
-            self.schedule_box.addItem(f"{s['name']} — {s['type']}, kept {s['retention']}",
-                                      s["name"])
+            level = TYPE_LABELS.get(s["type"], s["type"]).lower()
+            self.schedule_box.addItem(f"{s['name']} — {level}, kept "
+                                      f"{spoken(s.get('retention') or 'infinite')}", s["name"])
             self.schedule_box.setItemData(self.schedule_box.count() - 1, schedule_summary(s),
                                           Qt.ItemDataRole.ToolTipRole)
         if not schedules:

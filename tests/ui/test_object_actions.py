@@ -493,6 +493,7 @@ def test_back_up_now_asks_which_schedule_and_which_clients(console, master, qtbo
     """The backup runs under the schedule chosen (its type) for the clients ticked, not the
     policy's first schedule for every client."""
     from PySide6.QtCore import Qt
+    from ui.wizards.schedule_text import spoken
     master.config.add_schedule("p1", "weekly-full", type="full")
     master.config.add_schedule("p1", "nightly-diff", type="differential")
     master.config.add_host("second", address="127.0.0.1", port=1)
@@ -506,6 +507,9 @@ def test_back_up_now_asks_which_schedule_and_which_clients(console, master, qtbo
     dlg = view.object_actions._backup_now()
     box = dlg.schedule_box
     box.setCurrentIndex(box.findData("nightly-diff"))
+    # the schedule reads as the wizard words it, not as its stored words
+    assert box.currentText() == "nightly-diff — differential incremental, kept " + \
+        spoken(master.config.policy("p1")["schedules"][-1]["retention"] or "infinite")
     first = next(dlg.client_list.item(i) for i in range(dlg.client_list.count())
                  if dlg.client_list.item(i).text() != "second")
     for i in range(dlg.client_list.count()):

@@ -225,6 +225,16 @@ SCREENSHOT_VIEWS = VIEW_NAMES + WIZARD_VIEWS + DIALOG_VIEWS
 WIZARD_SHOWCASE_PAGES = {"disk-pool": 1}
 
 
+def _save_grab(widget, path):
+    """Writes what `widget` shows once its layout settled; 0, or 1 with the reason said."""
+    wait_until(lambda: False, 0.3)  # let the layout settle
+    QApplication.processEvents()
+    if not widget.grab().save(path, "PNG"):
+        print(f"cairn console: cannot write the screenshot to {path}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def take_wizard_screenshot(console, kind, path):
     """The wizard of `kind` over the main window, at its first page once its data loaded."""
     w = console.window
@@ -246,12 +256,7 @@ def take_wizard_screenshot(console, kind, path):
         wizard.next()
         wait_until(lambda: not wizard.busy and not console.bridge.pending,
                    SCREENSHOT_TIMEOUT_S)
-    wait_until(lambda: False, 0.3)  # let the layout settle
-    QApplication.processEvents()
-    if not wizard.grab().save(path, "PNG"):
-        print(f"cairn console: cannot write the screenshot to {path}", file=sys.stderr)
-        return 1
-    return 0
+    return _save_grab(wizard, path)
 
 
 def take_dialog_screenshot(console, which, path):
@@ -286,12 +291,7 @@ def take_dialog_screenshot(console, which, path):
         print(f"cairn console: the {which} window did not load within "
               f"{SCREENSHOT_TIMEOUT_S} s; no screenshot written", file=sys.stderr)
         return 1
-    wait_until(lambda: False, 0.3)  # let the layout settle
-    QApplication.processEvents()
-    if not dlg.grab().save(path, "PNG"):
-        print(f"cairn console: cannot write the screenshot to {path}", file=sys.stderr)
-        return 1
-    return 0
+    return _save_grab(dlg, path)
 
 
 def first_view(master):

@@ -16,11 +16,9 @@ from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QDialog, 
     QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout
 
 from app import storage_sizing
-from ui import fmt
+from ui import fmt, plots
 from ui.resources import icon
 
-# pyqtgraph repaints through void Qt calls; see ui.qtcompat (imported by ui.plots too).
-import ui.qtcompat  # noqa: F401,E402
 
 POLL_MS = 500
 WORKLOAD_TEXT = {
@@ -68,13 +66,7 @@ class BenchmarkPlot(pg.PlotWidget):
     def __init__(self, parent=None):
         super().__init__(parent=parent)
         self.setObjectName("benchmark-plot")
-        pi = self.getPlotItem()
-        pi.hideButtons()
-        pi.setMenuEnabled(False)
-        pi.setMouseEnabled(x=False, y=False)
-        pi.showGrid(x=True, y=True, alpha=0.25)
-        pi.setLabel("left", "Throughput (MiB/s)")
-        pi.setLabel("bottom", "Writer/reader pairs")
+        pi = plots.throughput_axes(self.getPlotItem(), "Writer/reader pairs")
         pi.getAxis("bottom").setTickSpacing(1, 1)  # pairs are whole numbers
         pal = self.palette()
         self.setBackground(pal.color(QPalette.ColorRole.Base))

@@ -25,6 +25,18 @@ def _clock_text(seconds):
     return f"{sign}{h}:{m:02d}:{s:02d}" if h else f"{sign}{m}:{s:02d}"
 
 
+
+def throughput_axes(pi, bottom):
+    """A plot item that shows, never edits: no buttons, menu or mouse panning; a grid, MiB/s
+    up the left and `bottom` along the bottom."""
+    pi.hideButtons()
+    pi.setMenuEnabled(False)
+    pi.setMouseEnabled(x=False, y=False)
+    pi.showGrid(x=True, y=True, alpha=0.25)
+    pi.setLabel("left", "Throughput (MiB/s)")
+    pi.setLabel("bottom", bottom)
+    return pi
+
 class ElapsedAxis(pg.AxisItem):
     """Seconds since a job started as m:ss (h:mm:ss past an hour), ticks on round minutes."""
 
@@ -58,13 +70,8 @@ class ThroughputPlot(pg.PlotWidget):
         self.setObjectName("throughput-plot")
         self.clock = clock
         self.title = title
-        pi = self.getPlotItem()
-        pi.hideButtons()
-        pi.setMenuEnabled(False)
-        pi.setMouseEnabled(x=False, y=False)
-        pi.showGrid(x=True, y=True, alpha=0.25)
-        pi.setLabel("left", "Throughput (MiB/s)")
-        pi.setLabel("bottom", "Local time" if clock else "Time since the job started (m:ss)")
+        pi = throughput_axes(self.getPlotItem(), "Local time" if clock
+                             else "Time since the job started (m:ss)")
         pi.getAxis("left").setWidth(56)
         self.curve = pi.plot([], [], fillLevel=0)
         self.curve.setClipToView(True)

@@ -25,10 +25,10 @@ STARTED = "alerts_state.started"
 CONDITION_KINDS = ("high-water", "host-unreachable", "catalog-overdue")
 
 
-def _event_rows(db, where):
+def _event_rows(db, where, order="id", args=()):
     return [dict(r) for r in db.all(
         "SELECT id, key, kind, severity, subject, message, job_id, first_seen, cleared, "
-        f"digest_id FROM alert_events WHERE {where} ORDER BY id")]
+        f"digest_id FROM alert_events WHERE {where} ORDER BY {order}", args)]
 
 
 class Alerter:
@@ -230,10 +230,8 @@ def history(db, limit=20):
 
 def open_events(db, limit=200):
     """Events not told yet and conditions that still hold, newest first."""
-    rows = [dict(r) for r in db.all(
-        "SELECT id, key, kind, severity, subject, message, job_id, first_seen, cleared, "
-        "digest_id FROM alert_events WHERE digest_id IS NULL OR (cleared IS NULL AND "
-        "job_id IS NULL) ORDER BY id DESC LIMIT ?", (limit,))]
+    rows = _event_rows(db, "digest_id IS NULL OR (cleared IS NULL AND job_id IS NULL)",
+                       order="id DESC LIMIT ?", args=(limit,))
     for r in rows:
         r["since"] = timeutil.iso(r.pop("first_seen"))
         r["told"] = r.pop("digest_id") is not None

@@ -21,22 +21,7 @@ from clihelp import cairn, cairn_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 
-from localuser import LocalUser  # noqa: E402
-
-
-def unnamed_id():
-    """An id that is neither a user's nor a group's on this system."""
-    for i in range(47_000, 60_000):
-        try:
-            pwd.getpwuid(i)
-            continue
-        except KeyError:
-            pass
-        try:
-            grp.getgrgid(i)
-        except KeyError:
-            return i
-    pytest.fail("no free id between 47000 and 60000")
+from localuser import LocalUser, unnamed_id  # noqa: E402
 
 
 @pytest.fixture

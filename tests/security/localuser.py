@@ -2,6 +2,7 @@
 userdel afterwards, and a way to run commands as that user. The tests that use it need root
 (they play root running Cairn and an ordinary user beside it)."""
 
+import grp
 import os
 import pwd
 import shutil
@@ -89,3 +90,18 @@ def shared_dir(prefix):
     d = tempfile.mkdtemp(prefix=prefix)
     os.chmod(d, 0o755)
     return d
+
+
+def unnamed_id():
+    """An id that is neither a user's nor a group's on this system."""
+    for i in range(47_000, 60_000):
+        try:
+            pwd.getpwuid(i)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(i)
+        except KeyError:
+            return i
+    pytest.fail("no free id between 47000 and 60000")

@@ -16,7 +16,7 @@ from app.master import Master
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 
-from localuser import LocalUser  # noqa: E402
+from localuser import LocalUser, unnamed_id  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -31,25 +31,12 @@ def user():
     u.remove()
 
 
-def free_id():
-    import pwd
-    for i in range(47_000, 60_000):
-        try:
-            pwd.getpwuid(i)
-        except KeyError:
-            try:
-                grp.getgrgid(i)
-            except KeyError:
-                return i
-    pytest.fail("no free id between 47000 and 60000")
-
-
 @pytest.fixture
 def backed_up(tmp_path, user):
     src, vol = tmp_path / "src", tmp_path / "vol"
     src.mkdir()
     vol.mkdir()
-    nobody = free_id()
+    nobody = unnamed_id()
     for name, uid, gid in (("mine.txt", user.uid, user.gid), ("roots.txt", 0, 0),
                            ("orphan.txt", nobody, nobody)):
         (src / name).write_text(name)

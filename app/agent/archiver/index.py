@@ -108,5 +108,5 @@ class IndexRows:
             self.emit("totals", dict(result) if result else {"files": self.files,
                                                               "bytes": self.bytes})
         self.emit("progress", {"files": self.files, "bytes": self.bytes, "path": ""})
-        return dict(self.summary(), owners=self.owner_names(), image_bytes=out.pos, index_offset=index_offset,
-                    index_length=out.pos - 1024 - index_offset)
+        return dict(self.summary(), owners=self.owner_names(), image_bytes=out.pos,
+                    index_offset=index_offset, index_length=out.pos - 1024 - index_offset)

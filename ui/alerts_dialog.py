@@ -59,6 +59,7 @@ class AlertsDialog(QDialog):
         f["smtp_host"].setPlaceholderText("mail.example.org (empty: no mail)")
         f["webhook_url"].setPlaceholderText("https://hooks.example.org/cairn (empty: none)")
         f["command"].setPlaceholderText("/usr/local/bin/page-oncall --json (empty: none)")
+        f["sender"].setPlaceholderText("empty: cairn@ the master's host name")
         self.security = QComboBox()
         for label, value in SECURITY:
             self.security.addItem(label, value)

@@ -309,3 +309,27 @@ def test_without_alerts_the_pools_are_still_sampled_hourly_for_their_growth(tmp_
     a.wait(30)
     assert master.db.one(samples)[0] == 1
     assert a.start_round(now=t0 + 3700) is False     # and not again within the hour
+
+
+def test_a_hostile_job_message_cannot_forge_syslog_lines(tmp_path, master):
+    """What a job's log says comes partly from agents; a taken-over client can put anything in
+    it. In syslog it stays one record: no line of its own, no forged second message."""
+    log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    log.bind(str(tmp_path / "log.sock"))
+    log.settimeout(2)
+    try:
+        master.set_alert_settings({"syslog": "on", "syslog_address": str(tmp_path / "log.sock"),
+                                   "interval": "1m"})
+        master.alerts_round(ask_hosts=False)
+        jid = master.jobs.create("backup", client="c1", policy="p1")
+        master.jobs.finish(jid, st.AGENT_FAILED,
+                           "boom\n<27>cairn[1]: forged: everything is fine\r\x1b[2J")
+        r = master.alerts_round(now=time.time() + 1, ask_hosts=False)
+        assert r["sent"]["syslog"]["ok"], r
+        line = log.recv(8192).decode()
+        assert line.startswith(f"<27>cairn[{os.getpid()}]: failed: Job {jid}, ")
+        assert "\n" not in line and "\r" not in line and "forged" in line
+        with pytest.raises(socket.timeout):
+            log.recv(8192)          # one event, one record
+    finally:
+        log.close()

@@ -231,8 +231,10 @@ def test_a_server_killed_while_a_part_is_sent_fails_the_upload(s3_server, s3_buc
 
 
 def test_a_throttled_server_answers_slow_down(s3_server, s3_bucket):
-    body = os.urandom(2 * MiB)
-    # The limit counts requests whose handler runs; uploads hold it while their body comes in.
+    # The limit counts requests whose handler runs: the server takes a whole body before its
+    # handler starts, so only the writing of it overlaps. Bodies large enough that writing
+    # them takes a while, and rounds until two overlap.
+    body = os.urandom(8 * MiB)
     with s3_server.throttled(max_requests=1):
         s3 = s3_server.client(max_pool_connections=16, **NO_RETRIES)
 

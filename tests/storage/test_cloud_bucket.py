@@ -72,18 +72,18 @@ def test_a_server_that_is_down_is_unreachable_and_throttling_is_ridden_out(
         with pytest.raises(BucketError) as e:
             b.put_bytes("a", b"1")
     assert e.value.status == st.HOST_UNREACHABLE and "does not answer" in e.value.message
-    body = os.urandom(2 * MIB)
+    body = os.urandom(8 * MIB)
     b = Bucket(spec(s3_server, s3_bucket), threads=8)
     with s3_server.throttled(1):
         # many uploads at once against one request allowed: those past it are answered
         # 503 SlowDown and tried again, with backoff, until they pass
         with ThreadPoolExecutor(8) as pool:
-            for round_ in range(5):
-                list(pool.map(lambda i: b.put_bytes(f"o{round_}-{i}", body), range(32)))
+            for round_ in range(12):
+                list(pool.map(lambda i: b.put_bytes(f"o{round_}-{i}", body), range(16)))
                 if b.retried:
                     break
     assert b.retried > 0
-    assert len(b.names()) == 32 * (round_ + 1)
+    assert len(b.names()) == 16 * (round_ + 1)
     assert b.get_bytes("o0-7") == body
 
 

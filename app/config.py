@@ -254,6 +254,8 @@ class Config:
         _unique(self.db, "storage_servers", "storage server", name)
         plugin = registry.require(type)
         id_of(self.db, "hosts", "host", host, "host add")
+        if path is None:
+            path = plugin.default_path(name)
         if path is not None:
             path = check_abs_path("storage path", path)
         elif plugin.needs_path:

@@ -19,8 +19,10 @@ if [ $want_test = 1 ]; then
   # restic and borg the peers of the dedup benchmark (bench/bench_dedup.py); acl (setfacl)
   # for the tests of restores into directories with default ACLs; iproute2 (ip, tc) for the
   # multi-host test bed (tests/netbed.py); curl for scripts/s3-test-server.sh; fio, the peer
-  # of the disk benchmark (bench/bench_diskperf.py).
-  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2 curl fio)
+  # of the disk benchmark (bench/bench_diskperf.py); python3-boto3, the S3 client a cloud
+  # pool's storage host needs (the test hosts' agents run the system's python3).
+  debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2 curl fio
+         python3-boto3)
 fi
 
 missing=()

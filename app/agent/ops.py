@@ -299,9 +299,17 @@ def abort_image(req, partial):
 
 
 @handler
-def remove_image(req, path):
-    _remove(path)
+def remove_image(req, path, storage=None):
+    """Removes a committed image, wherever its pool's type keeps it (storage: its spec)."""
+    agents.get(storage).remove_image(storage, path)
     return {}
+
+
+@handler
+def check_storage(req, storage):
+    """What a new storage server's type checks on its host beyond its path (a cloud pool:
+    its bucket and credentials)."""
+    return agents.get(storage).check_server(storage)
 
 
 @handler

@@ -208,6 +208,7 @@ def list_images(req, storage, volumes, image_dir, skip):
     [{"id", "path"}] of those skipped, "skipped": [{"path", "why"}], "errors": [folders that
     could not be listed]}."""
     half = agents.get(storage)
+    half.prepare_import(storage)
     listing = poolfiles.list_files(volumes, image_dir)
     skip = set(skip)
     todo, known, skipped = [], [], []

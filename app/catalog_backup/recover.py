@@ -28,6 +28,7 @@ from app.catalog_backup import archive, escrow
 from app.errors import CairnError, ValidationError
 from app.formats import private
 from app.formats.durable import sync_dir
+from plugins.storage.cloud import keys as bucket_keys
 
 _SERVER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
@@ -193,6 +194,16 @@ class _Staging:
             f.flush()
             os.fsync(f.fileno())
 
+    def write_credentials(self, server, text):
+        """As plugins/storage/cloud/keys.py keeps a bucket's credentials: 0600."""
+        d = os.path.join(self.dir, "keys")
+        os.close(private.makedirs(d))
+        with os.fdopen(private.create(os.path.join(d, f"{server}.s3"),
+                                      os.O_WRONLY | os.O_EXCL), "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
     def move_into_place(self):
         check_empty(self.root)
         if os.path.isdir(self.root):
@@ -221,6 +232,28 @@ def _unseal_keys(staging, manifest, private_key, path):
         if len(key_hex) != 64 or not all(c in "0123456789abcdef" for c in key_hex):
             raise archive.Damaged(f"the pool key of {server!r} in {path} is not a key")
         staging.write_key(server, key_hex)
+    return sorted(sealed)
+
+
+def _unseal_credentials(staging, manifest, private_key, path):
+    """The bucket credentials of cloud pools (an archive from before they existed has
+    none)."""
+    import json
+    sealed = json.loads(staging.keys_file or b"{}").get("credentials") or {}
+    if not isinstance(sealed, dict) or \
+            sorted(sealed) != sorted(manifest.get("credentials") or []):
+        raise archive.Damaged(f"the catalog backup {path} is damaged: its bucket credentials "
+                              "do not match its manifest")
+    for server in sorted(sealed):
+        if not _SERVER.match(server):
+            raise archive.Damaged(f"the catalog backup {path} names credentials {server!r}")
+        text = escrow.unseal(private_key, sealed[server],
+                             "bucket-credentials:" + server).decode()
+        try:
+            bucket_keys.parse(text, f"the credentials of {server!r} in {path}")
+        except ValidationError as e:
+            raise archive.Damaged(e.message) from None
+        staging.write_credentials(server, text)
     return sorted(sealed)
 
 
@@ -266,6 +299,7 @@ def recover(root, from_dir, passphrase, archive_path=None):
                                        staging.store)
             images, jobs = _check_catalog(staging, path, keys["mac"])
             restored = _unseal_keys(staging, manifest, keys["private"], path)
+            credentials = _unseal_credentials(staging, manifest, keys["private"], path)
             staging.move_into_place()
         except BaseException:
             staging.remove()
@@ -279,5 +313,6 @@ def recover(root, from_dir, passphrase, archive_path=None):
             "indexes": sum(1 for m in manifest["members"]
                            if m["name"].startswith(archive.INDEX_DIR + "/")),
             "known_hosts": any(m["name"] == archive.KNOWN_HOSTS for m in manifest["members"]),
-            "keys_restored": restored, "authenticated": True,
+            "keys_restored": restored, "credentials_restored": credentials,
+            "authenticated": True,
             "recovered_at": timeutil.iso(time.time())}

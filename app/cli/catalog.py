@@ -163,4 +163,6 @@ def _print_recovered(d):
     print(f"  {d['images']} image(s), {d['jobs']} job(s), {d['indexes']} file index(es)"
           + (", known_hosts" if d["known_hosts"] else ""))
     print("  pool keys restored: " + (", ".join(d["keys_restored"]) or "none"))
+    if d.get("credentials_restored"):
+        print("  bucket credentials restored: " + ", ".join(d["credentials_restored"]))
     print("  images written after this catalog backup are not in it")

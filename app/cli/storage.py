@@ -5,8 +5,10 @@ import sys
 
 from app.cli.benchmark import benchmark_commands
 from app.cli.output import out, size, table
+from app.errors import ValidationError
 from app.terminal_text import escape_all
 from app.cli.shared import deleting, jobs_result, progress_option, setting_value
+from plugins.storage.cloud import keys as cloud_keys
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -37,6 +39,23 @@ def storage_server_commands(sub, cmd):
     p.add_argument("--min-chunk", type=_size_arg, help="dedup: minimum chunk size (e.g. 128K)")
     p.add_argument("--avg-chunk", type=_size_arg, help="dedup: average chunk size (e.g. 512K)")
     p.add_argument("--max-chunk", type=_size_arg, help="dedup: maximum chunk size (e.g. 2M)")
+    p.add_argument("--endpoint", help="cloud: the S3 service's URL (https://...)")
+    p.add_argument("--bucket", help="cloud: the bucket that holds the pool")
+    p.add_argument("--credentials-file", metavar="F",
+                   help="cloud: a file only you may read with access_key=... and "
+                        "secret_key=... lines; the master keeps a copy in "
+                        "CAIRN_HOME/keys/NAME.s3, never in the catalog")
+    p.add_argument("--region", help="cloud: the bucket's region (default us-east-1)")
+    p.add_argument("--prefix", help="cloud: keep the pool's objects under this prefix")
+    p.add_argument("--ca-file", metavar="F",
+                   help="cloud: the CA certificate (on the storage server) that the "
+                        "endpoint's TLS certificate is checked against")
+    p.add_argument("--cache", metavar="DIR",
+                   help="cloud: the local cache on the storage server (default "
+                        "/var/cache/cairn/cloud/NAME)")
+    p.add_argument("--cache-limit", type=_size_arg, metavar="SIZE",
+                   help="cloud: the most container bytes the cache keeps (e.g. 200G); by "
+                        "default it is trimmed when its file system is 90%% full")
     cmd(ss, "list", "list storage servers", handler=_server_list)
     benchmark_commands(ss, cmd, _size_arg)
     p = cmd(ss, "delete", "delete a storage server that no disk pool uses",
@@ -49,8 +68,18 @@ def _server_create(m, args):
                               ("max_size", args.max_chunk)) if v is not None}
     if args.encrypt:
         opts["encrypted"] = True
-    r = m.create_storage_server(args.name, type=args.type, host=args.host, path=args.path,
-                                options=opts or None)
+    opts.update({k: v for k, v in (("endpoint", args.endpoint), ("bucket", args.bucket),
+                                   ("region", args.region), ("prefix", args.prefix),
+                                   ("ca_file", args.ca_file),
+                                   ("cache_limit", args.cache_limit)) if v is not None})
+    if args.cache and args.path and args.cache != args.path:
+        raise ValidationError("--cache and --path name the same directory: give one")
+    credentials = None
+    if args.credentials_file:
+        credentials = cloud_keys.read_file(args.credentials_file)
+    r = m.create_storage_server(args.name, type=args.type, host=args.host,
+                                path=args.cache or args.path, options=opts or None,
+                                credentials=credentials)
 
     def show(d):
         print(f"storage server {d['name']} created")

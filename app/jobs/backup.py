@@ -462,7 +462,7 @@ class BackupJob:
             ctx.log(f"files cache: {summary['reused']} unchanged files "
                     f"({_mib(summary.get('reused_bytes', 0))}) taken from image "
                     f"{self.cache['base']['id']} without reading them")
-        for text in side.result_texts(stats):
+        for text in side.result_texts(stats) + side.committed_texts(committed):
             ctx.log(text)
         ctx.bytes, ctx.files = summary["bytes"], summary["files"]
         ctx.log(f"image {self.image_id} committed: {summary['files']} files, "

@@ -22,6 +22,8 @@ from app.errors import CairnError, Canceled, ValidationError
 from app.formats import private
 from app.jobs.context import JobContext
 from app.jobs.result import JobResult
+from plugins.storage import registry
+from plugins.storage.cloud import keys as bucket_keys
 from plugins.storage.dedup import keys as pool_keys
 
 JOB_TYPE = "catalog-backup"
@@ -33,6 +35,12 @@ def target(master, storage_unit):
     pool = master.config.disk_pool(stu["pool"])
     if not pool["volumes"]:
         raise ValidationError(f"disk pool {pool['name']} has no volume to hold catalog backups")
+    if registry.can(pool["server_type"], "bucket"):
+        # its volume is a cache: a catalog backup there would go with the storage host
+        raise ValidationError(f"disk pool {pool['name']} keeps its data in a bucket, and "
+                              "catalog backups are written to a pool's file system",
+                              hint="give a storage unit of an advanced-disk or dedup pool, "
+                                   "on another host than the master")
     return stu, pool, master.config.host(stu["host"])
 
 
@@ -102,11 +110,12 @@ def snapshot_catalog(source, dest, job_id):
     return [r[0] for r in images], jobs, version
 
 
-def pool_key_names(home):
-    """The storage servers whose pool key is in the home, sorted."""
+def pool_key_names(home, suffix=".key"):
+    """The storage servers whose pool key (suffix ".key") or bucket credentials (".s3") are
+    in the home, sorted."""
     try:
-        return sorted(n[:-4] for n in os.listdir(home.keys)
-                      if n.endswith(".key") and not n.startswith("."))
+        return sorted(n[:-len(suffix)] for n in os.listdir(home.keys)
+                      if n.endswith(suffix) and not n.startswith("."))
     except FileNotFoundError:
         return []
 
@@ -144,11 +153,12 @@ class CatalogBackupJob:
                 members.append((archive.KNOWN_HOSTS, home.known_hosts))
             members += self._indexes(images)
             sealed = self._sealed_keys()
+            creds = self._sealed_credentials()
             keys_file = os.path.join(work, archive.KEYS)
             with os.fdopen(private.create(keys_file, os.O_WRONLY | os.O_TRUNC), "w") as f:
-                json.dump({"keys": sealed}, f)
+                json.dump({"keys": sealed, "credentials": creds}, f)
             members.append((archive.KEYS, keys_file))
-            return self._write(members, images, njobs, version, sorted(sealed))
+            return self._write(members, images, njobs, version, sorted(sealed), sorted(creds))
 
     def _indexes(self, images):
         """The file indexes of the images in the catalog's copy (an index written since
@@ -172,6 +182,16 @@ class CatalogBackupJob:
                                       "pool-key:" + server)
         return out
 
+    def _sealed_credentials(self):
+        """{storage server: its bucket's credentials (a cloud pool) sealed to the escrow}."""
+        out = {}
+        for server in pool_key_names(self.master.home, ".s3"):
+            creds = bucket_keys.load(self.master.home, server)
+            text = "".join(f"{k}={creds[k]}\n" for k in bucket_keys.FIELDS)
+            out[server] = escrow.seal(self.escrow["public"], text.encode(),
+                                      "bucket-credentials:" + server)
+        return out
+
     def _tick(self):
         """Between two members: a member more, the job's progress written now and then (its
         heartbeat), and whether it was canceled."""
@@ -183,7 +203,7 @@ class CatalogBackupJob:
             ctx.flush(sample=True)
         return ctx.check_cancel()
 
-    def _write(self, members, images, njobs, version, key_names):
+    def _write(self, members, images, njobs, version, key_names, credential_names=()):
         ctx, job_id = self.ctx, self.job["id"]
         created = time.time()
         manifest = {"format": archive.FORMAT, "version": archive.VERSION,
@@ -192,15 +212,17 @@ class CatalogBackupJob:
                     "job_id": job_id, "catalog_schema": version, "images": len(images),
                     "jobs": njobs, "indexes": sum(1 for n, _ in members
                                                   if n.startswith(archive.INDEX_DIR + "/")),
-                    "keys": key_names, "escrow": self.escrow,
+                    "keys": key_names, "credentials": list(credential_names),
+                    "escrow": self.escrow,
                     "members": archive.describe(members)}
         folder = place.folder_of(self.pool)
         partial, final = archive.file_names(created, job_id)
         t = place.Target(self.master, self.host, folder, partial, final)
         ctx.total_files = len(members)
         ctx.log(f"catalog backup of {len(images)} image(s), {njobs} job(s), "
-                f"{manifest['indexes']} file index(es) and {len(key_names)} pool key(s) to "
-                f"{t.final} on host {self.host['name']}")
+                f"{manifest['indexes']} file index(es), {len(key_names)} pool key(s) and "
+                f"{len(credential_names)} bucket credential(s) to {t.final} on host "
+                f"{self.host['name']}")
         ctx.flush()
         try:
             done = archive.write(t.open(), manifest, members,

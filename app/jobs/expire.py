@@ -26,7 +26,7 @@ from app.errors import CairnError, Canceled, ValidationError
 from app.jobs import copies, expire_copies, holds, pool_jobs
 from app.jobs.commit import note
 from app.jobs.context import JobContext
-from app.jobs.storage import pool_type
+from app.jobs.storage import image_storage, pool_type
 from app.jobs.result import JobResult
 
 RETENTION = "retention ended"
@@ -190,7 +190,8 @@ def _remove(master, ctx, ids):
         for k in reversed(copies.copies(master.db, iid)):
             if k["path"]:
                 conn = master.hosts.connect(master.config.host(k["storage_host"]))
-                conn.call("remove_image", {"path": k["path"]}, timeout=120)
+                conn.call("remove_image", {"path": k["path"],
+                                          "storage": image_storage(master, k)}, timeout=120)
             if not k["primary"]:
                 with master.db.tx() as c:
                     c.execute("DELETE FROM image_copies WHERE image_id=? AND copy_number=?",
@@ -230,7 +231,8 @@ def _remove_copies(master, ctx, job_id):
             raise Canceled()
         if k["path"]:
             conn = master.hosts.connect(master.config.host(k["storage_host"]))
-            conn.call("remove_image", {"path": k["path"]}, timeout=120)
+            conn.call("remove_image", {"path": k["path"],
+                                          "storage": image_storage(master, k)}, timeout=120)
         with master.db.tx() as c:
             c.execute("DELETE FROM image_copies WHERE image_id=? AND copy_number=?",
                       (k["image_id"], k["copy_number"]))

@@ -27,10 +27,13 @@ class StorageAPI:
         return self.config.storage_units()
 
     # ---- storage --------------------------------------------------------------------------
-    def create_storage_server(self, name, *, type, host, path=None, options=None, check=True):
+    def create_storage_server(self, name, *, type, host, path=None, options=None, check=True,
+                              credentials=None):
         """A new storage server. A type that makes its storage path (dedup) has it created on
         the host and checked (writable; a warning when it is on a network file system), and
-        with encryption at rest the master makes the pool's key (the type's create_key)."""
+        with encryption at rest the master makes the pool's key (the type's create_key).
+        credentials: a cloud pool's bucket credentials {"access_key", "secret_key"}, kept by
+        the master beside the pools' keys; the type checks its bucket from the host."""
         path, options = self.config.validate_storage_server(
             name, type=type, host=host, path=path, options=options)
         storage_type = registry.get(type)
@@ -54,8 +57,13 @@ class StorageAPI:
             w = storage_type.path_warning(v.get("filesystem"))
             if w:
                 warnings.append(w)
-        storage_type.create_key(self.home, name, options)
+        storage_type.create_key(self.home, name, options, credentials=credentials)
         try:
+            if check:
+                conn = self.hosts.connect(self.config.host(host))
+                warnings += storage_type.check_server(
+                    lambda op, args: conn.call(op, args, timeout=120),
+                    {"name": name, "path": path, "options": options}, self.home)
             srv = self.config.add_storage_server(name, type=type, host=host, path=path,
                                                  options=options)
         except BaseException:

@@ -29,10 +29,12 @@ AGENT_FILES = ("app/__init__.py", "app/status.py", "app/errors.py", "app/livenes
                "plugins/storage/__init__.py", "plugins/storage/agent_base.py",
                "plugins/storage/agents.py")
 AGENT_PACKAGES = ("app/agent", "app/formats", "plugins/filesystems",
-                  "plugins/storage/advanced_disk", "plugins/storage/dedup")
+                  "plugins/storage/advanced_disk", "plugins/storage/dedup",
+                  "plugins/storage/cloud")
 AGENT_SOURCES = AGENT_FILES + AGENT_PACKAGES
 MASTER_ONLY = ("plugins/storage/advanced_disk/master.py", "plugins/storage/dedup/master.py",
-               "plugins/storage/dedup/keys.py")
+               "plugins/storage/dedup/keys.py", "plugins/storage/cloud/master.py",
+               "plugins/storage/cloud/keys.py")
 
 MAIN = b"import sys\nfrom app.agent.server import main\nsys.exit(main())\n"
 

@@ -159,5 +159,20 @@ class AgentStorage:
     def rebuild_index(self, spec):
         raise self.lacks("a chunk index to rebuild")
 
+    def remove_image(self, spec, path):
+        """Removes a committed image (an expired one), wherever the type keeps it."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def prepare_import(self, spec):
+        """What an import of the pool's images does before it lists them."""
+
+    def check_server(self, spec):
+        """What a new storage server of the type checks on its host beyond its path:
+        raises what is wrong; returns what the master reports."""
+        return {}
+
     def lacks(self, what):
         return ValidationError(f"a {self.name} pool has no {what}")

@@ -4,9 +4,10 @@ plugins/storage/registry.py. Standard library only: this travels to every host."
 
 from app.errors import ValidationError
 from plugins.storage.advanced_disk.agent import HALF as _ADVANCED_DISK
+from plugins.storage.cloud.agent import HALF as _CLOUD
 from plugins.storage.dedup.agent import HALF as _DEDUP
 
-HALVES = {h.name: h for h in (_ADVANCED_DISK, _DEDUP)}
+HALVES = {h.name: h for h in (_ADVANCED_DISK, _DEDUP, _CLOUD)}
 
 # The half of a request that names no storage spec: a plain image file.
 DEFAULT = _ADVANCED_DISK.name

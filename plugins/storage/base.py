@@ -42,7 +42,9 @@ never for a type: dedup (chunks stored once; a backup reports its deduplication 
 policies and hosts choose where chunking happens), encryption (at rest, with a key the master
 keeps), reclaim (space reclaim, chunk usage, chunk-index rebuild, a compaction threshold),
 files_cache (a full takes unchanged files from the newest image without reading them),
-one_pool (the server holds one pool, whose volume is its storage path), suspend (a running
+one_pool (the server holds one pool, whose volume is its storage path; a type with a
+bucket: its cache), bucket (the pool lives in an S3 bucket behind a local cache: a server
+takes an endpoint, a bucket and its credentials), suspend (a running
 backup can be suspended and resumed where it stopped: no type yet; queued jobs of every type
 can be held) and import_images (a pool's images can be recorded again from the pool alone).
 
@@ -80,6 +82,7 @@ class Capabilities:
     one_pool: bool = False
     suspend: bool = False
     import_images: bool = False
+    bucket: bool = False
 
 
 # Volumes whose free space is within this of the most free one count as equally free.
@@ -151,8 +154,21 @@ class StorageType(abc.ABC):
         or None."""
         return None
 
-    def create_key(self, home, server_name, options):
-        """Makes what a new server's options need the master to keep (an encryption key)."""
+    def default_path(self, server_name):
+        """The storage path of a new server when none is given, or None."""
+        return None
+
+    def create_key(self, home, server_name, options, credentials=None):
+        """Makes what a new server's options need the master to keep (an encryption key, a
+        bucket's credentials)."""
+        if credentials is not None:
+            raise ValidationError(f"a {self.name} storage server takes no credentials",
+                                  hint="leave out the credentials file")
+
+    def check_server(self, call, server, home):
+        """Checks a new server on its host beyond its path, with call(op, args) to its
+        agent; returns warnings."""
+        return []
 
     def remove_key(self, home, server_name, options):
         """Undoes create_key when the server could not be recorded."""
@@ -282,6 +298,10 @@ class BackupSide:
 
     def result_texts(self, stats):
         """Log lines on what the image did to the pool, once it is committed."""
+        return []
+
+    def committed_texts(self, committed):
+        """Log lines on what the commit reported (the storage agent's commit result)."""
         return []
 
 

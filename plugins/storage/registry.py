@@ -3,13 +3,13 @@ plugins/storage/agents.py lists the agent halves). See plugins/storage/base.py."
 
 from app.errors import ValidationError
 from plugins.storage.advanced_disk.master import ADVANCED_DISK
+from plugins.storage.cloud.master import CLOUD
 from plugins.storage.dedup.master import DEDUP
 
-TYPES = {t.name: t for t in (ADVANCED_DISK, DEDUP)}
+TYPES = {t.name: t for t in (ADVANCED_DISK, DEDUP, CLOUD)}
 
 # Types named in the CLI contract but not shipped in this version; creating one says so.
-PLANNED = {"cloud": "cloud pools (object storage behind a local cache) are not available in "
-                    "this version yet"}
+PLANNED = {}
 
 
 def get(type_name):

@@ -15,6 +15,10 @@ TYPE_NAMES = sorted(registry.TYPES)
 # Storage server options a type needs in these tests: {type name: options}.
 SERVER_OPTIONS = {}
 
+# {type name: site() -> (options, credentials)} for a type whose servers each need a service
+# of their own (a cloud pool: a new bucket of the loopback S3 server); conftest.py sets it.
+SITES = {}
+
 # {type name: damage(master, image, data)}: flips a byte of a file's data where the pool
 # keeps it; by default the pool's files are searched for the data (see damage_data).
 DAMAGE = {}
@@ -26,6 +30,9 @@ def where(storage_type, directory):
     if not storage_type.makes_path:
         os.makedirs(directory, exist_ok=True)
     server = {"type": storage_type.name, "options": SERVER_OPTIONS.get(storage_type.name)}
+    site = SITES.get(storage_type.name)
+    if site is not None:
+        server["options"], server["credentials"] = site()
     if storage_type.needs_path:
         server["path"] = str(directory)
     volumes = [] if storage_type.capabilities.one_pool else [str(directory)]
@@ -45,7 +52,16 @@ def cli_pool(cairn, home, storage_type, directory, *, host="me"):
     args = ["storage-server", "create", "ss1", "--type", storage_type.name, "--host", host]
     if "path" in server_kw:
         args += ["--path", server_kw["path"]]
-    assert not server_kw["options"], "cli_pool takes no server options"
+    if server_kw.get("credentials"):
+        creds = os.path.join(os.path.dirname(str(directory)), "bucket.credentials")
+        fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in server_kw["credentials"].items()))
+        args += ["--credentials-file", creds]
+        options = dict(server_kw["options"])
+        args += ["--endpoint", options.pop("endpoint"), "--bucket", options.pop("bucket")]
+        server_kw["options"] = options
+    assert not server_kw["options"], "cli_pool takes no other server options"
     cairn(home, *args)
     cairn(home, "disk-pool", "create", "dp1", "--server", "ss1",
           *[a for v in volumes for a in ("--volume", v)])

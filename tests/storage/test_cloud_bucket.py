@@ -86,17 +86,3 @@ def test_a_server_that_is_down_is_unreachable_and_throttling_is_ridden_out(
     assert len(b.names()) == 16 * (round_ + 1)
     assert b.get_bytes("o0-7") == body
 
-
-def test_a_cloud_storage_server_is_refused_as_not_available_yet(tmp_path):
-    from app.errors import ValidationError
-    from app.master import Master
-    m = Master(str(tmp_path / "home"))
-    try:
-        m.config.add_host("me", local=True)
-        with pytest.raises(ValidationError) as e:
-            m.create_storage_server("c1", type="cloud", host="me")
-        assert "not available in this version yet" in e.value.message
-        assert e.value.hint == "choose one of: advanced-disk, dedup"
-        assert m.storage_servers() == []
-    finally:
-        m.close()

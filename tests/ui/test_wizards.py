@@ -96,11 +96,10 @@ def test_storage_server_wizard(open_wizard, empty_master, qtbot):
     assert types["dedup"].isEnabled()
     notes = [lab.text() for lab in w.type_page.findChildren(QLabel)]
     assert any(t.startswith("Backup data cut into content-defined chunks") for t in notes)
-    # the one type not shipped yet is listed, disabled, with its reason
-    assert [t for t in notes if "Not available" in t] == [
-        "Not available: cloud pools (object storage behind a local cache) are not available "
-        "in this version yet."]
-    assert not types["cloud"].isEnabled()
+    assert not [t for t in notes if "Not available" in t]
+    assert types["cloud"].isEnabled()
+    assert any(t.startswith("A deduplicating pool whose containers live in an S3 bucket")
+               for t in notes)
     go_next(qtbot, w)
     assert w.host_page.picker.name() == host
     assert "This machine" in w.host_page.picker.detail.text()
@@ -128,9 +127,9 @@ def test_storage_server_wizard(open_wizard, empty_master, qtbot):
 
 def test_a_planned_storage_type_is_listed_disabled_with_its_reason(open_wizard, monkeypatch):
     from plugins.storage import registry
-    assert set(registry.PLANNED) == {"cloud"}, "the one named type not shipped yet"
-    assert [t[0] for t in storage_server.storage_types()] == ["advanced-disk", "dedup", "cloud"]
-    assert storage_server.storage_types()[-1][2].startswith("cloud pools")
+    assert registry.PLANNED == {}, "every type the CLI contract names is shipped"
+    assert storage_server.storage_types() == [
+        (name, t.description, None) for name, t in registry.TYPES.items()]
     monkeypatch.setattr(registry, "PLANNED", {"tape": "planned for a later version"})
     assert storage_server.storage_types()[-1] == ("tape", "", "planned for a later version")
     assert storage_server.needs_path("tape") and not storage_server.needs_path("advanced-disk")
@@ -184,6 +183,80 @@ def test_dedup_storage_server_with_encryption(open_wizard, empty_master, qtbot, 
     assert srv["options"]["encrypted"] is True
     assert (srv["options"]["min_size"], srv["options"]["avg_size"],
             srv["options"]["max_size"]) == (64 << 10, 256 << 10, 1 << 20)
+
+
+def test_cloud_storage_server_with_its_bucket_and_credentials(open_wizard, empty_master,
+                                                              qtbot, tmp_path, s3_server,
+                                                              s3_bucket):
+    host = empty_master.config.local_host()["name"]
+    w = open_wizard("storage-server")
+    w.type_page.buttons["cloud"].setChecked(True)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    pp = w.path_page
+    assert pp.title() == "Cache and deduplication"
+    assert pp.form.labelForField(pp.path).text() == "&Cache directory:"
+    assert "Empty: /var/cache/cairn/cloud/NAME" in pp.path_note.text()
+    assert next_enabled(w), "an empty cache directory takes the default"
+    qtbot.keyClicks(pp.path, str(tmp_path / "cache"))
+    go_next(qtbot, w)
+
+    bp = w.bucket_page
+    assert w.currentPage() is bp and not next_enabled(w)
+    assert "needs an endpoint" in bp.status.plain_text()
+    qtbot.keyClicks(bp.endpoint, s3_server.endpoint)
+    qtbot.keyClicks(bp.bucket, s3_bucket)
+    assert "Give the access key and the secret key" in bp.status.plain_text()
+    loose = tmp_path / "loose.creds"
+    loose.write_text(f"access_key={s3_server.access_key}\nsecret_key={s3_server.secret_key}\n")
+    loose.chmod(0o644)
+    bp.read_file(str(loose))
+    assert "may be read by others" in bp.status.plain_text() and not next_enabled(w)
+    assert bp.secret_key.text() == ""
+    loose.chmod(0o600)
+    bp.read_file(str(loose))
+    assert bp.access_key.text() == s3_server.access_key and next_enabled(w)
+    bp.cache_limit.setValue(2)
+    go_next(qtbot, w)
+    assert w.name_page.name.text() == f"{host}-cloud"
+    retype(qtbot, w.name_page.name, "cs1")
+    go_next(qtbot, w)
+
+    rows = dict(w.summary_page.rows())
+    assert rows["Type:"] == "cloud" and rows["Cache directory:"] == str(tmp_path / "cache")
+    assert rows["Bucket:"] == f"{s3_bucket} at {s3_server.endpoint}"
+    assert rows["Cache limit:"] == "2 GiB"
+    assert s3_server.secret_key not in str(w.summary_page.rows())
+    go_next(qtbot, w)
+    rp = w.result_page
+    assert rp.result is not None, rp.status.plain_text()
+    finish(qtbot, w)
+    srv = empty_master.config.storage_server("cs1")
+    assert srv["type"] == "cloud" and srv["options"]["bucket"] == s3_bucket
+    assert srv["options"]["cache_limit"] == 2 << 30
+    assert s3_server.secret_key not in str(srv)
+
+
+def test_a_cloud_server_whose_keys_the_service_refuses_is_not_created(
+        open_wizard, empty_master, qtbot, tmp_path, s3_server, s3_bucket):
+    w = open_wizard("storage-server")
+    w.type_page.buttons["cloud"].setChecked(True)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    qtbot.keyClicks(w.path_page.path, str(tmp_path / "cache"))
+    go_next(qtbot, w)
+    bp = w.bucket_page
+    for field, text in ((bp.endpoint, s3_server.endpoint), (bp.bucket, s3_bucket),
+                        (bp.access_key, s3_server.access_key), (bp.secret_key, "wrong")):
+        qtbot.keyClicks(field, text)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    go_next(qtbot, w)
+    rp = w.result_page
+    qtbot.waitUntil(lambda: rp.result is not None or rp.status.kind == "error", timeout=60000)
+    assert rp.result is None
+    assert "refused the credentials" in rp.status.plain_text()
+    assert empty_master.storage_servers() == []
 
 
 def test_dedup_server_result_shows_a_path_warning_without_failing(open_wizard, empty_master,

@@ -1,6 +1,8 @@
-"""The storage server wizard: storage type, host, storage path and, for a deduplicating
-server, encryption at rest and the chunk size; then the name. The result page names the
-encryption key to back up and any warning about the storage path (a network file system)."""
+"""The storage server wizard: storage type, host, storage path (a cloud pool's: its cache)
+and, for a deduplicating server, encryption at rest and the chunk size; for a pool in a
+bucket, the bucket and its credentials (bucket_page.py); then the name. The result page names
+the encryption key to back up and any warning about the storage path (a network file system)
+or the bucket (a pool there already)."""
 
 from PySide6.QtWidgets import QButtonGroup, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, \
     QLabel, QLineEdit, QPushButton, QRadioButton
@@ -10,11 +12,12 @@ from app.errors import ValidationError
 from plugins.storage import registry
 from plugins.storage.dedup.chunker import DEFAULT_AVG_SIZE
 from ui.resources import icon
+from ui.wizards.bucket_page import BucketPage, bucket_summary
 from ui.wizards.common import Page, ResultPage, StatusLine, SummaryPage, WizardBase, \
     fit_combo, name_problem, narrow, note
 from ui.wizards.host_dialog import AddHostDialog
 
-TYPE_PAGE, HOST_PAGE, PATH_PAGE, NAME_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(6)
+TYPE_PAGE, HOST_PAGE, PATH_PAGE, BUCKET_PAGE, NAME_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(7)
 
 KiB = 1024
 #: the average chunk sizes offered for a deduplicating server; min and max follow from it
@@ -75,6 +78,18 @@ def needs_path(type_name):
 def has_chunks(type_name):
     """Whether servers of the type have chunk sizes and encryption at rest to choose."""
     return registry.can(type_name, "dedup")
+
+
+def has_bucket(type_name):
+    """Whether servers of the type keep their pool in a bucket (endpoint, credentials)."""
+    return registry.can(type_name, "bucket")
+
+
+def default_path(type_name):
+    """The storage path a server of the type gets when none is given, NAME standing for its
+    name, or None."""
+    plugin = registry.get(type_name)
+    return plugin.default_path("NAME") if plugin is not None else None
 
 
 class TypePage(Page):
@@ -281,8 +296,18 @@ class PathPage(Page):
         self.chunk_size.currentIndexChanged.connect(self.revalidate)
 
     def initializePage(self):
-        chunked = has_chunks(self.wizard().type_page.type_name())
-        self.setTitle("Storage path and deduplication" if chunked else "Storage path")
+        t = self.wizard().type_page.type_name()
+        chunked = has_chunks(t)
+        cache = has_bucket(t)
+        self.setTitle(("Cache" if cache else "Storage path")
+                      + (" and deduplication" if chunked else ""))
+        self.form.labelForField(self.path).setText("&Cache directory:" if cache else "&Path:")
+        self.path_note.setText(
+            "The local cache of the pool on the host: backups land here, recent containers "
+            f"stay. Empty: {default_path(t)}. Prefer a local file system." if cache else
+            "Created on the host if it does not exist. Prefer a local or parallel file system "
+            "(such as GPFS) to NFS or CIFS: the pool reads its chunks at random and locks its "
+            "index.")
         for row in self.dedup_rows:
             self.form.setRowVisible(row, chunked)
         self.revalidate()
@@ -294,10 +319,14 @@ class PathPage(Page):
         return chunk_options(self.chunk_size.currentData(), self.encrypted.isChecked())
 
     def problem(self):
+        t = self.wizard().type_page.type_name() if self.wizard() is not None else None
         try:
-            check_abs_path("storage path", self.path.text().strip())
+            if self.path.text().strip() or default_path(t) is None:
+                check_abs_path("storage path", self.path.text().strip())
         except ValidationError as e:
             return e.message[0].upper() + e.message[1:] + "."
+        if has_bucket(t):
+            return None  # its options are checked with the bucket's, on the next page
         if self.wizard() is not None and self.options() is not None:
             try:
                 registry.get(self.wizard().type_page.type_name()).check_options(
@@ -308,7 +337,7 @@ class PathPage(Page):
         return None
 
     def nextId(self):
-        return NAME_PAGE
+        return BUCKET_PAGE if has_bucket(self.wizard().type_page.type_name()) else NAME_PAGE
 
 
 class NamePage(Page):
@@ -326,7 +355,8 @@ class NamePage(Page):
     def initializePage(self):
         host = self.wizard().host()
         if not self.name.text() or self.name.text() == self._suggested:
-            kind = "dedup" if has_chunks(self.wizard().type_page.type_name()) else "disk"
+            t = self.wizard().type_page.type_name()
+            kind = "cloud" if has_bucket(t) else "dedup" if has_chunks(t) else "disk"
             self._suggested = f"{host}-{kind}" if host else ""
             self.name.setText(self._suggested)
         self.start_loading("Loading the storage servers…")
@@ -390,6 +420,7 @@ class StorageServerWizard(WizardBase):
         self.type_page = self.add(TYPE_PAGE, TypePage())
         self.host_page = self.add(HOST_PAGE, HostPage())
         self.path_page = self.add(PATH_PAGE, PathPage())
+        self.bucket_page = self.add(BUCKET_PAGE, BucketPage())
         self.name_page = self.add(NAME_PAGE, NamePage())
         self.summary_page = self.add(SUMMARY_PAGE, SummaryPage(self.WHAT))
         self.result_page = self.add(RESULT_PAGE, ServerResultPage(self.WHAT))
@@ -399,16 +430,27 @@ class StorageServerWizard(WizardBase):
     def host(self):
         return self.host_page.picker.name()
 
+    def storage_type(self):
+        return registry.get(self.type_page.type_name())
+
     def spec(self):
         t = self.type_page.type_name()
+        options = self.path_page.options() if needs_path(t) else None
+        credentials = None
+        if has_bucket(t):
+            options = dict(options or {}, **self.bucket_page.options())
+            credentials = self.bucket_page.credentials()
         return {"name": self.name_page.name.text().strip(), "type": t, "host": self.host(),
-                "path": self.path_page.path.text().strip() if needs_path(t) else None,
-                "options": self.path_page.options() if needs_path(t) else None}
+                "path": (self.path_page.path.text().strip() or None) if needs_path(t) else None,
+                "options": options, "credentials": credentials}
 
     def summary(self):
         s = self.spec()
         rows = [("Name", s["name"]), ("Type", s["type"]), ("Host", s["host"])]
-        if s["path"]:
+        if has_bucket(s["type"]):
+            rows.append(("Cache directory", s["path"] or registry.get(
+                s["type"]).default_path(s["name"])))
+        elif s["path"]:
             rows.append(("Storage path", s["path"]))
         o = s["options"]
         if o is not None:
@@ -416,6 +458,8 @@ class StorageServerWizard(WizardBase):
                          f"yes, {CIPHER}; the key is made on the master" if o["encrypted"]
                          else "no"))
             rows.append(("Chunk size", chunk_text(o)))
+        if s["credentials"] is not None:
+            rows += bucket_summary(o, s["credentials"])
         return rows
 
     def create_call(self):
@@ -435,7 +479,7 @@ class StorageServerWizard(WizardBase):
 def _create_server(m, s):
     """create_storage_server, with the key file to back up of an encrypted server."""
     srv = m.create_storage_server(s["name"], type=s["type"], host=s["host"], path=s["path"],
-                                  options=s["options"])
+                                  options=s["options"], credentials=s.get("credentials"))
     if (srv.get("options") or {}).get("encrypted"):
         srv["key_file"] = m.home.key_path(srv["name"])
     return srv

@@ -1,4 +1,4 @@
-"""Cloud pools: a deduplicating pool whose containers, recipes and chunk index live in an S3
-bucket behind a local cache on the storage host. Built so far: the bucket as the storage
-host's agent reaches it (bucket.py). The storage type itself is not registered yet
-(plugins/storage/registry.py PLANNED says so to whoever asks for it)."""
+"""Cloud pools: a deduplicating pool whose containers, recipes and container indexes live in
+an S3 bucket behind a local cache on the storage host. master.py is the master half,
+agent.py the agent half over store.py (the dedup store as a cache of the bucket) and
+bucket.py (the S3 client); keys.py keeps the bucket's credentials on the master."""

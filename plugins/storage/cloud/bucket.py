@@ -55,15 +55,18 @@ class Bucket:
         if verify is not True and not os.path.isfile(verify):
             raise BucketError(f"the CA file {verify} for {self.endpoint} does not exist",
                               status_code=st.INVALID_REQUEST)
-        config = Config(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
+        settings = dict(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
                         retries={"mode": "adaptive",
                                  "max_attempts": int(spec.get("attempts") or MAX_ATTEMPTS)},
                         max_pool_connections=max(10, threads * 2),
-                        s3={"addressing_style": "path"},
-                        # checksums only where the service asks for them: not every S3
-                        # service takes the newer default ones
-                        request_checksum_calculation="when_required",
-                        response_checksum_validation="when_required")
+                        s3={"addressing_style": "path"})
+        try:
+            # checksums only where the service asks for them: not every S3 service takes the
+            # newer default ones (botocore before 1.36 sends none and knows no such setting)
+            config = Config(request_checksum_calculation="when_required",
+                            response_checksum_validation="when_required", **settings)
+        except TypeError:
+            config = Config(**settings)
         self.client = boto3.session.Session().client(
             "s3", endpoint_url=self.endpoint, region_name=spec.get("region") or "us-east-1",
             aws_access_key_id=spec["access_key"], aws_secret_access_key=spec["secret_key"],
@@ -170,6 +173,7 @@ class Bucket:
         try:
             self._call(f"reading {name}", self.client.download_file, self.name,
                        self.key(name), part, Config=self.transfer)
+            os.chmod(part, 0o600)  # pool files are private, whatever the umask
             os.replace(part, path)
         finally:
             if os.path.exists(part):

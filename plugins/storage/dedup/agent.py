@@ -63,11 +63,11 @@ class RecipeReading(Reading):
     """How a restore reads recipes of a deduplication pool: under a session, so that space
     reclaim does not move chunks meanwhile."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, remote=None):
         from plugins.storage.dedup.ingest import SESSION_TIMEOUT, open_store
         self.recipes = {}
         self.streams = []  # the recipe streams opened: a part may turn their read-ahead off
-        self.store = open_store(spec["root"], spec.get("key"))
+        self.store = open_store(spec["root"], spec.get("key"), remote=remote)
         self.session = self.store.session(timeout=SESSION_TIMEOUT)
 
     def opener(self, tolerant=False):
@@ -150,12 +150,12 @@ class RecipeImage:
     entries and each chunk's data, for a copy into another pool that keeps chunks. Every
     chunk is checked against its fingerprint: a copy never carries damage on unnoticed."""
 
-    def __init__(self, spec, path):
+    def __init__(self, spec, path, remote=None):
         from plugins.storage.dedup.ingest import SESSION_TIMEOUT, open_store
         from plugins.storage.dedup.recipe import RecipeStream, read_recipe
         self.recipe = read_recipe(path)
         self.size = self.recipe.size
-        self.session = open_store(spec["root"], spec.get("key")).session(
+        self.session = open_store(spec["root"], spec.get("key"), remote=remote).session(
             timeout=SESSION_TIMEOUT)
         self.stream = None
         try:
@@ -194,10 +194,21 @@ class DedupAgent(AgentStorage):
     preload = ("plugins.storage.dedup.ingest", "plugins.storage.dedup.recipe")
     image_suffix = ".recipe"
 
+    def remote(self, spec):
+        """Where the pool's containers also live (ingest.open_store's remote): nowhere, here;
+        a pool kept as a cache of other storage says where."""
+        return None
+
+    def open_store(self, spec, keyless=False):
+        from plugins.storage.dedup.ingest import open_store
+        return open_store(spec["root"], spec.get("key"), keyless=keyless,
+                          remote=self.remote(spec))
+
     def local_write(self, spec, path, *, emit, image_id, references):
         from plugins.storage.dedup.ingest import Ingest
         ingest = Ingest(spec["root"], path, params=spec.get("params"), key=spec.get("key"),
-                        image_id=image_id, bases=spec.get("bases") if references else None)
+                        image_id=image_id, bases=spec.get("bases") if references else None,
+                        remote=self.remote(spec))
         return _IngestWrite(ingest, path)
 
     def client_sink(self, chan, spec):
@@ -215,7 +226,7 @@ class DedupAgent(AgentStorage):
         try:
             ingest = Ingest(spec["root"], path, params=spec.get("params"),
                             key=spec.get("key"), image_id=spec.get("image_id"),
-                            bases=spec.get("bases"))
+                            bases=spec.get("bases"), remote=self.remote(spec))
         except BaseException:
             _remove(path)
             raise
@@ -226,14 +237,19 @@ class DedupAgent(AgentStorage):
         if not os.path.exists(partial):
             raise CairnError(f"{partial} is gone; the image cannot be committed",
                              status_code=status.IMAGE_DAMAGED)
-        size = commit_recipe(spec["root"], partial, final, key=spec.get("key"))
+        size = commit_recipe(spec["root"], partial, final, key=spec.get("key"),
+                             remote=self.remote(spec), before=self.before_commit(partial, final))
         return {"path": final, "bytes": size}
 
+    def before_commit(self, partial, final):
+        """What commit does first, under the pool's session (None: nothing)."""
+        return None
+
     def reading(self, spec):
-        return RecipeReading(spec)
+        return RecipeReading(spec, self.remote(spec))
 
     def image_source(self, spec, path):
-        return RecipeImage(spec, path)
+        return RecipeImage(spec, path, self.remote(spec))
 
     def image_info(self, spec, path):
         """The recipe's version and meta (with, from version 2 on, what the image added to
@@ -245,9 +261,9 @@ class DedupAgent(AgentStorage):
         """Reads images (recipes given) or the whole pool back and checks every chunk;
         damage is reported per image as byte ranges of its stream."""
         from plugins.storage.dedup import pool
-        from plugins.storage.dedup.ingest import SESSION_TIMEOUT, open_store
+        from plugins.storage.dedup.ingest import SESSION_TIMEOUT
         root = spec["root"]
-        store = open_store(root, spec.get("key"))
+        store = self.open_store(spec)
         # "modes": what was open to other users (and is private now)
         modes = (pool.check_recipe_modes(images) if images
                  else pool.check_modes(store, root, req.is_cancelled))
@@ -268,9 +284,8 @@ class DedupAgent(AgentStorage):
         image ids the catalog knows and the age beyond which a recipe no catalog image owns
         is an orphan, whose chunks are not kept (see pool.live_fingerprints)."""
         from plugins.storage.dedup import pool
-        from plugins.storage.dedup.ingest import open_store
         root = spec["root"]
-        store = open_store(root, spec.get("key"), keyless=True)
+        store = self.open_store(spec, keyless=True)
         removed = []
         orphans = []
 
@@ -288,13 +303,12 @@ class DedupAgent(AgentStorage):
         return stats
 
     def usage(self, spec):
-        from plugins.storage.dedup.ingest import open_store
-        return open_store(spec["root"], spec.get("key"), keyless=True).stats()
+        return self.open_store(spec, keyless=True).stats()
 
     def rebuild_index(self, spec):
         """Rebuilds the chunk index from the containers alone."""
-        from plugins.storage.dedup.ingest import SESSION_TIMEOUT, open_store
-        store = open_store(spec["root"], spec.get("key"), keyless=True)
+        from plugins.storage.dedup.ingest import SESSION_TIMEOUT
+        store = self.open_store(spec, keyless=True)
         with store.session(timeout=SESSION_TIMEOUT):
             return store.rebuild_index()
 

@@ -32,7 +32,9 @@ def _container_header(number):
 
 def _container_number(name):
     stem, dot, ext = name.partition(".")
-    if dot and ext in ("ctr", "partial") and len(stem) == CONTAINER_DIGITS and stem.isdigit():
+    # "cloud": a cloud pool's note that the container is in its bucket (see
+    # plugins/storage/cloud/store.py); its number stays taken while the note is there
+    if dot and ext in ("ctr", "partial", "cloud") and len(stem) == CONTAINER_DIGITS and stem.isdigit():
         return int(stem)
     return None
 
@@ -78,6 +80,44 @@ class Containers:
 
     def container_path(self, number, committed=True):
         return os.path.join(self.containers_dir, container_name(number, committed))
+
+    # What a store whose containers also live elsewhere (a cloud pool's cache) changes; here,
+    # the folder is all there is.
+    def container_bytes(self, number):
+        """A committed container's size in bytes, or None when it is gone."""
+        try:
+            return os.stat(self.container_path(number)).st_size
+        except FileNotFoundError:
+            return None
+
+    def fetch_container(self, number):
+        """Brings back a committed container that is not in the folder; False when there is
+        nowhere to bring it from."""
+        return False
+
+    def delete_container(self, number):
+        """Deletes a committed container; False when it was gone already."""
+        try:
+            os.unlink(self.container_path(number))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def container_sealed(self, number, size, entries):
+        """A writer sealed a new container holding `entries` [(fp, Location)]."""
+
+    def containers_written(self, numbers):
+        """Space reclaim's new containers, sealed: called before the index names them."""
+
+    def _open_container(self, number):
+        """A committed container opened for reading (brought back first when it must be)."""
+        path = self.container_path(number)
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:
+            if not self.fetch_container(number):
+                raise
+            return open(path, "rb")
     def committed_containers(self):
         numbers = []
         for name in os.listdir(self.containers_dir):
@@ -92,7 +132,7 @@ class Containers:
         records after it cannot be found. With `decode`, each record's data is checked too
         (for an encrypted store opened keyless: its crc32 only)."""
         path = self.container_path(number)
-        with open(path, "rb") as f:
+        with self._open_container(number) as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(CONTAINER_HEADER.size)
             if len(head) < CONTAINER_HEADER.size:

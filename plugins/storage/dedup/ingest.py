@@ -79,15 +79,19 @@ def _pool_identity(root):
     return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
-def open_store(root, key=None, keyless=False):
+def open_store(root, key=None, keyless=False, remote=None):
     """The pool's chunk store. keyless: for work that never decodes a chunk (reclaim, index
     rebuild, usage), so that it also runs on an encrypted pool whose key was not sent. The
     same store object serves later jobs of this process on the same pool (it is safe to
-    share between threads) while the pool is the same one."""
+    share between threads) while the pool is the same one. remote: where the store's
+    containers also live, for a store kept as a cache (a cloud pool): an object with
+    `ident` (hashable) and make(root, key=, keyless=) -> the store."""
     key = bytes.fromhex(key) if isinstance(key, str) else key
     keyless = keyless and key is None
     root = os.path.abspath(root)
-    idents = [(root, key, keyless)] + ([(root, None, PLAIN)] if key is None else [])
+    where = None if remote is None else remote.ident
+    idents = [(root, key, keyless, where)] + (
+        [(root, None, PLAIN, where)] if key is None else [])
     before = _pool_identity(root)
     with _stores_lock:
         for ident in idents:
@@ -97,9 +101,12 @@ def open_store(root, key=None, keyless=False):
                 store = kept[1]
                 store.note_loosened(store.make_private() + _private_images(root))
                 return store
-    store = ChunkStore(root, key=key, keyless=keyless)
+    if remote is None:
+        store = ChunkStore(root, key=key, keyless=keyless)
+    else:
+        store = remote.make(root, key=key, keyless=keyless)
     store.note_loosened(_private_images(root))
-    ident = (root, None, PLAIN) if not store.encrypted else idents[0]
+    ident = (root, None, PLAIN, where) if not store.encrypted else idents[0]
     with _stores_lock:
         _stores[ident] = (_pool_identity(root), store)
         while len(_stores) > STORES_KEPT:
@@ -156,8 +163,8 @@ class Ingest:
     meanwhile; `bases_problem` says why they cannot be used (None when they can)."""
 
     def __init__(self, root, recipe_path, *, params=None, key=None, image_id=None,
-                 session_timeout=SESSION_TIMEOUT, bases=None):
-        self.store = open_store(root, key)
+                 session_timeout=SESSION_TIMEOUT, bases=None, remote=None):
+        self.store = open_store(root, key, remote=remote)
         self.params = Params(**(params or {}))
         self.image_id = image_id
         self.stats = Stats()
@@ -586,13 +593,16 @@ class _Copied:
         self.entries = entries
 
 
-def commit_recipe(root, partial, final, key=None):
+def commit_recipe(root, partial, final, key=None, remote=None, before=None):
     """Makes a finished recipe the committed image, under a session so that no reclaim runs
-    while the name changes."""
-    store = open_store(root, key)
+    while the name changes. before(store): what must be done first (a cloud pool: its
+    containers and the recipe uploaded)."""
+    store = open_store(root, key, remote=remote)
     with store.session(timeout=SESSION_TIMEOUT):
         if os.path.exists(final):
             raise IngestError(f"{final} exists already; the image was not committed")
+        if before is not None:
+            before(store)
         os.rename(partial, final)
         fsync_dir(os.path.dirname(final))
     return os.stat(final).st_size

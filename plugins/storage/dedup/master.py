@@ -62,9 +62,12 @@ def check_options(options):
     return out
 
 
+CHUNK_PARAMS = ("min_size", "avg_size", "max_size", "normalization")
+
+
 def chunk_params(options):
     o = check_options(options)
-    return {k: o[k] for k in ("min_size", "avg_size", "max_size", "normalization")}
+    return {k: o[k] for k in CHUNK_PARAMS}
 
 
 def check_mode(mode, *, host=False):
@@ -135,8 +138,9 @@ class Dedup(StorageType):
     def path_warning(self, filesystem):
         return path_warning(filesystem)
 
-    def create_key(self, home, server_name, options):
+    def create_key(self, home, server_name, options, credentials=None):
         """With encryption at rest the master makes the pool's key (keys.py)."""
+        super().create_key(home, server_name, options, credentials)
         if options and options.get("encrypted"):
             keys.create(home, server_name)
 
@@ -164,9 +168,9 @@ class Dedup(StorageType):
 
     def access(self, server, home):
         """The pool's root, the chunk sizes and, when encrypted, the key."""
-        opts = check_options(server.get("options"))
-        return {"type": self.name, "root": server["path"], "params": chunk_params(opts),
-                "key": keys.load(home, server["name"]).hex() if opts["encrypted"] else None}
+        opts = self.check_options(server.get("options"))
+        return dict(self.access_without_key(server, home),
+                    key=keys.load(home, server["name"]).hex() if opts["encrypted"] else None)
 
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         return DedupBackup(self, self.access(server, home), pool=pool, volume=volume,
@@ -176,7 +180,7 @@ class Dedup(StorageType):
     def import_images(self, *, server, pool, home, key_file=None):
         """Recipes are read with the pool's key: the one in key_file when given (kept by the
         master once it opened the pool), else the master's."""
-        opts = check_options(server.get("options"))
+        opts = self.check_options(server.get("options"))
         if key_file is None:
             try:
                 access = self.access(server, home)
@@ -193,13 +197,13 @@ class Dedup(StorageType):
                 hint="import without --key-file; if the pool on disk is encrypted, create the "
                      "storage server again with --encrypt and give its key with --key-file")
         key = keys.read_file(key_file)
-        access = dict(self.access_without_key(server), key=key.hex())
+        access = dict(self.access_without_key(server, home), key=key.hex())
         return DedupImport(self, access, pool=pool, server=server, key=key, key_file=key_file)
 
-    def access_without_key(self, server):
-        opts = check_options(server.get("options"))
-        return {"type": self.name, "root": server["path"], "params": chunk_params(opts),
-                "key": None}
+    def access_without_key(self, server, home):
+        opts = self.check_options(server.get("options"))
+        return {"type": self.name, "root": server["path"],
+                "params": {k: opts[k] for k in CHUNK_PARAMS}, "key": None}
 
     def duplicate_side(self, *, server, pool, home, volume, image_id):
         """A copy arrives as a recipe and the chunks the pool lacks (from a pool that keeps

@@ -68,9 +68,8 @@ class _Reclaim:
                 entries.append((fp, packed))
         empty, sparse = [], []
         for number in numbers:
-            try:
-                size = os.stat(store.container_path(number)).st_size
-            except FileNotFoundError:
+            size = store.container_bytes(number)
+            if size is None:
                 continue
             live_bytes = sum(RECORD_HEADER.size + (packed & _LENGTH_MASK)
                              for fp, packed in per_container[number] if fp in live)
@@ -132,8 +131,7 @@ class _Reclaim:
 
     def _copy_live(self, number, entries, live):
         store = self.store
-        path = store.container_path(number)
-        with open(path, "rb") as f:
+        with store._open_container(number) as f:
             for fp, loc in sorted(((fp, _location(packed)) for fp, packed in entries
                                    if fp in live), key=lambda e: e[1].offset):
                 f.seek(loc.offset)
@@ -163,6 +161,7 @@ class _Reclaim:
             self.writer.commit()
             written = self.writer.sealed
             self.writer = None
+            store.containers_written([number for number, size in written])
         self.checkpoint("sealed")
         gone = {number for number, size, compacted in self.done}
         with store._locked():
@@ -179,9 +178,7 @@ class _Reclaim:
         self.moved = {}
         self.checkpoint("indexed")
         for number, size, compacted in self.done:
-            try:
-                os.unlink(store.container_path(number))
-            except FileNotFoundError:
+            if not store.delete_container(number):
                 continue
             result["freed_bytes"] += size
             result["containers_compacted" if compacted else "containers_deleted"] += 1

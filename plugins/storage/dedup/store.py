@@ -336,12 +336,14 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
                                 hint="Run the store verification; the chunk must be stored "
                                      "again from a source that still has it.")
         try:
-            fd = files.fd(number, path) if files is not None else None
-            own = fd is None
-            if own:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd, own = self._container_fd(number, path, files)
         except FileNotFoundError:
-            raise damaged("the container is missing") from None
+            if not self.fetch_container(number):
+                raise damaged("the container is missing") from None
+            try:
+                fd, own = self._container_fd(number, path, files)
+            except FileNotFoundError:
+                raise damaged("the container is missing") from None
         try:
             raw = os.pread(fd, RECORD_HEADER.size + stored_length, offset)
         finally:
@@ -362,6 +364,13 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
         except ValueError as e:
             raise damaged(str(e)) from None
 
+    @staticmethod
+    def _container_fd(number, path, files):
+        fd = files.fd(number, path) if files is not None else None
+        if fd is not None:
+            return fd, False
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)), True
+
     def stats(self):
         """chunks and stored_bytes from the index; containers and container_bytes (file
         sizes) from the committed containers; whether the store is encrypted."""
@@ -371,10 +380,10 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
             stored = sum(packed & _LENGTH_MASK for packed in self._index.values())
         containers = size = 0
         for number in self.committed_containers():
-            try:
-                size += os.stat(self.container_path(number)).st_size
-            except FileNotFoundError:
+            got = self.container_bytes(number)
+            if got is None:
                 continue  # deleted by a reclaim since the listing
+            size += got
             containers += 1
         return {"chunks": chunks, "stored_bytes": stored, "containers": containers,
                 "container_bytes": size, "encrypted": self.encrypted}

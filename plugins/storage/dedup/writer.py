@@ -170,6 +170,7 @@ class Writer:
         if self._publish:
             with self.store._locked():
                 self.store._append_index(pending)
+        self.store.container_sealed(number, size, pending)
 
     # ---- the writing thread (background=True) -----------------------------------------------
     def _io(self, fn, *args):

@@ -27,7 +27,10 @@ from app.errors import AgentError
 AGENT_FILES = ("app/__init__.py", "app/status.py", "app/errors.py", "app/liveness.py",
                "plugins/__init__.py",
                "plugins/storage/__init__.py", "plugins/storage/agent_base.py",
-               "plugins/storage/agents.py")
+               "plugins/storage/agents.py",
+               # of cloud pools so far: the bucket and its benchmark, not the keys
+               "plugins/storage/cloud/__init__.py", "plugins/storage/cloud/bucket.py",
+               "plugins/storage/cloud/objbench.py")
 AGENT_PACKAGES = ("app/agent", "app/formats", "plugins/filesystems",
                   "plugins/storage/advanced_disk", "plugins/storage/dedup")
 AGENT_SOURCES = AGENT_FILES + AGENT_PACKAGES

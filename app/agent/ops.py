@@ -661,3 +661,20 @@ def disk_benchmark(req, volumes, workload="stgpool", max_pairs=8, step_seconds=1
                          step_seconds=step_seconds, max_step_seconds=max_step_seconds,
                          interval=interval, file_size=file_size, emit=req.emit,
                          is_cancelled=req.is_cancelled).run()
+
+
+@handler
+def object_benchmark(req, bucket, min_threads=1, max_threads=8, step=1, object_size=None,
+                     objects_per_thread=None, seconds=None, ranged_size=None,
+                     ranged_per_thread=None, part_size=None):
+    """Threads uploading objects to a cloud pool's bucket, reading them back and reading
+    ranges of them, min_threads to max_threads (plugins/storage/cloud/objbench.py): "step"
+    events, then the steps. bucket: the bucket spec, credentials included. Its objects are
+    removed whatever ends it. An argument left out (None) takes the benchmark's default."""
+    from plugins.storage.cloud.objbench import ObjectBenchmark
+    given = {"object_size": object_size, "objects_per_thread": objects_per_thread,
+             "seconds": seconds, "ranged_size": ranged_size,
+             "ranged_per_thread": ranged_per_thread, "part_size": part_size}
+    return ObjectBenchmark(bucket, min_threads=min_threads, max_threads=max_threads, step=step,
+                           emit=req.emit, is_cancelled=req.is_cancelled,
+                           **{k: v for k, v in given.items() if v is not None}).run()

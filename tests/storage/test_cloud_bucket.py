@@ -47,6 +47,41 @@ def test_files_in_parts_ranges_listing_and_deleting(s3_server, s3_bucket, tmp_pa
     assert b.names() == []
 
 
+def test_streams_up_and_through_and_unfinished_uploads_aborted(s3_server, s3_bucket):
+    import io
+    b = Bucket(spec(s3_server, s3_bucket, prefix="pool1/"))
+    data = os.urandom(17 * MIB + 5)
+    b.put_fileobj("containers/2.ctr", io.BytesIO(data))     # two parts of 16 MiB
+    etag = s3_server.client().head_object(Bucket=s3_bucket, Key="pool1/containers/2.ctr")
+    assert etag["ETag"].strip('"').endswith("-2")
+    chunks = []
+    assert b.read_through("containers/2.ctr", chunks.append, chunk=4 * MIB) == len(data)
+    assert b"".join(chunks) == data and max(len(c) for c in chunks) <= 4 * MIB
+
+    class Enough(Exception):
+        pass
+
+    def stop_at_two(c):
+        chunks.append(c)
+        if len(chunks) == 2:
+            raise Enough()
+    chunks.clear()
+    with pytest.raises(Enough):
+        b.read_through("containers/2.ctr", stop_at_two, chunk=MIB)
+    assert len(chunks) == 2
+    c = s3_server.client()
+    u = c.create_multipart_upload(Bucket=s3_bucket, Key="pool1/containers/3.ctr")
+    c.upload_part(Bucket=s3_bucket, Key="pool1/containers/3.ctr", UploadId=u["UploadId"],
+                  PartNumber=1, Body=b"z" * (5 * MIB))
+    c.create_multipart_upload(Bucket=s3_bucket, Key="elsewhere/1")
+    assert b.uploads() == [("containers/3.ctr", u["UploadId"])]
+    b.abort(b.uploads() + [("containers/4.ctr", "no-such-upload")])
+    assert b.uploads() == []
+    assert [x["Key"] for x in c.list_multipart_uploads(Bucket=s3_bucket)["Uploads"]] == \
+        ["elsewhere/1"]
+    assert b.names() == [("containers/2.ctr", len(data))]
+
+
 def test_wrong_keys_a_missing_bucket_and_a_missing_object_are_said_plainly(
         s3_server, s3_bucket):
     wrong_secret = Bucket(spec(s3_server, s3_bucket, secret_key="x" * 40))

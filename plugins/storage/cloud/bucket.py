@@ -147,6 +147,12 @@ class Bucket:
         self._call(f"uploading {name}", self.client.upload_file, path, self.name,
                    self.key(name), Config=self.transfer)
 
+    def put_fileobj(self, name, fileobj):
+        """Uploads from an open binary file object (a file, a buffer), in parts when it is
+        large, as put_file does."""
+        self._call(f"uploading {name}", self.client.upload_fileobj, fileobj, self.name,
+                   self.key(name), Config=self.transfer)
+
     def put_bytes(self, name, data):
         self._call(f"uploading {name}", self.client.put_object, Bucket=self.name,
                    Key=self.key(name), Body=bytes(data))
@@ -166,6 +172,22 @@ class Bucket:
             raise BucketError(f"reading {name} in bucket {self.name}: {len(data)} bytes came "
                               f"back of {length} asked for", status_code=st.IMAGE_DAMAGED)
         return data
+
+    def read_through(self, name, write, chunk=1 << 20):
+        """Reads an object through, handing it to write(bytes) a chunk at a time (a count, a
+        hash, a file), so that no more than a chunk of it is held; returns its size. What
+        write raises ends the read and is raised again."""
+        def get():
+            r = self.client.get_object(Bucket=self.name, Key=self.key(name))
+            body, n = r["Body"], 0
+            try:
+                for data in body.iter_chunks(chunk):
+                    write(data)
+                    n += len(data)
+            finally:
+                body.close()
+            return n
+        return self._call(f"reading {name}", get)
 
     def get_file(self, name, path):
         """Downloads an object to `path` (written beside it, then renamed)."""
@@ -216,3 +238,33 @@ class Bucket:
                 e = errors[0]
                 raise BucketError(f"deleting {e.get('Key')} in bucket {self.name}: "
                                   f"{e.get('Message') or e.get('Code')}")
+
+    def uploads(self, prefix=""):
+        """[(name, upload id)] of the multipart uploads under prefix that were begun and
+        neither completed nor aborted: their parts take space that no listing of objects
+        shows (an uploader killed halfway leaves them)."""
+        out = []
+        paginator = self.client.get_paginator("list_multipart_uploads")
+
+        def walk():
+            for page in paginator.paginate(Bucket=self.name, Prefix=self.key(prefix)):
+                for u in page.get("Uploads") or []:
+                    out.append((u["Key"][len(self.prefix):], u["UploadId"]))
+        self._call(f"listing the unfinished uploads of {prefix or 'the bucket'}", walk)
+        return out
+
+    def abort(self, uploads):
+        """Aborts unfinished multipart uploads [(name, upload id)], freeing their parts; one
+        already gone is no error."""
+        for name, upload_id in uploads:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.name, Key=self.key(name),
+                                                   UploadId=upload_id)
+            except self._exc.ClientError as e:
+                if e.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                    raise self._error(e, f"aborting the upload of {name}") from None
+            except Exception as e:  # noqa: BLE001 - turned into what the admin reads
+                err = self._error(e, f"aborting the upload of {name}")
+                if err is None:
+                    raise
+                raise err from None

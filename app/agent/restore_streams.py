@@ -473,9 +473,13 @@ class _Streams:
 
 def _close_foreign_channels(keep):
     """In a part: closes the sockets and pipes it got from the agent (other jobs' data
-    connections, the pipes of their commands, the agent's own channel to the master), so
-    that none of them waits for an end of file while the part runs. stdin and stdout
-    become /dev/null; stderr stays, for what the interpreter itself reports."""
+    connections, the pipes of their commands, the agent's own channel to the master, a
+    cloud pool's pooled connections to its bucket), so that none of them waits for an end
+    of file while the part runs. Each becomes /dev/null rather than a free number: the
+    Python objects that own them (a socket garbage collected in the part, a connection
+    pool) close them by number some time later, which must not close a file the part has
+    opened since under the same number. stderr stays, for what the interpreter itself
+    reports."""
     try:
         fds = [int(n) for n in os.listdir("/proc/self/fd")]
     except OSError:
@@ -490,12 +494,9 @@ def _close_foreign_channels(keep):
             continue
         if not (stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)):
             continue
-        if fd <= 1:
-            if null is None:
-                null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, fd)
-        else:
-            os.close(fd)
+        if null is None:
+            null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, fd, inheritable=fd <= 2)
     if null is not None and null > 2:
         os.close(null)
 

@@ -60,8 +60,8 @@ def backup(m):
     return job
 
 
-def restores(m, image_id, src, to):
-    [r] = m.wait_for([m.start_restore(image_id, [str(src)], str(to))])
+def restores(m, image_id, src, to, streams=None):
+    [r] = m.wait_for([m.start_restore(image_id, [str(src)], str(to), streams=streams)])
     assert r["status"] == st.OK, log_of(m, r["id"])
     assert_trees_equal(str(src), str(to) + str(src))
     return r
@@ -292,5 +292,26 @@ def test_a_catalog_backup_keeps_the_bucket_credentials_sealed_and_recovers_them(
         for n in containers_in(tmp_path / "cache"):
             os.unlink(tmp_path / "cache" / "containers" / n)
         restores(m, img["id"], src, tmp_path / "out")
+    finally:
+        m.close()
+
+
+def test_a_restore_in_several_processes_fetches_with_a_client_of_each_its_own(
+        tmp_path, s3_server, s3_bucket):
+    # the agent's client has pooled connections from the backup's uploads: a forked part
+    # that used them would write HTTP into whatever file took their descriptors' numbers
+    # three containers of 64 MiB, so that the parts fetch them (not the parent, before)
+    m, src = make_site(tmp_path, s3_server, s3_bucket, files=6, size=24 * MiB)
+    try:
+        job = backup(m)
+        assert job["status"] == st.OK, log_of(m, job["id"])
+        [img] = m.images()
+        # one stream first: the agent itself fetches, its client keeps pooled connections
+        for round_, streams in enumerate((1, 2, 2)):
+            for n in containers_in(tmp_path / "cache"):
+                os.unlink(tmp_path / "cache" / "containers" / n)
+            r = restores(m, img["id"], src, tmp_path / f"out{round_}", streams=streams)
+            if streams > 1:
+                assert "2 parallel streams" in log_of(m, r["id"])
     finally:
         m.close()

@@ -559,3 +559,36 @@ def test_a_file_made_by_someone_else_meanwhile_is_kept_in_skip_mode(tmp_path):
     assert result["skipped"] == 1 and result["errors"] == 0, result
     assert not leftovers(target)
     assert any("was made while it was restored" in x["message"] for x in rec.of("log"))
+
+
+def test_a_part_keeps_the_numbers_of_the_channels_it_lets_go(tmp_path):
+    """The sockets a part lets go of stay taken as /dev/null: a socket object collected in
+    the part later closes its number, which must not be a file the part opened since."""
+    import socket
+    from app.agent.restore_streams import _close_foreign_channels
+    data = tmp_path / "data"
+    data.write_bytes(b"hello")
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the part
+        code = 1
+        try:
+            _close_foreign_channels(keep=set())
+            fd = os.open(data, os.O_RDONLY)
+            if fd not in (a.fileno(), b.fileno()):
+                a.close()  # what a collected socket object does with its number
+                b.close()
+                code = 0 if os.pread(fd, 5, 0) == b"hello" else 3
+            else:
+                code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    # the part let go of its end: the other end sees the end of the stream only once the
+    # agent closes its own
+    a.close()
+    assert b.recv(1) == b""
+    b.close()
+    assert os.WEXITSTATUS(status) == 0, {2: "a file took a channel's number",
+                                         3: "closing a channel closed the file"}.get(
+        os.WEXITSTATUS(status), os.WEXITSTATUS(status))

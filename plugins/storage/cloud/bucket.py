@@ -10,6 +10,7 @@ and Ubuntu: `apt install python3-boto3`; elsewhere `pip install boto3`); `Bucket
 when it is missing."""
 
 import os
+import threading
 
 from app import status as st
 from app.errors import CairnError
@@ -190,8 +191,9 @@ class Bucket:
         return self._call(f"reading {name}", get)
 
     def get_file(self, name, path):
-        """Downloads an object to `path` (written beside it, then renamed)."""
-        part = path + ".download"
+        """Downloads an object to `path` (written beside it under a name of this process and
+        thread, then renamed: two processes may fetch the same object at once)."""
+        part = f"{path}.{os.getpid()}-{threading.get_ident()}.download"
         try:
             self._call(f"reading {name}", self.client.download_file, self.name,
                        self.key(name), part, Config=self.transfer)

@@ -20,6 +20,7 @@ parts), while the backup goes on; the commit of an image waits until every conta
 the bucket, then uploads the recipe, then makes the image committed in the cache: an image is
 committed only once the bucket holds all of it."""
 
+import fcntl
 import os
 import struct
 import threading
@@ -34,6 +35,7 @@ from plugins.storage.dedup.store import POOL_FILE, ChunkStore
 
 UPLOADERS = 2
 NOTE_SUFFIX = ".cloud"
+FETCH_SUFFIX = ".fetching"  # held (flock) by the process fetching the container
 IDX_MAGIC = b"CRNDIDX\x00"
 IDX_RECORD = struct.Struct(">32sQI")  # fingerprint, offset of the record, stored length
 CONTAINERS = "containers/"
@@ -88,15 +90,19 @@ class Remote:
                       spec["access_key"], cache_limit)
 
     def make(self, root, key=None, keyless=False):
-        return CloudStore(root, key=key, keyless=keyless, bucket=Bucket(self.spec),
+        return CloudStore(root, key=key, keyless=keyless, bucket=lambda: Bucket(self.spec),
                           cache_limit=self.cache_limit)
 
 
 class CloudStore(ChunkStore):
-    """A ChunkStore whose containers are also in `bucket` (see the module's docstring)."""
+    """A ChunkStore whose containers are also in the bucket `bucket()` makes (see the
+    module's docstring)."""
 
     def __init__(self, root, *, bucket, cache_limit=None, **kw):
-        self.bucket = bucket
+        self._make_bucket = bucket
+        self._bucket = bucket()
+        self._pid = os.getpid()
+        self._inherited = []  # the clients of the processes this one was forked from
         self.cache_limit = cache_limit
         self._uploads = {}  # container number -> Future of its upload
         self._entries = {}  # container number -> its entries, known when it was sealed here
@@ -117,6 +123,23 @@ class CloudStore(ChunkStore):
         super().__init__(root, **kw)
         if from_bucket:
             self.sync_from_bucket()
+
+    @property
+    def bucket(self):
+        """The bucket's client of this process. A restore's forked parts (app/agent/
+        restore_streams.py) get a copy of the store whose client's pooled connections are the
+        agent's sockets, which a part closes at once, and whose numbers its own files may take
+        next: a part makes a client of its own, and keeps the inherited one referenced and
+        unused (collected, it would close descriptors by number). A part ends with os._exit."""
+        if self._pid != os.getpid():
+            self._inherited.append(self._bucket)
+            self._bucket = self._make_bucket()
+            self._pid = os.getpid()
+            self._upload_lock = threading.Lock()
+            self._fetch_lock = threading.Lock()
+            self._pool = None  # the parent's upload threads are not in this process
+            self._uploads = {}
+        return self._bucket
 
     def _bucket_config(self):
         if self.bucket.size(POOL_FILE) is None:
@@ -175,6 +198,7 @@ class CloudStore(ChunkStore):
         self._submit(number)
 
     def _submit(self, number):
+        self.bucket  # noqa: B018 - first: in a forked process, its own client and locks
         with self._upload_lock:
             future = self._uploads.get(number)
             if future is not None and not (future.done() and future.exception()):
@@ -238,16 +262,31 @@ class CloudStore(ChunkStore):
     # ---- reading what is not in the cache --------------------------------------------------
     def fetch_container(self, number):
         path = self.container_path(number)
+        bucket = self.bucket  # first: in a forked part, its own client and locks
         with self._fetch_lock:
             if os.path.exists(path):
                 return True
-            name = container_object(number)
-            if self.bucket.size(name) is None:
-                return False
-            self.bucket.get_file(name, path)
-            if not os.path.exists(self._note_path(number)):
-                _write_private(self._note_path(number), str(os.stat(path).st_size).encode())
-            return True
+            # one process fetches a container at a time; the others wait, then find it
+            lock = path[:-len(".ctr")] + FETCH_SUFFIX
+            fd = private.create(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.path.exists(path):
+                    return True
+                name = container_object(number)
+                if bucket.size(name) is None:
+                    return False
+                bucket.get_file(name, path)
+                if not os.path.exists(self._note_path(number)):
+                    _write_private(self._note_path(number),
+                                   str(os.stat(path).st_size).encode())
+                return True
+            finally:
+                try:
+                    os.unlink(lock)
+                except FileNotFoundError:
+                    pass
+                os.close(fd)
 
     # ---- removing ---------------------------------------------------------------------------
     def delete_container(self, number):

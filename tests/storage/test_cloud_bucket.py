@@ -121,3 +121,24 @@ def test_a_server_that_is_down_is_unreachable_and_throttling_is_ridden_out(
     assert len(b.names()) == 16 * (round_ + 1)
     assert b.get_bytes("o0-7") == body
 
+
+
+@pytest.mark.parametrize("sign", [True, False])
+def test_bodies_go_signed_or_not_and_arrive_whole_either_way(s3_server, s3_bucket, tmp_path,
+                                                            sign):
+    b = Bucket(spec(s3_server, s3_bucket, sign_payload=sign), threads=2)
+    sent = []
+    b.client.meta.events.register(
+        "before-send.s3", lambda request=None, **_: sent.append(
+            request.headers.get("x-amz-content-sha256")))
+    data = os.urandom(17 * MIB + 5)
+    src = tmp_path / "obj"
+    src.write_bytes(data)
+    b.put_file("o", str(src))
+    b.put_bytes("small", b"x" * 1000)
+    assert b.get_bytes("o") == data and b.get_bytes("small") == b"x" * 1000
+    uploads = [h for h in sent if h is not None and h != b"e3b0c44298fc1c149afbf4c8996fb924"
+               b"27ae41e4649b934ca495991b7852b855"]
+    assert uploads
+    unsigned = {h in (b"UNSIGNED-PAYLOAD", "UNSIGNED-PAYLOAD") for h in uploads}
+    assert unsigned == {not sign}

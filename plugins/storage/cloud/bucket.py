@@ -44,7 +44,7 @@ def _boto():
 
 class Bucket:
     """spec: {"endpoint", "bucket", "region", "access_key", "secret_key", "ca_file",
-    "prefix", "attempts"} (the storage spec's "bucket" part; the keys never reach a client).
+    "prefix", "attempts", "sign_payload"} (the storage spec's "bucket" part; the keys never reach a client).
     attempts: how often a request is tried before it fails (8: about a minute of backoff)."""
 
     def __init__(self, spec, threads=UPLOAD_THREADS):
@@ -56,11 +56,16 @@ class Bucket:
         if verify is not True and not os.path.isfile(verify):
             raise BucketError(f"the CA file {verify} for {self.endpoint} does not exist",
                               status_code=st.INVALID_REQUEST)
+        sign = spec.get("sign_payload")
+        if sign is None:
+            # a SHA-256 of every byte sent (on both ends) is most of an upload's CPU time;
+            # over TLS the channel already keeps the data from being changed on the way
+            sign = not self.endpoint.lower().startswith("https:")
         settings = dict(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
                         retries={"mode": "adaptive",
                                  "max_attempts": int(spec.get("attempts") or MAX_ATTEMPTS)},
                         max_pool_connections=max(10, threads * 2),
-                        s3={"addressing_style": "path"})
+                        s3={"addressing_style": "path", "payload_signing_enabled": bool(sign)})
         try:
             # checksums only where the service asks for them: not every S3 service takes the
             # newer default ones (botocore before 1.36 sends none and knows no such setting)

@@ -21,7 +21,7 @@ DESCRIPTION = ("A deduplicating pool whose containers live in an S3 bucket behin
                "cache on the storage server: backups land in the cache and are uploaded as "
                "they run; the bucket holds the whole pool.")
 BUCKET_OPTIONS = ("endpoint", "bucket", "region", "prefix", "ca_file", "cache_limit",
-                  "attempts")
+                  "attempts", "sign_payload")
 MAX_ATTEMPTS = 20
 DEFAULT_CACHE = "/var/cache/cairn/cloud"
 # S3's bucket names: 3 to 63 lower-case letters, digits, dots and hyphens.
@@ -56,6 +56,10 @@ def check_bucket_options(options):
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                               or limit < 0):
         raise ValidationError(f"cache limit {limit!r} is not a number of bytes")
+    if out["sign_payload"] is not None and not isinstance(out["sign_payload"], bool):
+        raise ValidationError(f"sign_payload {out['sign_payload']!r} is not true or false",
+                              hint="true: every request's body is signed (SHA-256); false: "
+                                   "not; left out: signed over http only")
     attempts = out["attempts"]
     if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)
                                  or not 1 <= attempts <= MAX_ATTEMPTS):
@@ -135,7 +139,7 @@ class Cloud(dedup.Dedup):
         opts = self.check_options(server.get("options"))
         creds = cloud_keys.load(home, server["name"])
         bucket = {k: opts[k] for k in ("endpoint", "bucket", "region", "prefix", "ca_file",
-                                       "attempts")}
+                                       "attempts", "sign_payload")}
         bucket.update(creds)
         return dict(super().access_without_key(server, home), bucket=bucket,
                     cache_limit=opts["cache_limit"])

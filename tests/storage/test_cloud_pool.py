@@ -315,3 +315,30 @@ def test_a_restore_in_several_processes_fetches_with_a_client_of_each_its_own(
                 assert "2 parallel streams" in log_of(m, r["id"])
     finally:
         m.close()
+
+
+def test_a_pool_verify_checks_the_bucket_and_mends_it_from_the_cache(
+        tmp_path, s3_server, s3_bucket):
+    m, src = make_site(tmp_path, s3_server, s3_bucket, files=3, size=2 * MiB)
+    try:
+        job = backup(m)
+        assert job["status"] == st.OK, log_of(m, job["id"])
+        [img] = m.images()
+        [ctr] = containers_in(tmp_path / "cache")
+        client = s3_server.client()
+        client.delete_object(Bucket=s3_bucket, Key="containers/" + ctr)
+        [v] = m.wait_for([m.start_verify(pool="cp")])
+        log = log_of(m, v["id"])
+        assert v["status"] == st.OK, log
+        assert f"container containers/{ctr} is missing from the bucket: uploaded again" in log
+        assert "containers/" + ctr in objects(s3_server, s3_bucket)
+        # gone from the bucket and from the cache: the images that use it are named
+        os.unlink(tmp_path / "cache" / "containers" / ctr)
+        client.delete_object(Bucket=s3_bucket, Key="containers/" + ctr)
+        [v] = m.wait_for([m.start_verify(pool="cp")])
+        log = log_of(m, v["id"])
+        assert v["status"] in (st.CHECKSUM_MISMATCH, st.IMAGE_DAMAGED), log
+        assert "the cache does not hold it: its chunks are lost" in log
+        assert f"image {img['id']}" in log
+    finally:
+        m.close()

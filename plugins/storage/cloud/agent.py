@@ -63,6 +63,25 @@ class CloudAgent(DedupAgent):
         stats["cloud"] = dict(store.cache_usage(), taken_from_bucket=taken)
         return stats
 
+    def verify(self, req, spec, images, pace=None):
+        """A whole-pool verify first checks that the bucket holds every container the cache
+        notes as uploaded (uploading again what the cache still has), then reads every chunk
+        back as a dedup pool's verify does: containers trimmed from the cache are read from
+        the bucket. The cache is trimmed again afterwards."""
+        store = self.open_store(spec, keyless=True)
+        checked = None
+        if not images:
+            store.flush_uploads()
+            checked = store.check_bucket(req.emit)
+        out = super().verify(req, spec, images, pace)
+        try:
+            store.trim()
+        except OSError:
+            pass
+        if checked is not None:
+            out["cloud"] = checked
+        return out
+
     def usage(self, spec):
         store = self.open_store(spec, keyless=True)
         return dict(store.stats(), cloud=store.cache_usage())

@@ -288,6 +288,40 @@ class CloudStore(ChunkStore):
                     pass
                 os.close(fd)
 
+    # ---- checking the bucket ---------------------------------------------------------------
+    def check_bucket(self, emit=None):
+        """Compares the bucket's containers with the notes that say they are there. A
+        container missing from the bucket, or of another size, is uploaded again when the
+        cache holds it whole; otherwise its note goes, so that the pool's verify finds its
+        chunks missing and names the images that use them (their chunks are set aside, and
+        the next backup of the same data stores them again). Returns {"checked",
+        "uploaded_again", "lost"} (container names)."""
+        ctr, noted = self._listed()
+        sizes = dict(self.bucket.names(CONTAINERS))
+        out = {"checked": len(noted), "uploaded_again": [], "lost": []}
+        for n in sorted(noted):
+            name = container_object(n)
+            expected = self.container_bytes(n)
+            found = sizes.get(name)
+            if found is not None and found == expected and index_object(n) in sizes:
+                continue
+            what = ("is missing from the bucket" if found is None else
+                    f"has {found} bytes in the bucket, not {expected}" if found != expected
+                    else "has no chunk list (.idx) in the bucket")
+            if n in ctr and super().container_bytes(n) == expected:
+                os.unlink(self._note_path(n))
+                self.flush_uploads([n])
+                out["uploaded_again"].append(name)
+                text = f"container {name} {what}: uploaded again from the cache"
+            else:
+                os.unlink(self._note_path(n))
+                out["lost"].append(name)
+                text = (f"container {name} {what}, and the cache does not hold it: its "
+                        "chunks are lost")
+            if emit is not None:
+                emit("log", {"level": "warning", "message": text})
+        return out
+
     # ---- removing ---------------------------------------------------------------------------
     def delete_container(self, number):
         noted = os.path.exists(self._note_path(number))

@@ -56,6 +56,9 @@ def storage_server_commands(sub, cmd):
     p.add_argument("--cache-limit", type=_size_arg, metavar="SIZE",
                    help="cloud: the most container bytes the cache keeps (e.g. 200G); by "
                         "default it is trimmed when its file system is 90%% full")
+    p.add_argument("--commit-at", choices=("bucket", "cache"),
+                   help="cloud: a backup ends once the bucket holds its image (bucket, the "
+                        "default), or once the cache does, its upload queued (cache)")
     cmd(ss, "list", "list storage servers", handler=_server_list)
     benchmark_commands(ss, cmd, _size_arg)
     p = cmd(ss, "delete", "delete a storage server that no disk pool uses",
@@ -71,7 +74,8 @@ def _server_create(m, args):
     opts.update({k: v for k, v in (("endpoint", args.endpoint), ("bucket", args.bucket),
                                    ("region", args.region), ("prefix", args.prefix),
                                    ("ca_file", args.ca_file),
-                                   ("cache_limit", args.cache_limit)) if v is not None})
+                                   ("cache_limit", args.cache_limit),
+                                   ("commit_at", args.commit_at)) if v is not None})
     if args.cache and args.path and args.cache != args.path:
         raise ValidationError("--cache and --path name the same directory: give one")
     credentials = None
@@ -292,10 +296,18 @@ def _pool_cleanup(m, args):
 
 def _pool_usage(m, args):
     r = m.pool_usage(args.name)
-    return out(args, r, lambda d: print(
-        f"{d['chunks']} chunks, {size(d['stored_bytes'])} stored in "
-        f"{d['containers']} containers ({size(d['container_bytes'])} on disk)"
-        + (", encrypted" if d.get("encrypted") else "")))
+
+    def show(d):
+        print(f"{d['chunks']} chunks, {size(d['stored_bytes'])} stored in "
+              f"{d['containers']} containers ({size(d['container_bytes'])})"
+              + (", encrypted" if d.get("encrypted") else ""))
+        c = d.get("cloud")
+        if c:
+            print(f"cache: {c['cached']} of {c['containers']} containers "
+                  f"({size(c['cached_bytes'])}); waiting for the bucket: {c['waiting']} "
+                  f"container(s) ({size(c['waiting_bytes'])}), {c['waiting_recipes']} "
+                  "recipe(s)")
+    return out(args, r, show)
 
 
 def _pool_rebuild_index(m, args):

@@ -33,7 +33,7 @@ def objects(s3, name):
 
 
 def make_site(tmp_path, s3, bucket, *, cache="cache", home="home", cache_limit=None,
-              attempts=None, files=6, size=3 * MiB):
+              attempts=None, files=6, size=3 * MiB, commit_at=None):
     src = tmp_path / "src"
     if not src.exists():
         src.mkdir()
@@ -42,7 +42,7 @@ def make_site(tmp_path, s3, bucket, *, cache="cache", home="home", cache_limit=N
     m = Master(str(tmp_path / home))
     m.config.add_host("me", local=True)
     options = {"endpoint": s3.endpoint, "bucket": bucket, "cache_limit": cache_limit,
-               "attempts": attempts}
+               "attempts": attempts, "commit_at": commit_at}
     m.create_storage_server("cs", type="cloud", host="me", path=str(tmp_path / cache),
                             options={k: v for k, v in options.items() if v is not None},
                             credentials=creds(s3))
@@ -340,5 +340,44 @@ def test_a_pool_verify_checks_the_bucket_and_mends_it_from_the_cache(
         assert v["status"] in (st.CHECKSUM_MISMATCH, st.IMAGE_DAMAGED), log
         assert "the cache does not hold it: its chunks are lost" in log
         assert f"image {img['id']}" in log
+    finally:
+        m.close()
+
+
+def test_a_pool_that_commits_in_the_cache_queues_its_uploads_and_says_so(
+        tmp_path, s3_server, s3_bucket):
+    from storage_sites import wait_until
+    m, src = make_site(tmp_path, s3_server, s3_bucket, commit_at="cache", attempts=1)
+    try:
+        job = backup(m)
+        log = log_of(m, job["id"])
+        assert job["status"] == st.OK, log
+        assert "committed in the cache, not yet in the bucket" in log
+        [img] = m.images()
+        recipe = f"images/me/{img['id']}.recipe"
+        wait_until(lambda: recipe in objects(s3_server, s3_bucket), 60, "the queued upload")
+        wait_until(lambda: m.pool_usage("cp")["cloud"]["waiting_recipes"] == 0, 30,
+                   "the queue to empty")
+        # the endpoint down: the backup still ends, its upload waits
+        (src / "new.bin").write_bytes(os.urandom(2 * MiB))
+        s3_server.stop()
+        try:
+            second = backup(m)
+            assert second["status"] == st.OK, log_of(m, second["id"])
+            usage = m.pool_usage("cp")["cloud"]
+            assert usage["waiting"] >= 1 and usage["waiting_recipes"] == 1, usage
+        finally:
+            s3_server.start()
+        # the next backup uploads what waited, before its own recipe
+        (src / "newer.bin").write_bytes(os.urandom(2 * MiB))
+        third = backup(m)
+        assert third["status"] == st.OK, log_of(m, third["id"])
+        wanted = {f"images/me/{i['id']}.recipe" for i in m.images()}
+        wait_until(lambda: wanted <= set(objects(s3_server, s3_bucket)), 60,
+                   "every recipe in the bucket")
+        wait_until(lambda: m.pool_usage("cp")["cloud"]["waiting"] == 0, 30, "the containers")
+        for n in containers_in(tmp_path / "cache"):
+            os.unlink(tmp_path / "cache" / "containers" / n)
+        restores(m, third["image_id"], src, tmp_path / "out")  # new.bin went up late
     finally:
         m.close()

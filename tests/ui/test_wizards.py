@@ -217,6 +217,7 @@ def test_cloud_storage_server_with_its_bucket_and_credentials(open_wizard, empty
     bp.read_file(str(loose))
     assert bp.access_key.text() == s3_server.access_key and next_enabled(w)
     bp.cache_limit.setValue(2)
+    bp.commit_in_cache.setChecked(True)
     go_next(qtbot, w)
     assert w.name_page.name.text() == f"{host}-cloud"
     retype(qtbot, w.name_page.name, "cs1")
@@ -226,6 +227,7 @@ def test_cloud_storage_server_with_its_bucket_and_credentials(open_wizard, empty
     assert rows["Type:"] == "cloud" and rows["Cache directory:"] == str(tmp_path / "cache")
     assert rows["Bucket:"] == f"{s3_bucket} at {s3_server.endpoint}"
     assert rows["Cache limit:"] == "2 GiB"
+    assert rows["A backup ends:"] == "once the cache holds it, its upload queued"
     assert s3_server.secret_key not in str(w.summary_page.rows())
     go_next(qtbot, w)
     rp = w.result_page
@@ -234,6 +236,7 @@ def test_cloud_storage_server_with_its_bucket_and_credentials(open_wizard, empty
     srv = empty_master.config.storage_server("cs1")
     assert srv["type"] == "cloud" and srv["options"]["bucket"] == s3_bucket
     assert srv["options"]["cache_limit"] == 2 << 30
+    assert srv["options"]["commit_at"] == "cache"
     assert s3_server.secret_key not in str(srv)
 
 

@@ -6,8 +6,8 @@ creating the server checks the bucket from the storage server's host."""
 
 import os
 
-from PySide6.QtWidgets import QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QPushButton, \
-    QSpinBox
+from PySide6.QtWidgets import QCheckBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, \
+    QPushButton, QSpinBox
 
 from app.errors import ValidationError
 from plugins.storage.cloud import keys as cloud_keys
@@ -57,6 +57,12 @@ class BucketPage(Page):
                              "the storage server's agent. The storage server's host needs "
                              "python3-boto3; creating the server checks the bucket from there: "
                              "it must be empty or hold a Cairn pool already."))
+        self.commit_in_cache = QCheckBox("&End a backup once the cache holds it, its upload "
+                                         "queued")
+        self.commit_in_cache.setToolTip("By default a backup ends once the bucket holds its "
+                                        "image. Checked, it ends sooner, and the image is only "
+                                        "on the storage server's disk until its upload is done.")
+        form.addRow("", self.commit_in_cache)
         form.addRow("Cache &limit:", self.cache_limit)
         form.addRow("", note("The most container data the cache keeps; older containers are "
                              "read back from the bucket when a restore needs them. As space "
@@ -93,7 +99,8 @@ class BucketPage(Page):
              "prefix": self.prefix.text().strip() or None,
              "region": self.region.text().strip() or None,
              "ca_file": self.ca_file.text().strip() or None,
-             "cache_limit": self.cache_limit.value() * GiB or None}
+             "cache_limit": self.cache_limit.value() * GiB or None,
+             "commit_at": "cache" if self.commit_in_cache.isChecked() else None}
         return {k: v for k, v in o.items() if v is not None}
 
     def credentials(self):
@@ -128,6 +135,8 @@ def bucket_summary(options, credentials):
         rows.append(("CA file", options["ca_file"]))
     rows.append(("Access key", f"{credentials['access_key']} (the secret key is kept by the "
                                "master)"))
+    rows.append(("A backup ends", "once the cache holds it, its upload queued"
+                 if options.get("commit_at") == "cache" else "once the bucket holds it"))
     limit = options.get("cache_limit")
     rows.append(("Cache limit", f"{limit // GiB} GiB" if limit else
                  "as space allows (trimmed at 90% full)"))

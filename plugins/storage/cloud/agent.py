@@ -30,7 +30,10 @@ class CloudAgent(DedupAgent):
         from plugins.storage.cloud.store import Remote
         return Remote(spec["bucket"], spec.get("cache_limit"))
 
-    def before_commit(self, partial, final):
+    def before_commit(self, partial, final, spec=None):
+        if (spec or {}).get("commit_at") == "cache":
+            return None  # the uploads are queued once the image is committed (commit)
+
         def upload(store):
             store.flush_uploads()
             store.put_recipe(_object_name(store.root, final), partial)
@@ -40,12 +43,15 @@ class CloudAgent(DedupAgent):
         store = self.open_store(spec)
         retried = store.bucket.retried
         out = super().commit(spec, partial, final)
+        queued = spec.get("commit_at") == "cache"
+        if queued:
+            store.queue_recipe(_object_name(store.root, final), final)
         try:
             trimmed, freed = store.trim()
         except OSError:
             trimmed = freed = 0  # the image is committed: a cache left full is trimmed later
         out["cloud"] = dict(store.cache_usage(), trimmed=trimmed, trimmed_bytes=freed,
-                            retried=store.bucket.retried - retried)
+                            retried=store.bucket.retried - retried, queued=queued)
         return out
 
     def remove_image(self, spec, path):

@@ -21,7 +21,8 @@ DESCRIPTION = ("A deduplicating pool whose containers live in an S3 bucket behin
                "cache on the storage server: backups land in the cache and are uploaded as "
                "they run; the bucket holds the whole pool.")
 BUCKET_OPTIONS = ("endpoint", "bucket", "region", "prefix", "ca_file", "cache_limit",
-                  "attempts", "sign_payload")
+                  "attempts", "sign_payload", "commit_at")
+COMMIT_AT = ("bucket", "cache")
 MAX_ATTEMPTS = 20
 DEFAULT_CACHE = "/var/cache/cairn/cloud"
 # S3's bucket names: 3 to 63 lower-case letters, digits, dots and hyphens.
@@ -60,6 +61,12 @@ def check_bucket_options(options):
         raise ValidationError(f"sign_payload {out['sign_payload']!r} is not true or false",
                               hint="true: every request's body is signed (SHA-256); false: "
                                    "not; left out: signed over http only")
+    if out["commit_at"] is None:
+        out["commit_at"] = "bucket"
+    if out["commit_at"] not in COMMIT_AT:
+        raise ValidationError(f"commit_at {out['commit_at']!r} is not bucket or cache",
+                              hint="bucket: a backup ends once the bucket holds its image; "
+                                   "cache: once the cache does, its upload queued")
     attempts = out["attempts"]
     if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)
                                  or not 1 <= attempts <= MAX_ATTEMPTS):
@@ -86,8 +93,15 @@ class CloudBackup(dedup.DedupBackup):
         c = committed.get("cloud")
         if not c:
             return []
-        text = (f"the bucket holds the image and all {c['containers']} container(s) of the "
-                f"pool; the cache keeps {c['cached']} ({_mib(c['cached_bytes'])})")
+        if c.get("queued"):
+            text = (f"the image is committed in the cache, not yet in the bucket: "
+                    f"{c['waiting']} container(s) ({_mib(c['waiting_bytes'])}) and "
+                    f"{c['waiting_recipes']} recipe(s) of the pool are queued for upload; "
+                    f"the cache keeps {c['cached']} container(s) "
+                    f"({_mib(c['cached_bytes'])})")
+        else:
+            text = (f"the bucket holds the image and all {c['containers']} container(s) of "
+                    f"the pool; the cache keeps {c['cached']} ({_mib(c['cached_bytes'])})")
         if c.get("trimmed"):
             text += (f", {c['trimmed']} older container(s) ({_mib(c['trimmed_bytes'])}) "
                      "trimmed from it")
@@ -142,7 +156,7 @@ class Cloud(dedup.Dedup):
                                        "attempts", "sign_payload")}
         bucket.update(creds)
         return dict(super().access_without_key(server, home), bucket=bucket,
-                    cache_limit=opts["cache_limit"])
+                    cache_limit=opts["cache_limit"], commit_at=opts["commit_at"])
 
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         return CloudBackup(self, self.access(server, home), pool=pool, volume=volume,

@@ -34,6 +34,9 @@ from plugins.storage.dedup.containers import _container_number, container_name, 
 from plugins.storage.dedup.store import POOL_FILE, ChunkStore
 
 UPLOADERS = 2
+# Recipes committed in the cache whose upload is queued (a pool whose jobs end once the cache
+# holds the image): a file per recipe, named as it, holding its name in the bucket.
+PENDING_DIR = "cloud-pending"
 NOTE_SUFFIX = ".cloud"
 FETCH_SUFFIX = ".fetching"  # held (flock) by the process fetching the container
 IDX_MAGIC = b"CRNDIDX\x00"
@@ -109,6 +112,8 @@ class CloudStore(ChunkStore):
         self._upload_lock = threading.Lock()
         self._fetch_lock = threading.Lock()
         self._pool = None
+        self._drainer = None
+        self._drain_again = False
         self._config_in_bucket = False
         root = os.path.abspath(root)
         from_bucket = False
@@ -139,6 +144,7 @@ class CloudStore(ChunkStore):
             self._fetch_lock = threading.Lock()
             self._pool = None  # the parent's upload threads are not in this process
             self._uploads = {}
+            self._drainer = None
         return self._bucket
 
     def _bucket_config(self):
@@ -179,11 +185,12 @@ class CloudStore(ChunkStore):
             return None
 
     def cache_usage(self):
-        """{"containers", "cached", "cached_bytes", "waiting", "waiting_bytes"}: what the
-        cache holds of the pool's containers, and what is not in the bucket yet."""
+        """{"containers", "cached", "cached_bytes", "waiting", "waiting_bytes",
+        "waiting_recipes"}: what the cache holds of the pool's containers, and what is not in
+        the bucket yet."""
         ctr, noted = self._listed()
         out = {"containers": len(ctr | noted), "cached": len(ctr), "cached_bytes": 0,
-               "waiting": 0, "waiting_bytes": 0}
+               "waiting": 0, "waiting_bytes": 0, "waiting_recipes": len(self.pending_recipes())}
         for n in ctr:
             size = super().container_bytes(n) or 0
             out["cached_bytes"] += size
@@ -228,7 +235,8 @@ class CloudStore(ChunkStore):
         if not self._config_in_bucket:
             self.bucket.put_file(POOL_FILE, self.config_path)
             self._config_in_bucket = True
-        if numbers is None:
+        every = numbers is None
+        if every:
             ctr, noted = self._listed()
             numbers = sorted(ctr - noted)
         else:
@@ -249,7 +257,72 @@ class CloudStore(ChunkStore):
                 f = self._uploads.get(n)
                 if f is not None and f.done():
                     del self._uploads[n]
+        if every:
+            # the containers first: a recipe in the bucket never names one that is not
+            self.upload_pending()
         return len(numbers)
+
+    # ---- recipes whose upload is queued ------------------------------------------------------
+    def _pending_dir(self):
+        return os.path.join(self.root, PENDING_DIR)
+
+    def pending_recipes(self):
+        try:
+            return sorted(os.listdir(self._pending_dir()))
+        except FileNotFoundError:
+            return []
+
+    def queue_recipe(self, name, path):
+        """Notes a committed recipe (object `name`, file `path`) whose upload waits for the
+        containers, and starts a thread that uploads what is waiting."""
+        os.close(private.makedirs(self._pending_dir(), own=1))
+        _write_private(os.path.join(self._pending_dir(), os.path.basename(path)),
+                       name.encode())
+        fsync_dir(self._pending_dir())
+        self._drain()
+
+    def upload_pending(self):
+        """Uploads the queued recipes (their containers are in the bucket: flush_uploads
+        calls this after them). A recipe removed meanwhile (expired) is forgotten."""
+        for base in self.pending_recipes():
+            note = os.path.join(self._pending_dir(), base)
+            try:
+                with open(note, "rb") as f:
+                    name = f.read().decode()
+            except FileNotFoundError:
+                continue
+            path = os.path.join(self.root, *name.split("/"))
+            if os.path.exists(path):
+                self.put_recipe(name, path)
+            try:
+                os.unlink(note)
+            except FileNotFoundError:
+                pass
+
+    def _drain(self):
+        """Uploads everything waiting on a thread of its own, unless one does already; a
+        failure leaves it waiting for the pool's next job, which uploads it first."""
+        self.bucket  # noqa: B018 - first: in a forked process, its own client and locks
+        with self._upload_lock:
+            if self._drainer is not None and self._drainer.is_alive():
+                self._drain_again = True
+                return
+            self._drain_again = False
+            self._drainer = threading.Thread(target=self._drain_loop, name="cloud-drain",
+                                             daemon=True)
+            self._drainer.start()
+
+    def _drain_loop(self):
+        while True:
+            try:
+                self.flush_uploads()
+            except Exception:  # noqa: BLE001 - what failed waits for the next job
+                return
+            with self._upload_lock:
+                if not self._drain_again:
+                    self._drainer = None
+                    return
+                self._drain_again = False
 
     def containers_written(self, numbers):
         # a reclaim's new containers are in the bucket before the index names them and the

@@ -238,10 +238,11 @@ class DedupAgent(AgentStorage):
             raise CairnError(f"{partial} is gone; the image cannot be committed",
                              status_code=status.IMAGE_DAMAGED)
         size = commit_recipe(spec["root"], partial, final, key=spec.get("key"),
-                             remote=self.remote(spec), before=self.before_commit(partial, final))
+                             remote=self.remote(spec),
+                             before=self.before_commit(partial, final, spec))
         return {"path": final, "bytes": size}
 
-    def before_commit(self, partial, final):
+    def before_commit(self, partial, final, spec=None):
         """What commit does first, under the pool's session (None: nothing)."""
         return None
 

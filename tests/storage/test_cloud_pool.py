@@ -381,3 +381,25 @@ def test_a_pool_that_commits_in_the_cache_queues_its_uploads_and_says_so(
         restores(m, third["image_id"], src, tmp_path / "out")  # new.bin went up late
     finally:
         m.close()
+
+
+def test_a_restore_of_one_file_reads_its_chunks_with_ranged_gets(tmp_path, s3_server,
+                                                                   s3_bucket):
+    m, src = make_site(tmp_path, s3_server, s3_bucket, files=4, size=6 * MiB)
+    try:
+        (src / "small.txt").write_bytes(os.urandom(3000))
+        job = backup(m)
+        assert job["status"] == st.OK, log_of(m, job["id"])
+        [img] = m.images()
+        for n in containers_in(tmp_path / "cache"):
+            os.unlink(tmp_path / "cache" / "containers" / n)
+        [r] = m.wait_for([m.start_restore(img["id"], [str(src / "small.txt")],
+                                          str(tmp_path / "one"))])
+        assert r["status"] == st.OK, log_of(m, r["id"])
+        assert (tmp_path / "one" / str(src)[1:] / "small.txt").read_bytes() == \
+            (src / "small.txt").read_bytes()
+        assert containers_in(tmp_path / "cache") == [], "no container fetched whole"
+        restores(m, img["id"], src, tmp_path / "all")  # the rest: fetched whole
+        assert containers_in(tmp_path / "cache")
+    finally:
+        m.close()

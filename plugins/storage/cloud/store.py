@@ -34,6 +34,10 @@ from plugins.storage.dedup.containers import _container_number, container_name, 
 from plugins.storage.dedup.store import POOL_FILE, ChunkStore
 
 UPLOADERS = 2
+# A container the cache lacks is read record by record (ranged GETs) for its first this many
+# reads, or this share of its size, then fetched whole.
+RANGED_READS = 8
+RANGED_SHARE = 0.125
 # Recipes committed in the cache whose upload is queued (a pool whose jobs end once the cache
 # holds the image): a file per recipe, named as it, holding its name in the bucket.
 PENDING_DIR = "cloud-pending"
@@ -112,6 +116,7 @@ class CloudStore(ChunkStore):
         self._upload_lock = threading.Lock()
         self._fetch_lock = threading.Lock()
         self._pool = None
+        self._ranged = {}  # container number -> (ranged reads, bytes) of one not in the cache
         self._drainer = None
         self._drain_again = False
         self._config_in_bucket = False
@@ -333,6 +338,20 @@ class CloudStore(ChunkStore):
         self.bucket.put_file(root_relative, path)
 
     # ---- reading what is not in the cache --------------------------------------------------
+    def read_missing(self, number, offset, length):
+        """The first chunks read of a container the cache lacks come with ranged GETs of
+        their records alone: a restore of a few files out of a large image reads what it
+        needs, not whole containers. Once a container's reads pass RANGED_READS or a
+        RANGED_SHARE of its size, it is fetched whole into the cache for the rest."""
+        bucket = self.bucket  # first: in a forked part, its own client and locks
+        with self._fetch_lock:
+            reads, got = self._ranged.get(number, (0, 0))
+            size = self.container_bytes(number) or 0
+            if reads >= RANGED_READS or (size and got + length > size * RANGED_SHARE):
+                return None
+            self._ranged[number] = (reads + 1, got + length)
+        return bucket.get_bytes(container_object(number), offset, length)
+
     def fetch_container(self, number):
         path = self.container_path(number)
         bucket = self.bucket  # first: in a forked part, its own client and locks

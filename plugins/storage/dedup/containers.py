@@ -90,6 +90,11 @@ class Containers:
         except FileNotFoundError:
             return None
 
+    def read_missing(self, number, offset, length):
+        """Bytes of a committed container that is not in the folder, read from where else it
+        is without bringing it back whole; None: bring it back (fetch_container)."""
+        return None
+
     def fetch_container(self, number):
         """Brings back a committed container that is not in the folder; False when there is
         nowhere to bring it from."""

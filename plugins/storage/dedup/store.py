@@ -335,20 +335,10 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
                                 container=path, offset=offset, fingerprint=fp, reason=reason,
                                 hint="Run the store verification; the chunk must be stored "
                                      "again from a source that still has it.")
-        try:
-            fd, own = self._container_fd(number, path, files)
-        except FileNotFoundError:
-            if not self.fetch_container(number):
-                raise damaged("the container is missing") from None
-            try:
-                fd, own = self._container_fd(number, path, files)
-            except FileNotFoundError:
-                raise damaged("the container is missing") from None
-        try:
-            raw = os.pread(fd, RECORD_HEADER.size + stored_length, offset)
-        finally:
-            if own:
-                os.close(fd)
+        raw = self._record_bytes(number, path, offset, RECORD_HEADER.size + stored_length,
+                                 files)
+        if raw is None:
+            raise damaged("the container is missing")
         if len(raw) < RECORD_HEADER.size:
             raise damaged("the record is cut short")
         header = RECORD_HEADER.unpack_from(raw)
@@ -363,6 +353,28 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
                                   self.encrypted, self._cipher, check_fingerprint)[1]
         except ValueError as e:
             raise damaged(str(e)) from None
+
+    def _record_bytes(self, number, path, offset, length, files):
+        """`length` bytes of a committed container from `offset`; None when the container is
+        nowhere (a container not in the folder is first asked for elsewhere: read_missing,
+        fetch_container)."""
+        try:
+            fd, own = self._container_fd(number, path, files)
+        except FileNotFoundError:
+            raw = self.read_missing(number, offset, length)
+            if raw is not None:
+                return raw
+            if not self.fetch_container(number):
+                return None
+            try:
+                fd, own = self._container_fd(number, path, files)
+            except FileNotFoundError:
+                return None
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            if own:
+                os.close(fd)
 
     @staticmethod
     def _container_fd(number, path, files):

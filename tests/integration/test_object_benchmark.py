@@ -37,13 +37,18 @@ def keys(s3, bucket):
     return objects, uploads
 
 
-def site(tmp_path, s3, bucket):
+def site(tmp_path, s3, bucket, sshd=None):
+    """A cloud pool on this host, or on the host "store" reached over SSH."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a").write_bytes(os.urandom(100_000))
     m = Master(str(tmp_path / "home"))
     m.config.add_host("me", local=True)
-    m.create_storage_server("cs1", type="cloud", host="me", path=str(tmp_path / "cache"),
+    if sshd is not None:
+        m.add_host("store", address=sshd.host, port=sshd.port, user=sshd.user,
+                   key_file=sshd.key_file, trust_host_key=True)
+    m.create_storage_server("cs1", type="cloud", host="store" if sshd else "me",
+                            path=str(tmp_path / "cache"),
                             options={"endpoint": s3.endpoint, "bucket": bucket},
                             credentials={"access_key": s3.access_key,
                                          "secret_key": s3.secret_key})
@@ -117,6 +122,20 @@ def test_the_job_measures_the_bucket_keeps_the_run_and_leaves_nothing(
         assert run["sizing"] == []
         assert keys(s3_server, s3_bucket) == before
         secret_nowhere(m, s3_server, jid)
+    finally:
+        m.close()
+
+
+def test_the_job_runs_over_ssh(tmp_path, s3_server, s3_bucket, sshd):
+    m = site(tmp_path, s3_server, s3_bucket, sshd)
+    try:
+        [job] = m.wait_for([m.start_storage_benchmark("cs1", **SMALL)], timeout=180)
+        assert job["status"] == status.OK, log_text(m, job["id"])
+        assert [s["threads"] for s in job["result"]["steps"]] == [1, 2]
+        [run] = m.storage_benchmarks("cs1")
+        assert run["host"] == "store" and run["workload"] == "object"
+        assert keys(s3_server, s3_bucket) == ([], [])
+        secret_nowhere(m, s3_server, job["id"])
     finally:
         m.close()
 

@@ -7,7 +7,10 @@ result grows step by step); a cancel stops the threads, and the agent removes it
 It never runs on a pool that backups, restores or a pool's own jobs use at that moment
 (checked when it is queued and again when it starts) unless forced: its load would slow them
 down, and theirs would make its figures wrong. While it runs, the dispatcher holds the
-backups, restores and duplications of the pools it measures (held_pools)."""
+backups, restores and duplications of the pools it measures (held_pools).
+
+The object storage benchmark of a cloud server's bucket is a benchmark job too, kept in the
+same table: app/jobs/object_benchmark.py."""
 
 import json
 import os
@@ -137,16 +140,16 @@ class BenchmarkJob:
     pools the volumes belong to; run() checks they are still free, has the agent run the
     steps and records the run."""
 
+    #: the log's warning on a forced run while the pool is in use
+    FORCED = ("forced: backups or restores use the pool; the figures are lower than the disks "
+              "give")
+
     def __init__(self, master, job):
         self.master = master
         self.job = job
         self.ctx = JobContext(master.jobs, job["id"], work="benchmarking")
         self.server = self.host = self.volumes = self.pools = None
         self.steps = []
-
-    #: the log's warning on a forced run while the pool is in use
-    FORCED = ("forced: backups or restores use the pool; the figures are lower than the disks "
-              "give")
 
     def prepare(self):
         p = self.job["params"]

@@ -4,6 +4,7 @@ benchmark job found."""
 
 from app import status as st
 from app import storage_sizing
+from app.jobs.object_benchmark import WORKLOAD as OBJECT, best_line
 from ui import fmt
 
 
@@ -55,7 +56,9 @@ TYPE_TIPS = {
     "benchmark": "Disk benchmark of a storage server's volumes: writer/reader thread pairs, "
                  "one more each step until the combined throughput stabilizes; its steps "
                  "and the daily ingest they support are in the job's details and in Test "
-                 "storage performance (a disk pool's properties).",
+                 "storage performance (a disk pool's properties). On a cloud server, the "
+                 "object benchmark of its bucket: uploads, whole and ranged reads at each "
+                 "thread count.",
     "catalog-backup": "Backs up the catalog, its file indexes, known_hosts and the pool keys "
                       "(sealed) to the folder catalog-backups of the storage unit's pool; "
                       "`cairn catalog recover` brings a lost master back from it.",
@@ -134,8 +137,17 @@ def result_text(job):
 
 
 def benchmark_result_text(r):
-    """A disk benchmark's steps, a line each, and the daily ingest the best one supports."""
+    """A disk benchmark's steps, a line each, and the daily ingest the best one supports; an
+    object benchmark's thread counts and its best write and read."""
     steps = r.get("steps") or []
+    if r.get("workload") == OBJECT:
+        lines = [f"{s['threads']} thread(s): write {s['write_mb_s']:.0f} MiB/s, read "
+                 f"{s['read_mb_s']:.0f} MiB/s, ranged reads {s['ranged_read_mb_s']:.0f} MiB/s "
+                 f"({s['ranged_ops_s']:,.0f} a second)" for s in steps]
+        if steps:
+            text = best_line(steps)
+            lines.append(text[:1].upper() + text[1:] + ".")
+        return "\n".join(lines)
     lines = [f"{s['threads']} pair(s): write {s['write_mb_s']:.0f} MiB/s, read "
              f"{s['read_mb_s']:.0f} MiB/s, combined {s['combined_mb_s']:.0f} MiB/s "
              f"({s['write_iops']:,.0f} + {s['read_iops']:,.0f} IOPS)" for s in steps]

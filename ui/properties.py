@@ -215,6 +215,16 @@ def verify_text(seconds):
     """A pool's verify interval as the editor shows it: `7d`, or empty for never."""
     return "" if seconds is None else format_duration(seconds)
 
+
+def benchmark_tip(pool):
+    """What Test storage performance measures on a disk pool."""
+    if registry.can(pool.get("server_type"), "bucket"):
+        return ("Measure what the pool's bucket takes: uploads, whole and ranged reads at each "
+                "thread count")
+    return ("Measure what the pool's volumes can write and read at once, and which daily "
+            "ingest that supports")
+
+
 class PropertiesDialog(QDialog):
     def __init__(self, bridge, kind, obj, parent=None):
         super().__init__(parent)
@@ -258,9 +268,7 @@ class PropertiesDialog(QDialog):
         if kind == "disk-pool":
             self.benchmark_button = QPushButton("&Test storage performance…")
             self.benchmark_button.setObjectName("pool-benchmark")
-            self.benchmark_button.setToolTip("Measure what the pool's volumes can write and "
-                                             "read at once, and which daily ingest that "
-                                             "supports")
+            self.benchmark_button.setToolTip(benchmark_tip(obj))
             self.benchmark_button.clicked.connect(self.test_performance)
             form.addRow("Performance", self.benchmark_button)
         self.usage_label = None

@@ -58,9 +58,11 @@ def progress_option(p):
                         "as one line; none shows nothing until the jobs end")
 
 
-def jobs_result(m, args, ids, more=None):
+def jobs_result(m, args, ids, more=None, job_lines=None):
     """more(doc): what a command adds to the result of its jobs once they ended (the document
-    given to it is the one --json prints), and a function printing it for people, or None."""
+    given to it is the one --json prints), and a function printing it for people, or None.
+    job_lines: where the lines on each job go for people (stdout unless given: stderr keeps
+    a command's CSV on stdout alone)."""
     how = follow.mode(args) if args.wait else None
     left_running = False
     if how:
@@ -92,19 +94,20 @@ def jobs_result(m, args, ids, more=None):
     show_more = more(doc) if more else None
 
     def human(d):
+        to = job_lines or sys.stdout
         for j in d["jobs"]:
             if j["state"] == "done":
                 print(f"job {j['id']} ({j['type']}, {j['client']}): status {j['status']} - "
                       f"{j['status_text']}; {j['files']} files, {size(j['bytes'])}"
                       + (f", dedup {j['dedup_ratio']:.1f}%" if j.get("dedup_ratio") is not None
-                         else ""))
+                         else ""), file=to)
             else:
                 print(f"job {j['id']} ({j['type']}, {j['client']}) {j['state']}; follow it with "
-                      f"`cairn jobs show {j['id']}`")
+                      f"`cairn jobs show {j['id']}`", file=to)
         for j in d.get("duplicates", []):
             print(f"duplicate job {j['id']} ({j['storage_unit']}) {j['state']}"
                   + (f": status {j['status']}" if j["state"] == "done" else
-                     f"; wait for it with `cairn jobs wait {j['id']}`"))
+                     f"; wait for it with `cairn jobs wait {j['id']}`"), file=to)
         if show_more:
             show_more(d)
     if how == "json":

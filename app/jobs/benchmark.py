@@ -7,7 +7,10 @@ result grows step by step); a cancel stops the threads, and the agent removes it
 It never runs on a pool that backups, restores or a pool's own jobs use at that moment
 (checked when it is queued and again when it starts) unless forced: its load would slow them
 down, and theirs would make its figures wrong. While it runs, the dispatcher holds the
-backups, restores and duplications of the pools it measures (held_pools)."""
+backups, restores and duplications of the pools it measures (held_pools).
+
+The object storage benchmark of a cloud server's bucket is a benchmark job too, kept in the
+same table: app/jobs/object_benchmark.py."""
 
 import json
 import os
@@ -72,7 +75,7 @@ def users(master, pools):
     return found
 
 
-def _refuse_if_used(master, pools):
+def refuse_if_used(master, pools):
     used = users(master, pools)
     if used:
         what = ", ".join(f"{t} job {j} on pool {p}" for j, t, p in used[:5])
@@ -80,6 +83,16 @@ def _refuse_if_used(master, pools):
                          "and measure less than the disks give",
                          status_code=st.POOL_BUSY,
                          hint="run it when they have ended, or give --force to run it anyway")
+
+
+def check_not_running(master, server):
+    """One benchmark of a server at a time: two would measure each other."""
+    for r in master.db.all("SELECT id, params FROM jobs WHERE type=? AND state!='done'",
+                           (JOB_TYPE,)):
+        if json.loads(r["params"] or "{}").get("server") == server:
+            raise ValidationError(f"a benchmark of storage server {server} is queued or "
+                                  f"running already (job {r['id']})",
+                                  hint=f"follow it with `cairn jobs show {r['id']}`")
 
 
 def make_job(master, server, volumes=None, workload="stgpool", max_pairs=DEFAULT_PAIRS,
@@ -99,13 +112,8 @@ def make_job(master, server, volumes=None, workload="stgpool", max_pairs=DEFAULT
     tuning = {k: v for k, v in tuning.items() if v is not None}
     srv, _host, vols, touched = target(master, server, volumes)
     if not force:
-        _refuse_if_used(master, touched)
-    for r in master.db.all("SELECT id, params FROM jobs WHERE type=? AND state!='done'",
-                           (JOB_TYPE,)):
-        if json.loads(r["params"] or "{}").get("server") == server:
-            raise ValidationError(f"a benchmark of storage server {server} is queued or "
-                                  f"running already (job {r['id']})",
-                                  hint=f"follow it with `cairn jobs show {r['id']}`")
+        refuse_if_used(master, touched)
+    check_not_running(master, server)
     params = {"server": server, "volumes": vols, "pools": touched, "workload": workload,
               "max_pairs": max_pairs, "force": bool(force), **tuning}
     return master.jobs.create(JOB_TYPE, params=params,
@@ -114,16 +122,16 @@ def make_job(master, server, volumes=None, workload="stgpool", max_pairs=DEFAULT
 
 
 def held_pools(db):
-    """{pool: benchmark job id} of the pools that running benchmarks measure (not the forced
-    ones): the dispatcher holds the backups, restores and duplications of those pools until
-    the benchmark ends, which it does within minutes."""
+    """{pool: (benchmark job id, workload)} of the pools that running benchmarks measure (not
+    the forced ones): the dispatcher holds the backups, restores and duplications of those
+    pools until the benchmark ends, which it does within minutes."""
     held = {}
     for r in db.all("SELECT id, params FROM jobs WHERE state='active' AND type=?",
                     (JOB_TYPE,)):
         p = json.loads(r["params"] or "{}")
         if not p.get("force"):
             for pool in p.get("pools") or []:
-                held[pool] = r["id"]
+                held[pool] = (r["id"], p.get("workload"))
     return held
 
 
@@ -131,6 +139,10 @@ class BenchmarkJob:
     """A benchmark job (app/jobs/kinds.py): prepare() finds the server, its host and the
     pools the volumes belong to; run() checks they are still free, has the agent run the
     steps and records the run."""
+
+    #: the log's warning on a forced run while the pool is in use
+    FORCED = ("forced: backups or restores use the pool; the figures are lower than the disks "
+              "give")
 
     def __init__(self, master, job):
         self.master = master
@@ -145,22 +157,18 @@ class BenchmarkJob:
             self.master, p["server"], p["volumes"])
 
     def run(self):
-        p, ctx = self.job["params"], self.ctx
-        if not p.get("force"):
-            _refuse_if_used(self.master, self.pools)
+        ctx = self.ctx
+        if not self.job["params"].get("force"):
+            refuse_if_used(self.master, self.pools)
         elif users(self.master, self.pools):
-            ctx.log("forced: backups or restores use the pool; the figures are lower than "
-                    "the disks give", "warning")
-        args = {"volumes": self.volumes, "workload": p["workload"],
-                "max_pairs": p["max_pairs"], **{k: p[k] for k in TUNING if k in p}}
-        ctx.log(f"{p['workload']} benchmark of {', '.join(self.volumes)} on host "
-                f"{self.host['name']}: up to {p['max_pairs']} writer/reader pair(s)")
+            ctx.log(self.FORCED, "warning")
+        op, args = self._request()
         ctx.flush()
         started = timeutil.iso(time.time())
         out, code = None, st.OK
         try:
             conn = self.master.hosts.connect(self.host)
-            call = conn.start("disk_benchmark", args, on_event=self._on_event)
+            call = conn.start(op, args, on_event=self._on_event)
             ctx.supervise([call])
             out = results([call])[0]
             return self._done(out)
@@ -173,13 +181,25 @@ class BenchmarkJob:
         finally:
             self._record(started, out, code)
 
+    def _request(self):
+        """The agent's request and its arguments; says in the log what the run does."""
+        p = self.job["params"]
+        self.ctx.log(f"{p['workload']} benchmark of {', '.join(self.volumes)} on host "
+                     f"{self.host['name']}: up to {p['max_pairs']} writer/reader pair(s)")
+        return "disk_benchmark", {"volumes": self.volumes, "workload": p["workload"],
+                                  "max_pairs": p["max_pairs"],
+                                  **{k: p[k] for k in TUNING if k in p}}
+
     def _on_event(self, event, data):
         if event == "step":
             self.steps.append(data)
-            self.ctx.log(step_line(data))
+            self.ctx.log(self.step_text(data))
             self.master.jobs.set_result(self.job["id"], self._partial())
         else:
             self.ctx.on_event(event, data)
+
+    def step_text(self, s):
+        return step_line(s)
 
     def _partial(self):
         p = self.job["params"]
@@ -203,20 +223,24 @@ class BenchmarkJob:
         ctx.flush(sample=True)
         return JobResult(bytes=ctx.bytes, files=0)
 
+    def _figures(self, out, steps):
+        """The run's own columns of benchmark_runs."""
+        return {"io_size": steps[0]["io_size"] if steps else None,
+                "cache_bypass": (out or {}).get("cache_bypass"),
+                "max_combined_mb_s": max((s["combined_mb_s"] for s in steps), default=None)}
+
     def _record(self, started, out, code):
         p = self.job["params"]
         steps = (out or {}).get("steps") or self.steps
-        best = max((s["combined_mb_s"] for s in steps), default=None)
+        row = {"job_id": self.job["id"], "server": p["server"], "host": self.host["name"],
+               "workload": p["workload"], "volumes": json.dumps(self.volumes),
+               "started": started, "ended": timeutil.iso(time.time()), "status": code,
+               "stopped": (out or {}).get("stopped") or ("canceled" if code == st.CANCELED
+                                                         else "failed"),
+               "steps": json.dumps(steps), **self._figures(out, steps)}
         with self.master.db.tx() as c:
-            c.execute("INSERT INTO benchmark_runs(job_id, server, host, workload, io_size, "
-                      "volumes, started, ended, status, stopped, cache_bypass, "
-                      "max_combined_mb_s, steps) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                      (self.job["id"], p["server"], self.host["name"], p["workload"],
-                       steps[0]["io_size"] if steps else None, json.dumps(self.volumes),
-                       started, timeutil.iso(time.time()), code,
-                       (out or {}).get("stopped") or ("canceled" if code == st.CANCELED
-                                                      else "failed"),
-                       (out or {}).get("cache_bypass"), best, json.dumps(steps)))
+            c.execute(f"INSERT INTO benchmark_runs({', '.join(row)}) "
+                      f"VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
 
 def step_line(s):
@@ -243,6 +267,8 @@ def runs(master, server=None, limit=100):
         d = dict(r)
         d["volumes"] = json.loads(d["volumes"] or "[]")
         d["steps"] = json.loads(d["steps"] or "[]")
-        d["sizing"] = storage_sizing.verdict(d["max_combined_mb_s"])
+        # the sizing levels are a disk pool's combined write-and-read throughput
+        d["sizing"] = [] if d["workload"] == "object" else \
+            storage_sizing.verdict(d["max_combined_mb_s"])
         out.append(d)
     return out

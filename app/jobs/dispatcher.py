@@ -435,7 +435,9 @@ class Dispatcher:
         pool = pools["of_stu"].get(stu)
         held = pools["benchmarked"].get(pool)
         if held is not None:
-            return f"a disk benchmark (job {held}) measures pool {pool}; this job starts " \
+            held_id, workload = held
+            what = "an object storage" if workload == "object" else "a disk"
+            return f"{what} benchmark (job {held_id}) measures pool {pool}; this job starts " \
                    "when it ends"
         limit = pools["streams"].get(pool)
         if limit is not None and active_per_pool.get(pool, 0) >= limit:

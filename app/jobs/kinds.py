@@ -8,7 +8,8 @@ and checks none of it again. Either may raise a CairnError (app/errors.py): the 
 with its status and message.
 
 The parent of a multi-stream backup is a backup job whose params list its streams; it is
-run by its own kind, "backup-set" (kind_of)."""
+run by its own kind, "backup-set" (kind_of), and a benchmark of a bucket by "object-benchmark"
+(app/jobs/object_benchmark.py)."""
 
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP, CatalogBackupJob
 from app.jobs.cleanup import CleanupJob
 from app.jobs.duplicate import JOB_TYPE as DUPLICATE, DuplicateJob
 from app.jobs.expire import ExpireJob
+from app.jobs.object_benchmark import WORKLOAD as OBJECT_WORKLOAD, ObjectBenchmarkJob
 from app.jobs.pool_import import JOB_TYPE as IMPORT, ImportJob
 from app.jobs.pool_jobs import ReclaimJob, VerifyJob
 from app.jobs.reindex import JOB_TYPE as REBUILD_INDEX, RebuildIndexJob
@@ -47,11 +49,14 @@ KINDS = {"backup": BackupJob, "backup-set": BackupSetJob, "restore": RestoreJob,
          "expire": ExpireJob, "verify": VerifyJob, "reclaim": ReclaimJob,
          "cleanup": CleanupJob, REBUILD_INDEX: RebuildIndexJob,
          CATALOG_BACKUP: CatalogBackupJob, IMPORT: ImportJob, DUPLICATE: DuplicateJob,
-         REPAIR: RepairJob, BENCHMARK: BenchmarkJob}
+         REPAIR: RepairJob, BENCHMARK: BenchmarkJob, "object-benchmark": ObjectBenchmarkJob}
 
 
 def kind_of(job):
-    """The kind that runs a job: its type, or "backup-set" for a backup with streams."""
+    """The kind that runs a job: its type, "backup-set" for a backup with streams, or
+    "object-benchmark" for a benchmark of a bucket."""
+    if job["type"] == BENCHMARK and job["params"].get("workload") == OBJECT_WORKLOAD:
+        return "object-benchmark"
     return "backup-set" if job["params"].get("streams") else job["type"]
 
 

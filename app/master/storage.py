@@ -3,7 +3,7 @@ cleanup, reclaim, import). Part of the master API (app/master/__init__.py)."""
 
 from app import pool_mounts, shared_volumes
 from app.errors import CairnError, ValidationError
-from app.jobs import benchmark, cleanup, pool_import, pool_jobs, reindex
+from app.jobs import benchmark, cleanup, object_benchmark, pool_import, pool_jobs, reindex
 from plugins.storage import registry
 
 
@@ -146,14 +146,41 @@ class StorageAPI:
                                             comment=comment)
 
     # ---- benchmarks -----------------------------------------------------------------------
-    def start_storage_benchmark(self, server, volumes=None, workload="stgpool", max_pairs=8,
-                                force=False, **tuning):
-        """Queues a disk benchmark of a storage server (app/jobs/benchmark.py): thread pairs on
-        `volumes` (default: its pools' volumes), `stgpool` or `db` I/O, up to max_pairs pairs.
-        Refused while backups or restores use a pool on those volumes, unless `force`.
-        tuning: step_seconds, max_step_seconds, interval, file_size."""
-        return benchmark.make_job(self, server, volumes=volumes, workload=workload,
-                                  max_pairs=max_pairs, force=force, **tuning)
+    def start_storage_benchmark(self, server, volumes=None, workload=None, max_pairs=None,
+                                force=False, min_threads=None, max_threads=None, step=None,
+                                object_size=None, **tuning):
+        """Queues a benchmark of a storage server. workload `stgpool` or `db`: the disk
+        benchmark (app/jobs/benchmark.py), thread pairs on `volumes` (default: its pools'
+        volumes), up to max_pairs pairs (default 8); tuning: step_seconds, max_step_seconds,
+        interval, file_size. workload `object`, for a server whose pool is in a bucket: the
+        object storage benchmark of the bucket (app/jobs/object_benchmark.py), min_threads to
+        max_threads by step, objects of object_size bytes; tuning: objects_per_thread,
+        seconds, ranged_size, ranged_per_thread, part_size. workload None: object for a server
+        with a bucket, else stgpool. Refused while backups or restores use the pool, unless
+        `force`."""
+        srv = self.config.storage_server(server)
+        bucket = object_benchmark.has_bucket(srv)
+        if workload is None:
+            workload = object_benchmark.WORKLOAD if bucket else "stgpool"
+        threads = dict(min_threads=min_threads, max_threads=max_threads, step=step,
+                       object_size=object_size)
+        if workload != object_benchmark.WORKLOAD:
+            given = [k for k, v in threads.items() if v is not None]
+            if given:
+                raise ValidationError(f"{given[0]} is a setting of the object benchmark of a "
+                                      f"cloud server's bucket, not of the {workload} disk "
+                                      "benchmark", hint="give --max-pairs to the disk "
+                                                        "benchmark")
+            return benchmark.make_job(self, server, volumes=volumes, workload=workload,
+                                      max_pairs=benchmark.DEFAULT_PAIRS if max_pairs is None
+                                      else max_pairs, force=force, **tuning)
+        for what, value in (("volumes", volumes), ("max_pairs", max_pairs)):
+            if value not in (None, []):
+                raise ValidationError(f"{what} is for the disk benchmark; the object "
+                                      f"benchmark measures the bucket of storage server "
+                                      f"{server}", hint="give --workload stgpool or db to "
+                                                        "measure its cache's disks")
+        return object_benchmark.make_job(self, server, force=force, **threads, **tuning)
 
     def storage_benchmarks(self, server=None, limit=100):
         """The recorded benchmark runs, newest first, each with its steps and sizing verdict

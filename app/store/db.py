@@ -497,6 +497,13 @@ MIGRATIONS = [
     );
     CREATE INDEX benchmark_runs_server ON benchmark_runs(server, id)
     """,
+    # 24: object storage benchmarks of a cloud server's bucket (app/jobs/object_benchmark.py)
+    # in the same table: their writes and reads run one after the other, not at once, so a
+    # run keeps its best write and best read throughput instead of a combined one
+    """
+    ALTER TABLE benchmark_runs ADD COLUMN max_write_mb_s REAL;
+    ALTER TABLE benchmark_runs ADD COLUMN max_read_mb_s REAL
+    """,
 ]
 
 

@@ -2,7 +2,9 @@
 on the disk pool wizard's volumes page; Start queues the benchmark job off the UI thread, the
 window follows it step by step and ends with its steps in the table and the plot (write, read
 and combined against pairs, the sizing levels as lines), the run listed among the server's
-runs; a refusal (a backup uses the pool) is shown with its hint."""
+runs; a refusal (a backup uses the pool) is shown with its hint. For a cloud server it runs
+the object benchmark of the bucket (against the loopback S3 server): thread counts in the
+table, write and read against threads in the plot."""
 
 import threading
 
@@ -51,6 +53,9 @@ def test_a_run_is_followed_then_shown_as_table_and_plot(qtbot, site):
     dlg.show()
     qtbot.waitUntil(lambda: dlg.run_list.count() == 1, timeout=5000)
     assert dlg.run_list.itemText(0) == "(no run yet)"
+    qtbot.waitUntil(lambda: not bridge.pending, timeout=5000)
+    assert dlg.workload.findData("object") == -1 and dlg.workload.currentData() == "stgpool"
+    assert dlg.max_pairs.isVisible() and not dlg.threads_row.isVisible()
     dlg.max_pairs.setValue(3)
     qtbot.mouseClick(dlg.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dlg.job_id is not None, timeout=5000)
@@ -137,3 +142,75 @@ def test_the_screenshot_view_shows_the_newest_run(qtbot, make_console, tmp_path)
         assert out.stat().st_size > 10000
     finally:
         m.close()
+
+
+MiB = 1 << 20
+OBJECT_FAST = dict(objects_per_thread=1, ranged_size=64 << 10, ranged_per_thread=4,
+                   part_size=5 * MiB)
+
+
+@pytest.fixture
+def cloud_site(tmp_path, s3_server, s3_bucket):
+    m = Master(str(tmp_path / "home"))
+    host = m.ensure_local_host()["name"]
+    m.create_storage_server("cs1", type="cloud", host=host, path=str(tmp_path / "cache"),
+                            options={"endpoint": s3_server.endpoint, "bucket": s3_bucket},
+                            credentials={"access_key": s3_server.access_key,
+                                         "secret_key": s3_server.secret_key})
+    m.create_disk_pool("cp1", server="cs1", volumes=[])
+    bridge = Bridge(m)
+    runner = threading.Thread(target=m.dispatcher.run_forever, kwargs={"poll": 0.1},
+                              daemon=True)
+    runner.start()
+    yield m, bridge, s3_bucket
+    m.dispatcher.stop()
+    runner.join(30)
+    bridge.shutdown()
+    m.close()
+
+
+def test_a_cloud_server_runs_the_object_benchmark_of_its_bucket(qtbot, cloud_site,
+                                                                 s3_server):
+    m, bridge, bucket = cloud_site
+    [pool] = m.disk_pools()
+    dlg = BenchmarkDialog(bridge, "cs1", volumes=pool["volumes"], pool="cp1",
+                          tuning=OBJECT_FAST)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    qtbot.waitUntil(lambda: dlg.workload.currentData() == "object", timeout=5000)
+    assert dlg.bucket_label.text() == f"{bucket}@{s3_server.endpoint}"
+    assert dlg.threads_row.isVisible() and dlg.object_size.isVisible()
+    assert not dlg.max_pairs.isVisible() and not dlg.vols_label.isVisible()
+    # its cache's disks can still be measured
+    assert {dlg.workload.itemData(i) for i in range(dlg.workload.count())} == \
+        {"object", "stgpool", "db"}
+    dlg.max_threads.setValue(2)
+    dlg.object_size.setValue(6)
+    qtbot.mouseClick(dlg.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dlg.job_id is not None, timeout=5000)
+    qtbot.waitUntil(lambda: dlg.job is not None and dlg.job["state"] == "done",
+                    timeout=60000)
+    qtbot.waitUntil(lambda: bool(dlg.runs) and not bridge.pending, timeout=5000)
+    job = m.job(dlg.job_id)
+    assert job["status"] == 0, [x["message"] for x in m.job_logs(dlg.job_id)]
+    assert job["params"]["workload"] == "object" and job["params"]["object_size"] == 6 * MiB
+    steps = job["result"]["steps"]
+    assert [s["threads"] for s in steps] == [1, 2]
+    assert dlg.table.rowCount() == 2
+    assert dlg.table.horizontalHeaderItem(0).text() == "Threads"
+    assert dlg.table.item(1, 1).text() == "6.0 MiB"
+    assert dlg.table.item(1, 2).text() == f"{steps[1]['write_mb_s']:.1f}"
+    assert dlg.table.item(1, 3).text() == f"{steps[1]['read_mb_s']:.1f}"
+    for key in ("write_mb_s", "read_mb_s"):
+        assert dlg.plot.points(key) == [(s["threads"], s[key]) for s in steps]
+    assert dlg.plot.points("combined_mb_s") == []
+    assert not any(line.isVisible() for line in dlg.plot.marks)
+    assert dlg.plot.getPlotItem().getAxis("bottom").labelText == "Threads"
+    assert dlg.verdict.text().startswith("Best write ")
+    assert "object of 6.0 MiB, 2 thread count(s), best write" in dlg.run_list.itemText(0)
+    assert type_text(job) == "benchmark server cs1 (object)"
+    found = result_text(job).splitlines()
+    assert found[0].startswith("1 thread(s): write ") and found[-1].startswith("Best write")
+    # a disk workload chosen: its settings come back
+    dlg.workload.setCurrentIndex(dlg.workload.findData("stgpool"))
+    assert dlg.max_pairs.isVisible() and not dlg.threads_row.isVisible()

@@ -89,6 +89,42 @@ def _int(name, value, low, high):
     return value
 
 
+def check_settings(min_threads=1, max_threads=8, step=1, object_size=DEFAULT_OBJECT_SIZE,
+                   objects_per_thread=None, seconds=None, ranged_size=None,
+                   ranged_per_thread=None, part_size=None):
+    """A run's settings checked, the defaults filled in: the master checks them when it
+    queues a run, the agent again when it runs one. ranged_size defaults to the smaller of
+    DEFAULT_RANGED_SIZE and the object; seconds replaces the counts per thread."""
+    min_threads = _int("min_threads", min_threads, 1, MAX_THREADS)
+    max_threads = _int("max_threads", max_threads, min_threads, MAX_THREADS)
+    step = _int("step", step, 1, MAX_THREADS)
+    object_size = _int("object_size", object_size, 1, MAX_OBJECT)
+    part_size = _int("part_size", cloud.PART_SIZE if part_size is None else part_size,
+                     MIN_PART, MAX_PART)
+    ranged_size = _int("ranged_size", min(DEFAULT_RANGED_SIZE, object_size)
+                       if ranged_size is None else ranged_size, 1, object_size)
+    if seconds is not None and (objects_per_thread, ranged_per_thread) != (None, None):
+        raise ValidationError("give objects_per_thread and ranged_per_thread, or seconds, "
+                              "not both")
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+                not 0 < seconds <= 3600:
+            raise ValidationError(f"seconds must be a number above 0 and at most 3600, "
+                                  f"not {seconds!r}")
+        seconds = float(seconds)
+    else:
+        if objects_per_thread is None:
+            objects_per_thread = DEFAULT_OBJECTS_PER_THREAD
+        if ranged_per_thread is None:
+            ranged_per_thread = DEFAULT_RANGED_PER_THREAD
+        _int("objects_per_thread", objects_per_thread, 1, 1000)
+        _int("ranged_per_thread", ranged_per_thread, 1, 100000)
+    return {"min_threads": min_threads, "max_threads": max_threads, "step": step,
+            "object_size": object_size, "part_size": part_size, "ranged_size": ranged_size,
+            "seconds": seconds, "objects_per_thread": objects_per_thread,
+            "ranged_per_thread": ranged_per_thread}
+
+
 def _run_of(token):
     """(host, pid, started) of a run's prefix name, or None when it is none of ours."""
     parts = token.rsplit("-", 3)
@@ -153,38 +189,20 @@ class ObjectBenchmark:
 
     def __init__(self, bucket_spec, *, min_threads=1, max_threads=8, step=1,
                  object_size=DEFAULT_OBJECT_SIZE, objects_per_thread=None, seconds=None,
-                 ranged_size=DEFAULT_RANGED_SIZE, ranged_per_thread=None, part_size=None,
+                 ranged_size=None, ranged_per_thread=None, part_size=None,
                  emit=None, is_cancelled=None):
         if not isinstance(bucket_spec, dict) or not all(
                 isinstance(bucket_spec.get(k), str) and bucket_spec.get(k)
                 for k in SPEC_KEYS):
             raise ValidationError("the benchmark needs the bucket's spec: "
                                   + ", ".join(SPEC_KEYS))
-        self.min_threads = _int("min_threads", min_threads, 1, MAX_THREADS)
-        self.max_threads = _int("max_threads", max_threads, min_threads, MAX_THREADS)
-        self.step = _int("step", step, 1, MAX_THREADS)
-        self.object_size = _int("object_size", object_size, 1, MAX_OBJECT)
-        self.part_size = _int("part_size", cloud.PART_SIZE if part_size is None else part_size,
-                              MIN_PART, MAX_PART)
-        self.ranged_size = _int("ranged_size", ranged_size, 1, object_size)
-        if seconds is not None and (objects_per_thread, ranged_per_thread) != (None, None):
-            raise ValidationError("give objects_per_thread and ranged_per_thread, or seconds, "
-                                  "not both")
-        if seconds is not None:
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
-                    not 0 < seconds <= 3600:
-                raise ValidationError(f"seconds must be a number above 0 and at most 3600, "
-                                      f"not {seconds!r}")
-            seconds = float(seconds)
-        else:
-            if objects_per_thread is None:
-                objects_per_thread = DEFAULT_OBJECTS_PER_THREAD
-            if ranged_per_thread is None:
-                ranged_per_thread = DEFAULT_RANGED_PER_THREAD
-            _int("objects_per_thread", objects_per_thread, 1, 1000)
-            _int("ranged_per_thread", ranged_per_thread, 1, 100000)
-        self.seconds, self.objects_per_thread = seconds, objects_per_thread
-        self.ranged_per_thread = ranged_per_thread
+        settings = check_settings(min_threads=min_threads, max_threads=max_threads, step=step,
+                                  object_size=object_size,
+                                  objects_per_thread=objects_per_thread, seconds=seconds,
+                                  ranged_size=ranged_size, ranged_per_thread=ranged_per_thread,
+                                  part_size=part_size)
+        for k, v in settings.items():
+            setattr(self, k, v)
         self.spec = bucket_spec
         self.emit = emit or (lambda event, data: None)
         self.is_cancelled = is_cancelled or (lambda: False)

@@ -6,8 +6,8 @@ creating the server checks the bucket from the storage server's host."""
 
 import os
 
-from PySide6.QtWidgets import QCheckBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, \
-    QPushButton, QSpinBox
+from PySide6.QtWidgets import QCheckBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, \
+    QLineEdit, QPushButton, QSpinBox
 
 from app.errors import ValidationError
 from plugins.storage.cloud import keys as cloud_keys
@@ -50,7 +50,9 @@ class BucketPage(Page):
         form.addRow("&Prefix:", self.prefix)
         form.addRow("&Region:", self.region)
         form.addRow("&CA file:", self.ca_file)
-        form.addRow("&Access key:", keys_row)
+        access_label = QLabel("&Access key:")
+        access_label.setBuddy(self.access_key)  # a row of two widgets names its own
+        form.addRow(access_label, keys_row)
         form.addRow("&Secret key:", self.secret_key)
         form.addRow("", note("The master keeps the keys in a private file beside the pools' "
                              "encryption keys, never in the catalog, and hands them only to "

@@ -411,6 +411,7 @@ class BackupJob:
         return commit(
             self.master, self.storage, job_id=job["id"], partial=self.partial,
             final=self.final, storage=side.commit_spec(), extra_bytes=side.stored_bytes(stats),
+            timeout=side.commit_timeout,
             record=dict(
                 id=self.image_id, client=self.client_host["name"], policy=job["policy"],
                 schedule=job["schedule"], schedule_type=meta["schedule_type"],

@@ -57,16 +57,19 @@ def missing_sources(c, sources):
     return gone
 
 
-def commit(master, conn, *, job_id, record, partial, final, storage, extra_bytes=0):
+def commit(master, conn, *, job_id, record, partial, final, storage, extra_bytes=0,
+           timeout=300):
     """Commits a finished image (steps 1 to 3 above) and returns the agent's commit result
     ({"path", "bytes"}). conn: the storage host's agent; storage: the pool's storage spec
     (its type renames the image into place). record: record_image's fields without path and
     image_bytes, which the commit fills in (image_bytes: the file's size plus
-    extra_bytes). The result's "duplicates": the duplicate jobs queued for it."""
+    extra_bytes). The result's "duplicates": the duplicate jobs queued for it. timeout: the
+    most seconds the storage host's commit may take (None: no limit; BackupSide.
+    commit_timeout)."""
     _begin(master, job_id=job_id, record=record, partial=partial, final=final,
            extra_bytes=extra_bytes)
     try:
-        committed = _rename(conn, partial, final, storage)
+        committed = _rename(conn, partial, final, storage, timeout)
         committed["duplicates"] = _record(master, record, committed["path"],
                                           committed["bytes"] + extra_bytes)
     except BaseException:
@@ -96,9 +99,9 @@ def _begin(master, *, job_id, record, partial, final, extra_bytes):
                    timeutil.iso(time.time())))
 
 
-def _rename(conn, partial, final, storage):
+def _rename(conn, partial, final, storage, timeout):
     return conn.call("commit_image", {"partial": partial, "final": final, "storage": storage},
-                     timeout=300)
+                     timeout=timeout)
 
 
 def _record(master, record, path, image_bytes):

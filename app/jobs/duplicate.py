@@ -166,7 +166,7 @@ class DuplicateJob:
             self.ctx.set_phase(COMMITTING)
             committed = target.call("commit_image", {"partial": partial, "final": final,
                                                      "storage": side.commit_spec()},
-                                    timeout=300)
+                                    timeout=side.commit_timeout)
             record.pop("extra_bytes")
             number = duplicate_commit.record_copy(master, self.job["id"], image["id"],
                                                   record, committed["path"],

@@ -131,7 +131,7 @@ class RepairJob(DuplicateJob):
             stats = side.outcome(summary, received)
             committed = target.call("commit_image", {"partial": partial, "final": final,
                                                      "storage": side.commit_spec()},
-                                    timeout=300)
+                                    timeout=side.commit_timeout)
         except BaseException:
             self._put_back(target, partial, aside, final, present)
             raise

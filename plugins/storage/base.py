@@ -283,6 +283,9 @@ class BackupSide:
         backup added."""
         return self.base_access
 
+    # The most seconds the commit may take (a rename and an fsync), or None: no limit.
+    commit_timeout = 300
+
     def stored_bytes(self, stats):
         """What the image added to the pool beyond its own file (the catalog's image_bytes
         adds it)."""

@@ -60,6 +60,14 @@ def backup(m):
     return job
 
 
+def backed_up(m):
+    """The image of a first backup that went well."""
+    job = backup(m)
+    assert job["status"] == st.OK, log_of(m, job["id"])
+    [img] = m.images()
+    return img
+
+
 def restores(m, image_id, src, to, streams=None):
     [r] = m.wait_for([m.start_restore(image_id, [str(src)], str(to), streams=streams)])
     assert r["status"] == st.OK, log_of(m, r["id"])
@@ -213,9 +221,7 @@ def test_the_endpoint_down_at_the_commit_fails_the_job_and_records_nothing(
         assert m.images() == []
         assert not [n for n in objects(s3_server, s3_bucket) if n.startswith("images/")]
         # the endpoint back: the next backup takes what the cache kept and commits
-        job = backup(m)
-        assert job["status"] == st.OK, log_of(m, job["id"])
-        [img] = m.images()
+        img = backed_up(m)
         assert f"images/me/{img['id']}.recipe" in objects(s3_server, s3_bucket)
         restores(m, img["id"], src, tmp_path / "out")
     finally:
@@ -226,9 +232,7 @@ def test_throttling_is_ridden_out(tmp_path, s3_server, s3_bucket):
     m, src = make_site(tmp_path, s3_server, s3_bucket, files=5, size=8 * MiB)
     try:
         with s3_server.throttled(1):
-            job = backup(m)
-        assert job["status"] == st.OK, log_of(m, job["id"])
-        [img] = m.images()
+            img = backed_up(m)
         restores(m, img["id"], src, tmp_path / "out")
     finally:
         m.close()
@@ -238,9 +242,7 @@ def test_an_expired_image_leaves_the_bucket_and_reclaim_deletes_its_containers(
         tmp_path, s3_server, s3_bucket):
     m, src = make_site(tmp_path, s3_server, s3_bucket)
     try:
-        job = backup(m)
-        assert job["status"] == st.OK, log_of(m, job["id"])
-        [img] = m.images()
+        img = backed_up(m)
         before = objects(s3_server, s3_bucket)
         assert any(n.endswith(".ctr") for n in before)
         m.expire_image(img["id"])
@@ -260,9 +262,7 @@ def test_a_catalog_backup_keeps_the_bucket_credentials_sealed_and_recovers_them(
     from app.errors import ValidationError
     m, src = make_site(tmp_path, s3_server, s3_bucket)
     try:
-        job = backup(m)
-        assert job["status"] == st.OK, log_of(m, job["id"])
-        [img] = m.images()
+        img = backed_up(m)
         with pytest.raises(ValidationError, match="keeps its data in a bucket"):
             m.start_catalog_backup("cu", b"catalog-passphrase-1")
         (tmp_path / "adv").mkdir()
@@ -303,9 +303,7 @@ def test_a_restore_in_several_processes_fetches_with_a_client_of_each_its_own(
     # three containers of 64 MiB, so that the parts fetch them (not the parent, before)
     m, src = make_site(tmp_path, s3_server, s3_bucket, files=6, size=24 * MiB)
     try:
-        job = backup(m)
-        assert job["status"] == st.OK, log_of(m, job["id"])
-        [img] = m.images()
+        img = backed_up(m)
         # one stream first: the agent itself fetches, its client keeps pooled connections
         for round_, streams in enumerate((1, 2, 2)):
             for n in containers_in(tmp_path / "cache"):
@@ -321,9 +319,7 @@ def test_a_pool_verify_checks_the_bucket_and_mends_it_from_the_cache(
         tmp_path, s3_server, s3_bucket):
     m, src = make_site(tmp_path, s3_server, s3_bucket, files=3, size=2 * MiB)
     try:
-        job = backup(m)
-        assert job["status"] == st.OK, log_of(m, job["id"])
-        [img] = m.images()
+        img = backed_up(m)
         [ctr] = containers_in(tmp_path / "cache")
         client = s3_server.client()
         client.delete_object(Bucket=s3_bucket, Key="containers/" + ctr)
@@ -388,9 +384,7 @@ def test_a_restore_of_one_file_reads_its_chunks_with_ranged_gets(tmp_path, s3_se
     m, src = make_site(tmp_path, s3_server, s3_bucket, files=4, size=6 * MiB)
     try:
         (src / "small.txt").write_bytes(os.urandom(3000))
-        job = backup(m)
-        assert job["status"] == st.OK, log_of(m, job["id"])
-        [img] = m.images()
+        img = backed_up(m)
         for n in containers_in(tmp_path / "cache"):
             os.unlink(tmp_path / "cache" / "containers" / n)
         [r] = m.wait_for([m.start_restore(img["id"], [str(src / "small.txt")],

@@ -83,6 +83,11 @@ def _mib(n):
 class CloudBackup(dedup.DedupBackup):
     """A backup into a cloud pool: a dedup backup whose commit waits for the bucket."""
 
+    # the commit waits until the bucket holds every container, however far the uploads fell
+    # behind the backup (a slow link): each request has its own timeouts and retries, and a
+    # lost agent ends the call
+    commit_timeout = None
+
     def placed_text(self):
         b = self.access["bucket"]
         return (f"image {self.image_id} goes to cloud pool {self.pool['name']} (cache "

@@ -42,6 +42,7 @@ from s3server import S3Server  # noqa: E402
 
 MiB = 1 << 20
 FILE = 64 * MiB
+SIGN = None  # the cloud pools' sign_payload (--sign-payload)
 WORDS = [bytes(random.Random(i).choices(b"abcdefghijklmnopqrstuvwxyz", k=2 + i % 9))
          for i in range(4000)]
 
@@ -79,6 +80,8 @@ def master(home, kind, cache, src, s3):
         options = {"endpoint": s3.endpoint, "bucket": bucket}
         if kind == "cloud-cache":
             options["commit_at"] = "cache"
+        if SIGN is not None:
+            options["sign_payload"] = SIGN
         m.create_storage_server("ss", type="cloud", host="me", path=cache, options=options,
                                 credentials={"access_key": s3.access_key,
                                              "secret_key": s3.secret_key})
@@ -119,10 +122,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", default="/var/tmp")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sign-payload", choices=("auto", "on", "off"), default="auto",
+                    help="the cloud pools' sign_payload (auto: signed over http, as the "
+                         "loopback server is)")
     ap.add_argument("--kinds", default="local,cloud,cloud-cache",
                     help="local (a dedup pool), cloud, cloud-cache (a cloud pool whose "
                          "backups end once the cache holds them); local first")
     a = ap.parse_args()
+    global SIGN
+    SIGN = {"auto": None, "on": True, "off": False}[a.sign_payload]
     work = os.path.join(a.work, f"cairn-bench-cloud-{os.getpid()}")
     os.makedirs(work)
     s3 = S3Server(os.path.join(work, "s3"))

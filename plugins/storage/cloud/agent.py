@@ -28,7 +28,8 @@ class CloudAgent(DedupAgent):
 
     def remote(self, spec):
         from plugins.storage.cloud.store import Remote
-        return Remote(spec["bucket"], spec.get("cache_limit"))
+        return Remote(spec["bucket"], spec.get("cache_limit"),
+                      upload_on_seal=spec.get("commit_at") != "cache")
 
     def before_commit(self, partial, final, spec=None):
         if (spec or {}).get("commit_at") == "cache":

@@ -18,7 +18,10 @@ store lists it, and a reclaim finds it, whether or not the cache holds its bytes
 Sealed containers are uploaded as they are sealed, by UPLOADERS threads (each in parallel
 parts), while the backup goes on; the commit of an image waits until every container is in
 the bucket, then uploads the recipe, then makes the image committed in the cache: an image is
-committed only once the bucket holds all of it."""
+committed only once the bucket holds all of it. A pool whose backups end once the cache
+holds them (upload_on_seal False) leaves the uploads until the image is committed: on a
+storage host short of cores, uploads beside the ingest would slow the backup they are meant
+not to hold up."""
 
 import fcntl
 import os
@@ -90,23 +93,25 @@ class Remote:
     the storage spec's "bucket" part; cache_limit the most bytes of containers the cache keeps
     (None: trimmed when its file system runs low)."""
 
-    def __init__(self, spec, cache_limit=None):
+    def __init__(self, spec, cache_limit=None, upload_on_seal=True):
         self.spec = dict(spec)
         self.cache_limit = cache_limit
+        self.upload_on_seal = upload_on_seal
         self.ident = (spec["endpoint"], spec["bucket"], spec.get("prefix") or "",
-                      spec["access_key"], cache_limit)
+                      spec["access_key"], cache_limit, upload_on_seal)
 
     def make(self, root, key=None, keyless=False):
         return CloudStore(root, key=key, keyless=keyless, bucket=lambda: Bucket(self.spec),
-                          cache_limit=self.cache_limit)
+                          cache_limit=self.cache_limit, upload_on_seal=self.upload_on_seal)
 
 
 class CloudStore(ChunkStore):
     """A ChunkStore whose containers are also in the bucket `bucket()` makes (see the
     module's docstring)."""
 
-    def __init__(self, root, *, bucket, cache_limit=None, **kw):
+    def __init__(self, root, *, bucket, cache_limit=None, upload_on_seal=True, **kw):
         self._make_bucket = bucket
+        self.upload_on_seal = upload_on_seal
         self._bucket = bucket()
         self._pid = os.getpid()
         self._inherited = []  # the clients of the processes this one was forked from
@@ -207,7 +212,8 @@ class CloudStore(ChunkStore):
     # ---- uploads ---------------------------------------------------------------------------
     def container_sealed(self, number, size, entries):
         self._entries[number] = list(entries)
-        self._submit(number)
+        if self.upload_on_seal:
+            self._submit(number)
 
     def _submit(self, number):
         self.bucket  # noqa: B018 - first: in a forked process, its own client and locks

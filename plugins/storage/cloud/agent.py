@@ -9,6 +9,7 @@ The pool's modules are imported lazily, as dedup's are (plugins/storage/dedup/ag
 agent that never serves a cloud pool never loads them, nor boto3."""
 
 import os
+import time
 
 from app.errors import CairnError, ValidationError
 from plugins.storage.dedup.agent import DedupAgent, _remove
@@ -20,6 +21,10 @@ def _object_name(root, path):
     if rel.startswith("..") or os.path.isabs(rel):
         raise ValidationError(f"{path} is not a file of the pool at {root}")
     return rel.replace(os.sep, "/")
+
+
+# A multipart upload begun longer ago than this is one an agent killed halfway left.
+STALE_UPLOAD_S = 24 * 3600
 
 
 class CloudAgent(DedupAgent):
@@ -67,6 +72,10 @@ class CloudAgent(DedupAgent):
         stats = super().reclaim(req, spec, compact_below, known, min_age_s)
         gone = stats["stale_recipes_removed"] + stats["orphan_recipes_removed"]
         store.bucket.delete([_object_name(store.root, p) for p in gone])
+        # the parts of uploads an agent killed halfway left: space no listing shows
+        stale = store.bucket.uploads(begun_before=time.time() - STALE_UPLOAD_S)
+        store.bucket.abort(stale)
+        stats["uploads_aborted"] = len(stale)
         stats["cloud"] = dict(store.cache_usage(), taken_from_bucket=taken)
         return stats
 

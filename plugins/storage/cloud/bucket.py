@@ -246,16 +246,21 @@ class Bucket:
                 raise BucketError(f"deleting {e.get('Key')} in bucket {self.name}: "
                                   f"{e.get('Message') or e.get('Code')}")
 
-    def uploads(self, prefix=""):
+    def uploads(self, prefix="", begun_before=None):
         """[(name, upload id)] of the multipart uploads under prefix that were begun and
         neither completed nor aborted: their parts take space that no listing of objects
-        shows (an uploader killed halfway leaves them)."""
+        shows (an uploader killed halfway leaves them). begun_before: only those begun
+        before that time (seconds since the epoch)."""
         out = []
         paginator = self.client.get_paginator("list_multipart_uploads")
 
         def walk():
             for page in paginator.paginate(Bucket=self.name, Prefix=self.key(prefix)):
                 for u in page.get("Uploads") or []:
+                    begun = u.get("Initiated")
+                    if begun_before is not None and begun is not None and \
+                            begun.timestamp() >= begun_before:
+                        continue
                     out.append((u["Key"][len(self.prefix):], u["UploadId"]))
         self._call(f"listing the unfinished uploads of {prefix or 'the bucket'}", walk)
         return out

@@ -26,9 +26,19 @@ def killing_call(self, op, args=None, **kw):
         os.kill(os.getpid(), signal.SIGKILL)
     return result
 def killing_start(self, op, args=None, on_event=None):
+    if op == at and when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
     started = start(self, op, args, on_event)
     if op == at and when == "sent":
         os.kill(os.getpid(), signal.SIGKILL)
+    if op == at and when == "after":  # the answer read, whoever waits for it
+        wait = started.wait
+        def killing_wait(timeout=None):
+            result = wait(timeout)
+            if started.done():
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+        started.wait = killing_wait
     return started
 agent_client.AgentConnection.call = killing_call
 agent_client.AgentConnection.start = killing_start

@@ -289,7 +289,7 @@ def receive_image(req, path, cert, key, token, storage=None, bind=None):
 @handler
 def commit_image(req, partial, final, storage=None):
     """Makes a finished image visible under its final name, atomically and durably."""
-    return agents.get(storage).commit(storage, partial, final)
+    return agents.get(storage).commit(storage, partial, final, emit=req.emit)
 
 
 @handler

@@ -23,6 +23,9 @@ from app.jobs.result import JobResult
 from app.policy_edit import client_excludes
 from plugins.storage import registry
 
+# How often the log tells how the commit's uploads to a cloud pool's bucket go.
+UPLOAD_LOG_EVERY = 5.0
+
 
 def new_image_id(db, client, job_id):
     """Client, second and job: unique even for backups of one client that run at once
@@ -127,6 +130,7 @@ class BackupJob:
         self.master = master
         self.job = job
         self.ctx = JobContext(master.jobs, job["id"])
+        self._upload_logged = 0.0
         self.p = job["params"]
         self.stu = self.pool = self.server = self.storage_type = None
         self.storage_host = self.client_host = self.policy = self.schedule = None
@@ -392,6 +396,21 @@ class BackupJob:
                                                                + chosen["names"]))
         return excludes, chosen["names"]
 
+    def _commit_event(self, event, data):
+        """What the storage host says while it commits: a cloud pool's uploads, logged
+        every UPLOAD_LOG_EVERY seconds and once they are done."""
+        if event != "upload":
+            return
+        now = time.monotonic()
+        last = data["containers"] == data["of"]
+        if not last and now - self._upload_logged < UPLOAD_LOG_EVERY:
+            return
+        self._upload_logged = now
+        self.ctx.log(f"{'uploaded' if last else 'uploading'} to the bucket: "
+                     f"{data['containers']} of {data['of']} container(s) the backup was "
+                     f"waiting for, {data['bytes'] / (1 << 20):.1f} of "
+                     f"{data['total_bytes'] / (1 << 20):.1f} MiB")
+
     def _commit(self, meta, expires, summary, stats, warnings):
         """Checks that the images this one reads from are still there, then commits it."""
         sources = self.completer.sources if self.completer else []
@@ -411,7 +430,7 @@ class BackupJob:
         return commit(
             self.master, self.storage, job_id=job["id"], partial=self.partial,
             final=self.final, storage=side.commit_spec(), extra_bytes=side.stored_bytes(stats),
-            timeout=side.commit_timeout,
+            timeout=side.commit_timeout, on_event=self._commit_event, tick=self.ctx.flush,
             record=dict(
                 id=self.image_id, client=self.client_host["name"], policy=job["policy"],
                 schedule=job["schedule"], schedule_type=meta["schedule_type"],

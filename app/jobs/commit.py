@@ -26,6 +26,8 @@ from app.errors import CairnError
 from app.jobs.duplicate_queue import queue_after_backup
 from app.jobs.store import DONE, NEXT_CHANGE
 
+TICK = 1.0
+
 
 def record_image(c, *, sources, selections, **fields):
     """The catalog row of a committed image and its dependencies on the images it reads
@@ -58,18 +60,18 @@ def missing_sources(c, sources):
 
 
 def commit(master, conn, *, job_id, record, partial, final, storage, extra_bytes=0,
-           timeout=300):
+           timeout=300, on_event=None, tick=None):
     """Commits a finished image (steps 1 to 3 above) and returns the agent's commit result
     ({"path", "bytes"}). conn: the storage host's agent; storage: the pool's storage spec
     (its type renames the image into place). record: record_image's fields without path and
     image_bytes, which the commit fills in (image_bytes: the file's size plus
     extra_bytes). The result's "duplicates": the duplicate jobs queued for it. timeout: the
     most seconds the storage host's commit may take (None: no limit; BackupSide.
-    commit_timeout)."""
+    commit_timeout). on_event, tick: see _rename."""
     _begin(master, job_id=job_id, record=record, partial=partial, final=final,
            extra_bytes=extra_bytes)
     try:
-        committed = _rename(conn, partial, final, storage, timeout)
+        committed = _rename(conn, partial, final, storage, timeout, on_event, tick)
         committed["duplicates"] = _record(master, record, committed["path"],
                                           committed["bytes"] + extra_bytes)
     except BaseException:
@@ -99,9 +101,21 @@ def _begin(master, *, job_id, record, partial, final, extra_bytes):
                    timeutil.iso(time.time())))
 
 
-def _rename(conn, partial, final, storage, timeout):
-    return conn.call("commit_image", {"partial": partial, "final": final, "storage": storage},
-                     timeout=timeout)
+def _rename(conn, partial, final, storage, timeout, on_event=None, tick=None):
+    """The agent's commit; with `tick`, called every TICK seconds while it runs (the job's
+    flush: what on_event logged of a long commit shows as it happens)."""
+    args = {"partial": partial, "final": final, "storage": storage}
+    if tick is None:
+        return conn.call("commit_image", args, on_event=on_event, timeout=timeout)
+    call = conn.start("commit_image", args, on_event)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not call.wait_done(TICK):
+        tick()
+        if deadline is not None and time.monotonic() > deadline:
+            call.cancel()
+            raise CairnError(f"the commit on {conn.host} did not answer within {timeout:.0f} s")
+    tick()
+    return call.wait(0)
 
 
 def _record(master, record, path, image_bytes):

@@ -126,9 +126,10 @@ class AgentStorage:
         """A Receiver writing a new partial image at `path`."""
         raise NotImplementedError
 
-    def commit(self, spec, partial, final):
+    def commit(self, spec, partial, final, emit=None):
         """Makes a finished image visible under its final name, atomically and durably;
-        returns {"path", "bytes"}."""
+        returns {"path", "bytes"}. emit(event, data): what the commit has to say while it
+        runs (a cloud pool: its uploads)."""
         raise NotImplementedError
 
     def reading(self, spec):

@@ -6,6 +6,7 @@ the commit (the job fails, nothing is recorded, the next backup works), throttli
 out, and an expired image leaving the bucket once a reclaim ran."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -89,6 +90,8 @@ def test_the_bucket_holds_the_whole_pool_and_a_restore_fetches_what_the_cache_lo
         assert job["status"] == st.OK, log
         assert f"bucket {s3_bucket} at {s3_server.endpoint}" in log
         assert "the bucket holds the image" in log
+        # the commit says how the uploads it waits for go, apart from the ingest
+        assert re.search(r"uploaded to the bucket: (\d+) of \1 container\(s\)", log), log
         names = objects(s3_server, s3_bucket)
         ctrs = [n for n in names if n.endswith(".ctr")]
         assert "pool.json" in names and ctrs

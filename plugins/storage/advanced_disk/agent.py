@@ -199,7 +199,7 @@ class AdvancedDiskAgent(AgentStorage):
     def receiver(self, spec, path, emit):
         return _FileReceiver(path, emit)
 
-    def commit(self, spec, partial, final):
+    def commit(self, spec, partial, final, emit=None):
         return commit_file(partial, final)
 
     def verify(self, req, spec, images, pace=None):

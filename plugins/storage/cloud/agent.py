@@ -36,19 +36,24 @@ class CloudAgent(DedupAgent):
         return Remote(spec["bucket"], spec.get("cache_limit"),
                       upload_on_seal=spec.get("commit_at") != "cache")
 
-    def before_commit(self, partial, final, spec=None):
+    def before_commit(self, partial, final, spec=None, emit=None):
         if (spec or {}).get("commit_at") == "cache":
             return None  # the uploads are queued once the image is committed (commit)
 
+        def progress(done, total, done_bytes, total_bytes):
+            if emit is not None:
+                emit("upload", {"containers": done, "of": total, "bytes": done_bytes,
+                                "total_bytes": total_bytes})
+
         def upload(store):
-            store.flush_uploads()
+            store.flush_uploads(progress=progress)
             store.put_recipe(_object_name(store.root, final), partial)
         return upload
 
-    def commit(self, spec, partial, final):
+    def commit(self, spec, partial, final, emit=None):
         store = self.open_store(spec)
         retried = store.bucket.retried
-        out = super().commit(spec, partial, final)
+        out = super().commit(spec, partial, final, emit)
         queued = spec.get("commit_at") == "cache"
         if queued:
             store.queue_recipe(_object_name(store.root, final), final)

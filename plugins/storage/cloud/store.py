@@ -239,10 +239,11 @@ class CloudStore(ChunkStore):
         fsync_dir(self.containers_dir)
         self._entries.pop(number, None)
 
-    def flush_uploads(self, numbers=None):
+    def flush_uploads(self, numbers=None, progress=None):
         """Uploads the containers not in the bucket yet (those given, or every one), the
         uploads already running included, and waits for them; raises the first failure
-        after every one has been tried."""
+        after every one has been tried. progress(containers done, of, bytes done, of) is
+        called as each one ends."""
         if not self._config_in_bucket:
             self.bucket.put_file(POOL_FILE, self.config_path)
             self._config_in_bucket = True
@@ -252,15 +253,21 @@ class CloudStore(ChunkStore):
             numbers = sorted(ctr - noted)
         else:
             numbers = [n for n in numbers if not os.path.exists(self._note_path(n))]
+        sizes = [super(CloudStore, self).container_bytes(n) or 0 for n in numbers]
         futures = [self._submit(n) for n in numbers]
         failed = None
-        for f in futures:
+        done = done_bytes = 0
+        for f, size in zip(futures, sizes):
             try:
                 f.result()
             except FileNotFoundError:
                 continue  # deleted by a reclaim since the listing
             except BaseException as e:  # noqa: BLE001 - raised once every upload has ended
                 failed = failed or e
+            done += 1
+            done_bytes += size
+            if progress is not None and futures:
+                progress(done, len(futures), done_bytes, sum(sizes))
         if failed is not None:
             raise failed
         with self._upload_lock:

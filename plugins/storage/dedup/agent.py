@@ -232,17 +232,17 @@ class DedupAgent(AgentStorage):
             raise
         return _IngestReceiver(ingest, path, spec.get("mode"))
 
-    def commit(self, spec, partial, final):
+    def commit(self, spec, partial, final, emit=None):
         from plugins.storage.dedup.ingest import commit_recipe
         if not os.path.exists(partial):
             raise CairnError(f"{partial} is gone; the image cannot be committed",
                              status_code=status.IMAGE_DAMAGED)
         size = commit_recipe(spec["root"], partial, final, key=spec.get("key"),
                              remote=self.remote(spec),
-                             before=self.before_commit(partial, final, spec))
+                             before=self.before_commit(partial, final, spec, emit))
         return {"path": final, "bytes": size}
 
-    def before_commit(self, partial, final, spec=None):
+    def before_commit(self, partial, final, spec=None, emit=None):
         """What commit does first, under the pool's session (None: nothing)."""
         return None
 

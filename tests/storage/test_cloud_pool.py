@@ -400,3 +400,62 @@ def test_a_restore_of_one_file_reads_its_chunks_with_ranged_gets(tmp_path, s3_se
         assert containers_in(tmp_path / "cache")
     finally:
         m.close()
+
+
+def test_hostile_names_in_the_bucket_write_nothing_outside_the_cache(tmp_path, s3_server,
+                                                                      s3_bucket):
+    # whoever else may write to the bucket plants names that climb out of the cache
+    m, src = make_site(tmp_path, s3_server, s3_bucket, files=2, size=1 * MiB)
+    try:
+        backed_up(m)
+    finally:
+        m.close()
+    import botocore.exceptions
+    client = s3_server.client()
+    planted = []
+    for key in ("images/../../escaped.recipe", "images/me/../../escaped2.recipe",
+                "images/../outside/x.recipe", "images/.hidden/x.recipe",
+                "images/me/.x.recipe", "containers/../../escaped.ctr", "containers/123.ctr",
+                "images/me/x.txt"):
+        try:
+            client.put_object(Bucket=s3_bucket, Key=key, Body=b"planted")
+            planted.append(key)
+        except botocore.exceptions.ClientError:
+            pass  # a name this server refuses itself (those that climb with "..")
+    assert len(planted) >= 4, planted
+    shutil.rmtree(tmp_path / "cache")
+    shutil.rmtree(tmp_path / "home")
+    m2 = Master(str(tmp_path / "home2"))
+    try:
+        m2.config.add_host("me", local=True)
+        m2.create_storage_server(
+            "cs", type="cloud", host="me", path=str(tmp_path / "cache2"),
+            options={"endpoint": s3_server.endpoint, "bucket": s3_bucket},
+            credentials=creds(s3_server))
+        m2.create_disk_pool("cp", server="cs", volumes=[])
+        [imp] = m2.wait_for([m2.start_import("cp")])
+        assert imp["status"] == st.OK, log_of(m2, imp["id"])
+        assert len(m2.images()) == 1
+    finally:
+        m2.close()
+    planted = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files
+               if "escaped" in f or f in ("x.recipe", ".x.recipe", "x.txt", "123.ctr")]
+    assert planted == [], planted
+
+
+def test_the_client_side_of_a_backup_never_gets_the_bucket_or_its_keys(tmp_path, s3_server,
+                                                                        s3_bucket):
+    from plugins.storage import registry
+    m, src = make_site(tmp_path, s3_server, s3_bucket, files=1, size=1024)
+    try:
+        srv = m.config.storage_server("cs")
+        side = registry.of_server(srv).backup_side(
+            server=srv, pool=m.config.disk_pool("cp"), home=m.home, volume=srv["path"],
+            image_id="me_1_1", policy={"dedup": "client"}, client_host={"dedup": "policy"})
+        told = repr(side.client_spec())
+        for secret in (s3_server.secret_key, s3_server.access_key, s3_bucket,
+                       s3_server.endpoint):
+            assert secret not in told
+        assert s3_server.secret_key in repr(side.storage_spec())  # the storage host's only
+    finally:
+        m.close()

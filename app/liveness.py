@@ -3,14 +3,28 @@ sends no reset, and without help TCP retransmits for about fifteen minutes befor
 send fails (a receive with nothing outstanding waits forever). The control plane's SSH
 connections and the data plane's connections both use this, on the master and in the agents
 (this file travels in the agent bundle), so a storage host that dies in the night fails its
-jobs within about DEAD_PEER_SECONDS and their retries go elsewhere."""
+jobs within about DEAD_PEER_SECONDS and their retries go elsewhere. process_alive tells
+whether a process of this host is still there (a benchmark run whose agent was killed left
+files that the next run removes)."""
 
+import os
 import socket
 
 # Long enough for a network blip or a failover of a switch, short enough that a night's
 # schedule is not held by a dead host. A peer that is alive but slow still acknowledges
 # (a full receive window answers the sender's probes), so slowness alone never trips it.
 DEAD_PEER_SECONDS = 30
+
+
+def process_alive(pid):
+    """Whether process `pid` of this host exists (another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def watch_peer(sock, seconds=DEAD_PEER_SECONDS):

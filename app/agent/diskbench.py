@@ -26,6 +26,7 @@ import time
 from app import status
 from app.errors import Canceled, CairnError, ValidationError
 from app.formats import directio
+from app.liveness import process_alive
 from plugins.filesystems import posix
 
 MiB = 1 << 20
@@ -282,13 +283,8 @@ class DiskBenchmark:
             parts = name[len(PREFIX):].rsplit("-", 2)
             if len(parts) != 3 or parts[0] != me or not parts[1].isdigit():
                 continue
-            try:
-                os.kill(int(parts[1]), 0)
+            if process_alive(int(parts[1])):
                 continue  # a run of a live agent
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                continue
             shutil.rmtree(os.path.join(v.path, name), ignore_errors=True)
             self.removed_stale.append(os.path.join(v.path, name))
 

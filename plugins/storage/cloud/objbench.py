@@ -27,6 +27,7 @@ import threading
 import time
 
 from app.errors import Canceled, CairnError, ValidationError
+from app.liveness import process_alive
 from plugins.storage.cloud import bucket as cloud
 
 MiB = 1 << 20
@@ -131,16 +132,6 @@ def _run_of(token):
     if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
         return None
     return parts[0], int(parts[1]), int(parts[2])
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 class _Stop(Exception):
@@ -273,7 +264,7 @@ class ObjectBenchmark:
             if run is None:
                 continue
             host, pid, started = run
-            if now - started <= STALE_AGE_S and (host != me or _alive(pid)):
+            if now - started <= STALE_AGE_S and (host != me or process_alive(pid)):
                 continue
             b.abort(uploads.get(token, []))
             b.delete(objects.get(token, []))

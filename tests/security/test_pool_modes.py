@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -205,3 +206,47 @@ def test_loosened_modes_are_reported_by_verify_and_tightened_by_the_next_use(sit
                                                                  t["containers_dir"]}
         doc, p = cairn_json(home, "disk-pool", "verify", "ddp1", "--wait", check=False)
         assert p.returncode == 0, "reported once"
+
+
+def test_another_user_reads_nothing_of_a_cloud_pools_cache(attacker, s3_server, s3_bucket):
+    """A cloud pool's cache under umask 0: its containers, their notes, recipes, the queued
+    recipes and the master's copy of the bucket's keys stay private."""
+    base = tempfile.mkdtemp(prefix="cairn-cloud-modes-", dir="/var/tmp")
+    os.chmod(base, 0o755)
+    home, cache, src = (os.path.join(base, n) for n in ("home", "cache", "src"))
+    try:
+        with umask(0):
+            os.makedirs(src)
+            with open(os.path.join(src, "private.txt"), "wb") as f:
+                f.write(os.urandom(100_000))
+            m = Master(home)
+            try:
+                m.config.add_host("me", local=True)
+                m.create_storage_server(
+                    "cs", type="cloud", host="me", path=cache,
+                    options={"endpoint": s3_server.endpoint, "bucket": s3_bucket,
+                             "commit_at": "cache"},
+                    credentials={"access_key": s3_server.access_key,
+                                 "secret_key": s3_server.secret_key})
+                m.create_disk_pool("cp", server="cs", volumes=[])
+                m.create_storage_unit("cu", pool="cp")
+                m.config.add_policy("p", storage_unit="cu")
+                m.config.add_policy_client("p", "me")
+                m.config.add_policy_selection("p", src)
+                [job] = m.wait_for(m.start_backup("p"))
+                assert job["status"] == status.OK
+                for _ in range(300):  # its queued uploads, which write the notes
+                    if not m.pool_usage("cp")["cloud"]["waiting_recipes"]:
+                        break
+                    time.sleep(0.1)
+            finally:
+                m.close()
+        paths = [os.path.join(d, f) for top in (cache, os.path.join(home, "keys"))
+                 for d, dirs, files in os.walk(top) for f in dirs + files]
+        assert any(p.endswith(".cloud") for p in paths)
+        assert os.path.isdir(os.path.join(cache, "cloud-pending"))
+        got = what_the_attacker_gets(attacker, [cache] + paths)
+        assert got == [], "another user got:\n" + "\n".join(f"{p}: {w}" for p, w in got)
+        assert open_to_others(cache, os.path.join(home, "keys")) == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

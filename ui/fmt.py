@@ -35,7 +35,11 @@ def dedup_text(job):
     """`99.9% (8.9 MiB of 9.0 MiB)`: a job's dedup rate with the amount it stands for."""
     r = job["dedup_ratio"]
     data = job.get("bytes") or 0
-    return dedup_rate(r) + (f" ({size(data * r / 100)} of {size(data)})" if data else "")
+    text = dedup_rate(r) + (f" ({size(data * r / 100)} of {size(data)})" if data else "")
+    read = (job.get("result") or {}).get("read_bytes") if job.get("type") == "backup" else None
+    if read is not None and read != data:
+        text += f", {size(read) or '0 B'} read"
+    return text
 
 
 def rate(bytes_per_s):

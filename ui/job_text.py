@@ -127,6 +127,11 @@ def result_text(job):
         return import_result_text(r)
     if job.get("type") == "benchmark":
         return benchmark_result_text(r)
+    if job.get("type") == "backup" and r.get("files_cache_files"):
+        return (f"Read {fmt.size(r.get('read_bytes') or 0) or '0 B'}; "
+                f"{r['files_cache_files']:,} unchanged files "
+                f"({fmt.size(r.get('files_cache_bytes') or 0) or '0 B'}) taken from the files "
+                "cache without reading them.")
     if job.get("type") == "reclaim":
         return (f"Freed {fmt.size(r.get('freed_bytes') or 0) or '0 B'}: "
                 f"{r.get('removed_chunks', 0):,} chunks no image used removed, "

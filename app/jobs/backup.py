@@ -470,8 +470,14 @@ class BackupJob:
 
     def _report(self, summary, stats, committed, info, warnings):
         ctx, side = self.ctx, self.side
-        if stats is not None:
-            self.master.jobs.set_dedup_ratio(self.job["id"], side.rate(stats))
+        # what the client read beside what the files cache took unread: the job's bytes
+        # and rate count both, as the image holds both
+        reused = summary.get("reused_bytes") or 0
+        result = {"read_bytes": summary["bytes"] - reused, "files_cache_files":
+                  summary.get("reused") or 0, "files_cache_bytes": reused}
+        if stats is not None or reused:
+            self.master.jobs.set_dedup_ratio(
+                self.job["id"], side.rate(stats) if stats is not None else None, result)
         if self.completer is not None:
             completer = self.completer
             ctx.log(f"{self.level} incremental: {summary['files']} new or changed entries "

@@ -217,11 +217,16 @@ class JobStore:
             c.execute(f"UPDATE jobs SET phase=?, changed={NEXT_CHANGE} WHERE id=? AND state=?",
                       (phase, job_id, ACTIVE))
 
-    def set_dedup_ratio(self, job_id, ratio):
-        """The share of the job's data its deduplication pool already held, in percent."""
+    def set_dedup_ratio(self, job_id, ratio, result=None):
+        """The share of the job's data its deduplication pool already held, in percent; with
+        result, the job's result too, in the same transaction."""
         with self.db.tx() as c:
-            c.execute(f"UPDATE jobs SET dedup_ratio=?, changed={NEXT_CHANGE} WHERE id=?",
-                      (ratio, job_id))
+            if result is None:
+                c.execute(f"UPDATE jobs SET dedup_ratio=?, changed={NEXT_CHANGE} WHERE id=?",
+                          (ratio, job_id))
+            else:
+                c.execute(f"UPDATE jobs SET dedup_ratio=?, result=?, changed={NEXT_CHANGE} "
+                          "WHERE id=?", (ratio, json.dumps(result), job_id))
 
     def set_result(self, job_id, result):
         """What a job found, beyond its counters (e.g. the damaged files a verify names)."""

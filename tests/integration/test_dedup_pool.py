@@ -596,3 +596,34 @@ def test_encrypted_pool_round_trip_and_missing_key(tmp_path, master):
     assert failed["status"] != status.OK
     log = "\n".join(x["message"] for x in m.jobs.logs(jid))
     assert "encryption key" in log and "missing" in log, log
+
+
+def test_files_cache_counts_what_was_read_and_a_sparse_file_by_its_data(tmp_path, master):
+    """A full that takes unchanged files from the files cache counts a sparse file by its
+    data, as a full that reads it does; its dedup rate is over the whole backup, and the job
+    says how much was read beside it."""
+    m = master
+    src = str(tmp_path / "src")
+    write_tree(src, seed=7, nfiles=6, size=300 * 1024)
+    with open(os.path.join(src, "sparse.img"), "wb") as f:
+        f.truncate(64 * MB)
+        f.seek(32 * MB)
+        f.write(b"two")
+    configure(m, str(tmp_path / "pool"))
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", src)
+    first = backup(m)
+    assert first["bytes"] < 4 * MB, first  # the sparse file's holes are not data
+    with open(os.path.join(src, "d0", "f0.bin"), "ab") as f:
+        f.write(b"changed")
+    second = m.job(backup(m)["id"])
+    assert abs(second["bytes"] - first["bytes"]) < 64 * 1024, (first["bytes"], second["bytes"])
+    r = second["result"]
+    assert r["files_cache_files"] == 7, r  # all but the changed file
+    changed = os.path.getsize(os.path.join(src, "d0", "f0.bin"))
+    assert changed <= r["read_bytes"] < changed + 4096, r
+    assert r["read_bytes"] + r["files_cache_bytes"] == second["bytes"], r
+    # the pool held all but what changed in one file: the rate is over the whole backup
+    assert second["dedup_ratio"] > 100 * (1 - 400 * 1024 / second["bytes"]), second
+    log = "\n".join(x["message"] for x in m.jobs.logs(second["id"]))
+    assert "read, " in log and "taken from the files cache) was in the pool" in log, log

@@ -284,6 +284,21 @@ def test_jobs_of_a_deduplicating_pool_say_what_they_work_on():
     assert sorted(shown_ids(proxy)) == [1, 3]
 
 
+def test_a_backup_that_used_the_files_cache_says_what_it_read():
+    from ui import fmt
+    from ui.job_text import result_text
+    job = {"type": "backup", "bytes": 100 << 20, "dedup_ratio": 99.0,
+           "result": {"read_bytes": 1 << 20, "files_cache_files": 1234,
+                      "files_cache_bytes": 99 << 20}}
+    assert fmt.dedup_text(job) == "99.0% (99.0 MiB of 100.0 MiB), 1.0 MiB read"
+    assert result_text(job) == ("Read 1.0 MiB; 1,234 unchanged files (99.0 MiB) taken from "
+                                "the files cache without reading them.")
+    everything = dict(job, result={"read_bytes": 100 << 20, "files_cache_files": 0,
+                                   "files_cache_bytes": 0})
+    assert fmt.dedup_text(everything) == "99.0% (99.0 MiB of 100.0 MiB)"
+    assert result_text(everything) == ""
+
+
 def test_a_verify_result_names_the_damaged_files():
     from ui.job_text import RESULT_FILES, result_text, verify_result_text
     clean = {"images": [], "containers": 4, "container_damage": [], "damaged_chunks": 0}

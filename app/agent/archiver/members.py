@@ -161,10 +161,12 @@ class Members:
             return False
         offset = self.out.pos
         self.out.reference(source, base_offset, length)
+        # counted as the normal path counts a file: its data, not the holes of a sparse one
+        data = min(size, st.st_blocks * 512)
         self.files += 1
-        self.bytes += size
+        self.bytes += data
         self.reused += 1
-        self.reused_bytes += size
+        self.reused_bytes += data
         self.add_row([spath, entry.KIND_FILE, perm, st.st_uid, st.st_gid, size,
                       st.st_mtime_ns, offset, length, checksum, "", st.st_ctime_ns, st.st_ino])
         return True

@@ -145,7 +145,10 @@ class Stats:
 
     def as_dict(self):
         d = {k: getattr(self, k) for k in self.__slots__}
+        # over the whole image, files taken from a files cache included, as the share of
+        # the backup the pool held; read_bytes is what the client read and chunked
         d["dedup_ratio"] = ratio(self.bytes, self.new_bytes)
+        d["read_bytes"] = self.bytes - self.reused_bytes
         return d
 
 

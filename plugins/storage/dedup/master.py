@@ -109,8 +109,14 @@ def _mib(n):
 
 def summary_text(s):
     """The backup job's line on what an image did to the pool."""
+    read = s.get("read_bytes")
+    if read is not None and read != s["bytes"]:
+        # files taken from the files cache count as data the pool held, unread
+        read = f" ({_mib(read)} read, {_mib(s['bytes'] - read)} taken from the files cache)"
+    else:
+        read = ""
     text = (f"deduplication: {s['dedup_ratio'] if s.get('dedup_ratio') is not None else 0:.1f}% "
-            f"of {_mib(s['bytes'])} was in the pool already; {s['new_chunks']} of "
+            f"of {_mib(s['bytes'])}{read} was in the pool already; {s['new_chunks']} of "
             f"{s['chunks']} chunks new ({_mib(s['new_bytes'])}), {_mib(s['stored_bytes'])} "
             "stored after compression")
     if s.get("sent_bytes") is not None:

@@ -67,6 +67,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   echo "$sum" > "$stamp"
 fi
 
+# Byte code for Cairn's own modules, so that no `cairn` command or local agent compiles them
+# at its start, even where the environment says not to write byte code (PYTHONDONTWRITEBYTECODE)
+# or the checkout is read-only for the user who runs it; changed sources are compiled again.
+.venv/bin/python -m compileall -q -j 0 app plugins ui >/dev/null
+
 if [ $want_test = 1 ]; then
   # The S3 server of the cloud pool tests: built from its Go module once per machine and kept
   # in ~/.cache/cairn (about two minutes on two cores the first time, nothing afterwards).

@@ -1,19 +1,16 @@
 """Delivering a digest (app/alerts/digest.py): by email through the site's SMTP server, as
 syslog messages, as a JSON POST to a webhook, and as JSON on a command's standard input.
 Each channel either delivers or raises DeliveryError with a sentence that says what failed
-and where; one failing channel never stops the others."""
+and where; one failing channel never stops the others.
+
+The mail, TLS and HTTP modules are imported lazily, by the channel that sends: every `cairn`
+command opens the master, which loads this module, and most never send a thing."""
 
 import json
 import os
 import shlex
-import smtplib
 import socket
-import ssl
 import subprocess
-import urllib.error
-import urllib.request
-from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
 
 from app.alerts import settings as cfg
 from app.errors import CairnError
@@ -29,6 +26,7 @@ class DeliveryError(CairnError):
 
 
 def _tls(cafile):
+    import ssl
     try:
         return ssl.create_default_context(cafile=cafile or None)
     except (OSError, ssl.SSLError) as e:
@@ -38,6 +36,10 @@ def _tls(cafile):
 def email(v, digest):
     host, port, tls = v["smtp_host"], cfg.smtp_port(v), v["smtp_tls"]
     where = f"mail through {host}:{port}"
+    import smtplib
+    import ssl
+    from email.message import EmailMessage
+    from email.utils import formatdate, make_msgid
     msg = EmailMessage()
     msg["Subject"] = digest["subject"]
     msg["From"] = cfg.sender(v)
@@ -126,6 +128,8 @@ def syslog(v, digest):
 
 def webhook(v, digest):
     url = v["webhook_url"]
+    import urllib.error
+    import urllib.request
     body = json.dumps(digest["json"]).encode()
     req = urllib.request.Request(url, data=body, method="POST", headers={
         "Content-Type": "application/json", "User-Agent": "cairn-alerts"})

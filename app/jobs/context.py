@@ -8,7 +8,6 @@ import time
 
 from app import status as st
 from app.errors import CairnError, Canceled
-from app.jobs.tlscert import job_identity
 from app.transport.agent_client import AgentCallError
 
 TICK = 0.25
@@ -125,6 +124,9 @@ def start_listening_side(ctx, conn, op, args, job_id, listening=None, address=No
     waits until it has a port. Returns (call, port, cert, token) for the connecting side;
     the listening event's other news go into the dict `listening` when given. address: the
     one the connecting side is told, which the listener binds to where it can."""
+    # here, not at the top: the certificate library costs every `cairn` command's start,
+    # and only jobs whose data crosses between two agents need it
+    from app.jobs.tlscert import job_identity
     cert, key, token = job_identity(job_id)
     if address:
         args = dict(args, bind=address)

@@ -19,8 +19,11 @@ import hmac
 import os
 import tempfile
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import paramiko
+if TYPE_CHECKING:
+    import paramiko
+
 
 __all__ = ["KnownHost", "fingerprint", "host_pattern", "load", "find", "lookup", "add",
            "remove"]
@@ -134,6 +137,9 @@ def _parse(lineno, line):
         return None
     names, key_type, blob = fields[0].split(","), fields[1], fields[2]
     key = None
+    # here, not at the top: the master loads this module at every start, and a master with
+    # local hosts only never needs the SSH library
+    import paramiko
     try:
         key = paramiko.PKey.from_type_string(key_type, base64.b64decode(blob, validate=True))
     except (binascii.Error, ValueError, paramiko.SSHException, TypeError):

@@ -49,3 +49,26 @@ def test_a_noun_that_lists_by_default_lists_without_its_options(tmp_path, capsys
     from app.cli import main
     assert main(["--home", str(tmp_path / "home"), "images", "--json"]) == 0
     assert '"images": []' in capsys.readouterr().out
+
+
+def _shape(parser):
+    """Every command under a parser with the option strings and destinations it takes."""
+    return {path: sorted((tuple(a.option_strings), a.dest) for a in p._actions)
+            for path, p in _commands(parser)}
+
+
+def test_a_parser_built_for_one_noun_parses_that_noun_as_the_whole_one_does():
+    from app.cli import _noun
+    whole = _shape(build_parser())
+    nouns = {path[0] for path in whole}
+    for noun in nouns:
+        # main() falls back to the whole parser where a noun has none of its own (agent)
+        built = build_parser(noun) or build_parser()
+        mine = {path: shape for path, shape in _shape(built).items()
+                if path[0] == noun}
+        assert mine == {path: shape for path, shape in whole.items() if path[0] == noun}
+    assert build_parser("no-such-noun") is None
+    assert _noun(["--home", "backup", "--json", "policy", "show", "p"]) == "policy"
+    assert _noun(["--json", "--help", "backup"]) is None and _noun(["--json"]) is None
+    args = build_parser("backup").parse_args(["--json", "backup", "p", "--wait"])
+    assert args.handler.__name__ == "_backup" and args.policy == "p" and args.wait

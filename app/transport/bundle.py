@@ -36,7 +36,81 @@ MASTER_ONLY = ("plugins/storage/advanced_disk/master.py", "plugins/storage/dedup
                "plugins/storage/dedup/keys.py", "plugins/storage/cloud/master.py",
                "plugins/storage/cloud/keys.py")
 
-MAIN = b"import sys\nfrom app.agent.server import main\nsys.exit(main())\n"
+# The bundle's __main__.py. Python cannot keep the byte code of modules it imports from a
+# zip, so an agent run from the zip alone compiles every module at every start (about a
+# tenth of a second on each host, each job). The first start of a bundle therefore unpacks it
+# beside itself, into agent-VERSION.d in the same private folder, and runs from there, where
+# python keeps what it compiles. Unpacked in a folder of its own and renamed into place, so a
+# start sees a whole copy or none; a copy not the user's own and private is not used, and
+# copies whose bundle was pruned go when another version unpacks.
+MAIN = b"""import os
+import stat
+import sys
+
+STALE = 3600
+
+
+def _ours(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _prune(parent):
+    import shutil
+    import time
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        gone = name.startswith("agent-") and name.endswith(".d") and \\
+            not os.path.exists(path[:-2] + ".pyz")
+        left = name.startswith(".agent-") and name.endswith(".unpack")
+        try:
+            if (gone or left) and _ours(path) and time.time() - os.lstat(path).st_mtime > STALE:
+                shutil.rmtree(path)
+        except OSError:
+            pass
+
+
+def _unpacked(archive):
+    if not archive.endswith(".pyz") or not os.path.isfile(archive):
+        return None
+    folder = archive[:-4] + ".d"
+    if _ours(folder):
+        return folder
+    if os.path.lexists(folder):
+        return None
+    import shutil
+    import tempfile
+    import zipfile
+    parent = os.path.dirname(archive)
+    tmp = tempfile.mkdtemp(prefix=".agent-", suffix=".unpack", dir=parent)
+    try:
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(tmp)
+        os.rename(tmp, folder)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return folder if _ours(folder) else None
+    _prune(parent)
+    return folder
+
+
+def _run():
+    try:
+        folder = _unpacked(os.path.abspath(sys.argv[0]))
+    except Exception:
+        folder = None
+    if folder is not None:
+        sys.path[0] = folder
+        sys.dont_write_bytecode = False
+    from app.agent.server import main
+    return main()
+
+
+sys.exit(_run())
+"""
 
 # The zip format cannot store times before 1980.
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)

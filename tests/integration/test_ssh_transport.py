@@ -388,12 +388,50 @@ def test_connection_is_reopened_after_it_broke(sshd, known_hosts, agent_dir):
 
 
 def test_real_agent_bundle_starts_on_the_host(sshd, known_hosts, agent_dir):
-    with transport(sshd, known_hosts, agent_dir, bundle=bundle.agent_bundle()) as t:
+    """The first start unpacks the bundle beside itself into a private folder, where python
+    keeps its byte code; later starts run from there without unpacking again."""
+    data, version = bundle.agent_bundle()
+    unpacked = os.path.join(agent_dir, f"agent-{version}.d")
+    with transport(sshd, known_hosts, agent_dir, bundle=(data, version)) as t:
         agent = t.start_agent()
         time.sleep(0.3)
         assert agent.is_alive(), agent.stderr_text()
         agent.close()                        # closes its stdin: it must leave by itself
         assert agent.exit_status() == 0, agent.stderr_text()
+        first = os.stat(unpacked)
+        assert first.st_mode & 0o777 == 0o700
+        assert os.listdir(os.path.join(unpacked, "app", "agent", "__pycache__"))
+        with t.start_agent() as agent:
+            assert agent.is_alive(), agent.stderr_text()
+        assert os.stat(unpacked).st_ino == first.st_ino
+        assert not [n for n in os.listdir(agent_dir) if n.endswith(".unpack")]
+
+
+def test_an_unpacked_agent_copy_not_private_is_not_used(sshd, known_hosts, agent_dir, tmp_path):
+    """A copy that is a link elsewhere or open to others is neither used nor changed: the
+    agent runs from its bundle; a pruned version's copy goes when another version unpacks."""
+    data, version = bundle.agent_bundle()
+    os.makedirs(agent_dir, mode=0o700)
+    planted = tmp_path / "planted"
+    (planted / "app").mkdir(parents=True)
+    (planted / "app" / "__init__.py").write_text("raise SystemExit('planted code ran')\n")
+    os.symlink(planted, os.path.join(agent_dir, f"agent-{version}.d"))
+    old = os.path.join(agent_dir, "agent-0000000000000000.d")
+    os.makedirs(old, mode=0o700)
+    os.utime(old, (1000, 1000))
+    with transport(sshd, known_hosts, agent_dir, bundle=(data, version)) as t:
+        with t.start_agent() as agent:
+            time.sleep(0.3)
+            assert agent.is_alive(), agent.stderr_text()
+    assert sorted(os.listdir(planted / "app")) == ["__init__.py"]
+    assert os.path.isdir(old)  # nothing was unpacked, so nothing was pruned
+    os.remove(os.path.join(agent_dir, f"agent-{version}.d"))
+    with transport(sshd, known_hosts, agent_dir, bundle=(data, version)) as t:
+        with t.start_agent() as agent:
+            time.sleep(0.3)
+            assert agent.is_alive(), agent.stderr_text()
+    assert os.path.isdir(os.path.join(agent_dir, f"agent-{version}.d"))
+    assert not os.path.exists(old)
 
 
 # -- the bundle --------------------------------------------------------------------------

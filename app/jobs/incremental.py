@@ -12,11 +12,13 @@ gets its state and where each file's member lies (references), and an unchanged 
 from that image's chunks instead of being read. The new image is a complete full all the same
 (its recipe lists the chunks itself), so it does not depend on the image it used."""
 
+import hashlib
 import json
+import os
 
 from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
 from app.formats import entry as E
-from app.formats.changes import ReferenceEncoder, StateEncoder, state_digest
+from app.formats.changes import DIGEST_SIZE, ReferenceEncoder, StateEncoder
 
 LEVELS = ("full", "differential", "cumulative")
 MAX_SOURCES = 0xFFFF  # the index's source column is u16
@@ -72,23 +74,29 @@ def previous_state(index):
 def _state(index, usable_sources):
     """(state, references or None, entries). usable_sources: for a files cache, the set of
     source numbers (0: the image itself) whose images the storage side can read."""
+    # Every entry of the image passes here, before the agent can start its walk: the
+    # fields are unpacked from the index's tuples and the digest is state_digest's, inline.
     state = StateEncoder()
     refs = ReferenceEncoder() if usable_sources is not None else None
     count = 0
     none = (0, 0, 0, "")
+    kind_dir, kind_file = E.KIND_DIR, E.KIND_FILE
+    blake2b, fsencode = hashlib.blake2b, os.fsencode
     for key, entries in index.directories():
         out = []
         rs = []
-        for e in entries:
-            if e.kind == E.KIND_DIR:
+        for (_, name, kind, mode, uid, gid, size, mtime_ns, offset, length, checksum, link,
+             ctime_ns, ino, src) in entries:
+            if kind == kind_dir:
                 continue
-            out.append((e.name.encode("utf-8", "surrogateescape"),
-                        state_digest(e.kind, e.mode, e.uid, e.gid, e.size, e.mtime_ns,
-                                     e.ctime_ns, e.ino, e.link)))
+            out.append((name.encode("utf-8", "surrogateescape"), blake2b(
+                b"%s %d %d %d %d %d %d %d " % (kind.encode("ascii"), mode, uid, gid, size,
+                                               mtime_ns, ctime_ns, ino) + fsencode(link),
+                digest_size=DIGEST_SIZE).digest()))
             if refs is not None:
-                rs.append((e.src, e.offset, e.length, e.checksum)
-                          if e.kind == E.KIND_FILE and e.src in usable_sources
-                          and e.offset >= 0 and e.length > 0 and e.checksum else none)
+                rs.append((src, offset, length, checksum)
+                          if kind == kind_file and src in usable_sources
+                          and offset >= 0 and length > 0 and checksum else none)
         count += len(out)
         state.add(key, out)
         if refs is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -22,6 +23,21 @@ def agent_command() -> list[str]:
         # The frozen executable is no Python interpreter; it runs the agent itself.
         return [sys.executable, "agent"]
     return [sys.executable, "-m", "app.agent"]
+
+
+def _wait(popen, timeout):
+    """popen.wait(timeout), woken the moment the process ends: wait() with a timeout polls,
+    sleeping up to 50 ms past the end, which every command that ends an agent would pay."""
+    try:
+        fd = os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):
+        return popen.wait(timeout)  # no pidfd here, or the process is reaped already
+    try:
+        if not select.select([fd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(popen.args, timeout)
+    finally:
+        os.close(fd)
+    return popen.wait()
 
 
 class LocalAgentProcess(AgentProcess):
@@ -51,7 +67,7 @@ class LocalAgentProcess(AgentProcess):
             pass  # the agent is gone already: a broken pipe is expected
         p = self._popen
         try:
-            p.wait(EXIT_GRACE)
+            _wait(p, EXIT_GRACE)
         except subprocess.TimeoutExpired:
             # The whole process group: the agent leads it (start_new_session) and the
             # commands it runs must not outlive it.

@@ -38,11 +38,16 @@ def backup(m, files_cache=True):
     return m.image(job["image_id"]), log
 
 
-def restored(m, image, src, to):
+def restore(m, image, src, to):
     jid = m.start_restore(image["id"], [src], str(to), to_host="me")
     [job] = m.wait_for([jid])
     assert job["status"] == status.OK, [x["message"] for x in m.jobs.logs(jid)]
-    assert_trees_equal(src, str(to) + src)
+    return str(to) + src
+
+
+def restored(m, image, src, to):
+    """The image restores the tree as it is now, byte for byte (and its metadata)."""
+    assert_trees_equal(src, restore(m, image, src, to))
 
 
 def mean_chunk(image):
@@ -83,21 +88,34 @@ def test_new_chunk_sizes_cut_the_next_backup_and_old_images_still_restore(tmp_pa
     assert {k: server["options"][k] for k in ("min_size", "avg_size", "max_size")} == \
         {"min_size": 16 * KiB, "avg_size": 64 * KiB, "max_size": 256 * KiB}
 
-    # The same data read again: cut with the new sizes, so little of it matches the old chunks
-    second, log2 = backup(m, files_cache=False)
+    # new data is cut with the new sizes; the files cache keeps the unchanged files' chunks
+    write_tree(os.path.join(src, "new"), seed=9, nfiles=1)
+    second, log2 = backup(m)
     assert "chunks of 64 KiB on average (16 KiB to 256 KiB)" in log2, log2
-    assert 32 * KiB < mean_chunk(second) < 128 * KiB
-    assert second["dedup"]["chunks"] > 4 * first["dedup"]["chunks"], (first, second)
-    assert second["dedup"]["dedup_ratio"] < 50, second["dedup"]
-    assert read_recipe(second["path"]).meta["chunker"]["avg_size"] == 64 * KiB
-    assert read_recipe(first["path"]).meta["chunker"]["avg_size"] == 512 * KiB
+    s = second["dedup"]
+    assert s["read_bytes"] < 3 * MiB and s["dedup_ratio"] > 60, s
+    assert 32 * KiB < s["new_bytes"] / s["new_chunks"] < 128 * KiB, s
 
-    # an unchanged third full cut like the second finds all of it in the pool
+    # the same data read again: all of it cut with the new sizes, so little of what was
+    # cut with the old ones matches
     third, _ = backup(m, files_cache=False)
-    assert third["dedup"]["dedup_ratio"] > 99, third["dedup"]
+    assert 32 * KiB < mean_chunk(third) < 128 * KiB
+    assert third["dedup"]["chunks"] > 4 * first["dedup"]["chunks"], (first, third)
+    assert third["dedup"]["dedup_ratio"] < 50, third["dedup"]
+    assert read_recipe(third["path"]).meta["chunker"]["avg_size"] == 64 * KiB
+    assert read_recipe(first["path"]).meta["chunker"]["avg_size"] == 512 * KiB
+    # and a full after it, cut the same way, finds all of it in the pool
+    fourth, _ = backup(m, files_cache=False)
+    assert fourth["dedup"]["dedup_ratio"] > 99, fourth["dedup"]
 
-    restored(m, first, src, tmp_path / "r1")
+    old = restore(m, first, src, tmp_path / "r1")
+    assert sorted(os.listdir(old)) == ["f0.bin", "f1.bin", "f2.bin"]
+    for name in os.listdir(old):
+        with open(os.path.join(old, name), "rb") as a, \
+                open(os.path.join(src, name), "rb") as b:
+            assert a.read() == b.read(), name
     restored(m, second, src, tmp_path / "r2")
+    restored(m, third, src, tmp_path / "r3")
 
 
 @pytest.mark.ssh

@@ -53,8 +53,9 @@ def editable(kind, obj=None):
     """The attributes of one object that may change: EDITABLE, and for a storage server (obj:
     the server) the settings of its type (a dedup server's chunk sizes)."""
     allowed = EDITABLE[kind]
-    if kind == "storage-server" and obj is not None:
-        allowed = tuple(registry.get(obj["type"]).settings) + allowed
+    storage_type = registry.get(obj["type"]) if kind == "storage-server" and obj else None
+    if storage_type is not None:
+        allowed = tuple(storage_type.settings) + allowed
     return allowed
 
 

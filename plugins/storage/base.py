@@ -14,7 +14,7 @@ and says.
     of), path_warning(file system) for a storage path, create_key/remove_key (the key of a
     pool encrypted at rest, kept by the master, never in the pool); settings (the keys
     `cairn storage-server set` changes on an existing server, dedup: its chunk sizes) and
-    change_options(server, changes), settings_text(options).
+    change_options(server, changes), settings_values(options), settings_text(options).
   - volumes: pool_volumes(server, volumes, other pool) (which volumes a new pool of the
     server has), choose_volume(stats, high water, images per volume), image_paths(volume,
     client, image id) -> (partial, final).
@@ -186,6 +186,11 @@ class StorageType(abc.ABC):
             raise ValidationError(f"a {self.name} storage server has no settings to change "
                                   f"({', '.join(sorted(changes))})")
         return self.check_options(server.get("options"))
+
+    def settings_values(self, options):
+        """{key: value} of the settings as change_options reads them back (the console's
+        editors)."""
+        return {}
 
     def settings_text(self, options):
         """The settings' values in words, for the line a change prints; "" when none."""

@@ -229,6 +229,10 @@ class Dedup(StorageType):
         return self.check_options(change_chunk_sizes(
             server["name"], self.check_options(server.get("options")), changes))
 
+    def settings_values(self, options):
+        opts = self.check_options(options)
+        return {k: size_text(opts[opt], short=True) for k, opt in SETTINGS.items()}
+
     def settings_text(self, options):
         return f"chunks of {chunk_text(self.check_options(options))}"
 

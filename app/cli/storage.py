@@ -118,7 +118,8 @@ def _server_set(m, args):
     r = m.update_object("storage-server", args.name, **changes)
 
     def show(d):
-        text = registry.get(d["type"]).settings_text(d["options"])
+        storage_type = registry.get(d["type"])
+        text = storage_type.settings_text(d["options"]) if storage_type else ""
         print(f"storage server {d['name']}: {', '.join(changes)} changed"
               + (f"; the next backups cut {text}, images already stored keep theirs"
                  if text and set(changes) - {"comment"} else ""))

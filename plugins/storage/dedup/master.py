@@ -212,6 +212,7 @@ class Dedup(StorageType):
                                 one_pool=True, import_images=True)
     verifier = "chunks"
     orphans_note = "in a deduplication pool their chunks are freed by the next space reclaim"
+    settings = SETTINGS_ABOUT
 
     def default_options(self):
         return default_options()
@@ -221,8 +222,6 @@ class Dedup(StorageType):
 
     def path_warning(self, filesystem):
         return path_warning(filesystem)
-
-    settings = SETTINGS_ABOUT
 
     def change_options(self, server, changes):
         """New chunk sizes, for the data of the next backups (change_chunk_sizes)."""

@@ -17,6 +17,7 @@ from app.config import ADDRESS_RE, MAX_CONCURRENT_JOBS, MAX_IO_STREAMS, CHECKSUM
 from app.errors import ValidationError
 from app.lifecycles import Lifecycles
 from app.stugroups import StorageUnitGroups
+from plugins.storage import registry
 from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
 KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy", "lifecycle",
@@ -30,7 +31,8 @@ _CREATE = {"host": "host add", "storage-server": "storage-server create",
            "policy": "policy create", "lifecycle": "lifecycle create",
            "storage-unit-group": "storage-unit-group create"}
 
-#: attributes the properties dialog may change, per kind
+#: attributes the properties dialog may change, per kind (a storage server also its type's
+#: settings: editable())
 EDITABLE = {
     "host": ("port", "user", "key_file", "data_address", "max_jobs", "agent_env", "dedup",
              "comment"),
@@ -45,6 +47,28 @@ EDITABLE = {
     # its units and selection place jobs: a changed group is a new group
     "storage-unit-group": ("comment",),
 }
+
+
+def editable(kind, obj=None):
+    """The attributes of one object that may change: EDITABLE, and for a storage server (obj:
+    the server) the settings of its type (a dedup server's chunk sizes)."""
+    allowed = EDITABLE[kind]
+    storage_type = registry.get(obj["type"]) if kind == "storage-server" and obj else None
+    if storage_type is not None:
+        allowed = tuple(storage_type.settings) + allowed
+    return allowed
+
+
+def _settings_refusal(kind, name, key, obj, allowed):
+    """Why `key` of the object cannot change: for a storage server, which types have it."""
+    if kind == "storage-server":
+        types = [t for t, st in registry.TYPES.items() if key in st.settings]
+        if types:
+            return ValidationError(
+                f"{key!r} is a setting of {' and '.join(types)} storage servers; storage server "
+                f"{name!r} is {obj['type']}", hint=f"settable: {', '.join(allowed)}")
+    return ValidationError(f"{key!r} of a {kind.replace('-', ' ')} cannot be changed",
+                           hint=f"changeable: {', '.join(allowed)}")
 
 
 # Scheduled verify reads a whole pool back; more often than this it would leave the pool
@@ -191,12 +215,12 @@ def update(db, config, kind, name, **changes):
     """Changes the given attributes; unknown or fixed ones are refused by name. Returns the
     object as it is now."""
     oid = _object_id(db, kind, name)
-    allowed = EDITABLE[kind]
+    obj = config.storage_server(name) if kind == "storage-server" else None
+    allowed = editable(kind, obj)
     for k in changes:
         if k not in allowed:
-            raise ValidationError(f"{k!r} of a {kind.replace('-', ' ')} cannot be changed",
-                                  hint=f"changeable: {', '.join(allowed)}")
-    values = {}
+            raise _settings_refusal(kind, name, k, obj, allowed)
+    values = _server_values(obj, changes) if kind == "storage-server" else {}
     if kind == "host":
         host = config.host(name)
         for k in ("port", "user", "key_file", "data_address"):
@@ -281,6 +305,17 @@ def update(db, config, kind, name, **changes):
         with db.tx() as c:
             c.execute(f"UPDATE {_TABLE[kind]} SET {cols} WHERE id=?", (*values.values(), oid))
     return get(config, kind, name)
+
+
+def _server_values(server, changes):
+    """A storage server's settings changed: its options, checked whole by its type before
+    anything is written. The pool on the storage host needs no word of it: each backup is
+    given the chunk sizes it cuts with."""
+    settings = {k: v for k, v in changes.items() if k != "comment"}
+    if not settings:
+        return {}
+    return {"options": json.dumps(registry.get(server["type"]).change_options(server,
+                                                                              settings))}
 
 
 def _policy_target(db, changes):

@@ -1,6 +1,7 @@
 """The properties window of a configuration object: every attribute shown, the ones that can
-change (app.config_edit.EDITABLE) editable, saved through the master with the error shown in
-the window when the catalog refuses it."""
+change (app.config_edit.editable: EDITABLE, and a storage server's type's settings such as a
+deduplicating server's chunk sizes) editable, saved through the master with the error shown
+in the window when the catalog refuses it."""
 
 import html
 import time
@@ -10,7 +11,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, Q
     QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout
 
 from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW, FILE_LIST_MODES, SNAPSHOT_MODES
-from app.config_edit import EDITABLE
+from app.config_edit import editable
 from app.scheduler import Scheduler
 from app.timeutil import format_duration
 from plugins.storage import registry
@@ -62,7 +63,12 @@ LABELS = {
     "steps": "Steps", "policies": "Used by policies", "lifecycle": "Lifecycle",
     "storage_unit_group": "Storage unit group", "selection": "Selection",
     "unit_names": "Storage units, in order",
+    "min_chunk": "Smallest chunk", "avg_chunk": "Average chunk", "max_chunk": "Largest chunk",
 }
+#: what a deduplicating server's chunk size editors say
+CHUNK_TIP = ("The size the next backups cut new data into (e.g. 128K, 512K, 2M); smallest < "
+             "average < largest, the average a power of two. Images already stored keep their "
+             "chunks; data cut with other sizes deduplicates little against older images.")
 NO_LIFECYCLE = "(none: one copy, on the storage unit)"
 NO_GROUP = "(none: the storage unit or lifecycle above)"
 #: a policy's switches the wizard shows disabled, with its reason
@@ -225,10 +231,20 @@ def benchmark_tip(pool):
             "ingest that supports")
 
 
+def with_settings(kind, obj):
+    """A copy of the object; a storage server's with its type's settings (a deduplicating
+    server's chunk sizes) as their editors show them."""
+    out = dict(obj)
+    storage_type = registry.get(obj.get("type")) if kind == "storage-server" else None
+    if storage_type is not None:
+        out.update(storage_type.settings_values(obj.get("options")))
+    return out
+
+
 class PropertiesDialog(QDialog):
     def __init__(self, bridge, kind, obj, parent=None):
         super().__init__(parent)
-        self.bridge, self.kind, self.obj = bridge, kind, dict(obj)
+        self.bridge, self.kind, self.obj = bridge, kind, with_settings(kind, obj)
         self.name = obj["name"]
         self.saved = None
         self.setWindowTitle(f"{KIND_LABELS[kind]} {self.name} — properties")
@@ -276,13 +292,13 @@ class PropertiesDialog(QDialog):
             self.usage_label = value_label("Looking…", "pool-usage")
             form.addRow("Pool usage", self.usage_label)
         self.editors = {}
-        for key in EDITABLE[kind]:
+        for key in editable(kind, self.obj):
             if kind == "host" and obj.get("kind") == "local" and key in (
                     "port", "user", "key_file", "data_address"):
                 continue  # this machine has no SSH settings
             if key == "compact_below" and not registry.can(obj.get("server_type"), "reclaim"):
                 continue  # only a deduplicating pool has containers
-            w = self._editor(key, obj.get(key))
+            w = self._editor(key, self.obj.get(key))
             self.editors[key] = w
             form.addRow(LABELS.get(key, key), w)
 
@@ -433,6 +449,8 @@ class PropertiesDialog(QDialog):
         else:
             w = QLineEdit(value or "")
             w.setPlaceholderText(HOST_PLACEHOLDERS.get(key, "") if self.kind == "host" else "")
+            if key in LABELS and key.endswith("_chunk"):
+                w.setToolTip(CHUNK_TIP)
             w.setClearButtonEnabled(True)
             w.textChanged.connect(self._changed)
         w.setObjectName(f"edit-{key}")

@@ -6,20 +6,18 @@ import sys
 from app.cli.benchmark import benchmark_commands
 from app.cli.output import out, size, table
 from app.errors import ValidationError
+from app.formats.sizes import parse_size
 from app.terminal_text import escape_all
 from app.cli.shared import deleting, jobs_result, progress_option, setting_value
+from plugins.storage import registry
 from plugins.storage.cloud import keys as cloud_keys
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def _size_arg(text):
     """A size in bytes, with an optional K, M or G (powers of 1024)."""
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
     try:
-        return int(t[:len(t) - len(unit)]) * _UNITS[unit]
-    except ValueError:
+        return parse_size(text)
+    except ValidationError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 524288, 512K, 2M)")
 
 
@@ -60,6 +58,19 @@ def storage_server_commands(sub, cmd):
                    help="cloud: a backup ends once the bucket holds its image (bucket, the "
                         "default), or once the cache does, its upload queued (cache)")
     cmd(ss, "list", "list storage servers", handler=_server_list)
+    p = cmd(ss, "set", "change a storage server's setting", handler=_server_set,
+            description="Change settings of a storage server: for a deduplicating server "
+                        "(dedup, cloud) its chunk sizes min_chunk, avg_chunk, max_chunk "
+                        "(e.g. 256K, 1M; min < avg < max, avg a power of two), which the "
+                        "next backups cut their data with: images already stored keep their "
+                        "chunks and restore as before, and new data deduplicates against "
+                        "them only where whole chunks repeat. Any server: comment. Several "
+                        "KEY VALUE pairs change together (all or nothing).")
+    p.add_argument("name")
+    p.add_argument("key")
+    p.add_argument("value")
+    p.add_argument("more", nargs="*", metavar="KEY VALUE",
+                   help="further settings changed in the same step")
     benchmark_commands(ss, cmd, _size_arg)
     p = cmd(ss, "delete", "delete a storage server that no disk pool uses",
             handler=deleting("storage-server"))
@@ -92,6 +103,26 @@ def _server_create(m, args):
         if d.get("options", {}).get("encrypted"):
             print(f"its encryption key is {m.home.key_path(d['name'])}: back it up; "
                   "without it the pool cannot be read", file=sys.stderr)
+    return out(args, r, show)
+
+
+def _server_set(m, args):
+    if len(args.more) % 2:
+        raise ValidationError(f"setting {args.more[-1]!r} has no value",
+                              hint="give KEY VALUE pairs, e.g. `cairn storage-server set "
+                                   f"{args.name} min_chunk 64K avg_chunk 256K`")
+    pairs = [args.key, args.value] + args.more
+    changes = dict(zip(pairs[::2], pairs[1::2]))
+    if len(changes) * 2 != len(pairs):
+        raise ValidationError("a setting is given twice", hint="give each key once")
+    r = m.update_object("storage-server", args.name, **changes)
+
+    def show(d):
+        storage_type = registry.get(d["type"])
+        text = storage_type.settings_text(d["options"]) if storage_type else ""
+        print(f"storage server {d['name']}: {', '.join(changes)} changed"
+              + (f"; the next backups cut {text}, images already stored keep theirs"
+                 if text and set(changes) - {"comment"} else ""))
     return out(args, r, show)
 
 

@@ -12,7 +12,9 @@ and says.
     images under each volume), capabilities (below), verifier (below), orphans_note.
   - options: default_options(), check_options(options) (refuses options a type has none
     of), path_warning(file system) for a storage path, create_key/remove_key (the key of a
-    pool encrypted at rest, kept by the master, never in the pool).
+    pool encrypted at rest, kept by the master, never in the pool); settings (the keys
+    `cairn storage-server set` changes on an existing server, dedup: its chunk sizes) and
+    change_options(server, changes), settings_values(options), settings_text(options).
   - volumes: pool_volumes(server, volumes, other pool) (which volumes a new pool of the
     server has), choose_volume(stats, high water, images per volume), image_paths(volume,
     client, image id) -> (partial, final).
@@ -172,6 +174,27 @@ class StorageType(abc.ABC):
 
     def remove_key(self, home, server_name, options):
         """Undoes create_key when the server could not be recorded."""
+
+    # What `cairn storage-server set` may change on an existing server: {key: what it is}.
+    settings: dict = {}
+
+    def change_options(self, server, changes):
+        """The server's options with `changes` ({settings key: value}) applied and checked as
+        at creation (check_options), or refused naming the key and what is wrong. Nothing is
+        written here: the caller keeps what comes back."""
+        if changes:
+            raise ValidationError(f"a {self.name} storage server has no settings to change "
+                                  f"({', '.join(sorted(changes))})")
+        return self.check_options(server.get("options"))
+
+    def settings_values(self, options):
+        """{key: value} of the settings as change_options reads them back (the console's
+        editors)."""
+        return {}
+
+    def settings_text(self, options):
+        """The settings' values in words, for the line a change prints; "" when none."""
+        return ""
 
     # ---- pools and images ---------------------------------------------------------------------
     def pool_volumes(self, server, volumes, other_pool):

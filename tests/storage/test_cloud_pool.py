@@ -3,7 +3,8 @@ suite: what the bucket holds after a backup, a restore with the cache's containe
 cache kept under its limit, a pool imported from its bucket alone into a new master, wrong
 credentials and a foreign bucket refused when the server is created, the endpoint down at
 the commit (the job fails, nothing is recorded, the next backup works), throttling ridden
-out, and an expired image leaving the bucket once a reclaim ran."""
+out, an expired image leaving the bucket once a reclaim ran, and chunk sizes changed for the
+next backups."""
 
 import os
 import re
@@ -15,6 +16,7 @@ from app import status as st
 from app.errors import CairnError
 from app.master import Master
 from plugins.storage.cloud.bucket import Bucket
+from plugins.storage.dedup.recipe import read_recipe
 from storage_sites import log_of
 from treegen import assert_trees_equal
 
@@ -110,6 +112,26 @@ def test_the_bucket_holds_the_whole_pool_and_a_restore_fetches_what_the_cache_lo
         assert containers_in(cache)  # fetched back into the cache
         verify = m.wait_for([m.start_verify(image=img["id"])])[0]
         assert verify["status"] == st.OK, log_of(m, verify["id"])
+    finally:
+        m.close()
+
+
+def test_new_chunk_sizes_cut_the_next_backup_into_the_bucket_and_old_images_still_restore(
+        tmp_path, s3_server, s3_bucket):
+    m, src = make_site(tmp_path, s3_server, s3_bucket, files=2, size=2 * MiB)
+    try:
+        first = backed_up(m)
+        m.update_object("storage-server", "cs", min_chunk="32K", avg_chunk="128K")
+        [job] = m.wait_for(m.start_backup("p", files_cache=False))
+        log = log_of(m, job["id"])
+        assert job["status"] == st.OK, log
+        assert "chunks of 128 KiB on average (32 KiB to 2 MiB)" in log, log
+        second = m.image(job["image_id"])
+        assert second["dedup"]["chunks"] > 2 * first["dedup"]["chunks"], (first, second)
+        assert read_recipe(second["path"]).meta["chunker"]["avg_size"] == 128 << 10
+        assert f"images/me/{second['id']}.recipe" in objects(s3_server, s3_bucket)
+        restores(m, first["id"], src, tmp_path / "out1")
+        restores(m, second["id"], src, tmp_path / "out2")
     finally:
         m.close()
 

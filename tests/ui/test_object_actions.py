@@ -380,6 +380,36 @@ def test_properties_of_a_dedup_server_and_its_pool(make_console, dedup_master, q
         "5.0 GiB of chunks stored (12,345 chunks) in 3 container files of 6.0 GiB, encrypted")
 
 
+def test_the_chunk_sizes_of_a_dedup_server_are_edited_in_its_properties(
+        make_console, dedup_master, qtbot):
+    m = dedup_master
+    c = make_console(m)
+    view = show(c, qtbot, "storage-servers")
+    select(view, "ss1", qtbot)
+    dlg = view.object_actions._properties()
+    assert "avg_chunk" not in dlg.editors  # an AdvancedDisk server cuts no chunks
+    dlg.reject()
+    select(view, "dd1", qtbot)
+    dlg = view.object_actions._properties()
+    assert [dlg.editors[k].text() for k in ("min_chunk", "avg_chunk", "max_chunk")] == \
+        ["128K", "512K", "2M"]
+    assert "Images already stored keep their chunks" in dlg.editors["avg_chunk"].toolTip()
+    assert dlg.changes() == {}
+    dlg.editors["avg_chunk"].setText("64K")  # below the smallest chunk: refused, shown
+    dlg.save_button.click()
+    qtbot.waitUntil(lambda: dlg.error.isVisible(), timeout=5000)
+    assert "avg_chunk 64 KiB must be larger than min_chunk" in dlg.error.text()
+    assert m.storage_server("dd1")["options"]["avg_size"] == 512 << 10
+    dlg.editors["min_chunk"].setText("16K")
+    dlg.editors["max_chunk"].setText("256K")
+    assert dlg.changes() == {"min_chunk": "16K", "avg_chunk": "64K", "max_chunk": "256K"}
+    dlg.save_button.click()
+    qtbot.waitUntil(lambda: dlg.saved is not None, timeout=5000)
+    o = m.storage_server("dd1")["options"]
+    assert (o["min_size"], o["avg_size"], o["max_size"], o["encrypted"]) == \
+        (16 << 10, 64 << 10, 256 << 10, True)
+
+
 def test_the_compaction_threshold_of_a_dedup_pool_is_edited_in_its_properties(
         make_console, dedup_master, qtbot):
     m = dedup_master

@@ -92,7 +92,8 @@ class CloudBackup(dedup.DedupBackup):
         b = self.access["bucket"]
         return (f"image {self.image_id} goes to cloud pool {self.pool['name']} (cache "
                 f"{self.volume}, bucket {b['bucket']} at {b['endpoint']})"
-                + (", encrypted at rest" if self.access.get("key") else ""))
+                + (", encrypted at rest" if self.access.get("key") else "")
+                + f", chunks of {dedup.chunk_text(self.access['params'])}")
 
     def committed_texts(self, committed):
         c = committed.get("cloud")

@@ -11,11 +11,12 @@ AdvancedDisk, so browsing, incrementals and restores work alike on both types.""
 import json
 
 from app.errors import ValidationError
+from app.formats.sizes import parse_size, size_text
 from plugins.storage.base import BackupSide, Capabilities, ImportSide, StorageType, \
     image_paths_in
 from plugins.storage.dedup import keys
-from plugins.storage.dedup.chunker import DEFAULT_AVG_SIZE, DEFAULT_MAX_SIZE, \
-    DEFAULT_MIN_SIZE, DEFAULT_NORMALIZATION, validate_sizes
+from plugins.storage.dedup.chunker import AVG_SIZE_RANGE, DEFAULT_AVG_SIZE, DEFAULT_MAX_SIZE, \
+    DEFAULT_MIN_SIZE, DEFAULT_NORMALIZATION, MAX_SIZE_RANGE, MIN_SIZE_RANGE, validate_sizes
 
 TYPE = "dedup"
 DESCRIPTION = ("Backup data cut into content-defined chunks, compressed and stored once: far "
@@ -49,8 +50,9 @@ def default_options():
 
 def check_options(options):
     """The storage server's options, completed with the defaults and validated. Chunk sizes are
-    fixed when the pool is created: other sizes would cut the same data differently and nothing
-    would deduplicate against what is stored."""
+    chosen when the pool is created and may be changed later for new data (change_chunk_sizes):
+    other sizes cut the same data differently, so new data deduplicates against what was
+    stored with the old ones only where a whole chunk repeats."""
     out = default_options()
     unknown = set(options or {}) - set(out)
     if unknown:
@@ -68,6 +70,82 @@ CHUNK_PARAMS = ("min_size", "avg_size", "max_size", "normalization")
 def chunk_params(options):
     o = check_options(options)
     return {k: o[k] for k in CHUNK_PARAMS}
+
+
+#: what `cairn storage-server set` changes on a deduplicating server: its chunk sizes (the
+#: option each one is kept as), for the data of the next backups
+SETTINGS = {"min_chunk": "min_size", "avg_chunk": "avg_size", "max_chunk": "max_size"}
+SETTINGS_ABOUT = {"min_chunk": "the smallest chunk (even, 64 bytes to 1M)",
+                  "avg_chunk": "the average chunk (a power of two, 256 bytes to 4M)",
+                  "max_chunk": "the largest chunk (1K to 16M)"}
+_RANGES = {"min_chunk": MIN_SIZE_RANGE, "avg_chunk": AVG_SIZE_RANGE,
+           "max_chunk": MAX_SIZE_RANGE}
+
+
+def chunk_text(params):
+    """`512 KiB on average (128 KiB to 2 MiB)`."""
+    return (f"{size_text(params['avg_size'])} on average ({size_text(params['min_size'])} to "
+            f"{size_text(params['max_size'])})")
+
+
+def _example_average(sizes, changes):
+    """The average chunk the admin seems to want, for a hint: the one given, or the one a
+    given minimum (a quarter of it) or maximum (four times it) belongs to."""
+    if "avg_chunk" in changes:
+        avg = sizes["avg_chunk"]
+    elif "max_chunk" in changes:
+        avg = sizes["max_chunk"] // 4
+    else:
+        avg = sizes["min_chunk"] * 4
+    low, high = AVG_SIZE_RANGE
+    avg = min(max(avg, low * 4), high)
+    return 1 << (avg.bit_length() - 1)  # a power of two, at most the size found
+
+
+def change_chunk_sizes(server, options, changes):
+    """The options with chunk sizes changed ({min_chunk|avg_chunk|max_chunk: bytes or a size
+    such as 256K}), checked with the bounds a new server's are; ValidationError naming the
+    setting otherwise. Images already stored keep their chunks: a recipe names its chunks by
+    fingerprint, whatever sizes cut them."""
+    unknown = [k for k in changes if k not in SETTINGS]
+    if unknown:
+        raise ValidationError(f"{unknown[0]!r} of storage server {server!r} cannot be changed",
+                              hint="settable: " + ", ".join(list(SETTINGS) + ["comment"]))
+    sizes = {k: options[opt] for k, opt in SETTINGS.items()}
+    for key, value in changes.items():
+        sizes[key] = parse_size(value, what=key)
+    for key, (low, high) in _RANGES.items():
+        if key in changes and not low <= sizes[key] <= high:
+            raise ValidationError(f"{key} {size_text(sizes[key])} is outside "
+                                  f"{size_text(low)} to {size_text(high)}",
+                                  hint=f"{key} is {SETTINGS_ABOUT[key]}")
+    avg = sizes["avg_chunk"]
+    if avg & (avg - 1):
+        raise ValidationError(f"avg_chunk {size_text(avg)} is not a power of two",
+                              hint="e.g. 128K, 256K, 512K (the default), 1M or 2M")
+    if sizes["min_chunk"] % 2:
+        raise ValidationError(f"min_chunk {size_text(sizes['min_chunk'])} is odd",
+                              hint="give an even size, e.g. a quarter of avg_chunk")
+    for small, large in (("min_chunk", "avg_chunk"), ("avg_chunk", "max_chunk")):
+        if sizes[small] < sizes[large]:
+            continue
+        if (small in changes) == (large in changes):
+            what = f"{small} {size_text(sizes[small])} must be smaller than {large} " \
+                   f"{size_text(sizes[large])}"
+        else:
+            key, other = (small, large) if small in changes else (large, small)
+            what = (f"{key} {size_text(sizes[key])} must be "
+                    f"{'smaller' if key == small else 'larger'} than {other}, "
+                    f"{size_text(sizes[other])} on the server now")
+        avg = _example_average(sizes, changes)
+        raise ValidationError(
+            what, hint=f"change them together, e.g. `cairn storage-server set {server} "
+                       f"min_chunk {size_text(avg // 4, True)} avg_chunk "
+                       f"{size_text(avg, True)} max_chunk {size_text(avg * 4, True)}` (a "
+                       "quarter and four times the average, as the defaults are)")
+    out = dict(options, **{SETTINGS[k]: v for k, v in sizes.items()})
+    validate_sizes(out["min_size"], out["avg_size"], out["max_size"], out["normalization"])
+    return out
 
 
 def check_mode(mode, *, host=False):
@@ -134,6 +212,7 @@ class Dedup(StorageType):
                                 one_pool=True, import_images=True)
     verifier = "chunks"
     orphans_note = "in a deduplication pool their chunks are freed by the next space reclaim"
+    settings = SETTINGS_ABOUT
 
     def default_options(self):
         return default_options()
@@ -143,6 +222,18 @@ class Dedup(StorageType):
 
     def path_warning(self, filesystem):
         return path_warning(filesystem)
+
+    def change_options(self, server, changes):
+        """New chunk sizes, for the data of the next backups (change_chunk_sizes)."""
+        return self.check_options(change_chunk_sizes(
+            server["name"], self.check_options(server.get("options")), changes))
+
+    def settings_values(self, options):
+        opts = self.check_options(options)
+        return {k: size_text(opts[opt], short=True) for k, opt in SETTINGS.items()}
+
+    def settings_text(self, options):
+        return f"chunks of {chunk_text(self.check_options(options))}"
 
     def create_key(self, home, server_name, options, credentials=None):
         """With encryption at rest the master makes the pool's key (keys.py)."""
@@ -236,8 +327,10 @@ class DedupBackup(BackupSide):
         self.access["image_id"] = image_id
 
     def placed_text(self):
+        # the chunk sizes of this backup: the server's may change between backups
         return (f"image {self.image_id} goes to deduplication pool {self.pool['name']} "
-                f"({self.volume})" + (", encrypted at rest" if self.access.get("key") else ""))
+                f"({self.volume})" + (", encrypted at rest" if self.access.get("key") else "")
+                + f", chunks of {chunk_text(self.access['params'])}")
 
     def local_text(self):
         return ("client and storage server are the same host: the client's agent "

@@ -49,9 +49,9 @@ directories); a difference stops nothing else but is reported loudly and makes t
 - kopia (built from its Go module by scripts/kopia-build.sh, once per machine; skipped with
   the script's reason where it cannot be built, e.g. without Go), twice as two tools: `kopia`
   with its default settings (no compression) and `kopia-zstd` (`kopia policy set --global
-  --compression=zstd` after the repository is made). `kopia repository create filesystem`,
-  automatic maintenance off (restic and borg prune and compact only when asked), `kopia
-  snapshot create DIR` (the second and third find their parent by host, user and path),
+  --compression=zstd` after the repository is made). `kopia repository create filesystem`
+  (automatic maintenance on, as by default: a full one ends a repository's first snapshot),
+  `kopia snapshot create DIR` (the second and third find their parent by host, user and path),
   `kopia snapshot restore ID DIR` of the last snapshot into the source's path below the
   target; password from KOPIA_PASSWORD, config file, cache and logs in the work dir.
   The peer classes are in bench/dedup_peers.py.

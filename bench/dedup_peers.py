@@ -210,10 +210,9 @@ class Kopia:
         self.kopia(f"repository create filesystem --path {shlex.quote(self.repo)}")
         if self.compression:
             self.kopia(f"policy set --global --compression={self.compression}")
-        # Automatic maintenance would run a full one (garbage collection, index compaction)
-        # at the end of the first snapshot: restic and borg do theirs (prune, compact) only
-        # when asked, so kopia's is not in its backup times either.
-        self.kopia("maintenance set --enable-quick=false --enable-full=false")
+        # Automatic maintenance stays on, as by default: the first snapshot of a repository
+        # ends with a full one (garbage collection, index compaction), the next is due an
+        # hour later, after the run; on 268 MB of this data it made no difference to the time.
         status = json.loads(self.kopia("repository status --json"))
         fmt = status.get("contentFormat", {})
         return {"compression": self.compression or "none",

@@ -1,7 +1,7 @@
-"""Backup and restore throughput of Cairn on the embedded default, against `tar` and
-`restic` on the same data in the same run, with warm caches.
+"""Backup and restore throughput of Cairn on the embedded default, against `tar`, `restic`
+and `kopia` on the same data in the same run, with warm caches.
 
-  .venv/bin/python bench/bench_backup.py [--quick] [--dir DIR] [--sets large,small]
+  .venv/bin/python bench/bench_backup.py [--quick] [--dir DIR] [--sets large,small] [--no-kopia]
 
 Data sets: (a) 2 GiB of 128 MiB files, (b) 20,000 files of 100 KiB; incompressible and
 unique, so that nobody gains by deduplication. Three rounds, each running every tool once in
@@ -9,7 +9,9 @@ turn; the best round of each tool counts (the machine may be shared with other w
 Cairn's figure is the whole job: queueing, the agent's work, the fsync that makes the image
 durable, the commit and the catalog; tar's pipeline does not sync. Prints MB/s and the ratios against the
 targets: large-file backup >= 0.8x tar, small-file backup >= 0.6x tar, restore >= 0.8x
-Cairn's own backup."""
+Cairn's own backup. restic (Debian) runs where it is installed; kopia with its default
+settings, as in bench/bench_dedup.py (built by scripts/kopia-build.sh; left out where there is
+no Go toolchain, or with --no-kopia)."""
 
 import argparse
 import os
@@ -141,7 +143,22 @@ def run_restic(src, work):
     return tb, tr
 
 
-def bench_set(name, src, work):
+def run_kopia(src, work):
+    # Lazily: bench.dedup_peers imports du from this module.
+    from bench.dedup_peers import Kopia
+    kopia = Kopia(src, work)
+    kopia.setup()
+    tb = kopia.backup("first")["seconds"]
+    sh("sync")
+    tgt = os.path.join(work, "kopia.restore")
+    tr = kopia.restore(tgt)
+    drop(tgt)
+    drop(kopia.repo)
+    drop(os.path.dirname(kopia.cache))
+    return tb, tr
+
+
+def bench_set(name, src, work, kopia=False):
     """Each round runs every tool once, one after the other, so that load from elsewhere
     on the machine falls on all of them alike; the best round of each tool counts."""
     nbytes = du(src)
@@ -150,6 +167,8 @@ def bench_set(name, src, work):
     tools = [("tar", lambda: run_tar(src, work)), ("cairn", cairn.run)]
     if shutil.which("restic"):
         tools.append(("restic", lambda: run_restic(src, work)))
+    if kopia:
+        tools.append(("kopia", lambda: run_kopia(src, work)))
     times = {}
     try:
         for _ in range(RUNS):
@@ -184,10 +203,12 @@ def report(name, nbytes, res, target_backup):
     print(f"cairn backup / (tar + sync)     = "
           f"{rate['cairn backup'] / rate['tar backup + sync']:.2f}  (both durable)")
     print(f"cairn restore / tar restore     = {rate['cairn restore'] / rate['tar restore']:.2f}")
-    if "restic backup" in rate:
-        print(f"cairn backup / restic backup    = {rate['cairn backup'] / rate['restic backup']:.2f}")
-        print(f"cairn restore / restic restore  = "
-              f"{rate['cairn restore'] / rate['restic restore']:.2f}")
+    for peer in ("restic", "kopia"):
+        if f"{peer} backup" in rate:
+            print(f"cairn backup / {peer} backup{' ' * (10 - len(peer))}= "
+                  f"{rate['cairn backup'] / rate[f'{peer} backup']:.2f}")
+            print(f"cairn restore / {peer} restore{' ' * (8 - len(peer))}= "
+                  f"{rate['cairn restore'] / rate[f'{peer} restore']:.2f}")
     return ok
 
 
@@ -196,8 +217,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a tenth of the data")
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ap.add_argument("--sets", default="large,small")
+    ap.add_argument("--no-kopia", action="store_true",
+                    help="leave kopia out (else built by scripts/kopia-build.sh if missing)")
     a = ap.parse_args()
     scale = 10 if a.quick else 1
+    kopia = False
+    if not a.no_kopia:
+        # Lazily: bench.dedup_peers imports du from this module.
+        from bench.dedup_peers import Kopia, kopia_binary
+        kopia = kopia_binary() is not None
+        print(Kopia.version() if kopia else f"kopia left out: {Kopia.why_missing()}")
     work = tempfile.mkdtemp(prefix="cairn-bench-", dir=a.dir)
     ok = True
     try:
@@ -205,14 +234,14 @@ def main():
         if "large" in sets:
             src = os.path.join(work, "large")
             make_large(src, (2 << 30) // scale, 128 << 20)
-            n, res = bench_set("large", src, work)
+            n, res = bench_set("large", src, work, kopia)
             ok &= report("(a) 2 GiB of 128 MiB files" + (" (quick: /10)" if a.quick else ""),
                          n, res, 0.8)
             drop(src)
         if "small" in sets:
             src = os.path.join(work, "small")
             make_small(src, 20000 // scale, 100 << 10)
-            n, res = bench_set("small", src, work)
+            n, res = bench_set("small", src, work, kopia)
             ok &= report("(b) 20,000 files of 100 KiB" + (" (quick: /10)" if a.quick else ""),
                          n, res, 0.6)
             drop(src)

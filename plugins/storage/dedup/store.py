@@ -56,6 +56,7 @@ import time
 from app.errors import ValidationError
 from app.formats import private
 from plugins.storage.dedup import encoding
+from plugins.storage.dedup.claims import claims_of
 from plugins.storage.dedup.chunk_index import (DAMAGED_LOG, INDEX_HEADER, INDEX_RECORD,
                                                _LENGTH_MASK, ChunkIndex, Damage, Location)
 from plugins.storage.dedup.containers import (CONTAINER_HEADER, Containers, _container_number,
@@ -174,6 +175,8 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
                 hint="A pool is encrypted from its creation or never: open this one without a "
                      "key, or create a new, empty pool with the key.")
         self._mutex = threading.RLock()
+        # chunks this process's writers are storing and have not indexed yet (claims.py)
+        self.claims = claims_of(os.path.abspath(self.root))
         self._index = {}
         self._index_pos = 0
         self._index_id = None  # (inode, generation) of the log the dict was read from

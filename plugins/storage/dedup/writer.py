@@ -42,6 +42,10 @@ class Writer:
         self._size = 0
         self._pending = []  # (fp, Location) in the open container
         self._added = set()
+        # chunks another writer of the store claimed first: fp -> their encoded record,
+        # stored here at commit only if they never reach the index (claims.py)
+        self._relied = {}
+        self._claimed = set()  # chunks this writer claimed and has not indexed yet
         self._closed = False
         # containers opened and not sealed yet: number -> (fd, Appender)
         self._unsealed = {}
@@ -66,7 +70,10 @@ class Writer:
         if len(data) > MAX_CHUNK_SIZE:
             raise ValidationError(f"a chunk of {len(data)} bytes is too large",
                                   hint="Chunks come from the chunker (at most 16 MiB).")
-        if fp in self._added or self.store.has(fp):
+        if fp in self._added or fp in self._relied or self.store.has(fp):
+            return False
+        if not self._claim(fp):
+            self._relied[fp] = self.store.encode_record(fp, data)
             return False
         header, stored = self.store.encode_record(fp, data)
         self._put(fp, header, stored)
@@ -77,7 +84,16 @@ class Writer:
     def wanted(self, fp):
         """Whether a chunk is new to the store and to this writer (then encode it with
         store.encode_record, which may run in other threads, and give it to add_encoded)."""
-        return fp not in self._added and not self.store.has(fp)
+        return fp not in self._added and fp not in self._relied and not self.store.has(fp)
+
+    def _claim(self, fp):
+        """Whether this writer is to store the chunk, not another writer of the store."""
+        if not self._publish:
+            return True  # space reclaim: its copies are what it is for
+        if self.store.claims.claim(fp, self):
+            self._claimed.add(fp)
+            return True
+        return False
 
     def add_encoded(self, fp, raw_length, encoded):
         """Stores a chunk encoded by store.encode_record(fp, data) unless it was stored
@@ -86,7 +102,10 @@ class Writer:
             raise ValidationError("this chunk store writer is already committed or aborted",
                                   hint="Open a new writer with store.writer().")
         fp = _check_fingerprint(fp)
-        if fp in self._added:
+        if fp in self._added or fp in self._relied:
+            return False
+        if not self._claim(fp):
+            self._relied[fp] = encoded
             return False
         header, stored = encoded
         self._put(fp, header, stored)
@@ -170,6 +189,9 @@ class Writer:
         if self._publish:
             with self.store._locked():
                 self.store._append_index(pending)
+            fps = [fp for fp, _ in pending]
+            self._claimed.difference_update(fps)
+            self.store.claims.release(fps, self)
         self.store.container_sealed(number, size, pending)
 
     # ---- the writing thread (background=True) -----------------------------------------------
@@ -218,7 +240,26 @@ class Writer:
         if self._fd is not None:
             self._seal()
         self._stop_io()
+        if self._relied:
+            self._store_relied()
         self._closed = True
+
+    def _store_relied(self):
+        """The chunks other writers were storing when this one met them must be in the index
+        before this writer's image is: waits for them (its own are indexed already, so a
+        writer waiting for this one goes on), then stores those that did not get there."""
+        relied, self._relied = self._relied, {}
+        self.store.claims.wait(relied)
+        with self.store._mutex:
+            self.store._refresh()  # what another store object of the pool indexed just now
+        for fp, (header, stored) in relied.items():
+            if not self.store.has(fp):
+                self._put(fp, header, stored)
+                self.stored_chunks += 1
+                self.stored_bytes += len(stored)
+        if self._fd is not None:
+            self._seal()
+        self._stop_io()
 
     def abort(self):
         """Drops the containers not sealed yet. Containers already sealed because they were
@@ -235,6 +276,10 @@ class Writer:
         unsealed, self._unsealed = self._unsealed, {}
         self._fd = self._number = self._out = None
         self._pending = []
+        self._relied = {}
+        # what it claimed and will not store: writers relying on it store it themselves
+        claimed, self._claimed = self._claimed, set()
+        self.store.claims.release(claimed, self)
         for number, (fd, out) in sorted(unsealed.items()):
             path = self.store.container_path(number, committed=False)
             try:

@@ -161,6 +161,71 @@ def check_mode(mode, *, host=False):
     return mode
 
 
+# Where a policy's backups into a deduplicating pool are compressed: on the storage server as
+# it stores each new chunk (the default), on the client before the chunk crosses the network
+# (client-side deduplication; the storage server checks each chunk and stores it as it
+# came), or not at all. The level is zstd's (zlib's, capped at 9, where zstandard is missing).
+COMPRESSION_AT = ("server", "client", "off")
+DEFAULT_COMPRESSION = "server"
+DEFAULT_LEVEL = 1
+LEVEL_RANGE = (1, 19)  # zstd's regular levels; 20-22 need far more memory to decode
+COMPRESSION_TEXT = {"server": "on the storage server", "client": "on the client",
+                    "off": "off"}
+
+
+def check_compression(at):
+    """A policy's compression: server, client or off (True: client, as --compression says;
+    False or None: the default)."""
+    if at is True:
+        return "client"
+    if at in (None, False, ""):
+        return DEFAULT_COMPRESSION
+    at = str(at).strip().lower()
+    if at not in COMPRESSION_AT:
+        raise ValidationError(
+            f"compression {at!r} is unknown",
+            hint="choose server (the storage server compresses each new chunk), client (the "
+                 "client compresses the chunks it sends; with client-side deduplication) or "
+                 "off (chunks are stored as they are)")
+    return at
+
+
+def check_level(level):
+    """A compression level: an integer in LEVEL_RANGE (None: the default)."""
+    if level in (None, ""):
+        return DEFAULT_LEVEL
+    low, high = LEVEL_RANGE
+    try:
+        n = int(str(level).strip())
+    except ValueError:
+        n = None
+    if n is None or not low <= n <= high:
+        raise ValidationError(f"compression level {str(level).strip()} is outside {low} to {high}",
+                              hint=f"give a zstd level from {low} (fastest, the default) to "
+                                   f"{high} (smallest, slowest); 3 to 9 are common choices")
+    return n
+
+
+def compression_refusal(at, storage_type, unit):
+    """The ValidationError for compression `at` asked for explicitly on a storage unit of a
+    type that does not compress (advanced-disk), or None."""
+    if at == "off" or storage_type is None or storage_type.capabilities.dedup:
+        return None
+    return ValidationError(
+        f"compression {at} is not available on storage unit {unit!r}: its storage is "
+        f"{storage_type.name}, whose images are stored uncompressed; dedup and cloud pools "
+        "compress (on the storage server or on the client)",
+        hint="leave out the compression options (or give off), or point the policy at a "
+             "storage unit of a dedup or cloud pool")
+
+
+def compression_of(policy):
+    """(where, level) of a policy dict, with the defaults for one made before they existed."""
+    at = policy.get("compression")
+    return (at if at in COMPRESSION_AT else DEFAULT_COMPRESSION,
+            policy.get("compression_level") or DEFAULT_LEVEL)
+
+
 def effective_mode(policy_mode, host_mode):
     """Where chunking happens for one client of a policy: a client's own setting wins."""
     if host_mode and host_mode != "policy":

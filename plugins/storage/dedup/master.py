@@ -267,6 +267,16 @@ def summary_text(s):
     return text
 
 
+def compression_text(c):
+    """The backup job's line on where its new chunks were compressed."""
+    if c["at"] == "off":
+        return "compression: off, new chunks were stored as they are"
+    if c["at"] == "client":
+        return (f"compression: on the client ({c['codec']} level {c['level']}); the storage "
+                "server checked each chunk against its fingerprint and stored it as it came")
+    return f"compression: on the storage server ({c['codec']} level {c['level']})"
+
+
 class Dedup(StorageType):
     name = TYPE
     description = DESCRIPTION
@@ -337,7 +347,8 @@ class Dedup(StorageType):
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         return DedupBackup(self, self.access(server, home), pool=pool, volume=volume,
                            image_id=image_id,
-                           mode=effective_mode(policy.get("dedup"), client_host.get("dedup")))
+                           mode=effective_mode(policy.get("dedup"), client_host.get("dedup")),
+                           compression=compression_of(policy))
 
     def import_images(self, *, server, pool, home, key_file=None):
         """Recipes are read with the pool's key: the one in key_file when given (kept by the
@@ -386,10 +397,38 @@ class DedupBackup(BackupSide):
     """A backup into a deduplication pool: where chunking happens (mode), and the pool's
     statistics of the image."""
 
-    def __init__(self, storage_type, access, *, pool, volume, image_id, mode):
+    def __init__(self, storage_type, access, *, pool, volume, image_id, mode,
+                 compression=None):
         super().__init__(storage_type, access, pool=pool, volume=volume, image_id=image_id)
         self.access["mode"] = mode
         self.access["image_id"] = image_id
+        # (where, level): the policy's; a copy's chunks are compressed as the pool does
+        self.compression = compression or (DEFAULT_COMPRESSION, DEFAULT_LEVEL)
+        at, level = self.compression
+        self.access["compression"] = {"at": at, "level": level}
+        self.codecs = None  # what the storage side decodes of chunks a client compressed
+
+    def heard(self, listening):
+        self.codecs = listening.get("codecs")
+
+    def compresses_on_client(self):
+        return (self.compression[0] == "client" and self.access["mode"] == "client"
+                and bool(self.codecs))
+
+    def compression_plan(self, local=False):
+        """The log line on where this backup's new chunks are to be compressed."""
+        at, level = self.compression
+        if at == "off":
+            return "compression: off, new chunks are stored as they are"
+        if at == "client" and not local and self.compresses_on_client():
+            return (f"compression: on the client (level {level}) before the chunks cross the "
+                    "network; the storage server checks each against its fingerprint and "
+                    "stores it as it came")
+        why = ("" if at == "server" else
+               " (the policy asks for the client: the client is the storage host)" if local
+               else " (the policy asks for the client, which compresses only with client-side "
+                    "deduplication)")
+        return f"compression: on the storage server (level {level}){why}"
 
     def placed_text(self):
         # the chunk sizes of this backup: the server's may change between backups
@@ -399,17 +438,21 @@ class DedupBackup(BackupSide):
 
     def local_text(self):
         return ("client and storage server are the same host: the client's agent "
-                "deduplicates into the pool directly")
+                "deduplicates into the pool directly; " + self.compression_plan(local=True))
 
     def client_spec(self):
         # The client learns how to cut chunks, never the pool's path or key.
-        return {"type": self.type.name, "mode": self.access["mode"],
+        spec = {"type": self.type.name, "mode": self.access["mode"],
                 "params": self.access["params"]}
+        if self.compresses_on_client():
+            spec["compression"] = {"level": self.compression[1], "codecs": self.codecs}
+        return spec
 
     def client_text(self):
         return ("client-side deduplication: the client sends only chunks the pool lacks"
                 if self.access["mode"] == "client" else
-                "server-side deduplication: the client sends a plain stream")
+                "server-side deduplication: the client sends a plain stream") + \
+            "; " + self.compression_plan()
 
     def excludes(self):
         # Backing up the pool's own images into the pool helps nobody and grows forever.
@@ -433,7 +476,10 @@ class DedupBackup(BackupSide):
         return stats.get("dedup_ratio")
 
     def result_texts(self, stats):
-        return [summary_text(stats)] if stats is not None else []
+        if stats is None:
+            return []
+        return [summary_text(stats)] + ([compression_text(stats["compression"])]
+                                        if stats.get("compression") else [])
 
 
 class DedupImport(ImportSide):

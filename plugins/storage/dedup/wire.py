@@ -9,6 +9,8 @@ Messages, one data-plane frame each (app/agent/dataplane.py):
     client -> storage  b"Q" + n x (fingerprint 32 bytes, length u32)   which of these are new?
     storage -> client  b"A" + n flag bytes (1: send it)
     client -> storage  b"D" + the asked-for chunks' data, in query order
+    client -> storage  b"Z" + per asked-for chunk, in query order: codec u8, length u32,
+                       sent length u32, the chunk compressed (compression on the client)
     client -> storage  b"R" + source u16, offset u64, length u64           (both, files cache)
     client -> storage  b"E" + n x (fingerprint, start u32, length u32)   a copy's recipe entries
     storage -> client  b"A" + n flag bytes (1: send that chunk)
@@ -22,12 +24,18 @@ R: the next bytes of the stream are bytes of a base image the storage side has (
 files cache, plugins/storage/dedup/ingest.py); the client has cut and queried everything
 before them.
 
+Z instead of D: the policy compresses on the client and the storage side said which codecs
+it decodes (its listening event; the master passes them on in the client's spec), so a client
+never sends Z to a storage side that did not ask for it. The storage side decodes each chunk
+and checks it against its fingerprint before it stores the bytes as they came.
+
 Queries go in batches of a few MiB of stream: one round trip per batch, and while the storage
 side stores a batch the client already cuts and hashes the next."""
 
 import hashlib
 import struct
 
+from plugins.storage.dedup import encoding
 from plugins.storage.dedup.chunker import ACCELERATOR, Params
 from plugins.storage.dedup.segmenter import Segmenter
 from app.errors import CairnError, Canceled
@@ -35,6 +43,7 @@ from app.errors import CairnError, Canceled
 ENTRY = struct.Struct(">32sI")
 COPY_ENTRY = struct.Struct(">32sII")
 REF = struct.Struct(">HQQ")
+SENT = struct.Struct(">BII")  # a Z message's chunk: codec, length, sent length
 BATCH_BYTES = 16 << 20
 BATCH_CHUNKS = 1024
 
@@ -65,9 +74,14 @@ class ClientSink:
     """What the archiver writes to for client-side deduplication: a file-like sink over a
     data-plane channel. finish() ends the stream and waits for the storage side."""
 
-    def __init__(self, chan, params=None):
+    def __init__(self, chan, params=None, compression=None):
         self.chan = chan
         self._seg = Segmenter(Params(**(params or {})))
+        # {"level": N, "codecs": [what the storage side decodes]}: new chunks go compressed
+        self.compression = None
+        if compression:
+            self.compression = {"at": "client", "level": compression.get("level") or 1,
+                                "codec": encoding.client_codec(compression.get("codecs"))}
         self._batch = []  # (fp, length, data)
         self._batch_bytes = 0
         self.bytes = 0
@@ -99,10 +113,23 @@ class ClientSink:
         wanted = [d for (_, _, d), flag in zip(batch, answer[1:]) if flag]
         self.bytes += sum(n for _, n, _ in batch)
         self.chunks += len(batch)
-        if wanted:
+        if wanted and self.compression:
+            self._send_compressed(wanted)
+        elif wanted:
             self.chan.send_message(b"D" + b"".join(wanted))
             self.sent_chunks += len(wanted)
             self.sent_bytes += sum(len(d) for d in wanted)
+
+    def _send_compressed(self, wanted):
+        codec, level = self.compression["codec"], self.compression["level"]
+        parts = [b"Z"]
+        for data in wanted:
+            code, sent = encoding.compress_chunk(codec, data, level)
+            parts.append(SENT.pack(code, len(data), len(sent)))
+            parts.append(sent)
+            self.sent_bytes += len(sent)
+        self.chan.send_message(b"".join(parts))
+        self.sent_chunks += len(wanted)
 
     def reference(self, source, offset, length):
         tail = self._seg.finish()
@@ -124,11 +151,15 @@ class ClientSink:
         self.chan.close()
 
     def report(self):
-        return {"mode": "client", "bytes": self.bytes, "chunks": self.chunks,
-                "sent_chunks": self.sent_chunks, "sent_bytes": self.sent_bytes}
+        out = {"mode": "client", "bytes": self.bytes, "chunks": self.chunks,
+               "sent_chunks": self.sent_chunks, "sent_bytes": self.sent_bytes}
+        if self.compression:
+            out["compression"] = dict(self.compression,
+                                      codec=encoding.CODEC_NAMES[self.compression["codec"]])
+        return out
 
 
-def client_sink(chan, mode, params=None, accelerated=None):
+def client_sink(chan, mode, params=None, accelerated=None, compression=None):
     """The sink a client's agent writes its image to, and a note when it cannot do what was
     asked. Client-side deduplication cuts the stream on the client; without the chunking
     accelerator the client's Python would cut at a few MB/s, so the stream goes whole and the
@@ -141,7 +172,7 @@ def client_sink(chan, mode, params=None, accelerated=None):
         return ServerSink(chan), ("client-side deduplication needs the pyfastcdc package on "
                                   "this host, which it lacks: the stream is sent whole and "
                                   "deduplicated on the storage server instead")
-    return ClientSink(chan, params), None
+    return ClientSink(chan, params, compression), None
 
 
 class ServerSink:
@@ -185,6 +216,23 @@ def _reference(ingest, msg):
     if len(msg) != 1 + REF.size:
         raise ProtocolError("a malformed reference arrived on the data connection")
     ingest.reference(*REF.unpack_from(msg, 1))
+
+
+def _compressed(ingest, pending, msg):
+    """A Z message: the asked-for chunks, each compressed by the client."""
+    view = memoryview(msg)
+    pos = 1
+    for fp, _ in pending:
+        if pos + SENT.size > len(view):
+            raise ProtocolError("the client sent fewer chunks than it was asked for")
+        codec, length, sent = SENT.unpack_from(view, pos)
+        pos += SENT.size
+        if pos + sent > len(view):
+            raise ProtocolError("the client sent fewer bytes than the chunks it was asked for")
+        ingest.put_compressed(fp, codec, length, view[pos:pos + sent])
+        pos += sent
+    if pos != len(view):
+        raise ProtocolError("the client sent more bytes than the chunks it was asked for")
 
 
 def serve(chan, ingest, is_cancelled):
@@ -231,6 +279,11 @@ def serve(chan, ingest, is_cancelled):
             if pos != len(view):
                 raise ProtocolError("the client sent more bytes than the chunks it was asked "
                                     "for")
+            pending = None
+        elif kind == b"Z":
+            if not pending:
+                raise ProtocolError("the client sent chunk data nobody asked for")
+            _compressed(ingest, pending, msg)
             pending = None
         elif kind == b"E":
             if pending or copying:

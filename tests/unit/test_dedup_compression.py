@@ -4,7 +4,6 @@ data under another chunk's fingerprint); compression off and the level on the st
 
 import hashlib
 import random
-import struct
 
 import pytest
 
@@ -171,7 +170,8 @@ def test_the_client_sink_sends_z_only_when_offered(tmp_path):
         def finish(self):
             pass
 
-    for compression, kind in ((None, b"D"), ({"level": 5, "codecs": ["zlib"]}, b"Z")):
+    for compression, kind in ((None, b"D"), ({"level": 5, "codecs": ["zlib"]}, b"Z"),
+                              ({"level": 5, "codecs": ["zlib", "zstd"]}, b"Z")):
         chan = Answering([])
         sink = wire.ClientSink(chan, PARAMS, compression)
         sink.write(data)
@@ -179,9 +179,19 @@ def test_the_client_sink_sends_z_only_when_offered(tmp_path):
         assert {m[:1] for m in chan.sent} == {b"Q", kind}
         report = sink.report()
         if kind == b"Z":
-            assert report["compression"] == {"at": "client", "level": 5, "codec": "zlib"}
+            codec = compression["codecs"][-1]
+            assert report["compression"] == {"at": "client", "level": 5, "codec": codec}
             assert report["sent_bytes"] < len(data) // 2
-            body = [m for m in chan.sent if m[:1] == b"Z"][0]
-            assert struct.unpack_from(">B", body, 1)[0] == encoding.CODEC_ZLIB
+            # every chunk sent decodes to the data of the fingerprint it was asked about
+            [query, body] = chan.sent
+            pos = 1
+            for fp, n in wire.decode_query(query):
+                code, length, sent = wire.SENT.unpack_from(body, pos)
+                pos += wire.SENT.size
+                assert code == encoding.CODECS[codec] and length == n
+                chunk = encoding.decode_sent(code, body[pos:pos + sent], length)
+                assert hashlib.sha256(chunk).digest() == fp
+                pos += sent
+            assert pos == len(body)
         else:
             assert report["sent_bytes"] == len(data) and "compression" not in report

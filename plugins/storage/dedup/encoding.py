@@ -93,6 +93,24 @@ def compress_chunk(codec, data, level):
     return _smaller(codec, data, _compress(codec, data, level))
 
 
+# Threads a client compresses one batch of chunks with (zstd's own, outside the GIL).
+CLIENT_THREADS = min(4, os.cpu_count() or 1)
+
+
+def compress_chunks(codec, datas, level):
+    """compress_chunk of each of a batch of chunks: with zstd, all in one call on a few
+    threads where python-zstandard can (its C backend), one by one otherwise."""
+    if codec == CODEC_ZSTD and len(datas) > 1:
+        batch = getattr(_zstd_compressor(level), "multi_compress_to_buffer", None)
+        try:
+            frames = batch and batch(list(datas), threads=CLIENT_THREADS)
+        except NotImplementedError:  # the CFFI backend lacks it
+            frames = None
+        if frames:
+            return [_smaller(codec, d, f.tobytes()) for d, f in zip(datas, frames)]
+    return [compress_chunk(codec, d, level) for d in datas]
+
+
 def decode_sent(codec, stored, raw_length):
     """The data of a chunk a client sent compressed, decoded no further than raw_length
     bytes; ValueError when it does not decode to exactly that many."""

@@ -123,8 +123,7 @@ class ClientSink:
     def _send_compressed(self, wanted):
         codec, level = self.compression["codec"], self.compression["level"]
         parts = [b"Z"]
-        for data in wanted:
-            code, sent = encoding.compress_chunk(codec, data, level)
+        for data, (code, sent) in zip(wanted, encoding.compress_chunks(codec, wanted, level)):
             parts.append(SENT.pack(code, len(data), len(sent)))
             parts.append(sent)
             self.sent_bytes += len(sent)

@@ -214,3 +214,26 @@ def test_cli_compression_options(tmp_path):
     assert "Traceback" not in r.stderr
     r = cairn(home, "policy", "show", "p2")
     assert "compression server (level 12)" in r.stdout
+
+
+def test_policies_of_an_older_catalog_keep_compressing_on_the_server(tmp_path):
+    """Catalog migration: policies made before the choice existed compress on the storage
+    server at level 1, as they did."""
+    import sqlite3
+    home = str(tmp_path / "home")
+    m = Master(home)
+    m.config.add_host("me", local=True)
+    configure(m, tmp_path, "old")
+    path = m.db.path
+    m.close()
+    with sqlite3.connect(path) as db:  # the catalog as the version before wrote it
+        db.execute("ALTER TABLE policies DROP COLUMN compression_at")
+        db.execute("ALTER TABLE policies DROP COLUMN compression_level")
+        db.execute("PRAGMA user_version=24")
+    m = Master(home)
+    try:
+        p = m.policy("old")
+        assert (p["compression"], p["compression_level"]) == ("server", 1)
+        assert os.path.exists(path + ".bak-v24")
+    finally:
+        m.close()

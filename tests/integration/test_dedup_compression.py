@@ -120,18 +120,24 @@ def test_off_server_and_client_compression_over_ssh(tmp_path, master, sshd):
 
 
 @pytest.mark.ssh
-def test_client_compression_with_server_side_dedup_compresses_on_the_server(
+def test_client_compression_with_server_side_dedup_compresses_the_stream_in_transit(
         tmp_path, master, sshd):
     m = master
     src = str(tmp_path / "src")
     write_text_tree(src, seed=4, nfiles=2)
     m.add_host("client1", address=sshd.host, port=sshd.port, user=sshd.user,
                key_file=sshd.key_file, trust_host_key=True)
-    pool = configure(m, tmp_path, "p", compression="client", dedup="server", encrypted=True)
+    m.update_object("host", "client1",  # zstandard for the client's python3
+                    agent_env=f"PYTHONPATH={sysconfig.get_paths()['purelib']}")
+    pool = configure(m, tmp_path, "p", compression="client", level=5, dedup="server",
+                     encrypted=True)
     img, log = backup_and_restore(m, tmp_path, "p", src, "client1")
-    assert "(the policy asks for the client, which compresses only with client-side " \
-           "deduplication)" in log, log
-    assert img["dedup"]["compression"]["at"] == "server"
+    assert "the client compresses its stream in transit (level 5)" in log, log
+    assert "compression: on the storage server (zstd level 5); the client compressed its " \
+           "stream in transit (zstd)" in log, log
+    assert img["dedup"]["compression"] == {"at": "server", "codec": "zstd", "level": 5,
+                                           "in_transit": "zstd"}
+    assert img["dedup"]["sent_bytes"] < 0.6 * img["bytes"], img["dedup"]
     assert "zstd" in record_codecs(pool, key=keys.load(m.home, "dd-p"))
 
 

@@ -27,6 +27,9 @@ class Chan:
     def send_message(self, msg):
         self.sent.append(bytes(msg))
 
+    def send_tagged(self, tag, data):
+        self.sent.append(tag + bytes(data))
+
 
 def text(seed, n):
     rnd = random.Random(seed)
@@ -195,3 +198,23 @@ def test_the_client_sink_sends_z_only_when_offered(tmp_path):
             assert pos == len(body)
         else:
             assert report["sent_bytes"] == len(data) and "compression" not in report
+
+
+def test_a_client_without_zstandard_sends_its_stream_as_it_is_and_says_so(monkeypatch):
+    chan = Chan([])
+    chan.finish = lambda: None
+    monkeypatch.setattr(encoding, "_zstd", None)
+    sink, note = wire.client_sink(chan, "server", PARAMS,
+                                  compression={"level": 3, "codecs": ["zlib", "zstd"]})
+    assert "needs the zstandard package on this host" in note
+    sink.write(b"plain bytes")
+    sink.finish()
+    assert chan.sent == [b"Splain bytes"]
+    assert sink.report() is None
+
+
+def test_a_compressed_stream_that_does_not_decode_is_a_protocol_error(tmp_path):
+    _, ing = ingest(tmp_path, at="client")
+    with pytest.raises(wire.ProtocolError, match="compressed stream does not decode"):
+        serve(ing, [b"X" + b"\x28\xb5\x2f\xfd not a zstd stream at all"])
+    ing.abort()

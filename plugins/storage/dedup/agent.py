@@ -223,7 +223,8 @@ class DedupAgent(AgentStorage):
         from plugins.storage.dedup.wire import ClientSink
         if isinstance(sink, ClientSink):
             return {"client_dedup": sink.report(), "dedup_mode": "client"}
-        return {"dedup_mode": "server"}
+        stream = sink.report()
+        return {"dedup_mode": "server", **({"client_stream": stream} if stream else {})}
 
     def receiver(self, spec, path, emit):
         from plugins.storage.dedup.ingest import Ingest

@@ -179,6 +179,7 @@ class Ingest:
         self.level = compression.get("level") or None
         self.codec = CODEC_NONE if self.compress_at == "off" else None
         self.client_codecs = set()  # the codecs of the chunks clients sent compressed
+        self.in_transit = False  # the stream came compressed (wire.py's X)
         self.image_id = image_id
         self.stats = Stats()
         self._session = self.store.session(timeout=session_timeout)
@@ -503,8 +504,11 @@ class Ingest:
             return {"at": "client", "codec": "/".join(sorted(self.client_codecs)),
                     "level": self.level or 1}
         codec = CODEC_NAMES[self.store.codec]
-        return {"at": "server", "codec": codec,
-                "level": min(self.level or 1, 9) if codec == "zlib" else self.level or 1}
+        out = {"at": "server", "codec": codec,
+               "level": min(self.level or 1, 9) if codec == "zlib" else self.level or 1}
+        if self.in_transit:
+            out["in_transit"] = "zstd"
+        return out
 
     # ---- a copy from another pool that keeps chunks: its recipe, and the chunks it lacks ----
     def query_entries(self, entries):

@@ -274,7 +274,10 @@ def compression_text(c):
     if c["at"] == "client":
         return (f"compression: on the client ({c['codec']} level {c['level']}); the storage "
                 "server checked each chunk against its fingerprint and stored it as it came")
-    return f"compression: on the storage server ({c['codec']} level {c['level']})"
+    text = f"compression: on the storage server ({c['codec']} level {c['level']})"
+    if c.get("in_transit"):
+        text += f"; the client compressed its stream in transit ({c['in_transit']})"
+    return text
 
 
 class Dedup(StorageType):
@@ -412,8 +415,9 @@ class DedupBackup(BackupSide):
         self.codecs = listening.get("codecs")
 
     def compresses_on_client(self):
-        return (self.compression[0] == "client" and self.access["mode"] == "client"
-                and bool(self.codecs))
+        """Whether the client is told to compress: the policy says so and the storage
+        side said which codecs it decodes (it is not the client's own host)."""
+        return self.compression[0] == "client" and bool(self.codecs)
 
     def compression_plan(self, local=False):
         """The log line on where this backup's new chunks are to be compressed."""
@@ -421,13 +425,18 @@ class DedupBackup(BackupSide):
         if at == "off":
             return "compression: off, new chunks are stored as they are"
         if at == "client" and not local and self.compresses_on_client():
-            return (f"compression: on the client (level {level}) before the chunks cross the "
-                    "network; the storage server checks each against its fingerprint and "
-                    "stores it as it came")
+            if self.access["mode"] == "client":
+                return (f"compression: on the client (level {level}) before the chunks cross "
+                        "the network; the storage server checks each against its fingerprint "
+                        "and stores it as it came")
+            if "zstd" in self.codecs:
+                return (f"compression: the client compresses its stream in transit (level "
+                        f"{level}); with server-side deduplication the storage server "
+                        f"compresses the chunks it stores (level {level})")
         why = ("" if at == "server" else
                " (the policy asks for the client: the client is the storage host)" if local
-               else " (the policy asks for the client, which compresses only with client-side "
-                    "deduplication)")
+               else " (the policy asks for the client: the storage server cannot decode a "
+                    "compressed stream)")
         return f"compression: on the storage server (level {level}){why}"
 
     def placed_text(self):
@@ -462,6 +471,8 @@ class DedupBackup(BackupSide):
         stats = summary.get("dedup") or received.get("dedup")
         if summary.get("client_dedup"):
             stats["sent_bytes"] = summary["client_dedup"]["sent_bytes"]
+        elif summary.get("client_stream"):  # a stream compressed in transit
+            stats["sent_bytes"] = summary["client_stream"]["sent_bytes"]
         stats["mode"] = ((summary.get("dedup_mode") or self.access["mode"])
                          if received is not None else "local")
         return stats

@@ -11,6 +11,8 @@ Messages, one data-plane frame each (app/agent/dataplane.py):
     client -> storage  b"D" + the asked-for chunks' data, in query order
     client -> storage  b"Z" + per asked-for chunk, in query order: codec u8, length u32,
                        sent length u32, the chunk compressed (compression on the client)
+    client -> storage  b"X" + the next bytes of the stream as one zstd stream  (server-side,
+                       compression on the client: in transit)
     client -> storage  b"R" + source u16, offset u64, length u64           (both, files cache)
     client -> storage  b"E" + n x (fingerprint, start u32, length u32)   a copy's recipe entries
     storage -> client  b"A" + n flag bytes (1: send that chunk)
@@ -164,28 +166,69 @@ def client_sink(chan, mode, params=None, accelerated=None, compression=None):
     accelerator the client's Python would cut at a few MB/s, so the stream goes whole and the
     storage side deduplicates it (its serve() takes either)."""
     if mode != "client":
-        return ServerSink(chan), None
+        sink = ServerSink(chan, compression)
+        return sink, sink.note
     if accelerated is None:
         accelerated = ACCELERATOR is not None
     if not accelerated:
-        return ServerSink(chan), ("client-side deduplication needs the pyfastcdc package on "
-                                  "this host, which it lacks: the stream is sent whole and "
-                                  "deduplicated on the storage server instead")
+        sink = ServerSink(chan, compression)
+        return sink, "; ".join(filter(None, [
+            "client-side deduplication needs the pyfastcdc package on this host, which it "
+            "lacks: the stream is sent whole and deduplicated on the storage server instead",
+            sink.note]))
     return ClientSink(chan, params, compression), None
 
 
 class ServerSink:
     """What the archiver writes to for server-side deduplication: the plain stream in S
-    messages, so that a files cache's references can go between them."""
+    messages, so that a files cache's references can go between them. With compression
+    ({"level", "codecs"}: the policy compresses on the client, and the storage side decodes
+    zstd) the stream goes as one zstd stream in X messages instead, flushed before each
+    reference; the storage side decodes it and cuts, compresses and stores as ever."""
 
-    def __init__(self, chan):
+    def __init__(self, chan, compression=None):
         self.chan = chan
+        self._z = None
+        self.compression = None
+        self.bytes = self.sent_bytes = 0
+        self.note = None  # why the stream goes uncompressed though asked otherwise
+        if compression and encoding._zstd is None:
+            self.note = ("compression on the client needs the zstandard package on this "
+                         "host, which it lacks: the stream is sent as it is and the storage "
+                         "server compresses the chunks it stores")
+        elif compression and "zstd" in (compression.get("codecs") or ()):
+            level = compression.get("level") or 1
+            self._z = encoding._zstd.ZstdCompressor(level=level).compressobj()
+            self.compression = {"at": "client", "codec": "zstd", "level": level,
+                                "in_transit": True}
 
     def write(self, data):
-        self.chan.send_tagged(b"S", data)
+        if self._z is None:
+            self.chan.send_tagged(b"S", data)
+            return
+        self.bytes += len(data)
+        self._send_compressed(self._z.compress(data))
+
+    def _send_compressed(self, out):
+        if out:
+            self.chan.send_tagged(b"X", out)
+            self.sent_bytes += len(out)
+
+    def _flush(self, mode):
+        if self._z is not None:
+            self._send_compressed(self._z.flush(mode))
 
     def reference(self, source, offset, length):
+        # every stream byte before the reference must reach the storage side first
+        self._flush(encoding._zstd.COMPRESSOBJ_FLUSH_BLOCK if self._z else None)
         self.chan.send_message(b"R" + REF.pack(source, offset, length))
+
+    def report(self):
+        """What the stream cost the network when it went compressed, else None."""
+        if self.compression is None:
+            return None
+        return {"bytes": self.bytes, "sent_bytes": self.sent_bytes,
+                "compression": self.compression}
 
     def copy_entries(self, entries, chunk_of):
         """A copy from another pool that keeps chunks: sends a batch of its recipe entries,
@@ -205,10 +248,29 @@ class ServerSink:
         return n, nbytes + 1 + len(entries) * COPY_ENTRY.size + 4
 
     def finish(self):
+        if self._z is not None:
+            self._flush(encoding._zstd.COMPRESSOBJ_FLUSH_FINISH)
+            self._z = None
         self.chan.finish()
 
     def close(self):
         self.chan.close()
+
+
+# The most bytes one write of a compressed stream (X) hands the ingest: however much a
+# message expands, the storage side holds no more than this of it at once.
+STREAM_WRITE = 1 << 20
+
+
+def _stream_decoder(ingest):
+    """The storage side's decoder of a compressed stream: writes what it decodes to the
+    ingest, at most STREAM_WRITE bytes at a time."""
+    if encoding._zstd is None:
+        raise ProtocolError("the client sent a compressed stream, and this storage server "
+                            "cannot decode zstd")
+    ingest.in_transit = True
+    return encoding._zstd.ZstdDecompressor().stream_writer(
+        ingest, write_size=STREAM_WRITE, write_return_read=True)
 
 
 def _reference(ingest, msg):
@@ -239,6 +301,7 @@ def serve(chan, ingest, is_cancelled):
     comes (client-side), until the client ends the stream."""
     pending = None  # lengths of the chunks the last answer asked for
     copying = []  # a copy: the chunks the last answer to its entries asked for, in order
+    decoder = None  # a compressed stream's (X)
     while True:
         if is_cancelled():
             raise Canceled()
@@ -251,6 +314,13 @@ def serve(chan, ingest, is_cancelled):
         kind = msg[:1]
         if kind == b"S":
             ingest.write(memoryview(msg)[1:])
+        elif kind == b"X":
+            decoder = decoder or _stream_decoder(ingest)
+            try:
+                decoder.write(memoryview(msg)[1:])
+            except encoding._zstd.ZstdError as e:
+                raise ProtocolError(f"the client's compressed stream does not decode: {e}") \
+                    from None
         elif kind == b"R":
             if pending:
                 raise ProtocolError("the client referred to a base image before sending the "

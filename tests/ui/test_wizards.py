@@ -643,7 +643,7 @@ def test_policy_wizard_stores_the_deduplication_mode(open_wizard, empty_master, 
     assert [ap.compression.itemData(i) for i in range(ap.compression.count())] == [
         "server", "client", "off"]
     ap.compression.setCurrentIndex(ap.compression.findData("client"))
-    assert "needs deduplication on the client" in ap.compression_note.text()
+    assert "compresses its stream in transit" in ap.compression_note.text()
     ap.dedup.setCurrentIndex(ap.dedup.findData("client"))
     assert ap.compression_note.text() == ""
     ap.compression_level.setValue(6)

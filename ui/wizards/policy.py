@@ -237,8 +237,8 @@ class AttributesPage(Page):
             text = ("Advanced-disk images are stored uncompressed; dedup and cloud pools "
                     "compress.")
         elif self.compression.currentData() == "client" and self.dedup.currentData() != "client":
-            text = ("On the client needs deduplication on the client; with deduplication on "
-                    "the storage server, the storage server compresses.")
+            text = ("With deduplication on the storage server, the client compresses its "
+                    "stream in transit and the storage server the chunks it stores.")
         else:
             text = ""
         self.compression_note.setText(text)

@@ -178,7 +178,8 @@ class Ingest:
         self.compress_at = compression.get("at") or "server"
         self.level = compression.get("level") or None
         self.codec = CODEC_NONE if self.compress_at == "off" else None
-        self.client_codecs = set()  # the codecs of the chunks clients sent compressed
+        self.from_client = 0  # chunks kept as the client compressed them
+        self.client_codecs = set()  # their codecs
         self.in_transit = False  # the stream came compressed (wire.py's X)
         self.image_id = image_id
         self.stats = Stats()
@@ -487,7 +488,9 @@ class Ingest:
             self.put(fp, data)  # checked there: a chunk that does not match is refused
             return
         del self._wanted[fp]
-        self.client_codecs.add(CODEC_NAMES[codec])
+        self.from_client += 1
+        if codec != CODEC_NONE:  # none: a chunk compression did not make smaller
+            self.client_codecs.add(CODEC_NAMES[codec])
         writer = self._writer
         if writer.wanted(fp):
             record = self.store.compressed_record(fp, codec, length, stored)
@@ -500,8 +503,8 @@ class Ingest:
         """Where this image's new chunks were compressed: {at, codec, level}."""
         if self.compress_at == "off":
             return {"at": "off", "codec": "none", "level": None}
-        if self.client_codecs:
-            return {"at": "client", "codec": "/".join(sorted(self.client_codecs)),
+        if self.from_client:
+            return {"at": "client", "codec": "/".join(sorted(self.client_codecs)) or "none",
                     "level": self.level or 1}
         codec = CODEC_NAMES[self.store.codec]
         out = {"at": "server", "codec": codec,

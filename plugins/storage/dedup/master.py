@@ -164,13 +164,12 @@ def check_mode(mode, *, host=False):
 # Where a policy's backups into a deduplicating pool are compressed: on the storage server as
 # it stores each new chunk (the default), on the client before the chunk crosses the network
 # (client-side deduplication; the storage server checks each chunk and stores it as it
-# came), or not at all. The level is zstd's (zlib's, capped at 9, where zstandard is missing).
+# came; with server-side deduplication the stream is compressed in transit), or not at all.
+# The level is zstd's (zlib's, capped at 9, where zstandard is missing).
 COMPRESSION_AT = ("server", "client", "off")
 DEFAULT_COMPRESSION = "server"
 DEFAULT_LEVEL = 1
 LEVEL_RANGE = (1, 19)  # zstd's regular levels; 20-22 need far more memory to decode
-COMPRESSION_TEXT = {"server": "on the storage server", "client": "on the client",
-                    "off": "off"}
 
 
 def check_compression(at):
@@ -185,8 +184,8 @@ def check_compression(at):
         raise ValidationError(
             f"compression {at!r} is unknown",
             hint="choose server (the storage server compresses each new chunk), client (the "
-                 "client compresses the chunks it sends; with client-side deduplication) or "
-                 "off (chunks are stored as they are)")
+                 "client compresses what it sends: its new chunks, or with server-side "
+                 "deduplication its stream) or off (chunks are stored as they are)")
     return at
 
 
@@ -200,9 +199,10 @@ def check_level(level):
     except ValueError:
         n = None
     if n is None or not low <= n <= high:
-        raise ValidationError(f"compression level {str(level).strip()} is outside {low} to {high}",
-                              hint=f"give a zstd level from {low} (fastest, the default) to "
-                                   f"{high} (smallest, slowest); 3 to 9 are common choices")
+        raise ValidationError(
+            f"compression level {str(level).strip()} is outside {low} to {high}",
+            hint=f"give a zstd level from {low} (fastest, the default) to {high} (smallest, "
+                 "slowest); 3 to 9 are common choices")
     return n
 
 

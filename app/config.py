@@ -13,6 +13,8 @@ from app.errors import NotFound, ValidationError
 from app.schedule_rules import _DAYS, DEFAULT_FREQUENCY, SCHEDULE_TYPES, _schedule_timing, \
     check_calendar, check_frequency, check_windows
 from plugins.storage import registry
+from plugins.storage.dedup.master import check_compression, check_level, \
+    compression_refusal
 from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -387,20 +389,24 @@ class Config:
         return [dict(r) for r in self.db.all(_STU_SQL + " ORDER BY u.name")]
 
     # ---- policies ------------------------------------------------------------------------
-    def add_policy(self, name, *, storage_unit, priority=0, compression=False, encryption=False,
+    def add_policy(self, name, *, storage_unit, priority=0, compression=None, encryption=False,
                    multiple_streams=False, checksum="crc32", snapshot="none",
                    file_list="auto", dedup="server", skip_nodump=False, comment="",
-                   lifecycle_id=None, storage_unit_group_id=None):
+                   lifecycle_id=None, storage_unit_group_id=None, compression_level=None):
+        """compression: where backups into deduplicating pools are compressed (server,
+        client, off; True: client; None or False: the default, server) and
+        compression_level its zstd level. Asked for explicitly on a storage unit whose type
+        does not compress (advanced-disk), client and server are refused."""
         _unique(self.db, "policies", "policy", name)
+        at, level = check_compression(compression), check_level(compression_level)
         check_snapshot_mode(snapshot)
         check_file_list(file_list)
         check_dedup_mode(dedup)
         sid = id_of(self.db, "storage_units", "storage unit", storage_unit,
                      "storage-unit create")
         prio = check_int("priority", priority, 0, 99999)
-        if compression:
-            raise ValidationError("compression is not available for advanced-disk storage in "
-                                  "this version", hint="create the policy without --compression")
+        if compression not in (None, False, ""):
+            self.check_compression_target(at, [sid] + self.group_unit_ids(storage_unit_group_id))
         if encryption:
             raise ValidationError("encryption at rest is a property of the pool, not of a "
                                   "policy",
@@ -411,15 +417,34 @@ class Config:
                                   hint="choose crc32 (fast; catches corruption) or sha256 "
                                        "(also evidence against tampering; costs CPU)")
         with self.db.tx() as c:
-            c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression, "
-                      "encryption, multiple_streams, checksum, snapshot, file_list, dedup, "
-                      "skip_nodump, comment, created, lifecycle_id, storage_unit_group_id) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                      (name, sid, prio, int(bool(compression)), int(bool(encryption)),
+            c.execute("INSERT INTO policies(name, storage_unit_id, priority, compression_at, "
+                      "compression_level, encryption, multiple_streams, checksum, snapshot, "
+                      "file_list, dedup, skip_nodump, comment, created, lifecycle_id, "
+                      "storage_unit_group_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                      (name, sid, prio, at, level, int(bool(encryption)),
                        int(bool(multiple_streams)), checksum, snapshot, file_list, dedup,
                        int(bool(skip_nodump)), comment, timeutil.iso(timeutil.now()),
                        lifecycle_id, storage_unit_group_id))
         return self.policy(name)
+
+    def group_unit_ids(self, group_id):
+        """The storage units of a storage unit group (none for None)."""
+        if group_id is None:
+            return []
+        return [r[0] for r in self.db.all("SELECT storage_unit_id FROM "
+                                          "storage_unit_group_members WHERE group_id=?",
+                                          (group_id,))]
+
+    def check_compression_target(self, at, unit_ids):
+        """Refuses compression `at` when a storage unit the policy writes to does not
+        compress (advanced-disk), naming the storage type."""
+        for uid in unit_ids:
+            row = self.db.one("SELECT u.name, s.type FROM storage_units u JOIN disk_pools d ON "
+                              "d.id=u.pool_id JOIN storage_servers s ON s.id=d.server_id "
+                              "WHERE u.id=?", (uid,))
+            refusal = row and compression_refusal(at, registry.get(row["type"]), row["name"])
+            if refusal:
+                raise refusal
 
     def add_policy_client(self, policy, host):
         pid = id_of(self.db, "policies", "policy", policy, "policy create")
@@ -479,8 +504,9 @@ class Config:
 
     def _policy_dict(self, row):
         d = dict(row)
-        for k in ("compression", "encryption", "multiple_streams", "skip_nodump", "active"):
+        for k in ("encryption", "multiple_streams", "skip_nodump", "active"):
             d[k] = bool(d[k])
+        d["compression"] = d.pop("compression_at", None) or "server"
         d["clients"] = [r[0] for r in self.db.all(
             "SELECT h.name FROM policy_clients c JOIN hosts h ON h.id=c.host_id "
             "WHERE c.policy_id=? ORDER BY h.name", (row["id"],))]

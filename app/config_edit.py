@@ -18,6 +18,7 @@ from app.errors import ValidationError
 from app.lifecycles import Lifecycles
 from app.stugroups import StorageUnitGroups
 from plugins.storage import registry
+from plugins.storage.dedup.master import check_compression, check_level
 from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
 KINDS = ("host", "storage-server", "disk-pool", "storage-unit", "policy", "lifecycle",
@@ -41,7 +42,8 @@ EDITABLE = {
                   "verify_max_mb_s", "comment"),
     "storage-unit": ("max_concurrent_jobs", "comment"),
     "policy": ("storage_unit", "lifecycle", "storage_unit_group", "priority", "multiple_streams", "checksum",
-               "snapshot", "file_list", "dedup", "skip_nodump", "active", "comment"),
+               "snapshot", "file_list", "dedup", "compression", "compression_level",
+               "skip_nodump", "active", "comment"),
     # a lifecycle's steps number its images' copies: a changed one is a new lifecycle
     "lifecycle": ("comment",),
     # its units and selection place jobs: a changed group is a new group
@@ -294,6 +296,7 @@ def update(db, config, kind, name, **changes):
             values["file_list"] = check_file_list(changes["file_list"])
         if "dedup" in changes:
             values["dedup"] = check_dedup_mode(changes["dedup"])
+        values.update(_policy_compression(db, config, oid, changes, values))
     if "comment" in changes:
         c = changes["comment"] or ""
         if len(c) > 1000 or "\0" in c:
@@ -316,6 +319,26 @@ def _server_values(server, changes):
         return {}
     return {"options": json.dumps(registry.get(server["type"]).change_options(server,
                                                                               settings))}
+
+
+def _policy_compression(db, config, oid, changes, values):
+    """A policy's compression and level, changed. client or server given (or client kept
+    while the policy moves) is refused where a storage unit it writes to does not compress
+    (advanced-disk)."""
+    out = {}
+    if "compression" in changes:
+        out["compression_at"] = check_compression(changes["compression"])
+    if "compression_level" in changes:
+        out["compression_level"] = check_level(changes["compression_level"])
+    row = db.one("SELECT storage_unit_id, storage_unit_group_id, compression_at FROM policies "
+                 "WHERE id=?", (oid,))
+    at = out.get("compression_at", row["compression_at"])
+    moved = "storage_unit_id" in values or "storage_unit_group_id" in values
+    if "compression" in changes or (moved and at == "client"):
+        sid = values.get("storage_unit_id", row["storage_unit_id"])
+        gid = values.get("storage_unit_group_id", row["storage_unit_group_id"])
+        config.check_compression_target(at, [sid] + config.group_unit_ids(gid))
+    return out
 
 
 def _policy_target(db, changes):

@@ -15,10 +15,12 @@ from app.config_edit import editable
 from app.scheduler import Scheduler
 from app.timeutil import format_duration
 from plugins.storage import registry
+from plugins.storage.dedup.master import COMPRESSION_AT, DEFAULT_LEVEL, LEVEL_RANGE
 from ui import fmt
 from ui.benchmark_dialog import BenchmarkDialog
 from ui.resources import icon
-from ui.wizards.policy import CHECKSUM_TEXT, FILE_LIST_TEXT, SNAPSHOT_TEXT
+from ui.wizards.policy import CHECKSUM_TEXT, COMPRESSION_TEXT, COMPRESSION_TIP, FILE_LIST_TEXT, \
+    SNAPSHOT_TEXT
 from ui.wizards.policy_change import PolicyChangeWizard, excludes_text, policy_excludes
 from ui.wizards.schedule_text import spoken
 from ui.wizards.schedule_text import summary as schedule_summary
@@ -35,8 +37,7 @@ READ_ONLY = {
     "storage-server": ("type", "host", "path", "options", "created"),
     "disk-pool": ("server", "server_type", "host", "volumes", "created"),
     "storage-unit": ("pool", "server", "host", "active_jobs", "created"),
-    "policy": ("clients", "selections", "excludes", "schedules", "compression", "encryption",
-               "created"),
+    "policy": ("clients", "selections", "excludes", "schedules", "encryption", "created"),
     "lifecycle": ("steps", "policies", "created"),
     "storage-unit-group": ("selection", "unit_names", "policies", "created"),
 }
@@ -47,7 +48,8 @@ LABELS = {
     "volumes": "Volumes", "pool": "Disk pool", "active_jobs": "Active jobs",
     "clients": "Clients", "selections": "Backup selections", "schedules": "Schedules",
     "excludes": "Excludes",
-    "compression": "Compression", "encryption": "Encryption", "port": "SSH port",
+    "compression": "Compression", "compression_level": "Compression level",
+    "encryption": "Encryption", "port": "SSH port",
     "user": "SSH user", "key_file": "Private key file", "data_address": "Data address",
     "comment": "Comment", "high_water": "High-water mark", "low_water": "Low-water mark",
     "max_io_streams": "Maximum I/O streams", "max_concurrent_jobs": "Maximum concurrent jobs",
@@ -72,8 +74,7 @@ CHUNK_TIP = ("The size the next backups cut new data into (e.g. 128K, 512K, 2M);
 NO_LIFECYCLE = "(none: one copy, on the storage unit)"
 NO_GROUP = "(none: the storage unit or lifecycle above)"
 #: a policy's switches the wizard shows disabled, with its reason
-POLICY_OFF = {"compression": "no (not available in this version)",
-              "encryption": "no (a property of the pool, not of the policy)"}
+POLICY_OFF = {"encryption": "no (a property of the pool, not of the policy)"}
 #: a host's maximum jobs left empty: the master's setting max_jobs_per_client applies
 MASTER_JOB_LIMIT = "the master's limit of jobs per client"
 #: what an empty SSH setting of a host means, as the Add host dialog says it
@@ -201,7 +202,7 @@ def _one_target(out):
 
 #: attributes edited in a spin box
 NUMBER_KEYS = ("high_water", "low_water", "compact_below", "verify_max_mb_s", "max_io_streams",
-               "max_concurrent_jobs", "priority", "port", "max_jobs")
+               "max_concurrent_jobs", "priority", "port", "max_jobs", "compression_level")
 #: spin boxes whose 0 reads as a word (no limit, the master's limit) and is stored as None
 NONE_AT_ZERO = ("max_io_streams", "verify_max_mb_s", "max_jobs")
 
@@ -421,6 +422,14 @@ class PropertiesDialog(QDialog):
             w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
             w.setToolTip(DEDUP_TIPS[self.kind])
             w.currentIndexChanged.connect(self._changed)
+        elif key == "compression":
+            w = QComboBox()
+            for mode in COMPRESSION_AT:
+                w.addItem(COMPRESSION_TEXT[mode], mode)
+            w.setCurrentIndex(max(0, w.findData(value or "server")))
+            w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+            w.setToolTip(COMPRESSION_TIP)
+            w.currentIndexChanged.connect(self._changed)
         elif key == "verify_every":
             w = QLineEdit(verify_text(value))
             w.setPlaceholderText("never")
@@ -489,6 +498,11 @@ class PropertiesDialog(QDialog):
             else:
                 w.setRange(1 if key != "priority" else 0, hi)
             w.setValue(int(value or 0))
+        elif key == "compression_level":
+            w.setRange(*LEVEL_RANGE)
+            w.setValue(int(value or DEFAULT_LEVEL))
+            w.setToolTip("zstd level of new chunks in deduplicating pools: 1 is fastest, 19 "
+                         "stores least")
         elif key == "max_jobs":
             w.setRange(0, 1000)
             w.setGroupSeparatorShown(True)

@@ -21,7 +21,8 @@ def policy_commands(sub, cmd):
                         "lifecycle's name, or none), storage_unit_group (a group's name, or "
                         "none), priority, "
                         "multiple_streams, checksum, snapshot (none, filesystem, fileset), "
-                        "file_list (auto, walk), dedup, skip_nodump (yes, no), active or "
+                        "file_list (auto, walk), dedup, compression (server, client, off), "
+                        "compression_level (1 to 19), skip_nodump (yes, no), active or "
                         "comment.")
     p.add_argument("name")
     p.add_argument("key")
@@ -54,7 +55,16 @@ def _create_command(po, cmd):
                        help="where its backups go: one unit of the group, chosen when each "
                             "job starts (`cairn storage-unit-group create`)")
     p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--compression", action="store_true")
+    comp = p.add_mutually_exclusive_group()
+    comp.add_argument("--compression", action="store_true",
+                      help="compress on the client (--compression-at client)")
+    comp.add_argument("--compression-at", choices=["client", "server", "off"],
+                      help="on a deduplicating pool: where new chunks are compressed: server "
+                           "(the storage server, the default), client (before they cross the "
+                           "network; with --dedup client) or off; advanced-disk images are "
+                           "not compressed")
+    p.add_argument("--compression-level", type=int, metavar="N",
+                   help="the zstd level, 1 (fastest, the default) to 19 (smallest)")
     p.add_argument("--encryption", action="store_true")
     p.add_argument("--multiple-streams", action="store_true")
     p.add_argument("--checksum", choices=["crc32", "sha256"], default="crc32",
@@ -144,7 +154,8 @@ def _create(m, args):
     return _policy_out(args, m.create_policy(
         args.name, storage_unit=args.storage_unit, lifecycle=args.lifecycle,
         storage_unit_group=args.storage_unit_group, priority=args.priority,
-        compression=args.compression, encryption=args.encryption,
+        compression="client" if args.compression else args.compression_at,
+        compression_level=args.compression_level, encryption=args.encryption,
         multiple_streams=args.multiple_streams, checksum=args.checksum, snapshot=args.snapshot,
         file_list=args.file_list, dedup=args.dedup, skip_nodump=args.skip_nodump))
 
@@ -190,7 +201,8 @@ def _print_policy(d):
     print(f"policy {d['name']}{'' if d['active'] else ' (inactive)'}: storage unit {target}")
     print(f"  priority {d['priority']}, multiple streams {'yes' if d['multiple_streams'] else 'no'}"
           f", checksum {d['checksum']}, snapshot {d['snapshot']}, file list {d['file_list']}, "
-          f"dedup {d['dedup']}, skip nodump {'yes' if d['skip_nodump'] else 'no'}")
+          f"dedup {d['dedup']}, compression {d['compression']} (level "
+          f"{d['compression_level']}), skip nodump {'yes' if d['skip_nodump'] else 'no'}")
     print("  clients:    " + (", ".join(d["clients"]) or "none"))
     print("  selections: " + (", ".join(d["selections"]) or "none"))
     print("  excludes:   " + (", ".join(d["excludes"]) or "none"))

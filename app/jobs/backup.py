@@ -383,6 +383,7 @@ class BackupJob:
             {"path": self.partial, "storage": side.storage_spec()}, self.job["id"],
             listening=listening, address=addr)
         self.calls.append(recv)
+        side.heard(listening)
         if self.references and listening.get("bases_problem"):
             ctx.log("files cache not used, every file is read: "
                     + listening["bases_problem"], "warning")

@@ -12,14 +12,16 @@ class ConfigurationAPI:
                       storage_unit_group=None, priority=0,
                       multiple_streams=False, checksum="crc32", snapshot="none",
                       file_list="auto", dedup="server", skip_nodump=False, clients=(),
-                      selections=(), schedules=(), comment="", compression=False,
-                      encryption=False, excludes=()):
+                      selections=(), schedules=(), comment="", compression=None,
+                      encryption=False, excludes=(), compression_level=None):
         """A policy with its clients, backup selections and schedules (dicts of
         add_schedule's arguments plus `name`) and excludes ({"pattern", "client"}), all or
         nothing: when a later part is
         refused, the policy is removed again and the error raised. It writes to a storage
-        unit or through a lifecycle (exactly one of them: app/lifecycles.py). compression and
-        encryption are refused with the reason (Config.add_policy). A catalog schedule
+        unit or through a lifecycle (exactly one of them: app/lifecycles.py). compression
+        (server, client or off; True: client) and compression_level: where backups into
+        deduplicating pools are compressed and how hard; encryption is refused with the
+        reason (Config.add_policy). A catalog schedule
         needs the catalog backup key to exist (add_schedule)."""
         if any(s.get("type") == CATALOG_SCHEDULE for s in schedules):
             catalog_backup.check_schedulable(self, None)
@@ -37,6 +39,7 @@ class ConfigurationAPI:
                                storage_unit_group_id=group_id,
                                priority=priority,
                                compression=compression, encryption=encryption,
+                               compression_level=compression_level,
                                multiple_streams=multiple_streams, checksum=checksum,
                                snapshot=snapshot, file_list=file_list, dedup=dedup,
                                skip_nodump=skip_nodump, comment=comment)

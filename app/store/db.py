@@ -504,6 +504,13 @@ MIGRATIONS = [
     ALTER TABLE benchmark_runs ADD COLUMN max_write_mb_s REAL;
     ALTER TABLE benchmark_runs ADD COLUMN max_read_mb_s REAL
     """,
+    # 25: where a policy's backups into deduplicating pools are compressed (server: on the
+    # storage server, as before; client: on the client before the chunks cross the network;
+    # off) and the zstd level; the old integer column stays unused
+    """
+    ALTER TABLE policies ADD COLUMN compression_at TEXT NOT NULL DEFAULT 'server';
+    ALTER TABLE policies ADD COLUMN compression_level INTEGER NOT NULL DEFAULT 1
+    """,
 ]
 
 

@@ -280,6 +280,10 @@ class BackupSide:
         its receiving side."""
         return self.access
 
+    def heard(self, listening):
+        """What the storage side's listening event said (the backup job passes it on before
+        it asks for client_spec)."""
+
     def client_spec(self):
         """What the client's agent needs to send the image over the data plane."""
         return {"type": self.type.name}

@@ -481,3 +481,30 @@ def test_the_client_side_of_a_backup_never_gets_the_bucket_or_its_keys(tmp_path,
         assert s3_server.secret_key in repr(side.storage_spec())  # the storage host's only
     finally:
         m.close()
+
+
+def test_a_cloud_pool_stores_chunks_uncompressed_with_compression_off_and_at_the_level(
+        tmp_path, s3_server, s3_bucket):
+    src = tmp_path / "src"
+    src.mkdir()
+    words = b" ".join(b"alpha%d beta gamma" % i for i in range(200_000))
+    (src / "words.txt").write_bytes(words)
+    m, _ = make_site(tmp_path, s3_server, s3_bucket)
+    try:
+        m.update_object("policy", "p", compression="off")
+        img = backed_up(m)
+        assert img["dedup"]["compression"] == {"at": "off", "codec": "none", "level": None}
+        assert img["dedup"]["stored_bytes"] == img["dedup"]["new_bytes"] > len(words)
+        assert "compression: off, new chunks were stored as they are" in log_of(m, img["job_id"])
+        restores(m, img["id"], src, tmp_path / "r1")
+        m.update_object("policy", "p", compression="server", compression_level=6)
+        (src / "more.txt").write_bytes(words.replace(b"beta", b"BETA"))
+        job = backup(m)
+        assert job["status"] == st.OK, log_of(m, job["id"])
+        second = m.image(job["image_id"])
+        assert second["dedup"]["compression"]["at"] == "server"
+        assert second["dedup"]["compression"]["level"] == 6
+        assert second["dedup"]["stored_bytes"] < second["dedup"]["new_bytes"] // 3
+        restores(m, second["id"], src, tmp_path / "r2")
+    finally:
+        m.close()

@@ -5,7 +5,7 @@ read back through the master."""
 import pytest
 from catalog import add_lifecycle
 
-from ui.properties import MASTER_JOB_LIMIT, POLICY_OFF
+from ui.properties import MASTER_JOB_LIMIT
 from ui.wizards.policy import CHECKSUM_TEXT
 from ui.wizards.stugroup import SELECTION_TEXT
 
@@ -52,7 +52,12 @@ def test_a_policy_s_checksum_reads_as_the_wizard_and_saves_its_word(make_console
     assert dlg.editors["checksum"].currentText() == CHECKSUM_TEXT["sha256"]
     assert not dlg.save_button.isEnabled()
     # switches the wizard shows disabled say why, not a bare "no"
-    assert dlg.read_only["compression"].text() == POLICY_OFF["compression"]
+    assert "compression" not in dlg.read_only
+    assert dlg.editors["compression"].currentData() == "server"
+    assert dlg.editors["compression_level"].value() == 1
+    dlg.editors["compression"].setCurrentIndex(dlg.editors["compression"].findData("off"))
+    dlg.editors["compression_level"].setValue(4)
+    assert dlg.changes() == {"compression": "off", "compression_level": 4}
     assert dlg.read_only["encryption"].text().startswith("no (a property of the pool")
     dlg.reject()
 

@@ -544,7 +544,9 @@ def test_policy_wizard_with_schedule_client_and_browsed_selection(open_wizard, e
 
     ap = w.attributes_page
     assert not next_enabled(w) and "Give the policy a name" in ap.status.plain_text()
-    assert not ap.compression.isEnabled() and "not available" in ap.compression.text()
+    # stu1 is advanced-disk: its images are stored uncompressed
+    assert not ap.compression.isEnabled() and not ap.compression_level.isEnabled()
+    assert "Advanced-disk images are stored uncompressed" in ap.compression_note.text()
     assert not ap.encryption.isEnabled()
     qtbot.keyClicks(ap.name, "pol1")
     assert ap.unit.currentText() == "stu1"
@@ -637,7 +639,14 @@ def test_policy_wizard_stores_the_deduplication_mode(open_wizard, empty_master, 
     ap.unit.setCurrentIndex(ap.unit.findText("dd-stu"))
     assert "dd-stu is on a deduplicating pool" in ap.dedup_note.text()
     assert "dedup storage server" in ap.encryption.text()
+    assert ap.compression.isEnabled() and ap.compression.currentData() == "server"
+    assert [ap.compression.itemData(i) for i in range(ap.compression.count())] == [
+        "server", "client", "off"]
+    ap.compression.setCurrentIndex(ap.compression.findData("client"))
+    assert "compresses its stream in transit" in ap.compression_note.text()
     ap.dedup.setCurrentIndex(ap.dedup.findData("client"))
+    assert ap.compression_note.text() == ""
+    ap.compression_level.setValue(6)
     assert not ap.skip_nodump.isChecked()
     ap.skip_nodump.setChecked(True)
     qtbot.keyClicks(ap.name, "pol-dd")
@@ -651,9 +660,13 @@ def test_policy_wizard_stores_the_deduplication_mode(open_wizard, empty_master, 
     assert ("Deduplication:", "On the client (only new chunks cross the network)") in \
         w.summary_page.rows()
     assert ("Files marked nodump:", "left out") in w.summary_page.rows()
+    assert ("Compression:", "On the client (before chunks cross the network), level 6") in \
+        w.summary_page.rows()
     go_next(qtbot, w)
     assert w.result_page.result is not None, w.result_page.status.plain_text()
     assert w.result_page.result["dedup"] == "client"
+    assert w.result_page.result["compression"] == "client"
+    assert w.result_page.result["compression_level"] == 6
     finish(qtbot, w)
     pol = empty_master.config.policy("pol-dd")
     assert pol["dedup"] == "client" and pol["storage_unit"] == "dd-stu"

@@ -181,11 +181,14 @@ def test_unusable_bases_are_reported_not_raised(tmp_path):
         ing.abort()
 
 
-@pytest.mark.parametrize("accelerated", [True, False])
-def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated):
+@pytest.mark.parametrize("accelerated, compressed", [(True, False), (False, False),
+                                                     (True, True), (False, True)])
+def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated, compressed):
     """Over a real data connection: a client asked for client-side deduplication that lacks
     the chunking accelerator sends the plain stream; the storage side takes either, and
-    references between them."""
+    references between them. Compressed (the policy compresses on the client): chunks in Z
+    messages, or the stream as one zstd stream in X messages, flushed before each
+    reference."""
     import threading
 
     from app.agent import dataplane
@@ -214,7 +217,9 @@ def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated
     t = threading.Thread(target=storage_side, daemon=True)
     t.start()
     chan = dataplane.connect("127.0.0.1", listener.port, cert, token)
-    sink, note = wire.client_sink(chan, "client", PARAMS, accelerated=accelerated)
+    sink, note = wire.client_sink(chan, "client", PARAMS, accelerated=accelerated,
+                                  compression={"level": 3, "codecs": ["zlib", "zstd"]}
+                                  if compressed else None)
     x = data(8, 90_000)
     sink.write(x)
     sink.reference(0, 1000, 200_000)
@@ -229,6 +234,13 @@ def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated
         assert sink.report()["sent_bytes"] < 2 * len(x)
     else:
         assert isinstance(sink, wire.ServerSink) and "lacks" in note
+        report = sink.report()
+        if compressed:
+            assert report["compression"]["in_transit"] and report["bytes"] == 2 * len(x)
+            assert 0 < report["sent_bytes"] < report["bytes"]
+            assert result["stats"]["compression"]["in_transit"] == "zstd"
+        else:
+            assert report is None
     final = f"{root}/images/c/b.recipe"
     commit_recipe(root, partial, final)
     assert stream_of(root, read_recipe(final)) == x + a[1000:201_000] + x

@@ -90,7 +90,7 @@ def test_records_are_encoded_one_by_one_where_zstandard_cannot_batch(tmp_path, m
     datas = [b"abc" * 1000, random.Random(1).randbytes(5000)]
     fps = [hashlib.sha256(d).digest() for d in datas]
     want = [store.encode_record(fp, d) for fp, d in zip(fps, datas)]
-    monkeypatch.setattr(encoding._local, "zstd", OneByOne(), raising=False)
+    monkeypatch.setattr(encoding._local, "zstd", {st.ZSTD_LEVEL: OneByOne()}, raising=False)
     assert store.encode_records(fps, datas) == want
 
 

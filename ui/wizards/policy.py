@@ -9,6 +9,7 @@ from app.backup_excludes import selection_warnings
 from app.config import CHECKSUMS, FILE_LIST_MODES, SNAPSHOT_MODES, check_abs_path
 from app.errors import ValidationError
 from plugins.storage import registry
+from plugins.storage.dedup.master import COMPRESSION_AT, DEFAULT_LEVEL, LEVEL_RANGE
 from plugins.storage.dedup.master import MODES as DEDUP_MODES
 from ui.resources import icon
 from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, disabled_check, \
@@ -21,7 +22,6 @@ from ui.wizards.schedule_dialog import ScheduleDialog
 
 ATTRIBUTES_PAGE, SCHEDULES_PAGE, CLIENTS_PAGE, SELECTIONS_PAGE, SUMMARY_PAGE, RESULT_PAGE = \
     range(6)
-NOT_AVAILABLE = "not available in this version"
 CHECKSUM_TEXT = {"crc32": "crc32 — fast; catches corruption",
                  "sha256": "sha256 — also evidence against tampering; costs CPU"}
 SNAPSHOT_TEXT = {"none": "none — read the live files",
@@ -31,6 +31,15 @@ FILE_LIST_TEXT = {"auto": "policy engine on Storage Scale, tree walk elsewhere",
                   "walk": "always walk the tree"}
 DEDUP_TEXT = {"server": "On the storage server (client sends a plain stream)",
               "client": "On the client (only new chunks cross the network)"}
+#: where a policy's backups into deduplicating pools are compressed
+COMPRESSION_TEXT = {"server": "On the storage server (as it stores each new chunk)",
+                    "client": "On the client (before chunks cross the network)",
+                    "off": "Off (chunks are stored as they are)"}
+COMPRESSION_TIP = ("Where new chunks are compressed (zstd) in deduplicating pools. On the "
+                   "client, with client-side deduplication, fewer bytes cross the network at "
+                   "the cost of the client's CPU; the storage server still checks every chunk. "
+                   "Higher levels store less and cost more CPU. Advanced-disk images are "
+                   "stored uncompressed.")
 
 
 class AttributesPage(Page):
@@ -72,7 +81,20 @@ class AttributesPage(Page):
             "client, chunks the pool already holds are never sent, at the cost of the "
             "client's CPU; a client's own setting (host properties) wins over the policy's.")
         self.dedup_note = note("")
-        self.compression = disabled_check("Compression", NOT_AVAILABLE)
+        self.dedup.currentIndexChanged.connect(lambda *_: self._compression_changed())
+        self.compression = QComboBox()
+        self.compression.setObjectName("policy-compression")
+        for m in COMPRESSION_AT:
+            self.compression.addItem(COMPRESSION_TEXT[m], m)
+        self.compression.setToolTip(COMPRESSION_TIP)
+        self.compression_level = narrow(QSpinBox())
+        self.compression_level.setObjectName("policy-compression-level")
+        self.compression_level.setRange(*LEVEL_RANGE)
+        self.compression_level.setValue(DEFAULT_LEVEL)
+        self.compression_level.setPrefix("level ")
+        self.compression_level.setToolTip("zstd level: 1 is fastest, 19 stores least")
+        self.compression.currentIndexChanged.connect(self._compression_changed)
+        self.compression_note = note("")
         self.encryption = disabled_check("Encryption",
                                          "a property of the pool: create a dedup storage "
                                          "server that encrypts its chunks")
@@ -93,7 +115,13 @@ class AttributesPage(Page):
         form.addRow("&File list:", self.file_list)
         form.addRow("&Deduplication:", self.dedup)
         form.addRow("", self.dedup_note)
-        form.addRow("", self.compression)
+        row = QHBoxLayout()
+        row.addWidget(self.compression, 1)
+        row.addWidget(self.compression_level)
+        label = QLabel("C&ompression:")
+        label.setBuddy(self.compression)
+        form.addRow(label, row)
+        form.addRow("", self.compression_note)
         form.addRow("", self.encryption)
         form.addRow("", self.multiple_streams)
         form.addRow("", self.skip_nodump)
@@ -185,7 +213,37 @@ class AttributesPage(Page):
             text = ("Matters only for storage units on deduplicating pools; kept for when "
                     "the policy moves to one.")
         self.dedup_note.setText(text)
+        self._compression_changed()
         self.revalidate()
+
+    def target_units(self):
+        """The storage units the policy may write to: its unit, its lifecycle's backup
+        unit, or every unit of its group."""
+        kind, name = self.target()
+        if kind == "storage_unit_group":
+            return list(self.groups[name]["unit_names"])
+        unit = self.backup_unit()
+        return [unit] if unit else []
+
+    def compresses(self):
+        """Whether every unit the policy writes to is on a deduplicating pool, which
+        compresses; advanced-disk images are stored uncompressed."""
+        units = self.target_units()
+        return bool(units) and all(u in self.dedup_units for u in units)
+
+    def _compression_changed(self, *_):
+        on = self.compresses()
+        self.compression.setEnabled(on)
+        self.compression_level.setEnabled(on and self.compression.currentData() != "off")
+        if not on:
+            text = ("Advanced-disk images are stored uncompressed; dedup and cloud pools "
+                    "compress.")
+        elif self.compression.currentData() == "client" and self.dedup.currentData() != "client":
+            text = ("With deduplication on the storage server, the client compresses its "
+                    "stream in transit and the storage server the chunks it stores.")
+        else:
+            text = ""
+        self.compression_note.setText(text)
 
     def problem(self):
         p = name_problem("policy", self.name.text().strip(), self.existing)
@@ -506,6 +564,9 @@ class PolicyWizard(WizardBase):
                 "skip_nodump": a.skip_nodump.isChecked(),
                 "snapshot": a.snapshot.currentData(), "file_list": a.file_list.currentData(),
                 "dedup": a.dedup.currentData(),
+                **({"compression": a.compression.currentData(),
+                    "compression_level": a.compression_level.value()} if a.compresses()
+                   else {}),
                 "clients": self.clients_page.clients(),
                 "selections": list(self.selections_page.selections),
                 "schedules": [dict(s) for s in self.schedules_page.schedules]}
@@ -525,6 +586,11 @@ class PolicyWizard(WizardBase):
                 ("Snapshot", SNAPSHOT_TEXT[s["snapshot"]]),
                 ("File list", FILE_LIST_TEXT[s["file_list"]]),
                 ("Deduplication", DEDUP_TEXT[s["dedup"]]),
+                ("Compression", (COMPRESSION_TEXT[s["compression"]]
+                                 + (f", level {s['compression_level']}"
+                                    if s["compression"] != "off" else ""))
+                 if "compression" in s else "none (advanced-disk images are stored "
+                                            "uncompressed)"),
                 ("Schedules", "\n".join(schedule_summary(x) for x in s["schedules"])
                  or "none: backups only when started by hand"),
                 ("Clients", ", ".join(s["clients"])),

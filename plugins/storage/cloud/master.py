@@ -168,7 +168,8 @@ class Cloud(dedup.Dedup):
         return CloudBackup(self, self.access(server, home), pool=pool, volume=volume,
                            image_id=image_id,
                            mode=dedup.effective_mode(policy.get("dedup"),
-                                                     client_host.get("dedup")))
+                                                     client_host.get("dedup")),
+                           compression=dedup.compression_of(policy))
 
     def duplicate_side(self, *, server, pool, home, volume, image_id):
         return CloudBackup(self, self.access(server, home), pool=pool, volume=volume,

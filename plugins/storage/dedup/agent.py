@@ -47,7 +47,10 @@ class _IngestReceiver(_IngestWrite):
     def __init__(self, ingest, path, mode):
         super().__init__(ingest, path)
         self.mode = mode
-        self.listening = {"bases_problem": ingest.bases_problem}
+        # codecs: what this side decodes of chunks a client compressed (wire.py's Z)
+        from plugins.storage.dedup.encoding import _zstd
+        self.listening = {"bases_problem": ingest.bases_problem,
+                          "codecs": ["zlib"] + (["zstd"] if _zstd is not None else [])}
 
     def take(self, chan, is_cancelled):
         from plugins.storage.dedup import wire
@@ -208,25 +211,28 @@ class DedupAgent(AgentStorage):
         from plugins.storage.dedup.ingest import Ingest
         ingest = Ingest(spec["root"], path, params=spec.get("params"), key=spec.get("key"),
                         image_id=image_id, bases=spec.get("bases") if references else None,
-                        remote=self.remote(spec))
+                        remote=self.remote(spec), compression=spec.get("compression"))
         return _IngestWrite(ingest, path)
 
     def client_sink(self, chan, spec):
         from plugins.storage.dedup.wire import client_sink
-        return client_sink(chan, spec.get("mode"), spec.get("params"))
+        return client_sink(chan, spec.get("mode"), spec.get("params"),
+                           compression=spec.get("compression"))
 
     def client_report(self, sink):
         from plugins.storage.dedup.wire import ClientSink
         if isinstance(sink, ClientSink):
             return {"client_dedup": sink.report(), "dedup_mode": "client"}
-        return {"dedup_mode": "server"}
+        stream = sink.report()
+        return {"dedup_mode": "server", **({"client_stream": stream} if stream else {})}
 
     def receiver(self, spec, path, emit):
         from plugins.storage.dedup.ingest import Ingest
         try:
             ingest = Ingest(spec["root"], path, params=spec.get("params"),
                             key=spec.get("key"), image_id=spec.get("image_id"),
-                            bases=spec.get("bases"), remote=self.remote(spec))
+                            bases=spec.get("bases"), remote=self.remote(spec),
+                            compression=spec.get("compression"))
         except BaseException:
             _remove(path)
             raise

@@ -58,20 +58,87 @@ def _check_fingerprint(fp):
 _local = threading.local()
 
 
-def _zstd_compressor():
-    # One compressor per thread: making one per chunk costs as much as a small chunk's
-    # compression, and a compressor must not be shared between threads.
-    c = getattr(_local, "zstd", None)
+def _zstd_compressor(level=None):
+    # One compressor per thread and level: making one per chunk costs as much as a small
+    # chunk's compression, and a compressor must not be shared between threads.
+    level = level or ZSTD_LEVEL
+    kept = getattr(_local, "zstd", None)
+    if kept is None:
+        kept = _local.zstd = {}
+    c = kept.get(level)
     if c is None:
-        c = _local.zstd = _zstd.ZstdCompressor(level=ZSTD_LEVEL)
+        c = kept[level] = _zstd.ZstdCompressor(level=level)
     return c
 
 
-def _compress(codec, data):
+def _compress(codec, data, level=None):
     if codec == CODEC_ZSTD:
-        return _zstd_compressor().compress(data)
+        return _zstd_compressor(level).compress(data)
     if codec == CODEC_ZLIB:
-        return zlib.compress(data, 1)
+        return zlib.compress(data, min(level or 1, 9))
+    return data
+
+
+def client_codec(accepted=None):
+    """The codec a client compresses the chunks it sends with: zstd where this host has
+    zstandard and the storage side accepts it, else zlib (every Python has it)."""
+    if _zstd is not None and (accepted is None or "zstd" in accepted):
+        return CODEC_ZSTD
+    return CODEC_ZLIB
+
+
+def compress_chunk(codec, data, level):
+    """(codec, bytes) of a chunk a client sends compressed: the compressed form where it is
+    smaller, else the data as it is (codec none)."""
+    return _smaller(codec, data, _compress(codec, data, level))
+
+
+# Threads a client compresses one batch of chunks with (zstd's own, outside the GIL).
+CLIENT_THREADS = min(4, os.cpu_count() or 1)
+
+
+def compress_chunks(codec, datas, level):
+    """compress_chunk of each of a batch of chunks: with zstd, all in one call on a few
+    threads where python-zstandard can (its C backend), one by one otherwise."""
+    if codec == CODEC_ZSTD and len(datas) > 1:
+        batch = getattr(_zstd_compressor(level), "multi_compress_to_buffer", None)
+        try:
+            frames = batch and batch(list(datas), threads=CLIENT_THREADS)
+        except NotImplementedError:  # the CFFI backend lacks it
+            frames = None
+        if frames:
+            return [_smaller(codec, d, f.tobytes()) for d, f in zip(datas, frames)]
+    return [compress_chunk(codec, d, level) for d in datas]
+
+
+def decode_sent(codec, stored, raw_length):
+    """The data of a chunk a client sent compressed, decoded no further than raw_length
+    bytes; ValueError when it does not decode to exactly that many."""
+    if codec == CODEC_NONE:
+        data = bytes(stored)
+    elif codec == CODEC_ZLIB:
+        d = zlib.decompressobj()
+        try:
+            data = d.decompress(stored, raw_length)
+        except zlib.error as e:
+            raise ValueError(f"it does not decode (zlib): {e}") from None
+        if d.unconsumed_tail or not d.eof:
+            raise ValueError("it decodes to more or fewer bytes than its length")
+    elif codec == CODEC_ZSTD:
+        if _zstd is None:
+            raise ValueError("it is compressed with zstd, and the zstandard module is not "
+                             "installed here")
+        try:
+            size = _zstd.frame_content_size(stored)
+            if size not in (-1, raw_length):
+                raise ValueError("its frame gives another length than the chunk's")
+            data = _zstd.ZstdDecompressor().decompress(stored, max_output_size=raw_length)
+        except _zstd.ZstdError as e:
+            raise ValueError(f"it does not decode (zstd): {e}") from None
+    else:
+        raise ValueError(f"its codec {codec} is unknown")
+    if len(data) != raw_length:
+        raise ValueError(f"it decodes to {len(data)} bytes, not {raw_length}")
     return data
 
 

@@ -29,6 +29,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from plugins.storage.dedup.chunker import Params
+from plugins.storage.dedup.encoding import CODEC_NAMES, CODEC_NONE, decode_sent
 from plugins.storage.dedup.pool import IMAGE_DIR
 from plugins.storage.dedup.recipe import RecipeDamaged, RecipeWriter, read_recipe
 from plugins.storage.dedup.segmenter import GATHER, Segmenter
@@ -166,9 +167,20 @@ class Ingest:
     meanwhile; `bases_problem` says why they cannot be used (None when they can)."""
 
     def __init__(self, root, recipe_path, *, params=None, key=None, image_id=None,
-                 session_timeout=SESSION_TIMEOUT, bases=None, remote=None):
+                 session_timeout=SESSION_TIMEOUT, bases=None, remote=None, compression=None):
         self.store = open_store(root, key, remote=remote)
         self.params = Params(**(params or {}))
+        # {"at": server|client|off, "level": N} (None: the store's codec at its level): off
+        # stores chunks as they are; a chunk a client sent compressed (put_compressed) is
+        # stored as it came when the policy asked for that, every other one is compressed
+        # here at the level.
+        compression = compression or {}
+        self.compress_at = compression.get("at") or "server"
+        self.level = compression.get("level") or None
+        self.codec = CODEC_NONE if self.compress_at == "off" else None
+        self.from_client = 0  # chunks kept as the client compressed them
+        self.client_codecs = set()  # their codecs
+        self.in_transit = False  # the stream came compressed (wire.py's X)
         self.image_id = image_id
         self.stats = Stats()
         self._session = self.store.session(timeout=session_timeout)
@@ -327,7 +339,10 @@ class Ingest:
         containers and decides what is new: a piece met twice in flight is encoded twice,
         stored once."""
         pool = ThreadPoolExecutor(max_workers=ENCODERS, thread_name_prefix="dedup-encode")
-        encode = self.store.encode_record
+        store, codec, level = self.store, self.codec, self.level
+
+        def encode(fp, data):
+            return store.encode_record(fp, data, codec, level)
         encode_records = self.store.encode_records
         has = self.store.has
 
@@ -336,7 +351,8 @@ class Ingest:
             new = [i for i, fp in enumerate(fps) if not has(fp)]
             encoded = [None] * len(datas)
             if new:
-                records = encode_records([fps[i] for i in new], [datas[i] for i in new])
+                records = encode_records([fps[i] for i in new], [datas[i] for i in new],
+                                         codec, level)
                 for i, record in zip(new, records):
                     encoded[i] = record
             return list(zip(fps, encoded))
@@ -446,10 +462,56 @@ class Ingest:
                               hint="the client's data changed in transit or its agent is "
                                    "faulty; run the backup again")
         before = self._writer.stored_bytes
-        if self._writer.add(fp, data):
+        if self._writer.add(fp, data, self.codec, self.level):
             self.stats.new_chunks += 1
             self.stats.new_bytes += length
             self.stats.stored_bytes += self._writer.stored_bytes - before
+
+    def put_compressed(self, fp, codec, raw_length, stored):
+        """The data of a chunk query() asked for, compressed by the client (codec: its
+        byte). It is decoded and checked against its fingerprint like any other, then kept
+        as the client compressed it (encrypted in an encrypted pool) when the policy
+        compresses on the client, else stored as put() stores it."""
+        length = self._wanted.get(fp)
+        if length is None:
+            raise IngestError("the client sent a chunk that was not asked for")
+        try:
+            if raw_length != length:
+                raise ValueError(f"its length {raw_length} is not the {length} it asked about")
+            data = decode_sent(codec, stored, length)
+        except ValueError as e:
+            raise IngestError(f"the client sent a compressed chunk that is not what it "
+                              f"claims: {e}; nothing of it was stored",
+                              hint="the client's data changed in transit or its agent is "
+                                   "faulty; run the backup again") from None
+        if self.compress_at != "client" or hashlib.sha256(data).digest() != fp:
+            self.put(fp, data)  # checked there: a chunk that does not match is refused
+            return
+        del self._wanted[fp]
+        self.from_client += 1
+        if codec != CODEC_NONE:  # none: a chunk compression did not make smaller
+            self.client_codecs.add(CODEC_NAMES[codec])
+        writer = self._writer
+        if writer.wanted(fp):
+            record = self.store.compressed_record(fp, codec, length, stored)
+            if writer.add_encoded(fp, length, record):
+                self.stats.new_chunks += 1
+                self.stats.new_bytes += length
+                self.stats.stored_bytes += len(record[1])
+
+    def compression_report(self):
+        """Where this image's new chunks were compressed: {at, codec, level}."""
+        if self.compress_at == "off":
+            return {"at": "off", "codec": "none", "level": None}
+        if self.from_client:
+            return {"at": "client", "codec": "/".join(sorted(self.client_codecs)) or "none",
+                    "level": self.level or 1}
+        codec = CODEC_NAMES[self.store.codec]
+        out = {"at": "server", "codec": codec,
+               "level": min(self.level or 1, 9) if codec == "zlib" else self.level or 1}
+        if self.in_transit:
+            out["in_transit"] = "zstd"
+        return out
 
     # ---- a copy from another pool that keeps chunks: its recipe, and the chunks it lacks ----
     def query_entries(self, entries):
@@ -523,6 +585,7 @@ class Ingest:
         self._done = True
         self._close_parts(abort=False)
         out = self.stats.as_dict()
+        out["compression"] = self.compression_report()
         out["recipe_bytes"] = info.get("file_bytes") if isinstance(info, dict) else None
         return out
 

@@ -161,6 +161,71 @@ def check_mode(mode, *, host=False):
     return mode
 
 
+# Where a policy's backups into a deduplicating pool are compressed: on the storage server as
+# it stores each new chunk (the default), on the client before the chunk crosses the network
+# (client-side deduplication; the storage server checks each chunk and stores it as it
+# came; with server-side deduplication the stream is compressed in transit), or not at all.
+# The level is zstd's (zlib's, capped at 9, where zstandard is missing).
+COMPRESSION_AT = ("server", "client", "off")
+DEFAULT_COMPRESSION = "server"
+DEFAULT_LEVEL = 1
+LEVEL_RANGE = (1, 19)  # zstd's regular levels; 20-22 need far more memory to decode
+
+
+def check_compression(at):
+    """A policy's compression: server, client or off (True: client, as --compression says;
+    False or None: the default)."""
+    if at is True:
+        return "client"
+    if at in (None, False, ""):
+        return DEFAULT_COMPRESSION
+    at = str(at).strip().lower()
+    if at not in COMPRESSION_AT:
+        raise ValidationError(
+            f"compression {at!r} is unknown",
+            hint="choose server (the storage server compresses each new chunk), client (the "
+                 "client compresses what it sends: its new chunks, or with server-side "
+                 "deduplication its stream) or off (chunks are stored as they are)")
+    return at
+
+
+def check_level(level):
+    """A compression level: an integer in LEVEL_RANGE (None: the default)."""
+    if level in (None, ""):
+        return DEFAULT_LEVEL
+    low, high = LEVEL_RANGE
+    try:
+        n = int(str(level).strip())
+    except ValueError:
+        n = None
+    if n is None or not low <= n <= high:
+        raise ValidationError(
+            f"compression level {str(level).strip()} is outside {low} to {high}",
+            hint=f"give a zstd level from {low} (fastest, the default) to {high} (smallest, "
+                 "slowest); 3 to 9 are common choices")
+    return n
+
+
+def compression_refusal(at, storage_type, unit):
+    """The ValidationError for compression `at` asked for explicitly on a storage unit of a
+    type that does not compress (advanced-disk), or None."""
+    if at == "off" or storage_type is None or storage_type.capabilities.dedup:
+        return None
+    return ValidationError(
+        f"compression {at} is not available on storage unit {unit!r}: its storage is "
+        f"{storage_type.name}, whose images are stored uncompressed; dedup and cloud pools "
+        "compress (on the storage server or on the client)",
+        hint="leave out the compression options (or give off), or point the policy at a "
+             "storage unit of a dedup or cloud pool")
+
+
+def compression_of(policy):
+    """(where, level) of a policy dict, with the defaults for one made before they existed."""
+    at = policy.get("compression")
+    return (at if at in COMPRESSION_AT else DEFAULT_COMPRESSION,
+            policy.get("compression_level") or DEFAULT_LEVEL)
+
+
 def effective_mode(policy_mode, host_mode):
     """Where chunking happens for one client of a policy: a client's own setting wins."""
     if host_mode and host_mode != "policy":
@@ -199,6 +264,19 @@ def summary_text(s):
             "stored after compression")
     if s.get("sent_bytes") is not None:
         text += f"; the client sent {_mib(s['sent_bytes'])}"
+    return text
+
+
+def compression_text(c):
+    """The backup job's line on where its new chunks were compressed."""
+    if c["at"] == "off":
+        return "compression: off, new chunks were stored as they are"
+    if c["at"] == "client":
+        return (f"compression: on the client ({c['codec']} level {c['level']}); the storage "
+                "server checked each chunk against its fingerprint and stored it as it came")
+    text = f"compression: on the storage server ({c['codec']} level {c['level']})"
+    if c.get("in_transit"):
+        text += f"; the client compressed its stream in transit ({c['in_transit']})"
     return text
 
 
@@ -272,7 +350,8 @@ class Dedup(StorageType):
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         return DedupBackup(self, self.access(server, home), pool=pool, volume=volume,
                            image_id=image_id,
-                           mode=effective_mode(policy.get("dedup"), client_host.get("dedup")))
+                           mode=effective_mode(policy.get("dedup"), client_host.get("dedup")),
+                           compression=compression_of(policy))
 
     def import_images(self, *, server, pool, home, key_file=None):
         """Recipes are read with the pool's key: the one in key_file when given (kept by the
@@ -321,10 +400,44 @@ class DedupBackup(BackupSide):
     """A backup into a deduplication pool: where chunking happens (mode), and the pool's
     statistics of the image."""
 
-    def __init__(self, storage_type, access, *, pool, volume, image_id, mode):
+    def __init__(self, storage_type, access, *, pool, volume, image_id, mode,
+                 compression=None):
         super().__init__(storage_type, access, pool=pool, volume=volume, image_id=image_id)
         self.access["mode"] = mode
         self.access["image_id"] = image_id
+        # (where, level): the policy's; a copy's chunks are compressed as the pool does
+        self.compression = compression or (DEFAULT_COMPRESSION, DEFAULT_LEVEL)
+        at, level = self.compression
+        self.access["compression"] = {"at": at, "level": level}
+        self.codecs = None  # what the storage side decodes of chunks a client compressed
+
+    def heard(self, listening):
+        self.codecs = listening.get("codecs")
+
+    def compresses_on_client(self):
+        """Whether the client is told to compress: the policy says so and the storage
+        side said which codecs it decodes (it is not the client's own host)."""
+        return self.compression[0] == "client" and bool(self.codecs)
+
+    def compression_plan(self, local=False):
+        """The log line on where this backup's new chunks are to be compressed."""
+        at, level = self.compression
+        if at == "off":
+            return "compression: off, new chunks are stored as they are"
+        if at == "client" and not local and self.compresses_on_client():
+            if self.access["mode"] == "client":
+                return (f"compression: on the client (level {level}) before the chunks cross "
+                        "the network; the storage server checks each against its fingerprint "
+                        "and stores it as it came")
+            if "zstd" in self.codecs:
+                return (f"compression: the client compresses its stream in transit (level "
+                        f"{level}); with server-side deduplication the storage server "
+                        f"compresses the chunks it stores (level {level})")
+        why = ("" if at == "server" else
+               " (the policy asks for the client: the client is the storage host)" if local
+               else " (the policy asks for the client: the storage server cannot decode a "
+                    "compressed stream)")
+        return f"compression: on the storage server (level {level}){why}"
 
     def placed_text(self):
         # the chunk sizes of this backup: the server's may change between backups
@@ -334,17 +447,21 @@ class DedupBackup(BackupSide):
 
     def local_text(self):
         return ("client and storage server are the same host: the client's agent "
-                "deduplicates into the pool directly")
+                "deduplicates into the pool directly; " + self.compression_plan(local=True))
 
     def client_spec(self):
         # The client learns how to cut chunks, never the pool's path or key.
-        return {"type": self.type.name, "mode": self.access["mode"],
+        spec = {"type": self.type.name, "mode": self.access["mode"],
                 "params": self.access["params"]}
+        if self.compresses_on_client():
+            spec["compression"] = {"level": self.compression[1], "codecs": self.codecs}
+        return spec
 
     def client_text(self):
         return ("client-side deduplication: the client sends only chunks the pool lacks"
                 if self.access["mode"] == "client" else
-                "server-side deduplication: the client sends a plain stream")
+                "server-side deduplication: the client sends a plain stream") + \
+            "; " + self.compression_plan()
 
     def excludes(self):
         # Backing up the pool's own images into the pool helps nobody and grows forever.
@@ -354,6 +471,8 @@ class DedupBackup(BackupSide):
         stats = summary.get("dedup") or received.get("dedup")
         if summary.get("client_dedup"):
             stats["sent_bytes"] = summary["client_dedup"]["sent_bytes"]
+        elif summary.get("client_stream"):  # a stream compressed in transit
+            stats["sent_bytes"] = summary["client_stream"]["sent_bytes"]
         stats["mode"] = ((summary.get("dedup_mode") or self.access["mode"])
                          if received is not None else "local")
         return stats
@@ -368,7 +487,10 @@ class DedupBackup(BackupSide):
         return stats.get("dedup_ratio")
 
     def result_texts(self, stats):
-        return [summary_text(stats)] if stats is not None else []
+        if stats is None:
+            return []
+        return [summary_text(stats)] + ([compression_text(stats["compression"])]
+                                        if stats.get("compression") else [])
 
 
 class DedupImport(ImportSide):

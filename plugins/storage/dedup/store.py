@@ -461,36 +461,56 @@ class ChunkStore(ChunkIndex, Containers, PoolLocks):
         self._require_key()
         return Writer(self, background=background)
 
-    def encode(self, fp, data):
+    def encode(self, fp, data, codec=None, level=None):
         """(codec byte, stored bytes) of one chunk: compressed when that helps, then
         encrypted in an encrypted store. Safe to call from several threads at once. The
-        stored bytes may be `data` itself (any bytes-like object) when it stays as it is."""
-        codec, stored = _smaller(self.codec, data, _compress(self.codec, data))
+        stored bytes may be `data` itself (any bytes-like object) when it stays as it is.
+        codec, level: an ingest's own (CODEC_NONE: not compressed); by default the store's
+        codec at ZSTD_LEVEL."""
+        codec = self.codec if codec is None else codec
+        if codec == CODEC_NONE:
+            stored = data
+        else:
+            codec, stored = _smaller(codec, data, _compress(codec, data, level))
+        return self.seal(fp, codec, stored)
+
+    def seal(self, fp, codec, stored):
+        """(codec byte, stored bytes) of a chunk already compressed (or not) as `codec`
+        says: encrypted in an encrypted store, else as it is."""
         if self._cipher is not None:
             codec |= CODEC_ENCRYPTED
             return codec, self._cipher.seal(fp, codec, stored)
         return codec, stored
 
-    def encode_record(self, fp, data):
+    def encode_record(self, fp, data, codec=None, level=None):
         """(record header, stored bytes) of one chunk, ready for Writer.add_encoded: the
         encoding and its crc32 done in the calling thread, which may be one of several."""
-        codec, stored = self.encode(fp, data)
+        codec, stored = self.encode(fp, data, codec, level)
         return _record(fp, codec, len(data), stored)
 
-    def encode_records(self, fps, datas):
+    def compressed_record(self, fp, codec, raw_length, stored):
+        """The record of a chunk a client compressed (checked against its fingerprint by
+        the caller), stored as it came: encrypted in an encrypted store."""
+        codec, stored = self.seal(fp, codec, stored)
+        return _record(fp, codec, raw_length, stored)
+
+    def encode_records(self, fps, datas, codec=None, level=None):
         """encode_record of several chunks, the same records: for a plain zstd store, all
         compressed in one call, which gives the interpreter lock up once rather than once
         per chunk (with several encoder threads, each hand-over of the lock costs about as
         much as compressing a few KiB)."""
         packed = None
-        if self.codec == CODEC_ZSTD and self._cipher is None:
-            batch = getattr(_zstd_compressor(), "multi_compress_to_buffer", None)
+        codec = self.codec if codec is None else codec
+        if codec != self.codec or codec != CODEC_ZSTD:
+            return [self.encode_record(fp, d, codec, level) for fp, d in zip(fps, datas)]
+        if self._cipher is None:
+            batch = getattr(_zstd_compressor(level), "multi_compress_to_buffer", None)
             try:
                 packed = batch and batch(list(datas), threads=1)
             except NotImplementedError:  # python-zstandard's CFFI backend lacks it
                 pass
         if not packed:
-            return [self.encode_record(fp, d) for fp, d in zip(fps, datas)]
+            return [self.encode_record(fp, d, codec, level) for fp, d in zip(fps, datas)]
         out = []
         for fp, data, frame in zip(fps, datas, packed):
             # the memoryview of a frame keeps the whole buffer of frames alive, as it must

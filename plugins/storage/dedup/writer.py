@@ -58,9 +58,9 @@ class Writer:
         self.stored_chunks = 0
         self.stored_bytes = 0
 
-    def add(self, fp, data):
+    def add(self, fp, data, codec=None, level=None):
         """Stores one chunk unless the store or this writer already has it. Returns True when
-        it was stored."""
+        it was stored. codec, level: as store.encode takes them."""
         if self._closed:
             raise ValidationError("this chunk store writer is already committed or aborted",
                                   hint="Open a new writer with store.writer().")
@@ -73,9 +73,9 @@ class Writer:
         if fp in self._added or fp in self._relied or self.store.has(fp):
             return False
         if not self._claim(fp):
-            self._relied[fp] = self.store.encode_record(fp, data)
+            self._relied[fp] = self.store.encode_record(fp, data, codec, level)
             return False
-        header, stored = self.store.encode_record(fp, data)
+        header, stored = self.store.encode_record(fp, data, codec, level)
         self._put(fp, header, stored)
         self.stored_chunks += 1
         self.stored_bytes += len(stored)

@@ -23,7 +23,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.benchlib import local_master  # noqa: E402
+from bench.benchlib import du, local_master  # noqa: E402
+from bench.dedup_peers import Kopia, kopia_binary  # noqa: E402
 
 MB = 1e6
 RUNS = 3
@@ -48,14 +49,6 @@ def make_small(root, count, size):
             os.makedirs(d)
         with open(os.path.join(d, f"f{i:05d}.dat"), "wb") as f:
             f.write(os.urandom(size))
-
-
-def du(path):
-    total = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            total += os.lstat(os.path.join(d, f)).st_size
-    return total
 
 
 def timed(fn):
@@ -144,8 +137,6 @@ def run_restic(src, work):
 
 
 def run_kopia(src, work):
-    # Lazily: bench.dedup_peers imports du from this module.
-    from bench.dedup_peers import Kopia
     kopia = Kopia(src, work)
     kopia.setup()
     tb = kopia.backup("first")["seconds"]
@@ -223,8 +214,6 @@ def main():
     scale = 10 if a.quick else 1
     kopia = False
     if not a.no_kopia:
-        # Lazily: bench.dedup_peers imports du from this module.
-        from bench.dedup_peers import Kopia, kopia_binary
         kopia = kopia_binary() is not None
         print(Kopia.version() if kopia else f"kopia left out: {Kopia.why_missing()}")
     work = tempfile.mkdtemp(prefix="cairn-bench-", dir=a.dir)

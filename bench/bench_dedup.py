@@ -93,7 +93,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_backup import du  # noqa: E402
+from bench.benchlib import du  # noqa: E402
 from bench.bench_incremental import filesystem_of, machine  # noqa: E402
 from bench.benchlib import local_master  # noqa: E402
 from bench.dedup_peers import PEER_CLASSES, RestoreDiffers, ToolError, warm  # noqa: E402

@@ -2,6 +2,8 @@
 all back up through (storage server, disk pool without a water mark in the way, storage unit,
 policy of one selection)."""
 
+import os
+
 from app.master import Master
 from plugins.storage import registry
 
@@ -30,3 +32,12 @@ def local_master(home, vol, src, schedules=(), storage_type="advanced-disk"):
         m.close()
         raise
     return m
+
+
+def du(path):
+    """The bytes of the files under path (a repository, a pool), as their sizes."""
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            total += os.lstat(os.path.join(d, f)).st_size
+    return total

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from bench.bench_backup import du
+from bench.benchlib import du
 
 KOPIA_BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "scripts", "kopia-build.sh")

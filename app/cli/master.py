@@ -29,11 +29,24 @@ def _console(args):
 
 def master_commands(sub, cmd):
     ma = cmd(sub, "master", "the master without a GUI").add_subparsers(dest="sub", metavar="ACTION")
-    p = cmd(ma, "run", "run the dispatcher", handler=_run)
+    p = cmd(ma, "run", "run the dispatcher", handler=_run,
+            local_only="it runs the dispatcher on the master's own machine (a service there)")
     p.add_argument("--until-idle", action="store_true", help="stop when no job is queued or running")
     cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay, "
         "days before a client without a backup is warned about)",
         handler=_settings)
+    p = cmd(ma, "serve", "serve the master API to a desktop's console or CLI over SSH",
+            handler=_serve, opens_master=False, local_only="it serves the master it runs beside",
+            description="Serve the master API as line-delimited JSON on stdin and stdout: "
+                        "the command that `cairn --master` and `cairn console --master` run "
+                        "over SSH (an authorized_keys line can force it, with --user naming "
+                        "the Cairn user of that key). Jobs queued through it run in the "
+                        "dispatcher that holds the catalog (a console, `cairn master run`), "
+                        "or in a headless one started for them.")
+    p.add_argument("--stdio", action="store_true", required=True,
+                   help="serve on stdin and stdout (the only way there is)")
+    p.add_argument("--user", metavar="NAME",
+                   help="the Cairn user the client works as (default: the login name)")
     p = cmd(ma, "set", "change a master setting", handler=_settings)
     p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay",
                                    "stale_client_days"])
@@ -48,6 +61,12 @@ def _run(m, args):
     except KeyboardInterrupt:
         m.dispatcher.stop()
     return 0
+
+
+def _serve(args):
+    # The server loads for this command only, not for every `cairn` command.
+    from app.remote.server import serve_stdio
+    return serve_stdio(getattr(args, "home", None), user=args.user)
 
 
 def _settings(m, args):

@@ -16,8 +16,10 @@ part of the API that Master is made of:
   lifecycles.py     lifecycles (a backup and its duplications) and the copies of images
   stugroups.py      storage unit groups (units a job is placed on when it starts)
   alerts.py         alert settings, test messages, what is pending and what was sent
+  reports.py        reports over the job history, the scheduler's upcoming and recorded runs
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
-                    restart, cancel, suspend, statistics
+                    restart, cancel, suspend, statistics; a headless dispatcher for
+                    queued jobs when none runs
 
 The jobs themselves run in app/jobs/ (the dispatcher); the catalog is app/store/. The
 console and the CLI use these methods only, never the configuration (`config`) or the job
@@ -38,6 +40,7 @@ from app.master.hosts import HostsAPI
 from app.master.images import ImagesAPI
 from app.master.jobs import JobsAPI
 from app.master.lifecycles import LifecyclesAPI
+from app.master.reports import ReportsAPI
 from app.master.restores import (DIRECT_IO_CHOICES, MAX_RESTORE_STREAMS,  # noqa: F401
                                  OVERWRITE_CHOICES, RestoresAPI)
 from app.master.storage import StorageAPI
@@ -47,8 +50,12 @@ from app.store.db import Database
 
 
 class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
-             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI, AlertsAPI):
-    def __init__(self, home=None, password_provider=None):
+             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI, AlertsAPI, ReportsAPI):
+    def __init__(self, home=None, password_provider=None, user=None, origin=None):
+        # Who works through this master, and from where: the embedded default is the admin
+        # at this machine; `cairn master serve` names the SSH user and the client address.
+        self.user = user or "admin"
+        self.origin = origin or "local"
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
         self.db = Database(self.home.catalog)

@@ -1,0 +1,182 @@
+"""The master API over SSH: `cairn master serve --stdio` spoken to over its pipes (calls,
+errors, refusals, batches, streams), then `cairn --master` against the loopback sshd doing
+a first-day story, and the master's host key unknown (refused, shown by its fingerprint,
+then trusted), and changed (refused)."""
+
+import filecmp
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app import status as st
+from app.errors import NotFound, ValidationError
+from app.formats import protocol
+from app.remote import codec
+from clihelp import ROOT, cairn
+
+
+class Served:
+    """`cairn master serve --stdio` on pipes, as sshd would run it."""
+
+    def __init__(self, home, *extra, env=None):
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "app", "--home", str(home), "master", "serve", "--stdio",
+             *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=ROOT, env=dict(os.environ, **(env or {})))
+        self.hello = self.read()["hello"]
+        self.n = 0
+
+    def send(self, msg):
+        self.p.stdin.write(protocol.encode(msg))
+        self.p.stdin.flush()
+
+    def read(self):
+        line = self.p.stdout.readline()
+        assert line, self.p.stderr.read().decode()
+        return json.loads(line)
+
+    def call(self, method, *args, **kwargs):
+        self.n += 1
+        self.send({"id": self.n, "method": method, "args": codec.encode(list(args)),
+                   "kwargs": codec.encode(kwargs)})
+        r = self.read()
+        assert r["id"] == self.n
+        if "error" in r:
+            raise codec.decode_error(r["error"])
+        return codec.decode(r["result"])
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(20) == 0
+
+
+def test_the_served_api_calls_errors_batches_and_streams(tmp_path):
+    s = Served(tmp_path / "home", "--user", "alice",
+               env={"SSH_CONNECTION": "192.0.2.9 51000 192.0.2.1 22"})
+    try:
+        assert (s.hello["user"], s.hello["origin"], s.hello["protocol"]) == \
+            ("alice", "192.0.2.9", 1)
+        assert s.call("add_host", "me", local=True)["name"] == "me"
+        assert [h["name"] for h in s.call("host_list")] == ["me"]
+        # an error comes back as the same class with the same message and status
+        with pytest.raises(NotFound) as e:
+            s.call("policy", "nope")
+        assert e.value.message == "there is no policy named 'nope'" and e.value.status == 10
+        # the master's own parts and private names are refused, plainly
+        for name in ("db", "config", "dispatcher", "_connect", "open_index"):
+            with pytest.raises(ValidationError) as e:
+                s.call(name)
+            assert name in e.value.message
+        # a batch: one round trip, each call its result or its error
+        s.send({"id": 100, "batch": [{"method": "host_list"},
+                                     {"method": "policy", "args": ["nope"]},
+                                     {"method": "settings"}]})
+        r = s.read()
+        assert r["id"] == 100
+        hosts, err, settings = r["result"]
+        assert codec.decode(hosts["result"])[0]["name"] == "me"
+        assert codec.decode_error(err["error"]).__class__ is NotFound
+        assert "backup_tries" in codec.decode(settings["result"])
+        # a stream: the change feed pushes its first event at once, and ends when canceled
+        s.send({"id": 200, "subscribe": "job_changes", "kwargs": {"interval": 0.05}})
+        first = s.read()
+        assert first["id"] == 200 and first["event"]["jobs"] == []
+        s.send({"cancel": 200})
+        end = s.read()
+        assert end["id"] == 200 and "result" in end
+        # a line that is no request gets an error, and the server goes on
+        s.p.stdin.write(b"{not json\n")
+        s.p.stdin.flush()
+        assert s.read()["error"]["type"] == "ValidationError"
+        assert s.call("host_list")[0]["name"] == "me"
+    finally:
+        s.close()
+
+
+def test_values_keep_their_kind_on_the_wire():
+    from app.catalog_index.reader import Entry
+    e = Entry("/a", "a", "f", 0o644, 0, 0, 3, 5, 0, 3, "x", "")
+    value = {"users": {0: "root", 1000: "ann"}, "raw": b"\x00\xff", "points": [(1.0, 2.5)],
+             "entries": [e, e], "name": "caf\udce9", "$c": "a key of its own", "s": {1, 2}}
+    back = codec.decode(json.loads(json.dumps(codec.encode(value))))
+    assert back == value
+    assert type(back["entries"][0]) is Entry and back["entries"][0].to_dict()["name"] == "a"
+
+
+# ---- over SSH ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def remote(sshd, tmp_path):
+    """`cairn --master ...` run as a desktop would (its own CAIRN_HOME: its known_hosts),
+    the master served from another home through the loopback sshd."""
+    master_home, desktop = tmp_path / "master", tmp_path / "desktop"
+    serve = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio "
+             f"--home {master_home}")
+
+    def run(*args, trust=False, json_doc=False, check=True, home=desktop):
+        opts = ["--master", f"{sshd.user}@{sshd.host}:{sshd.port}", "--identity",
+                sshd.key_file, "--master-command", serve] + (["--trust-master-key"] if trust
+                                                             else [])
+        p = cairn(home, *opts, *args, *(["--json"] if json_doc else []), check=check,
+                  timeout=120)
+        return (json.loads(p.stdout), p) if json_doc else p
+    run.master_home, run.desktop = master_home, desktop
+    return run
+
+
+def test_a_first_day_story_against_a_master_over_ssh(remote, sshd, tmp_path):
+    src, vol, new = tmp_path / "src", tmp_path / "vol", tmp_path / "new"
+    (src / "sub").mkdir(parents=True)
+    vol.mkdir()
+    (src / "a.txt").write_text("first day\n")
+    (src / "sub" / "b.bin").write_bytes(os.urandom(100_000))
+    # the master's key is unknown to the desktop: refused, with its fingerprint
+    p = remote("host", "list", check=False)
+    assert p.returncode == st.HOST_KEY_UNKNOWN
+    assert sshd.host_key_fingerprint in p.stderr and "--trust-master-key" in p.stderr
+    # trusted once with --trust-master-key: recorded in the desktop's known_hosts
+    remote("host", "add", "me", "--local", trust=True)
+    assert sshd.host_public_key_line in (remote.desktop / "known_hosts").read_text()
+    remote("storage-server", "create", "ss", "--type", "advanced-disk", "--host", "me",
+           "--path", vol)
+    remote("disk-pool", "create", "dp", "--server", "ss", "--volume", vol)
+    remote("storage-unit", "create", "stu", "--pool", "dp")
+    remote("policy", "create", "p", "--storage-unit", "stu")
+    remote("policy", "add-client", "p", "me")
+    remote("policy", "add-selection", "p", src)
+    doc, _ = remote("backup", "p", "--wait", json_doc=True)
+    assert doc["status"] == 0 and doc["jobs"][0]["state"] == "done"
+    doc, _ = remote("images", "list", json_doc=True)
+    [img] = doc["images"]
+    assert img["files"] >= 2
+    doc, _ = remote("browse", img["id"], str(src), json_doc=True)
+    assert sorted(e["name"] for e in doc["entries"]) == ["a.txt", "sub"]
+    doc, _ = remote("restore", img["id"], "--path", src, "--to", new, "--wait", json_doc=True)
+    assert doc["status"] == 0
+    restored = new / str(src).lstrip("/")
+    assert filecmp.cmp(src / "sub" / "b.bin", restored / "sub" / "b.bin", shallow=False)
+    assert (restored / "a.txt").read_text() == "first day\n"
+    # the desktop's own home holds no catalog: everything happened on the master
+    assert not (remote.desktop / "catalog.db").exists()
+    assert (remote.master_home / "catalog.db").exists()
+    # commands that need the master's machine are refused plainly
+    p = remote("master", "run", check=False)
+    assert p.returncode == st.INVALID_REQUEST and "over SSH" in p.stderr
+
+
+def test_a_changed_master_key_is_refused(remote, sshd, tmp_path):
+    desktop = tmp_path / "desktop2"
+    desktop.mkdir()
+    other = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)],
+                   check=True)
+    fake = " ".join(other.with_suffix(".pub").read_text().split()[:2])
+    (desktop / "known_hosts").write_text(f"[{sshd.host}]:{sshd.port} {fake}\n")
+    for trust in (False, True):
+        p = remote("jobs", "list", trust=trust, check=False, home=desktop)
+        assert p.returncode == st.HOST_KEY_CHANGED, p.stderr
+        assert "CHANGED" in p.stderr and sshd.host_key_fingerprint in p.stderr
+    assert not remote.master_home.exists()   # nothing ran on the master

@@ -46,6 +46,8 @@ class Follow:
     def run(self):
         """Waits until the jobs end, or until the user leaves them running (left_running).
         Returns the jobs as they are then."""
+        if getattr(self.m, "remote", False):
+            return self._run_pushed()
         self.start_dispatcher()
         last_dispatcher = time.monotonic()
         try:
@@ -70,6 +72,27 @@ class Follow:
             if self.block is not None:
                 self.block.clear()
         return self.m.jobs_by_id(self.ids)
+
+    def _run_pushed(self):
+        """Against a master over SSH: it pushes the jobs whenever one changed (the "jobs"
+        stream, app/remote/streams.py) instead of being asked a few times a second."""
+        self.start_dispatcher()
+        sub = self.m.subscribe("jobs", job_ids=self.ids, interval=POLL)
+        try:
+            while True:
+                try:
+                    self.show(next(sub))
+                except StopIteration:
+                    self.show(sub.result)
+                    return sub.result
+                except KeyboardInterrupt:
+                    if not self.interrupted():
+                        self.left_running = True
+                        return self.m.jobs_by_id(self.ids)
+        finally:
+            sub.close()
+            if self.block is not None:
+                self.block.clear()
 
     def show(self, jobs):
         if self.block is not None:

@@ -149,8 +149,13 @@ def test_a_first_day_story_against_a_master_over_ssh(remote, sshd, tmp_path):
     remote("policy", "add-selection", "p", src)
     doc, _ = remote("backup", "p", "--wait", json_doc=True)
     assert doc["status"] == 0 and doc["jobs"][0]["state"] == "done"
-    doc, _ = remote("images", "list", json_doc=True)
-    [img] = doc["images"]
+    # waiting with progress: the master pushes the job as it changes, the end last
+    p = remote("backup", "p", "--wait", "--progress", "json")
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert lines[-1]["status"] == 0 and lines[-2]["event"] == "end"
+    doc, _ = remote("images", "list", "--policy", "p", json_doc=True)
+    img = doc["images"][-1]
+    assert len(doc["images"]) == 2
     assert img["files"] >= 2
     doc, _ = remote("browse", img["id"], str(src), json_doc=True)
     assert sorted(e["name"] for e in doc["entries"]) == ["a.txt", "sub"]

@@ -15,6 +15,7 @@ from ui.alerts_dialog import AlertsDialog
 from ui.catalog_backup_dialog import CatalogBackupDialog
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
+from ui.remote import describe
 from ui.resources import icon
 from ui.settings import settings
 
@@ -60,17 +61,23 @@ VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 def status_summary(m):
-    active = m.job_list(state="active")
+    # one round trip to a remote master (Master.batch, RemoteMaster.batch)
+    active, queued, hosts, backup, dups = m.batch([
+        ("job_list", (), {"state": "active"}), ("job_list", (), {"state": "queued"}),
+        ("host_list",), ("catalog_backup_state",), ("duplication_problems",)])
+    remote = getattr(m, "remote", False)
     return {
-        "catalog": m.home.catalog,
-        "hosts": len(m.host_list()),
+        "catalog": m.hello.get("home") if remote else m.home.catalog,
+        "master": describe(m),
+        "hosts": len(hosts),
         "running": len(active),
-        "queued": len(m.job_list(state="queued")),
-        # jobs this console's dispatcher runs: closing the console stops them
-        "mine": sum(j.get("runner") == m.dispatcher.id for j in active),
-        "catalog_backup": m.catalog_backup_state(),
+        "queued": len(queued),
+        # jobs this console's dispatcher runs: closing the console stops them (a remote
+        # master's run on its machine)
+        "mine": 0 if remote else sum(j.get("runner") == m.dispatcher.id for j in active),
+        "catalog_backup": backup,
         # the copies lifecycles want that keep failing
-        "duplications": m.duplication_problems(),
+        "duplications": dups,
     }
 
 
@@ -108,7 +115,7 @@ class MainWindow(QMainWindow):
         self.confirm_close_with_running_jobs = True
         self.summary = None
         self._status_busy = False
-        self.setWindowTitle("Cairn console")
+        self.setWindowTitle(describe(bridge.master)[0])
         self.setWindowIcon(icon("cairn"))
         self.setObjectName("cairn-main-window")
 
@@ -307,8 +314,10 @@ class MainWindow(QMainWindow):
     def _show_status(self, s):
         self._status_busy = False
         self.summary = s
-        self.master_label.setText(f"Master: embedded — catalog {s['catalog']}")
-        self.master_label.setToolTip(s["catalog"])
+        title, remote_text, remote_tip = s["master"]
+        self.setWindowTitle(title)
+        self.master_label.setText(remote_text or f"Master: embedded — catalog {s['catalog']}")
+        self.master_label.setToolTip(remote_tip or s["catalog"])
         self._show_hosts()
         self.jobs_label.setText(f"Jobs: {s['running']} running, {s['queued']} queued")
         self._show_catalog_backup(s["catalog_backup"])
@@ -387,6 +396,10 @@ class MainWindow(QMainWindow):
 
     def _status_failed(self, err):
         self._status_busy = False
+        m = self.bridge.master
+        if getattr(m, "remote", False):
+            self.master_label.setText(f"Master: {m.where} — {err.message}; retrying")
+            return
         self.master_label.setText(f"Master: catalog unreadable — {err}")
 
     # ---- wizards and catalog changes --------------------------------------------------------

@@ -16,13 +16,29 @@ def console_commands(sub, cmd):
                    "is complete, then the dashboard); with --screenshot also "
                    "wizard:storage-server, wizard:disk-pool, wizard:storage-unit, wizard:policy, "
                    "dialog:alerts, dialog:policy-properties")
+    # The master to manage over SSH; the options that go with it may also stand before
+    # `console`, as for every command (app/cli/__init__.py).
+    p.add_argument("--master", metavar="[USER@]HOST[:PORT]", default=argparse.SUPPRESS,
+                   help="manage the master on HOST (`cairn master serve --stdio` there), "
+                        "reached over SSH, instead of the embedded one")
+    p.add_argument("--identity", metavar="FILE", default=argparse.SUPPRESS,
+                   help="the SSH private key for --master")
+    p.add_argument("--trust-master-key", action="store_true", default=argparse.SUPPRESS,
+                   help="trust the master's SSH host key although it is not known yet")
+    p.add_argument("--master-command", metavar="CMD", default=argparse.SUPPRESS,
+                   help="the command that serves the master on HOST")
 
 
 def _console(args):
     # Qt is imported only here, so that every other command works where it is not installed.
     from ui.app import main as console_main
+    remote = None
+    if getattr(args, "master", None):
+        remote = {"where": args.master, "identity": getattr(args, "identity", None),
+                  "trust_key": getattr(args, "trust_master_key", False),
+                  "command": getattr(args, "master_command", None)}
     return console_main(home=getattr(args, "home", None), screenshot=args.screenshot,
-                        view=args.view)
+                        view=args.view, remote=remote)
 
 
 # ---- master ---------------------------------------------------------------------------------

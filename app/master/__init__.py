@@ -27,6 +27,7 @@ store (`jobs`) that they delegate to (tests/unit/test_layers.py holds them to it
 
 from app.catalog_check import check_not_truncated
 from app.config import Config
+from app.errors import CairnError
 from app.hosts import HostPool
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import JobStore
@@ -66,6 +67,21 @@ class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, Job
         self.hosts = HostPool(self.home, password_provider)
         self.hosts.on_contact = self.record_contact
         self.dispatcher = Dispatcher(self)
+
+    def batch(self, calls, return_exceptions=False):
+        """Several calls at once, as RemoteMaster.batch makes them in one round trip: calls
+        are (method, args, kwargs), args and kwargs optional; their results in order (a
+        failed call raises, or with return_exceptions stands in the list as its error)."""
+        out = []
+        for c in calls:
+            method, args, kwargs = (tuple(c) + ((), {}))[:3]
+            try:
+                out.append(getattr(self, method)(*args, **kwargs))
+            except CairnError as e:
+                if not return_exceptions:
+                    raise
+                out.append(e)
+        return out
 
     def close(self):
         alerts = getattr(self, "_alerter", None)

@@ -9,6 +9,7 @@ call the embedded one.
   server.py   the served side: which calls are served, one thread per request, batches,
               subscriptions
   target.py   [USER@]HOST[:PORT], as the command line names a master
+  errors.py   a lost connection, a part of the master that is not served
   client.py   RemoteMaster: the SSH connection (host key checked as hosts' are), calls,
               batches, subscriptions
 

@@ -21,6 +21,7 @@ import threading
 from app.errors import CairnError, HostKeyChanged, HostKeyUnknown, HostUnreachable
 from app.formats import protocol
 from app.remote import codec, target
+from app.remote.errors import ConnectionLost, NotOverSSH
 from app.remote.server import EVENT, OWN_PARTS, PROTOCOL
 from app.transport.base import StderrBuffer
 from app.transport.ssh import SSHTransport, _ChannelReader
@@ -29,15 +30,6 @@ DEFAULT_COMMAND = "cairn master serve --stdio"
 CONNECT_TIMEOUT = 15.0
 START_TIMEOUT = 60.0      # for the served master to say hello (Python starting, the catalog)
 CANCEL_POLL = 0.2
-
-
-class ConnectionLost(HostUnreachable):
-    """The SSH connection to the master broke while calls were waiting on it."""
-
-
-class NotOverSSH(CairnError, AttributeError):
-    """A part of the master that is its own (its catalog, its dispatcher): not reachable
-    through the API."""
 
 
 class _Pending:

@@ -1,0 +1,65 @@
+"""The console on a master over SSH (real widgets, the loopback sshd): the title and the status
+bar name the master, its data shows, a dropped connection is shown and made again without
+losing the window's state; and the console's side imports nothing POSIX-only."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app.master import Master
+from clihelp import ROOT
+
+
+@pytest.fixture
+def remote_master(sshd, tmp_path):
+    from app.remote.client import RemoteMaster
+    home = tmp_path / "master"
+    m = Master(str(home))
+    m.add_host("me", local=True)
+    m.close()
+    serve = f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio --home {home}"
+    rm = RemoteMaster(f"{sshd.user}@{sshd.host}:{sshd.port}", identity=sshd.key_file,
+                      trust_key=True, command=serve,
+                      known_hosts=str(tmp_path / "desktop" / "known_hosts"))
+    yield rm
+    rm.close()
+
+
+def test_the_console_on_a_remote_master_survives_a_dropped_connection(
+        make_console, remote_master, qtbot, sshd):
+    rm = remote_master
+    c = make_console(rm)
+    w = c.window
+    assert rm.where in w.windowTitle()
+    w.select_view("hosts")
+    view = w.current_view
+    qtbot.waitUntil(lambda: view.loaded and view.model.rowCount() == 1, timeout=10000)
+    w.refresh_status()
+    qtbot.waitUntil(lambda: w.master_label.text() == f"Master: {rm.where}", timeout=10000)
+    assert "working as Cairn user" in w.master_label.toolTip()
+    logins = sshd.accepted_logins()
+    # the connection drops, and the master cannot be started again for a while
+    command, rm.command = rm.command, "exit 3"
+    rm._ssh._t.close()
+    qtbot.waitUntil(lambda: "retrying" in w.master_label.text(), timeout=10000)
+    assert "was lost" in w.master_label.text()
+    # it can again: the next try connects, and the window is as it was
+    rm.command = command
+    qtbot.waitUntil(lambda: w.master_label.text() == f"Master: {rm.where}", timeout=15000)
+    assert sshd.accepted_logins() > logins
+    assert w.current_view is view and view.model.rowCount() == 1
+    assert not c.dispatcher_thread   # a remote master's jobs run on its machine
+
+
+def test_the_console_side_imports_nothing_posix_only():
+    code = ("import sys\n"
+            "for n in ('fcntl', 'pwd', 'grp', 'termios'):\n"
+            "    sys.modules[n] = None\n"
+            "import app.remote.client, ui.remote, ui.app, ui.main_window\n"
+            "from app.transport import hostkeys\n"
+            "print('imported')\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, QT_QPA_PLATFORM="offscreen"), timeout=120)
+    assert p.stdout.strip() == "imported", p.stderr

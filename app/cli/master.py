@@ -52,7 +52,8 @@ def master_commands(sub, cmd):
         "days before a client without a backup is warned about)",
         handler=_settings)
     p = cmd(ma, "serve", "serve the master API to a desktop's console or CLI over SSH",
-            handler=_serve, opens_master=False, local_only="it serves the master it runs beside",
+            handler=_serve, opens_master=False,
+            local_only="it serves the master it runs beside",
             description="Serve the master API as line-delimited JSON on stdin and stdout: "
                         "the command that `cairn --master` and `cairn console --master` run "
                         "over SSH (an authorized_keys line can force it, with --user naming "

@@ -284,3 +284,4 @@ def _image_dict(row):
     # every image of a list.
     d.pop("owners", None)
     return d
+

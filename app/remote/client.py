@@ -22,7 +22,6 @@ from app.errors import CairnError, HostKeyChanged, HostKeyUnknown, HostUnreachab
 from app.formats import protocol
 from app.remote import codec, target
 from app.remote.errors import ConnectionLost, NotOverSSH
-from app.remote.server import EVENT, OWN_PARTS, PROTOCOL
 from app.transport.base import StderrBuffer
 from app.transport.ssh import SSHTransport, _ChannelReader
 
@@ -128,11 +127,11 @@ class RemoteMaster:
                              hint="install Cairn there (the `cairn` command in the PATH of "
                                   f"{self.ssh_user}), or give the command that serves it "
                                   "with --master-command", status_code=HostUnreachable.status)
-        if msg["hello"].get("protocol") != PROTOCOL:
+        if msg["hello"].get("protocol") != codec.PROTOCOL:
             ch.close()
             self._ssh.close()
             raise CairnError(f"the master on {self.where} speaks protocol "
-                             f"{msg['hello'].get('protocol')}, this Cairn {PROTOCOL}",
+                             f"{msg['hello'].get('protocol')}, this Cairn {codec.PROTOCOL}",
                              hint="use the same Cairn version on the desktop and the master")
         return msg["hello"]
 
@@ -231,7 +230,7 @@ class RemoteMaster:
         (a search's) cancels the call there when it is set."""
         cancel = kwargs.get("cancel")
         if isinstance(cancel, threading.Event):
-            kwargs["cancel"] = EVENT
+            kwargs["cancel"] = codec.EVENT
         else:
             cancel = None
         msg = {"method": method, "args": codec.encode(list(args)),
@@ -268,7 +267,7 @@ class RemoteMaster:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in OWN_PARTS:
+        if name in codec.OWN_PARTS:
             raise NotOverSSH(f"the master's {name} is its own: not reachable on a master "
                              f"over SSH ({self.where})",
                              hint="this needs the master's machine: run it there")

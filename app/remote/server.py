@@ -39,7 +39,7 @@ from app.formats import protocol
 from app.remote import codec, streams
 from app.store.db import catalog_error
 
-PROTOCOL = 1
+PROTOCOL, EVENT, OWN_PARTS = codec.PROTOCOL, codec.EVENT, codec.OWN_PARTS
 IDLE_WORKER = 60.0          # seconds an idle request thread waits for the next request
 DISPATCHER_CHECK = 5.0      # how often queued jobs without a dispatcher are looked for
 # Public methods of the API that are no calls to make from afar, with what to do instead.
@@ -49,10 +49,6 @@ NOT_SERVED = {
     "record_contact": "the master records its hosts' contact itself",
     "remove_index": "index files are removed by the jobs that expire or replace images",
 }
-# What the master holds rather than does; named in the refusal.
-OWN_PARTS = ("config", "jobs", "db", "hosts", "dispatcher", "home", "lifecycle_config",
-             "storage_unit_groups_config", "alerter")
-EVENT = {codec.TAG: "event"}
 
 
 def served_methods(cls):

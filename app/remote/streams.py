@@ -8,13 +8,18 @@ whenever there is news and returns its last value when the stream ends.
   job_log      a job's log entries as they are written, ending with the job once it ended
   jobs         the jobs of a list of ids whenever one of them changed, ending with them once
                every one ended (what `--wait` shows)
+  listing      a directory of an image in a file tree's order (app.catalog_index.tree_order):
+               its first entries at once, the others right after, ending with their number
+               (the restore browser shows the first rows of 100,000 without waiting for all)
 
 The served master runs them for RemoteMaster.subscribe; open() runs one on a master in
 this process, for code that watches either kind."""
 
 import threading
 
-STREAMS = ("job_changes", "job_log", "jobs")
+from app.catalog_index import tree_order
+
+STREAMS = ("job_changes", "job_log", "jobs", "listing")
 DEFAULT_INTERVAL = 0.5
 MIN_INTERVAL = 0.05
 
@@ -63,3 +68,11 @@ def _jobs(m, stop, job_ids, interval=DEFAULT_INTERVAL):
             yield jobs
             last = jobs
         stop.wait(interval)
+
+
+def _listing(m, stop, image_id, path="/", first=2000, interval=None):
+    entries = tree_order(m.list_entries(image_id, path))
+    yield entries[:first]
+    if len(entries) > first and not stop.is_set():
+        yield entries[first:]
+    return len(entries)

@@ -53,6 +53,51 @@ def test_the_console_on_a_remote_master_survives_a_dropped_connection(
     assert not c.dispatcher_thread   # a remote master's jobs run on its machine
 
 
+def test_the_restore_browser_over_ssh_shows_a_first_page_then_the_rest(
+        remote_master, qtbot, monkeypatch, tmp_path):
+    """A directory comes in two parts from a remote master (the first rows at once): the
+    tree ends up with every entry, in its order, directories first."""
+    import json
+    import time
+    from app.catalog_index import IndexWriter
+    from ui import file_tree
+    from ui.bridge import Bridge
+    monkeypatch.setattr(file_tree, "FIRST_PAGE", 2)
+    monkeypatch.setattr(file_tree.ImageFilesModel, "BATCH", 2)
+    m = Master(remote_master.hello["home"])
+    names = ["B.txt", "a.txt", "c.txt", "sub"]
+    rows = [["/d", "d", 0o755, 0, 0, 0, 0, 0, 512, "", ""]]
+    rows += [[f"/d/{n}", "d" if n == "sub" else "f", 0o644, 0, 0, 1, 0, 0, 512, "", ""]
+             for n in sorted(names)]
+    w = IndexWriter(m.home.index_path("img1"))
+    w.add_rows(rows)
+    w.close()
+    with m.db.tx() as c:
+        c.execute("INSERT INTO images(id, client, policy, schedule, schedule_type, created, "
+                  "bytes, files, storage_unit, pool, storage_host, path, image_bytes, "
+                  "selections, warnings) VALUES ('img1','me','p','s','full',?,0,4,'u','p',"
+                  "'me','/x',0,?,0)", (time.strftime("%Y-%m-%dT%H:%M:%SZ"), json.dumps(["/d"])))
+    m.close()
+    bridge = Bridge(remote_master)
+    try:
+        model = file_tree.ImageFilesModel(bridge)
+        model.set_image("img1")
+        model.fetchMore(file_tree.QModelIndex())
+        qtbot.waitUntil(lambda: model.rowCount() == 1, timeout=10000)
+        d = model.index(0, 0)
+        model.fetchMore(d)
+        qtbot.waitUntil(lambda: model.rowCount(d) == 2, timeout=10000)
+
+        def all_there():
+            model.fetchMore(d)
+            return model.rowCount(d) == 4
+        qtbot.waitUntil(all_there, timeout=10000)
+        assert [model.index(i, 0, d).data() for i in range(4)] == \
+            ["sub", "a.txt", "B.txt", "c.txt"]
+    finally:
+        bridge.shutdown()
+
+
 def test_the_console_side_imports_nothing_posix_only():
     code = ("import sys\n"
             "for n in ('fcntl', 'pwd', 'grp', 'termios'):\n"

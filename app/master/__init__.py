@@ -74,7 +74,7 @@ class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, Job
         failed call raises, or with return_exceptions stands in the list as its error)."""
         out = []
         for c in calls:
-            method, args, kwargs = (tuple(c) + ((), {}))[:3]
+            method, args, kwargs = c[0], (c[1] if len(c) > 1 else ()), (c[2] if len(c) > 2 else {})
             try:
                 out.append(getattr(self, method)(*args, **kwargs))
             except CairnError as e:

@@ -244,7 +244,7 @@ class RemoteMaster:
         return_exceptions stands in the list as the error."""
         wire = []
         for c in calls:
-            method, args, kwargs = (tuple(c) + ((), {}))[:3]
+            method, args, kwargs = c[0], (c[1] if len(c) > 1 else ()), (c[2] if len(c) > 2 else {})
             wire.append({"method": method, "args": codec.encode(list(args)),
                          "kwargs": codec.encode(dict(kwargs))})
         out = []

@@ -96,6 +96,22 @@ def test_the_served_api_calls_errors_batches_and_streams(tmp_path):
         s.close()
 
 
+def test_a_batch_on_the_embedded_master_as_over_the_wire(tmp_path):
+    from app.master import Master
+    m = Master(str(tmp_path / "home"))
+    try:
+        m.add_host("me", local=True)
+        hosts, images, jobs = m.batch([("host_list",), ("images", ("me",)),
+                                     ("job_list", (), {"state": "queued"})])
+        assert hosts[0]["name"] == "me" and images == [] and jobs == []
+        with pytest.raises(NotFound):
+            m.batch([("host_list",), ("policy", ("nope",))])
+        ok, err = m.batch([("host_list",), ("policy", ("nope",))], return_exceptions=True)
+        assert ok[0]["name"] == "me" and isinstance(err, NotFound)
+    finally:
+        m.close()
+
+
 def test_values_keep_their_kind_on_the_wire():
     from app.catalog_index.reader import Entry
     e = Entry("/a", "a", "f", 0o644, 0, 0, 3, 5, 0, 3, "x", "")

@@ -39,6 +39,7 @@ def test_the_console_on_a_remote_master_survives_a_dropped_connection(
     w.refresh_status()
     qtbot.waitUntil(lambda: w.master_label.text() == f"Master: {rm.where}", timeout=10000)
     assert "working as Cairn user" in w.master_label.toolTip()
+    assert rm.batch([("images", ("me",)), ("host_list",)])[0] == []
     logins = sshd.accepted_logins()
     # the connection drops, and the master cannot be started again for a while
     command, rm.command = rm.command, "exit 3"

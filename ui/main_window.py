@@ -151,6 +151,9 @@ class MainWindow(QMainWindow):
             if image_actions is not None:
                 image_actions.job_queued.connect(self._job_queued)
         self._fill_nav(self.nav.invisibleRootItem(), NAVIGATION)
+        where = getattr(bridge.master, "where", None)
+        if where:   # a master over SSH: the tree's top names it
+            self.nav.topLevelItem(0).setText(0, f"Master {where}")
         self.nav.expandAll()
         self.nav.currentItemChanged.connect(self._nav_changed)
 

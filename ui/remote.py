@@ -35,7 +35,8 @@ def open_master(home, where, identity=None, trust_key=False, command=None, ask=T
         # exactly the key shown, not whatever a second connection would bring
         hostkeys.add(known, e.address, e.port, e.pkey)
         m = RemoteMaster(where, **kw)
-    remember(m.where)
+    if ask:   # not for a screenshot, which leaves what the console remembers alone
+        remember(m.where)
     return m
 
 

@@ -33,6 +33,7 @@ def test_the_console_on_a_remote_master_survives_a_dropped_connection(
     c = make_console(rm)
     w = c.window
     assert rm.where in w.windowTitle()
+    assert w.nav.topLevelItem(0).text(0) == f"Master {rm.where}"
     w.select_view("hosts")
     view = w.current_view
     qtbot.waitUntil(lambda: view.loaded and view.model.rowCount() == 1, timeout=10000)

@@ -80,10 +80,12 @@ def test_the_served_api_calls_errors_batches_and_streams(tmp_path):
         assert codec.decode(hosts["result"])[0]["name"] == "me"
         assert codec.decode_error(err["error"]).__class__ is NotFound
         assert "backup_tries" in codec.decode(settings["result"])
-        # a stream: the change feed pushes its first event at once, and ends when canceled
+        # a stream: the change feed pushes its first event at once, and ends when canceled;
+        # while it is open, other requests are answered
         s.send({"id": 200, "subscribe": "job_changes", "kwargs": {"interval": 0.05}})
         first = s.read()
         assert first["id"] == 200 and first["event"]["jobs"] == []
+        assert s.call("host_list")[0]["name"] == "me"
         s.send({"cancel": 200})
         end = s.read()
         assert end["id"] == 200 and "result" in end

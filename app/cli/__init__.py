@@ -158,7 +158,7 @@ def _check_master_options(args):
         if getattr(args, "local_only", None):
             raise CairnError(f"`cairn {words}` cannot run against a master over SSH: "
                              f"{args.local_only}",
-                             hint=f"run it on the master's machine, without --master",
+                             hint="run it on the master's machine, without --master",
                              status_code=st.INVALID_REQUEST)
         return
     given = [o for o, v in (("--identity", getattr(args, "identity", None)),

@@ -41,7 +41,7 @@ from app.store.db import catalog_error
 
 PROTOCOL, EVENT, OWN_PARTS = codec.PROTOCOL, codec.EVENT, codec.OWN_PARTS
 IDLE_WORKER = 60.0          # seconds an idle request thread waits for the next request
-DISPATCHER_CHECK = 5.0      # how often queued jobs without a dispatcher are looked for
+DISPATCHER_CHECK = 2.0      # how often queued jobs without a dispatcher are looked for
 # Public methods of the API that are no calls to make from afar, with what to do instead.
 NOT_SERVED = {
     "open_index": "it hands out the open index file: use browse, list_entries or search",

@@ -98,6 +98,40 @@ def test_the_served_api_calls_errors_batches_and_streams(tmp_path):
         s.close()
 
 
+def test_jobs_queued_through_the_served_master_run_without_a_dispatcher_of_its_own(tmp_path):
+    """A console on a remote master runs no dispatcher: a backup it queues runs in a
+    headless one that the served master starts, as a local command starts one."""
+    import time
+    from app.master import Master
+    src, vol, home = tmp_path / "src", tmp_path / "vol", tmp_path / "home"
+    src.mkdir()
+    vol.mkdir()
+    (src / "f.txt").write_text("queued from afar\n")
+    m = Master(str(home))
+    try:
+        m.config.add_host("me", local=True)
+        m.config.add_storage_server("ss", type="advanced-disk", host="me")
+        m.create_disk_pool("dp", server="ss", volumes=[str(vol)])
+        m.config.add_storage_unit("stu", pool="dp")
+        m.config.add_policy("p", storage_unit="stu")
+        m.config.add_policy_client("p", "me")
+        m.config.add_policy_selection("p", str(src))
+    finally:
+        m.close()
+    s = Served(home)
+    try:
+        [job_id] = s.call("start_backup", "p")
+        deadline = time.monotonic() + 60
+        while s.call("job", job_id)["state"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        job = s.call("job", job_id)
+        assert (job["state"], job["status"]) == ("done", 0)
+        # it ran in another process: the served master holds no lease of its own
+        assert job["runner"] and str(s.p.pid) not in job["runner"].split(":")
+    finally:
+        s.close()
+
+
 def test_a_batch_on_the_embedded_master_as_over_the_wire(tmp_path):
     from app.master import Master
     m = Master(str(tmp_path / "home"))

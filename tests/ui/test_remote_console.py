@@ -55,6 +55,36 @@ def test_the_console_on_a_remote_master_survives_a_dropped_connection(
     assert not c.dispatcher_thread   # a remote master's jobs run on its machine
 
 
+def test_an_unknown_master_key_is_trusted_when_the_user_confirms_it(
+        sshd, tmp_path, monkeypatch, qapp):
+    from app.errors import HostKeyUnknown
+    from ui import remote
+    home = tmp_path / "desktop"
+    serve = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio --home "
+             f"{tmp_path / 'master'}")
+    shown = []
+    where = f"{sshd.user}@{sshd.host}:{sshd.port}"
+
+    def answer(yes):
+        def confirm(_where, e):
+            shown.append(e.fingerprint)
+            return yes
+        return confirm
+    monkeypatch.setattr(remote, "confirm_key", answer(False))
+    with pytest.raises(HostKeyUnknown):
+        remote.open_master(str(home), where, identity=sshd.key_file, command=serve)
+    assert shown == [sshd.host_key_fingerprint]
+    assert not (home / "known_hosts").exists()
+    monkeypatch.setattr(remote, "confirm_key", answer(True))
+    m = remote.open_master(str(home), where, identity=sshd.key_file, command=serve)
+    try:
+        assert m.host_list() == [] and m.user == sshd.user
+        assert sshd.host_public_key_line in (home / "known_hosts").read_text()
+        assert remote.recent()[0] == m.where
+    finally:
+        m.close()
+
+
 def test_the_restore_browser_over_ssh_shows_a_first_page_then_the_rest(
         remote_master, qtbot, monkeypatch, tmp_path):
     """A directory comes in two parts from a remote master (the first rows at once): the

@@ -287,7 +287,11 @@ class Subscription:
         self.id = next(master._ids)
         with master._lock:
             master._pending[self.id] = self._p
-        master._send({"id": self.id, "subscribe": kind, "kwargs": codec.encode(kwargs)})
+        try:
+            master._send({"id": self.id, "subscribe": kind, "kwargs": codec.encode(kwargs)})
+        except BaseException:
+            self._end()
+            raise
 
     def __iter__(self):
         return self

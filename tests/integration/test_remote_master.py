@@ -168,10 +168,10 @@ def remote(sshd, tmp_path):
     serve = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio "
              f"--home {master_home}")
 
-    def run(*args, trust=False, json_doc=False, check=True, home=desktop):
+    def run(*args, trust=False, json_doc=False, check=True, home=desktop, command=serve):
         opts = ["--master", f"{sshd.user}@{sshd.host}:{sshd.port}", "--identity",
-                sshd.key_file, "--master-command", serve] + (["--trust-master-key"] if trust
-                                                             else [])
+                sshd.key_file, "--master-command", command] + (["--trust-master-key"]
+                                                               if trust else [])
         p = cairn(home, *opts, *args, *(["--json"] if json_doc else []), check=check,
                   timeout=120)
         return (json.loads(p.stdout), p) if json_doc else p
@@ -222,6 +222,10 @@ def test_a_first_day_story_against_a_master_over_ssh(remote, sshd, tmp_path):
     # commands that need the master's machine are refused plainly
     p = remote("master", "run", check=False)
     assert p.returncode == st.INVALID_REQUEST and "over SSH" in p.stderr
+    # a machine where the master cannot be started says so, with what the command said
+    p = remote("jobs", "list", check=False, command="echo no cairn here >&2; exit 127")
+    assert p.returncode == st.HOST_UNREACHABLE
+    assert "the master did not start" in p.stderr and "no cairn here" in p.stderr
 
 
 def test_a_changed_master_key_is_refused(remote, sshd, tmp_path):

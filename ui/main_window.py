@@ -9,13 +9,14 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
     QTreeWidget, QTreeWidgetItem
 
 from app import __version__
+from app.errors import ValidationError
 from ui import wizards
 from ui.pages import make_pages
 from ui.alerts_dialog import AlertsDialog
 from ui.catalog_backup_dialog import CatalogBackupDialog
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
-from ui.remote import describe
+from ui.remote import describe, open_in_new_console
 from ui.resources import icon
 from ui.settings import settings
 
@@ -242,6 +243,12 @@ class MainWindow(QMainWindow):
         alerts.triggered.connect(self.open_alerts)
         file_menu.addAction(alerts)
         file_menu.addSeparator()
+        open_master = QAction("Open a &master…", self)
+        open_master.setToolTip("A console on a master on another machine, reached over SSH "
+                               "(the masters opened before are offered)")
+        open_master.triggered.connect(self.open_other_master)
+        file_menu.addAction(open_master)
+        file_menu.addSeparator()
         quit_action = QAction("&Quit", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
@@ -396,6 +403,19 @@ class MainWindow(QMainWindow):
         self.hosts_label.setToolTip("\n".join(
             [f"{h['name']}: answers" for h in up]
             + [f"{h['name']}: {h['error']}" for h in down]))
+
+    def open_other_master(self):
+        try:
+            where = open_in_new_console(self)
+        except ValidationError as e:
+            box = QMessageBox(QMessageBox.Icon.Warning, "Open a master",
+                              f"{e.message}\n\n{e.hint or ''}".strip(), parent=self)
+            box.setTextFormat(Qt.TextFormat.PlainText)
+            box.open()
+            self.open_master_error = box
+            return
+        if where:
+            self.statusBar().showMessage(f"Opening a console on {where}…", 8000)
 
     def _status_failed(self, err):
         self._status_busy = False

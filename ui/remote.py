@@ -6,11 +6,14 @@ and the status bar call the master.
 The SSH client loads when a remote master is opened, not with the console: the embedded
 default never needs it. Nothing here or in what it loads is POSIX-only."""
 
-from PySide6.QtCore import QThread
+import sys
+
+from PySide6.QtCore import QProcess, QThread
 from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
 from app.errors import HostKeyUnknown
 from app.paths import Home
+from app.remote import target
 from app.terminal_text import escape
 from app.transport import hostkeys
 from ui.settings import settings
@@ -85,3 +88,24 @@ def describe(m):
                 f"The master on {host or m.where}, state directory {home}, reached over SSH "
                 f"as {m.ssh_user}; working as Cairn user {m.user}")
     return "Cairn console", None, None
+
+
+def console_command(where):
+    """The command that opens a console on master `where` ([USER@]HOST[:PORT])."""
+    base = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "app"]
+    return base + ["console", "--master", where]
+
+
+def open_in_new_console(parent):
+    """File ▸ Open a master…: asks for a master (the recent ones offered) and opens a console
+    on it in a process of its own, this window staying as it is. The name given, or None."""
+    text, ok = QInputDialog.getItem(parent, "Open a master",
+                                    "Master on another machine, [USER@]HOST[:PORT]:",
+                                    recent(), 0, True)
+    where = text.strip() if ok else ""
+    if not where:
+        return None
+    target.parse(where)   # a name that is none is said here, not by a console that fails
+    cmd = console_command(where)
+    QProcess.startDetached(cmd[0], cmd[1:])
+    return where

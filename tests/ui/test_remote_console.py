@@ -130,6 +130,24 @@ def test_the_restore_browser_over_ssh_shows_a_first_page_then_the_rest(
         bridge.shutdown()
 
 
+def test_file_open_a_master_starts_a_console_on_it(console, monkeypatch):
+    from ui import remote
+    started, answers = [], iter([("admin@backup1:2222", True), ("admin@", True),
+                                 ("", False)])
+    monkeypatch.setattr(remote.QInputDialog, "getItem", lambda *a, **k: next(answers))
+    monkeypatch.setattr(remote.QProcess, "startDetached",
+                        lambda prog, args: started.append([prog, *args]))
+    w = console.window
+    w.open_other_master()
+    assert started == [remote.console_command("admin@backup1:2222")]
+    assert started[0][-3:] == ["console", "--master", "admin@backup1:2222"]
+    w.open_other_master()            # no master name: said, nothing started
+    assert "is not [USER@]HOST[:PORT]" in w.open_master_error.text() and len(started) == 1
+    w.open_master_error.close()
+    w.open_other_master()            # canceled
+    assert len(started) == 1
+
+
 def test_the_console_side_imports_nothing_posix_only():
     code = ("import sys\n"
             "for n in ('fcntl', 'pwd', 'grp', 'termios'):\n"

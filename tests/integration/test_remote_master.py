@@ -128,6 +128,17 @@ def test_jobs_queued_through_the_served_master_run_without_a_dispatcher_of_its_o
         assert (job["state"], job["status"]) == ("done", 0)
         # it ran in another process: the served master holds no lease of its own
         assert job["runner"] and str(s.p.pid) not in job["runner"].split(":")
+        # its log as a stream: the entries pushed, then the job once it ended
+        s.send({"id": 300, "subscribe": "job_log", "kwargs": {"job_id": job_id}})
+        entries, end = [], None
+        while end is None:
+            msg = s.read()
+            assert msg["id"] == 300
+            if "event" in msg:
+                entries += codec.decode(msg["event"])
+            else:
+                end = codec.decode(msg["result"])
+        assert entries == s.call("job_logs", job_id) and end["state"] == "done"
     finally:
         s.close()
 

@@ -57,21 +57,29 @@ class AuditLog:
     def append(self, user, role, origin, action, obj="", outcome="ok", details=None):
         """Adds one entry at the end of the chain (in a write transaction of its own, so
         two processes never chain onto the same entry) and returns it."""
-        details = json.dumps(scrub(details or {}), sort_keys=True, default=str)
-        with self.db.tx() as c:
-            last = c.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"
-                             ).fetchone()
-            e = {"seq": (last[0] + 1) if last else 1, "time": _now_text(),
-                 "user": user, "role": role, "origin": origin or "local", "action": action,
-                 "object": obj or "", "outcome": outcome, "details": details,
-                 "prev_hash": last[1] if last else GENESIS}
-            e["hash"] = entry_hash(e)
-            c.execute(f"INSERT INTO audit_log({', '.join(FIELDS)}, hash) VALUES "
-                      f"({', '.join('?' * (len(FIELDS) + 1))})",
-                      [e[f] for f in FIELDS] + [e["hash"]])
-        self._write_head(e)
+        e = {"time": _now_text(), "user": user, "role": role, "origin": origin or "local",
+             "action": action, "object": obj or "", "outcome": outcome,
+             "details": json.dumps(scrub(details or {}), sort_keys=True, default=str)}
+        if self.db.conn.in_transaction:
+            # a call made inside a transaction of the caller's: the entry commits (or rolls
+            # back) with what it records; the head follows with the next entry
+            self._insert(self.db.conn, e)
+        else:
+            with self.db.tx() as c:
+                self._insert(c, e)
+            self._write_head(e)
         self._forward(e)
         return _public(e)
+
+    @staticmethod
+    def _insert(c, e):
+        last = c.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+        e["seq"] = (last[0] + 1) if last else 1
+        e["prev_hash"] = last[1] if last else GENESIS
+        e["hash"] = entry_hash(e)
+        c.execute(f"INSERT INTO audit_log({', '.join(FIELDS)}, hash) VALUES "
+                  f"({', '.join('?' * (len(FIELDS) + 1))})",
+                  [e[f] for f in FIELDS] + [e["hash"]])
 
     def entries(self, since=None, user=None, limit=None, verify=True):
         """Entries oldest first (since: a time as the CLI takes it, user: a Cairn user name),

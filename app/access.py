@@ -99,7 +99,10 @@ SUBJECTS = {
     "add_user": ("user", "name"), "set_user": ("user", "name"),
     "remove_user": ("user", "name"), "set_alert_settings": ("alert-settings", None),
     "update_object": (None, "kind", "name"), "delete_object": (None, "kind", "name"),
+    "ensure_local_host": ("local-host", None),
 }
+# Recorded only when they changed something (every console start calls it).
+SKIP_UNCHANGED = {"ensure_local_host"}
 for _m in ("add_policy_client", "add_policy_selection", "remove_policy_client",
            "remove_policy_selection", "set_schedule", "remove_schedule", "add_policy_exclude",
            "remove_policy_exclude", "change_policy_lists", "add_schedule"):
@@ -171,6 +174,8 @@ def _state(master, name, bound):
     try:
         if kind == "host":
             return master.config.host(obj)
+        if kind == "local-host":
+            return master.config.local_host()
         if kind == "setting":
             return {"value": master.setting(obj)}
         if kind == "alert-settings":
@@ -251,6 +256,8 @@ class Access:
             raise
 
     def record(self, name, bound, result, before, after, who):
+        if name in SKIP_UNCHANGED and before == after:
+            return
         details = {"args": bound, "result": _result_summary(result)}
         if SUBJECTS.get(name) is not None:
             details.update(before=before, after=after)

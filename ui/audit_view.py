@@ -58,6 +58,9 @@ def _change_text(before, after):
 
 COLUMNS = [
     number_column("seq", "#", help="the entry's number in the log"),
+    Column("chain", "Chain", lambda r: "" if r.get("chain_ok", True) else "✗ broken",
+           help="✗: the hash chain is broken at this entry (edited, or entries before it "
+                "were deleted)"),
     time_column("time", "Time"),
     text_column("user", "User"),
     text_column("role", "Role"),
@@ -68,9 +71,6 @@ COLUMNS = [
     text_column("outcome", "Outcome"),
     Column("details", "Details", details_text, sort=details_text,
            tooltip=lambda r: json.dumps(r.get("details"), indent=1, default=str)),
-    Column("chain", "Chain", lambda r: "" if r.get("chain_ok", True) else "✗ broken",
-           help="✗: the hash chain is broken at this entry (edited, or entries before it "
-                "were deleted)"),
 ]
 
 

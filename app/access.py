@@ -146,12 +146,15 @@ def _guarded(name, fn):
         access = self.access
         try:
             bound = sig.bind(self, *args, **kw).arguments
+            bound.pop("self", None)
         except TypeError:
-            return fn(self, *args, **kw)    # Python's own error, as without the check
-        bound.pop("self", None)
+            bound = None
         with internal():
             who = access.who(name)
-            narrow = access.check(name, need, who, bound)
+            access.check_role(name, need, who, bound or {})
+            if bound is None:
+                return fn(self, *args, **kw)    # Python's own error, as without the check
+            narrow = access.check_grants(name, need, who, bound)
             audited = need != V and name not in NOT_AUDITED
             before = _state(self, name, bound) if audited else None
             result = fn(self, *args, **kw)
@@ -236,9 +239,8 @@ class Access:
             raise err
         return doc
 
-    def check(self, name, need, who, bound):
-        """Refuses a call the user may not make; returns a function narrowing its result
-        to the user's grants, or None."""
+    def check_role(self, name, need, who, bound):
+        """Refuses a call the user's role may not make."""
         if users.rank(who["role"]) < users.rank(need):
             err = PermissionDenied(
                 f"user {who['name']} (role {who['role']}) may not {name.replace('_', ' ')}: "
@@ -246,6 +248,10 @@ class Access:
                 hint="ask an admin (`cairn user set NAME --role ROLE`)")
             self._refused(name, bound, err, who)
             raise err
+
+    def check_grants(self, name, need, who, bound):
+        """Refuses a restore-role call past the user's grants; returns a function narrowing
+        its result to them, or None."""
         if who["role"] != R or need != R:
             return None
         try:

@@ -44,7 +44,7 @@ def scrub(value, key=""):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (bytes, bytearray)):
-        return f"({len(value)} bytes)"
+        return "(bytes)"     # a passphrase's, a key's: not even its length
     return str(value)
 
 

@@ -217,3 +217,19 @@ def test_the_last_admin_stays(site, open_masters):
     with pytest.raises(ValidationError, match="last user with the admin role"):
         m.set_user("admin", role="viewer")
     assert m.user("admin")["role"] == "admin"
+
+
+def test_a_call_with_wrong_arguments_is_refused_before_python_says_so(site, open_masters):
+    refused(open_masters(site, "vic").set_setting)
+    with pytest.raises(TypeError):
+        open_masters(site, None, origin=None).set_setting()
+
+
+def test_restore_role_lists_only_granted_directories_of_hosts(site, open_masters):
+    m = open_masters(site, "rita")
+    out = os.path.join(site["tmp"], "out")
+    assert m.list_host_dir("me", out)["path"] == out
+    above = m.list_host_dir("me", site["tmp"])
+    assert sorted(e["name"] for e in above["entries"]) == ["out", "src"]
+    refused(m.list_host_dir, "me", "/etc")
+    refused(m.list_host_dir, "other-host", "/")

@@ -125,7 +125,7 @@ def test_secrets_never_reach_the_log(home):
         m.close()
     from app.audit import scrub
     assert scrub({"passphrase": b"pw", "password": "pw", "new": b"pw", "paths": ("/a",)}) == \
-        {"passphrase": "(secret)", "password": "(secret)", "new": "(2 bytes)", "paths": ["/a"]}
+        {"passphrase": "(secret)", "password": "(secret)", "new": "(bytes)", "paths": ["/a"]}
 
 
 def test_entries_go_to_syslog_when_configured(home, monkeypatch):

@@ -117,6 +117,7 @@ class AuditView(PolledPage):
         self.chain_label = QLabel("Checking the audit log…")
         self.chain_label.setObjectName("audit-chain")
         self.chain_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.chain_label.setWordWrap(True)
 
         bar = QHBoxLayout()
         bar.addWidget(QLabel("User:"))

@@ -122,7 +122,8 @@ class AuditLog:
             elif r["seq"] != prev["seq"] + 1 or r["prev_hash"] != prev["hash"]:
                 gap = r["seq"] - prev["seq"] - 1
                 broken.append({"seq": r["seq"], "problem": (
-                    f"{gap} entries before it are missing" if gap > 0 else
+                    ("the entry before it is missing" if gap == 1 else
+                     f"{gap} entries before it are missing") if gap > 0 else
                     "it does not follow the entry before it")})
             prev = r
         head = self._check_head(rows, broken)

@@ -75,7 +75,7 @@ def test_an_edit_that_rehashes_its_entry_breaks_the_next_link(logged, home):
 def test_a_deleted_entry_is_found(logged, home):
     tamper(home, "DELETE FROM audit_log WHERE seq=3")
     v = logged.audit_verify()
-    assert v["broken"] == [{"seq": 4, "problem": "1 entries before it are missing"}]
+    assert v["broken"] == [{"seq": 4, "problem": "the entry before it is missing"}]
 
 
 def test_deleting_the_newest_entries_is_found_by_the_head(logged, home):

@@ -13,6 +13,7 @@ POSIX) nothing is sent."""
 import hashlib
 import json
 import os
+import threading
 import time
 
 from app import timeutil
@@ -161,9 +162,11 @@ class AuditLog:
         head = self._read_head()
         if head is not None and head["seq"] >= e["seq"]:
             return
-        tmp = f"{self.head_path}.{os.getpid()}.tmp"
+        tmp = f"{self.head_path}.{os.getpid()}-{threading.get_ident()}.tmp"
         try:
-            with open(tmp, "w") as f:
+            # private, as everything in the master's home
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
                 json.dump({"seq": e["seq"], "hash": e["hash"]}, f)
             os.replace(tmp, self.head_path)
         except OSError:

@@ -122,8 +122,11 @@ def _whoami(m, args):
 def _audit(m, args):
     if args.limit is not None and args.limit < 1:
         raise ValidationError("--limit must be at least 1")
-    entries = m.audit_entries(since=args.since, user=args.user, limit=args.limit)
     chain = m.audit_verify()
+    broken = {b["seq"] for b in chain["broken"]}
+    entries = m.audit_entries(since=args.since, user=args.user, limit=args.limit, verify=False)
+    for e in entries:
+        e["chain_ok"] = e["seq"] not in broken
     doc = {"entries": entries, "chain": chain}
 
     def human(d):

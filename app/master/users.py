@@ -32,10 +32,10 @@ class UsersAPI:
                                         "login", f"user {who['name']}", "ok", details)
 
     # ---- the audit log --------------------------------------------------------------------
-    def audit_entries(self, since=None, user=None, limit=None):
-        """Audit entries oldest first, each with `chain_ok` (app/audit.py); since: ISO 8601
-        or a time back from now (24h)."""
-        return self.access.audit.entries(since=since, user=user, limit=limit)
+    def audit_entries(self, since=None, user=None, limit=None, verify=True):
+        """Audit entries oldest first (the newest `limit` of them), each with `chain_ok`
+        when verify (app/audit.py); since: ISO 8601 or a time back from now (24h)."""
+        return self.access.audit.entries(since=since, user=user, limit=limit, verify=verify)
 
     def audit_verify(self, last=None):
         """Walks the audit log's hash chain: ok, entries, broken [{seq, problem}], head."""

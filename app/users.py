@@ -145,6 +145,7 @@ def add(db, name, role, *, keys=(), grants=(), dest_grants=(), login=None, comme
     check_name(name)
     check_role(role)
     parsed = [parse_key(k) for k in keys]
+    _check_grants_fit(name, role, list(grants) + list(dest_grants))
     with db.tx() as c:
         if c.execute("SELECT 1 FROM users WHERE name=?", (name,)).fetchone():
             raise ValidationError(f"there is already a Cairn user {name!r}",
@@ -173,6 +174,7 @@ def change(db, name, *, role=None, login=None, comment=None, add_keys=(), remove
         if row is None:
             raise NotFound(f"there is no Cairn user {name!r}", hint="see `cairn user list`")
         uid = row["id"]
+        _check_grants_fit(name, role or row["role"], list(grants) + list(dest_grants))
         if role is not None and role != row["role"]:
             if row["role"] == "admin":
                 _check_not_last_admin(c, name, "take the admin role from")
@@ -211,6 +213,16 @@ def remove(db, name):
             _check_not_last_admin(c, name, "remove")
         c.execute("DELETE FROM users WHERE name=?", (name,))
     return {"removed": name}
+
+
+def _check_grants_fit(name, role, grants):
+    for g in grants:
+        parse_grant(g)      # a malformed one says so first
+    if grants and role != "restore":
+        raise ValidationError(f"grants limit the restore role only; {name} would have the "
+                              f"{role} role",
+                              hint="give the user --role restore, or leave out the grants "
+                                   "(an operator or admin may restore anything anywhere)")
 
 
 def _check_not_last_admin(c, name, doing):

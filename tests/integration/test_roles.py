@@ -233,3 +233,16 @@ def test_restore_role_lists_only_granted_directories_of_hosts(site, open_masters
     assert sorted(e["name"] for e in above["entries"]) == ["out", "src"]
     refused(m.list_host_dir, "me", "/etc")
     refused(m.list_host_dir, "other-host", "/")
+
+
+def test_a_login_name_bound_to_a_user_acts_as_it(site, open_masters):
+    admin = open_masters(site, None, origin=None)
+    admin.set_user("olga", login="olga.k")
+    try:
+        who = open_masters(site, "olga.k").whoami()
+        assert (who["user"], who["role"]) == ("olga", "operator")
+        with pytest.raises(ValidationError, match="already bound to user olga"):
+            admin.set_user("vic", login="olga.k")
+    finally:
+        admin.set_user("olga", login="")
+    refused(open_masters(site, "olga.k").job_list)

@@ -181,6 +181,9 @@ def test_cli_user_forms(home, tmp_path, capsys):
     rc, _, err = cli(capsys, "--home", home, "user", "add", "bob", "--role", "viewer",
                      "--grant", "fs1:/data/../etc")
     assert rc == st.INVALID_REQUEST and "'..'" in err
+    rc, _, err = cli(capsys, "--home", home, "user", "add", "bob", "--role", "operator",
+                     "--grant", "fs1:/data")
+    assert rc == st.INVALID_REQUEST and "grants limit the restore role only" in err
     rc, _, err = cli(capsys, "--home", home, "user", "add", "bob", "--role", "viewer",
                      "--ssh-key", str(key))
     assert rc == st.INVALID_REQUEST and "not an SSH public key" in err

@@ -3,6 +3,7 @@
 app/audit.py."""
 
 from app import access, users
+from app.errors import PermissionDenied
 
 
 class UsersAPI:
@@ -21,13 +22,23 @@ class UsersAPI:
     def audit_login(self, method="ssh", key_fingerprint=None, client=None):
         """Records a login (what `cairn master serve --stdio` calls on each connection):
         the user, its origin (the client's address), how it logged in and with which key
-        (its fingerprint, and the user it belongs to). An unknown user is refused, and the
-        refusal recorded."""
+        (its fingerprint, and the user it belongs to). An unknown user is refused, and so is
+        a key bound to another user; each refusal is recorded."""
         who = self.access.who("login")
         details = {"method": method, "client": client}
         if key_fingerprint:
             details["key"] = key_fingerprint
-            details["key_user"] = users.user_of_key(self.db, key_fingerprint)
+            details["key_user"] = owner = users.user_of_key(self.db, key_fingerprint)
+            if owner is not None and owner != who["name"]:
+                err = PermissionDenied(
+                    f"key {key_fingerprint} belongs to user {owner}, not {who['name']}",
+                    user=who["name"], role=who["role"], action="login",
+                    hint="check the command= of that key's line in authorized_keys "
+                         "(`cairn user list` prints the right one)")
+                self.access.audit.append(who["name"], who["role"], self.access.origin,
+                                         "login", f"user {who['name']}", "refused",
+                                         {**details, "reason": err.message})
+                raise err
         return self.access.audit.append(who["name"], who["role"], self.access.origin,
                                         "login", f"user {who['name']}", "ok", details)
 

@@ -246,3 +246,20 @@ def test_a_login_name_bound_to_a_user_acts_as_it(site, open_masters):
     finally:
         admin.set_user("olga", login="")
     refused(open_masters(site, "olga.k").job_list)
+
+
+def test_a_login_with_another_users_key_is_refused(site, open_masters, tmp_path):
+    import subprocess
+    key = tmp_path / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    admin = open_masters(site, None, origin=None)
+    fp = admin.set_user("olga", add_keys=[(tmp_path / "k.pub").read_text()])["keys"][0][
+        "fingerprint"]
+    try:
+        assert open_masters(site, "olga").audit_login(key_fingerprint=fp)["outcome"] == "ok"
+        err = refused(open_masters(site, "vic").audit_login, key_fingerprint=fp)
+        assert "belongs to user olga, not vic" in err.message
+        e = last_entry(site)
+        assert (e["user"], e["action"], e["outcome"]) == ("vic", "login", "refused")
+    finally:
+        admin.set_user("olga", remove_keys=[fp])

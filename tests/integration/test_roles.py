@@ -4,12 +4,14 @@ work (a dispatcher's jobs) unchecked, and every refusal and change in the audit 
 catalog files, a real backup of a local host."""
 
 import os
+import subprocess
 
 import pytest
 
 from app import access, status as st
-from app.errors import PermissionDenied, ValidationError
+from app.errors import NotFound, PermissionDenied, ValidationError
 from app.master import Master
+from app.users import rank
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +251,6 @@ def test_a_login_name_bound_to_a_user_acts_as_it(site, open_masters):
 
 
 def test_a_login_with_another_users_key_is_refused(site, open_masters, tmp_path):
-    import subprocess
     key = tmp_path / "k"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     admin = open_masters(site, None, origin=None)
@@ -263,3 +264,23 @@ def test_a_login_with_another_users_key_is_refused(site, open_masters, tmp_path)
         assert (e["user"], e["action"], e["outcome"]) == ("vic", "login", "refused")
     finally:
         admin.set_user("olga", remove_keys=[fp])
+
+
+# one call of each class, made so that it fails after the check where it is allowed
+MATRIX = {"viewer": ("policy", ("no-such-policy",)),
+          "restore": ("browse", ("no-such-image", "/")),
+          "operator": ("cancel_job", (999999,)),
+          "admin": ("delete_object", ("policy", "no-such-policy"))}
+
+
+@pytest.mark.parametrize("user,role", [("vic", "viewer"), ("rita", "restore"),
+                                       ("olga", "operator"), (None, "admin")])
+def test_each_role_is_allowed_exactly_the_calls_of_its_rank(site, open_masters, user, role):
+    m = open_masters(site, user)
+    for need, (name, args) in MATRIX.items():
+        assert access.METHODS[name] == need
+        if rank(role) >= rank(need):
+            with pytest.raises(NotFound):
+                getattr(m, name)(*args)
+        else:
+            refused(getattr(m, name), *args)

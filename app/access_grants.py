@@ -1,6 +1,7 @@
 """The restore role's grants, checked on its calls (app/access.py): which clients' paths it
 may browse and restore (`--grant CLIENT:PATH`, covering the path's subtree) and where it may
-restore to (`--grant-dest HOST:DIR`, or inside its granted paths on their own client).
+restore to (`--grant-dest HOST:DIR`, or inside its granted paths on their own client). The
+lists of images it reads hold its granted clients' only.
 
 A directory above a granted path may be browsed, showing only the entries that lead to a
 granted path, so the restore browser can walk down to it; a path with '..' is refused, and
@@ -16,6 +17,10 @@ def check_grants(master, name, who, bound):
     """Raises PermissionDenied when the call reaches past the user's grants; returns None or
     a function that narrows the call's result to them."""
     return _CHECKS[name](master, who, bound)
+
+
+def has_grant_check(name):
+    return name in _CHECKS
 
 
 def _grants(who, key, host):
@@ -150,6 +155,18 @@ def _list_host_dir(master, who, bound):
     return narrow
 
 
-_CHECKS = {"browse": _browse, "list_entries": _list_entries, "owner_names": _owner_names,
+def _image_list(master, who, bound):
+    """The images (or clients with images) of the granted clients only."""
+    clients = {g.partition(":")[0] for g in who.get("grants") or ()}
+    return lambda rows: [r for r in rows if r.get("client") in clients]
+
+
+def _image_at(master, who, bound):
+    _client_tops(master, who, bound.get("client"))
+    return None
+
+
+_CHECKS = {"images": _image_list, "images_in_range": _image_list,
+           "image_clients": _image_list, "image_at": _image_at, "browse": _browse, "list_entries": _list_entries, "owner_names": _owner_names,
            "search": _search, "find_versions": _find_versions, "preview_restore": _restore,
            "start_restore": _restore, "list_host_dir": _list_host_dir}

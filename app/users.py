@@ -6,7 +6,8 @@ Roles, each able to do what the one before it can:
   viewer    reads: jobs, logs, configuration, images' list, health, reports, the audit log
   restore   and browses and restores the clients' paths granted to it (`--grant
             CLIENT:PATH`, a path covering its subtree) to the destinations granted to it
-            (`--grant-dest HOST:DIR`, and the granted paths themselves on their own client)
+            (`--grant-dest HOST:DIR`, and the granted paths themselves on their own client);
+            its lists of images hold its granted clients' only
   operator  and runs, cancels, restarts, suspends and resumes jobs (backups, verifies,
             expires, catalog backups) and restores anything anywhere; changes no configuration
   admin     everything: configuration, users, settings

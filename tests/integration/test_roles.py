@@ -139,6 +139,9 @@ def test_operator_runs_jobs_restores_anywhere_and_changes_no_configuration(site,
 def test_restore_role_browses_and_restores_only_its_grants(site, open_masters):
     m = open_masters(site, "rita")
     src, img = site["src"], site["image"]
+    assert img in [i["id"] for i in m.images()]
+    assert [c["client"] for c in m.image_clients()] == ["me"]
+    assert m.image_at("me")["client"] == "me"
     # above the grant: only the way down to it is shown
     top = m.browse(img, os.path.dirname(src))
     assert [e["path"] for e in top["entries"]] == [src]
@@ -173,6 +176,8 @@ def test_restore_role_without_grants_sees_no_files(site, open_masters):
     m = open_masters(site, "nogrant")
     err = refused(m.browse, site["image"], "/")
     assert "no grant on client me" in err.message
+    assert m.images() == [] and m.image_clients() == []
+    refused(m.image_at, "me")
     assert m.job_list()   # it reads like a viewer
 
 

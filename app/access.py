@@ -113,6 +113,23 @@ _OBJECT_ARGS = (("job_id", "job"), ("image_id", "image"), ("image", "image"),
                 ("policy", "policy"), ("pool", "disk-pool"), ("server", "storage-server"),
                 ("storage_unit", "storage-unit"), ("job_ids", "jobs"), ("name", ""))
 
+# How the object of each kind is read, for its before and after.
+_GETTERS = {
+    "host": lambda m, n: m.config.host(n),
+    "local-host": lambda m, n: m.config.local_host(),
+    "storage-server": lambda m, n: m.config.storage_server(n),
+    "disk-pool": lambda m, n: m.config.disk_pool(n),
+    "storage-unit": lambda m, n: m.config.storage_unit(n),
+    "policy": lambda m, n: m.config.policy(n),
+    "lifecycle": lambda m, n: m.lifecycle(n),
+    "storage-unit-group": lambda m, n: m.storage_unit_group(n),
+    "setting": lambda m, n: {"value": m.setting(n)},
+    "alert-settings": lambda m, n: {k: s["value"]
+                                    for k, s in m.alert_settings()["settings"].items()},
+    "user": lambda m, n: users.get(m.db, n),
+}
+
+
 def install(cls):
     """Wraps every classified method of the master class `cls` with its check."""
     for name in METHODS:
@@ -159,8 +176,8 @@ def _guarded(name, fn):
             before = _state(self, name, bound) if audited else None
             result = fn(self, *args, **kw)
             after = _state(self, name, bound) if audited else None
-        if audited:
-            access.record(name, bound, result, before, after, who)
+            if audited:
+                access.record(name, bound, result, before, after, who)
         return narrow(result) if narrow else result
 
     call.required_role = need
@@ -174,20 +191,9 @@ def _state(master, name, bound):
         return None
     kind, key = (bound.get(subject[1]), subject[2]) if subject[0] is None else subject
     obj = bound.get(key) if key else None
+    getter = _GETTERS.get(kind) if isinstance(kind, str) else None
     try:
-        if kind == "host":
-            return master.config.host(obj)
-        if kind == "local-host":
-            return master.config.local_host()
-        if kind == "setting":
-            return {"value": master.setting(obj)}
-        if kind == "alert-settings":
-            return {n: s["value"] for n, s in master.alert_settings()["settings"].items()}
-        if kind == "user":
-            return users.get(master.db, obj)
-        attr = str(kind).replace("-", "_")
-        getter = getattr(master.config, attr, None) or getattr(master, attr, None)
-        return getter(obj) if getter is not None else None
+        return getter(master, obj) if getter is not None else None
     except CairnError:
         return None
 

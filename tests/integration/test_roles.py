@@ -215,6 +215,11 @@ def test_configuration_change_is_audited_with_before_and_after(site, open_master
         ("admin", "local", "update_object", "policy p1")
     assert (e["details"]["before"]["priority"], e["details"]["after"]["priority"]) == (0, 3)
     m.update_object("policy", "p1", priority=0)
+    m.update_object("storage-unit", "stu1", max_concurrent_jobs=5)
+    e = last_entry(site)
+    assert e["object"] == "storage-unit stu1"
+    assert (e["details"]["before"]["max_concurrent_jobs"],
+            e["details"]["after"]["max_concurrent_jobs"]) == (4, 5)
 
 
 def test_the_last_admin_stays(site, open_masters):

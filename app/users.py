@@ -17,7 +17,6 @@ What each master method needs is app/access.py; the audit log is app/audit.py.""
 import base64
 import binascii
 import hashlib
-import posixpath
 
 from app import timeutil
 from app.config import check_abs_path
@@ -192,7 +191,7 @@ def change(db, name, *, role=None, login=None, comment=None, add_keys=(), remove
             if not c.execute("DELETE FROM user_keys WHERE user_id=? AND fingerprint=?",
                              (uid, fp)).rowcount:
                 raise NotFound(f"user {name} has no key {fp}",
-                               hint=f"see its keys with `cairn user list`")
+                               hint="see its keys with `cairn user list`")
         for kind, items, gone in (("data", grants, remove_grants),
                                   ("dest", dest_grants, remove_dest_grants)):
             for g in items:
@@ -265,11 +264,3 @@ def user_of_key(db, fp):
                  "WHERE k.fingerprint=?", (fp,))
     return None if row is None else row[0]
 
-
-def ancestors(path):
-    """The directories above an absolute path, "/" first."""
-    out, p = [], path
-    while p != "/":
-        p = posixpath.dirname(p)
-        out.append(p)
-    return out[::-1]

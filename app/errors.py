@@ -89,3 +89,17 @@ class RestoreTargetInvalid(CairnError):
 
 class DataPlaneError(CairnError):
     status = status.DATA_PLANE_FAILED
+
+
+class PermissionDenied(CairnError):
+    """The master refused a request: the Cairn user's role or grants do not allow it (or the
+    user is unknown). Every refusal is also written to the audit log."""
+    status = status.PERMISSION_DENIED
+
+    def __init__(self, message, *, user=None, role=None, action=None, hint=None):
+        super().__init__(message, hint=hint)
+        self.user, self.role, self.action = user, role, action
+
+    def to_dict(self):
+        return {**super().to_dict(), "user": self.user, "role": self.role,
+                "action": self.action}

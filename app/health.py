@@ -200,9 +200,16 @@ def summary(master, now=None, timeout=ASK_TIMEOUT, answers=None):
            "catalog_backup": master.catalog_backup_state(now)}
     doc["stale_client_days"] = master.setting("stale_client_days")
     doc["alerts"] = delivery_state(master.db)
+    # the newest entries of the audit log and its head: cheap; `cairn audit --verify` walks
+    # the whole chain
+    doc["audit"] = master.audit_verify(last=AUDIT_CHECKED)
     doc["warnings"] = warnings(doc)
     doc["ok"] = not any(w["severity"] == "error" for w in doc["warnings"])
     return doc
+
+
+# How many of the audit log's newest entries the health summary checks.
+AUDIT_CHECKED = 1000
 
 
 class StateCache:

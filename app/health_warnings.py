@@ -89,4 +89,9 @@ def warnings(doc):
     for name in cb.get("keys_not_escrowed") or []:
         out.append(_w("warning", "storage-server", name,
                       f"No catalog backup holds the key of storage server {name} yet."))
+    au = doc.get("audit") or {}
+    for b in (au.get("broken") or [])[:3]:
+        out.append(_w("error", "audit", None,
+                      f"The audit log's hash chain is broken at entry {b['seq']}: "
+                      f"{b['problem']} (`cairn audit --verify`)."))
     return out

@@ -4,6 +4,7 @@ The README's status table is generated from STATUS_TEXT (see `cairn status-codes
 OK = 0
 PARTIAL = 1              # the job finished, but some files were skipped: see its log
 INVALID_REQUEST = 10     # the request names something that does not exist or is not allowed
+PERMISSION_DENIED = 11   # the Cairn user's role or grants do not allow the request
 HOST_UNREACHABLE = 20
 AUTH_FAILED = 21
 HOST_KEY_UNKNOWN = 22
@@ -30,6 +31,7 @@ STATUS_TEXT = {
     OK: "the requested operation was successfully completed",
     PARTIAL: "partially successful: some files were skipped or could not be restored (see the job log)",
     INVALID_REQUEST: "invalid request: a name, path or value was rejected",
+    PERMISSION_DENIED: "refused: the Cairn user's role or grants do not allow it (see `cairn user list`)",
     HOST_UNREACHABLE: "the host could not be reached (address, port, network or sshd down)",
     AUTH_FAILED: "the host refused the SSH authentication (user, key or password)",
     HOST_KEY_UNKNOWN: "the host's SSH key is not trusted yet",

@@ -131,7 +131,8 @@ def main(argv=None):
         line = DelayLine((server.host, server.port), args.delay_ms / 1000)
         # lazily: the SSH client loads once the server is up
         from app.remote.client import RemoteMaster
-        serve = f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio --home {home}"
+        serve = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio --home {home} "
+                 "--user admin")
         t0 = time.perf_counter()
         rm = RemoteMaster(f"{server.user}@127.0.0.1:{line.port}", identity=server.key_file,
                           trust_key=True, command=serve,

@@ -29,7 +29,7 @@ SCALE_DOUBLE = {"CAIRN_MMFS_BIN": os.path.join(ROOT, "tests", "scale_double", "b
 VIEWS = ("dashboard", "getting-started", "hosts", "storage-servers", "disk-pools", "storage-units",
          "clusters", "policies", "activity", "restore", "reports", "wizard:storage-server",
          "wizard:disk-pool", "wizard:storage-unit", "wizard:policy", "dialog:alerts",
-         "dialog:policy-properties", "dialog:benchmark")
+         "dialog:policy-properties", "dialog:benchmark", "audit")
 
 
 def make_tree(root, files, size):
@@ -74,7 +74,46 @@ def demo_catalog(home, scratch):
                                           file_size=128 << 20)])
     demo_dedup(m, host, scratch, src)
     demo_alerts(m, scratch)
+    demo_users(m, home)
     m.close()
+
+
+def demo_users(m, home, host="fs1"):
+    """Users of the demo and what they did from their desktops, for the audit log: logins
+    with their keys, a restore-role user's restore refused outside its grant, an operator
+    refused a configuration change, an admin changing a user's role."""
+    from app.errors import PermissionDenied
+    from app.master import Master
+    m.add_user("ann", "restore", grants=[f"{host}:/gpfs/fs1/projects/alpha"],
+               dest_grants=[f"{host}:/gpfs/fs1/scratch/ann"])
+    m.add_user("olga", "operator")
+    m.add_user("vic", "viewer")
+    for name, addr, fp in (("olga", "10.20.0.14", "SHA256:Zr1ZQnV0uMZ9fB3yq8w3s5Gd0q1J2cK4mVb7xYpLh2E"),
+                           ("ann", "10.20.3.41", "SHA256:3xffkv1CzprYOAwkpVBvWBX50xRiqZTg7bs87LXYmvc"),
+                           ("vic", "10.20.0.77", "SHA256:q9P0cT1mR5aYk2Wn8s4LdB6eVx3uJh7gZf0oNi1Kc5Q")):
+        u = Master(home, user=name, origin=addr)
+        try:
+            u.audit_login(method="publickey", key_fingerprint=fp)
+            if name == "olga":
+                try:
+                    u.update_object("policy", "projects-nightly", priority=90)
+                except PermissionDenied:
+                    pass
+            if name == "ann":
+                img = m.images()[0]
+                try:
+                    u.start_restore(img["id"], ["/gpfs/fs1/projects/beta"], "/tmp/x")
+                except PermissionDenied:
+                    pass
+            if name == "vic":
+                try:
+                    u.cancel_job(1)
+                except PermissionDenied:
+                    pass
+        finally:
+            u.close()
+    m.set_user("vic", role="operator")
+    m.set_setting("audit_syslog", "local3")
 
 
 def demo_alerts(m, scratch):

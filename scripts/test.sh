@@ -6,4 +6,5 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh" --test
 cd "$here"
 export QT_QPA_PLATFORM=offscreen
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# the slowest tests are listed at the end, so that the suite can be kept within its budget
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QInputDialog, QLabel, QLin
 
 from app.errors import CairnError
 from app.jobs.rules import cancellable, restartable, retried
-from ui import fmt
+from ui import fmt, roles
 from ui.job_table import COLUMN_KEYS, HIDDEN_COLUMNS, PERCENT_COLUMN, PLACED_COLUMNS, \
     STATES, JobFilter, JobTableModel, ProgressDelegate
 from ui.job_text import what
@@ -162,12 +162,14 @@ class ActivityView(PolledPage):
         self.details_action = QAction(icon("action-details"), "&Details", self)
         self.details_action.setToolTip("Show the job's details, throughput and log (Enter)")
         self.details_action.triggered.connect(self.open_selected)
-        self.cancel_action = QAction(icon("action-cancel"), "&Cancel job", self)
+        self.cancel_action = roles.needs(QAction(icon("action-cancel"), "&Cancel job", self),
+                                         "cancel_job")
         self.cancel_action.setToolTip("Cancel the selected queued or running jobs (Delete)")
         self.cancel_action.setShortcut(QKeySequence.StandardKey.Delete)
         self.cancel_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.cancel_action.triggered.connect(self.cancel_selected)
-        self.restart_action = QAction(icon("action-restart"), "&Restart job", self)
+        self.restart_action = roles.needs(QAction(icon("action-restart"), "&Restart job", self),
+                                          "restart_job")
         self.restart_action.setToolTip("Run the selected failed or canceled jobs again, with "
                                        "the same parameters (Ctrl+Shift+R)")
         self.restart_action.setShortcut(QKeySequence("Ctrl+Shift+R"))

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, \
     QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
+from ui import roles
 from ui.qtcompat import emit
 from ui.resources import icon
 from ui.views import CatalogCountsPage
@@ -72,6 +73,7 @@ class StepCard(QFrame):
         self.state.setTextFormat(Qt.TextFormat.RichText)
         self.button = QPushButton(icon("action-new"), button)
         self.button.setObjectName(f"start-{self.kind}")
+        roles.needs(self.button, roles.CREATE.get(self.kind, "add_host"))
         self.button.setMinimumHeight(34)
         self.button.setMinimumWidth(self.button.fontMetrics().horizontalAdvance(button) + 60)
 

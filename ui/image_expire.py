@@ -7,7 +7,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMessageBox
 
-from ui import fmt
+from ui import fmt, roles
 from ui.image_columns import image_line
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -60,7 +60,8 @@ class ImageExpiry(QObject):
         self.show_message = show_message
         self.box = None     # the confirmation shown last
         self.job = None     # the expire job queued last
-        self.action = QAction(icon("action-delete"), "Expire…", view)
+        self.action = roles.needs(QAction(icon("action-delete"), "Expire…", view),
+                                  "start_expire")
         self.action.setToolTip("Remove the selected image from its disk pool and the "
                                "catalog, with the images that depend on it")
         self.action.setEnabled(False)

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
 
 from app import __version__
 from app.errors import ValidationError
-from ui import wizards
+from ui import roles, wizards
 from ui.pages import make_pages
 from ui.alerts_dialog import AlertsDialog
 from ui.catalog_backup_dialog import CatalogBackupDialog
@@ -38,6 +38,7 @@ NAVIGATION = (
         ("activity", "Activity monitor", "activity", ()),
         ("restore", "Backup & restore", "restore", ()),
         ("reports", "Reports", "report", ()),
+        ("audit", "Audit log", "versions", ()),
     )),
 )
 
@@ -196,6 +197,11 @@ class MainWindow(QMainWindow):
         self._reach_last = 0.0
         self.wizard = None
 
+        #: the user the master acts for (Master.whoami); None until it is known
+        self.user = None
+        self.bridge.call(lambda m: m.whoami(), done=self.apply_user,
+                         failed=lambda _err: None, context=self)
+
         self.timer = QTimer(self)
         self.timer.setInterval(STATUS_REFRESH_MS)
         self.timer.timeout.connect(self.tick)
@@ -231,14 +237,16 @@ class MainWindow(QMainWindow):
         file_menu = self.menuBar().addMenu("&File")
         new_menu = file_menu.addMenu(icon("action-new"), "&New")
         for kind, label in NEW_OBJECTS:
-            a = QAction(icon(kind), label, self)
+            a = roles.needs(QAction(icon(kind), label, self), roles.CREATE[kind])
             a.triggered.connect(lambda _=False, k=kind: self.open_wizard(k))
             new_menu.addAction(a)
-        catalog_backup = QAction(icon("action-backup"), "Back up the &catalog…", self)
+        catalog_backup = roles.needs(QAction(icon("action-backup"), "Back up the &catalog…",
+                                             self), "start_catalog_backup")
         catalog_backup.setToolTip("A catalog backup of this master to a storage unit")
         catalog_backup.triggered.connect(self.open_catalog_backup)
         file_menu.addAction(catalog_backup)
-        alerts = QAction(icon("action-alerts"), "&Alerts…", self)
+        alerts = roles.needs(QAction(icon("action-alerts"), "&Alerts…", self),
+                             "set_alert_settings")
         alerts.setToolTip("What the master alerts about, and where it sends it")
         alerts.triggered.connect(self.open_alerts)
         file_menu.addAction(alerts)
@@ -275,6 +283,15 @@ class MainWindow(QMainWindow):
         QMessageBox.about(self, "About Cairn",
                           f"<b>Cairn {__version__}</b><p>Backup administration for Linux and "
                           "parallel file systems.</p>")
+
+    def apply_user(self, who):
+        """Hides what the user's role may not do (ui/roles.py) and names the user in the
+        title; for an admin nothing is hidden."""
+        self.user = who
+        if who["role"] != "admin" or not who.get("local"):
+            self.setWindowTitle(f"Cairn console — {who['user']} ({who['role']})")
+        if who["role"] != "admin":
+            roles.apply(self, set(who["can"]))
 
     # ---- navigation -----------------------------------------------------------------------
     @property

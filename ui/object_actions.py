@@ -16,6 +16,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMessageBox, QToolBar
 
 from plugins.storage import registry
+from ui import roles
 from ui.backup_now_dialog import BackupNowDialog
 from ui.import_dialog import ImportDialog
 from ui.properties import KIND_LABELS, PropertiesDialog
@@ -83,12 +84,14 @@ class ObjectActions(_JobActions):
             view.addAction(a)
             return a
 
-        self.new = action(f"New {label}…", "action-new", self._new, "Ctrl+N",
-                          f"Create a {label} with a wizard")
+        self.new = roles.needs(action(f"New {label}…", "action-new", self._new, "Ctrl+N",
+                                      f"Create a {label} with a wizard"),
+                               roles.CREATE.get(self.kind, "update_object"))
         self.properties = action("Properties…", "action-properties", self._properties,
                                  "Alt+Return", f"Show and change the selected {label}")
-        self.delete = action("Delete…", "action-delete", self._delete, "Delete",
-                             f"Delete the selected {label}, after saying what depends on it")
+        self.delete = roles.needs(action(
+            "Delete…", "action-delete", self._delete, "Delete",
+            f"Delete the selected {label}, after saying what depends on it"), "delete_object")
         self.backup = self.backup_reading_all = None
         if self.kind == "policy":
             self.backup = action("Back up now…", "action-backup", self._backup_now, "Ctrl+B",
@@ -102,6 +105,8 @@ class ObjectActions(_JobActions):
                 "Queue a backup of every client of the selected policy; a full into a "
                 "deduplicating pool reads every file instead of taking the unchanged ones "
                 "from the newest image")
+        roles.needs(self.backup, "start_backup")
+        roles.needs(self.backup_reading_all, "start_backup")
         self.verify = self.reclaim = self.import_images = None
         if self.kind == "disk-pool":
             self.verify = action("Verify pool", "state-ok", self._verify_pool, None,
@@ -116,6 +121,9 @@ class ObjectActions(_JobActions):
             self.reclaim = action("Reclaim space", "storage", self._reclaim, None,
                                   "Remove the chunks no image uses any more from the selected "
                                   "deduplicating pool and compact its container files")
+        for a, method in ((self.verify, "start_verify"), (self.import_images, "start_import"),
+                          (self.reclaim, "start_reclaim")):
+            roles.needs(a, method)
         self.refresh = action("Refresh", "action-refresh", view.refresh, None,
                               "Read the list again from the catalog")
 
@@ -320,12 +328,14 @@ class ImageActions(_JobActions):
                                "every tar header and file checksum, or every chunk on a "
                                "deduplicating pool")
         self.verify.triggered.connect(self._verify)
+        roles.needs(self.verify, "start_verify")
         # Any image, on any pool: its catalog index is rebuilt from the image itself.
         self.rebuild_index = QAction(icon("action-restart"), "Rebuild index", view)
         self.rebuild_index.setToolTip("Rebuild the selected image's catalog index (what "
                                       "browsing and restoring read) from the image itself; "
                                       "the old index is kept aside")
         self.rebuild_index.triggered.connect(self._rebuild_index)
+        roles.needs(self.rebuild_index, "start_rebuild_index")
         view.table.selectionModel().selectionChanged.connect(self.update_enabled)
         self.update_enabled()
 

@@ -7,6 +7,7 @@ and `restore_state(settings)`; a page that loads more after its first refresh al
 
 from ui import views
 from ui.activity import ActivityView
+from ui.audit_view import AuditView
 from ui.cluster_view import ClusterView
 from ui.dashboard import DashboardView
 from ui.restore_view import RestoreView
@@ -32,5 +33,6 @@ def make_pages(bridge):
         ActivityView(bridge),
         RestoreView(bridge),
         ReportsView(bridge),
+        AuditView(bridge),
     ]
     return pages

@@ -86,7 +86,8 @@ def describe(m):
         return (f"Cairn console — {m.where}",
                 f"Master: {m.where}{state}",
                 f"The master on {host or m.where}, state directory {home}, reached over SSH "
-                f"as {m.ssh_user}; working as Cairn user {m.user}")
+                f"as {m.ssh_user}; working as Cairn user {m.cairn_user[0]} "
+                f"(role {m.cairn_user[1]})")
     return "Cairn console", None, None
 
 

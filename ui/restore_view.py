@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget, \
     QVBoxLayout
 
+from ui import roles
 from ui.polled import PolledPage
 from ui.qtcompat import emit
 from ui.resources import icon
@@ -120,7 +121,8 @@ class RestoreView(PolledPage):
         self.selection_label.setObjectName("restore-selection")
         self.selection_label.setTextFormat(Qt.TextFormat.PlainText)
         self.clear_button = QPushButton("Clear selection")
-        self.restore_button = QPushButton(icon("restore"), "Restore…")
+        self.restore_button = roles.needs(QPushButton(icon("restore"), "Restore…"),
+                                          "start_restore")
         self.restore_button.setObjectName("restore-button")
         self.restore_button.setDefault(True)
         foot = QHBoxLayout()

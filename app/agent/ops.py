@@ -183,7 +183,8 @@ def backup(req, selections, image_meta, dest, checksum="sha256", excludes=None,
         prep.start()
         # prep.report(): what the catalog records of the snapshots and the file list, in the
         # image too (its summary member), so that an import finds it there
-        kw = dict(emit=req.emit, is_cancelled=req.is_cancelled, image_meta=image_meta,
+        kw = dict(emit=req.emit, emit_encoded=req.emit_encoded,
+                  is_cancelled=req.is_cancelled, image_meta=image_meta,
                   checksum=checksum, excludes=dict(excludes or {}, **prep.excludes),
                   exclude_names=exclude_names,
                   previous=previous, read_from=prep.read_from, listing=prep.listing,

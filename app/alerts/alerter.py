@@ -12,6 +12,7 @@ import threading
 import time
 
 from app import timeutil
+from app.access_scope import internal
 from app.alerts import channels, digest, events, settings as cfg
 
 ROUND_S = 60
@@ -75,7 +76,8 @@ class Alerter:
 
     def _round_thread(self, work, now):
         try:
-            work(now)
+            with internal():     # the master's own work (app/access.py)
+                work(now)
         except Exception:  # noqa: BLE001 - the next round tries again; logged for admins
             import traceback  # only on this rare path
             traceback.print_exc()

@@ -15,7 +15,7 @@ import sys
 
 from app import __version__, status as st
 from app.cli import alerts, backup, catalog, health, host, images, jobs, lifecycle, master, \
-    policy, report, restore, storage, stugroup
+    policy, report, restore, storage, stugroup, users
 from app.cli.shared import open_master
 from app.errors import CairnError
 from app.store.db import catalog_error
@@ -43,6 +43,8 @@ NOUNS = (
     catalog.catalog_commands,
     lifecycle.lifecycle_commands,
     alerts.alerts_commands,
+    users.user_commands,
+    users.audit_commands,
     master.agent_commands,
 )
 

@@ -66,7 +66,7 @@ def master_commands(sub, cmd):
                    help="the Cairn user the client works as (default: the login name)")
     p = cmd(ma, "set", "change a master setting", handler=_settings)
     p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay",
-                                   "stale_client_days"])
+                                   "stale_client_days", "audit_syslog"])
     p.add_argument("value")
 
 

@@ -36,6 +36,14 @@ def encode(msg):
     return (json.dumps(msg, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
 
 
+def encode_event(rid, event, data_json):
+    """encode({"id": rid, "event": event, "data": data}) where data is already JSON text, as
+    encode writes it (ASCII, compact): a batch of index rows is encoded once, for the
+    image's index and for the master alike."""
+    return ('{"id":%s,"event":%s,"data":%s}\n' % (json.dumps(rid), json.dumps(event),
+                                                  data_json)).encode("ascii")
+
+
 def decode(line):
     return json.loads(line.decode("utf-8", "surrogateescape"))
 

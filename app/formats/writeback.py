@@ -9,9 +9,9 @@ def _sync_file_range():
     """The C library's sync_file_range, or None where there is no such call."""
     try:
         import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.sync_file_range
+        # the process's own symbols, libc's among them: finding libc by name runs
+        # `ldconfig -p`, a process at every agent's start
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
         fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
         return fn
     except (OSError, AttributeError):

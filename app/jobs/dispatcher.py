@@ -23,6 +23,7 @@ import uuid
 
 from app import status as st
 from app import timeutil
+from app.access_scope import internal
 from app.errors import CairnError, Canceled
 from app.jobs import benchmark, cleanup, commit, duplicate_commit, duplicate_queue, expire, \
     kinds
@@ -446,6 +447,10 @@ class Dispatcher:
         return None
 
     def _run(self, job_id):
+        with internal():     # the master's own work, whoever asked for it (app/access.py)
+            self._run_job(job_id)
+
+    def _run_job(self, job_id):
         jobs = self.master.jobs
         job = jobs.get(job_id)
         try:
@@ -499,6 +504,10 @@ class Dispatcher:
     def run_forever(self, poll=0.5, until_idle=False):
         """The headless master and the console: dispatch until stopped. Waits for the lease
         while another dispatcher holds it."""
+        with internal():     # the master's own work (app/access.py)
+            self._run_forever(poll, until_idle)
+
+    def _run_forever(self, poll, until_idle):
         try:
             while not self._stop.is_set():
                 if self.acquire_lease():

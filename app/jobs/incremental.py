@@ -14,11 +14,12 @@ from that image's chunks instead of being read. The new image is a complete full
 
 import hashlib
 import json
-import os
+import struct
 
 from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
 from app.formats import entry as E
-from app.formats.changes import DIGEST_SIZE, ReferenceEncoder, StateEncoder
+from app.formats.changes import (DIGEST_SIZE, STATE_FIELDS, ReferenceEncoder, StateEncoder,
+                                 state_digest)
 
 LEVELS = ("full", "differential", "cumulative")
 MAX_SOURCES = 0xFFFF  # the index's source column is u16
@@ -75,13 +76,14 @@ def _state(index, usable_sources):
     """(state, references or None, entries). usable_sources: for a files cache, the set of
     source numbers (0: the image itself) whose images the storage side can read."""
     # Every entry of the image passes here, before the agent can start its walk: the
-    # fields are unpacked from the index's tuples and the digest is state_digest's, inline.
+    # fields are unpacked from the index's tuples, and a regular file's digest is
+    # file_digest's, inline.
     state = StateEncoder()
     refs = ReferenceEncoder() if usable_sources is not None else None
     count = 0
     none = (0, 0, 0, "")
     kind_dir, kind_file = E.KIND_DIR, E.KIND_FILE
-    blake2b, fsencode = hashlib.blake2b, os.fsencode
+    blake2b, pack, file_suffix = hashlib.blake2b, STATE_FIELDS.pack, kind_file.encode()
     for key, entries in index.directories():
         out = []
         rs = []
@@ -89,10 +91,16 @@ def _state(index, usable_sources):
              ctime_ns, ino, src) in entries:
             if kind == kind_dir:
                 continue
-            out.append((name.encode("utf-8", "surrogateescape"), blake2b(
-                b"%s %d %d %d %d %d %d %d " % (kind.encode("ascii"), mode, uid, gid, size,
-                                               mtime_ns, ctime_ns, ino) + fsencode(link),
-                digest_size=DIGEST_SIZE).digest()))
+            if kind == kind_file:
+                try:
+                    digest = blake2b(pack(mode, uid, gid, size, mtime_ns, ctime_ns, ino)
+                                     + file_suffix, digest_size=DIGEST_SIZE).digest()
+                except struct.error:
+                    digest = state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns,
+                                          ino, link)
+            else:
+                digest = state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns, ino, link)
+            out.append((name.encode("utf-8", "surrogateescape"), digest))
             if refs is not None:
                 rs.append((src, offset, length, checksum)
                           if kind == kind_file and src in usable_sources

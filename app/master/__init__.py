@@ -20,11 +20,20 @@ part of the API that Master is made of:
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
                     restart, cancel, suspend, statistics; a headless dispatcher for
                     queued jobs when none runs
+  users.py          Cairn users and roles, who the master acts for, the audit log
 
 The jobs themselves run in app/jobs/ (the dispatcher); the catalog is app/store/. The
 console and the CLI use these methods only, never the configuration (`config`) or the job
-store (`jobs`) that they delegate to (tests/unit/test_layers.py holds them to it)."""
+store (`jobs`) that they delegate to (tests/unit/test_layers.py holds them to it).
 
+Every public method is classified by the role it needs (app/access.py) and checked against
+the user the master acts for: `user` (a Cairn user name, or a login name bound to one) and
+`origin` (the client's address) are what `cairn master serve --stdio` passes; none given is
+the local admin (the embedded console, the local CLI), origin "local"."""
+
+import functools
+
+from app import access
 from app.catalog_check import check_not_truncated
 from app.config import Config
 from app.errors import CairnError
@@ -46,17 +55,15 @@ from app.master.restores import (DIRECT_IO_CHOICES, MAX_RESTORE_STREAMS,  # noqa
                                  OVERWRITE_CHOICES, RestoresAPI)
 from app.master.storage import StorageAPI
 from app.master.stugroups import StorageUnitGroupsAPI
+from app.master.users import UsersAPI
 from app.paths import Home
 from app.store.db import Database
 
 
 class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
-             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI, AlertsAPI, ReportsAPI):
+             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI, AlertsAPI, UsersAPI,
+             ReportsAPI):
     def __init__(self, home=None, password_provider=None, user=None, origin=None):
-        # Who works through this master, and from where: the embedded default is the admin
-        # at this machine; `cairn master serve` names the SSH user and the client address.
-        self.user = user or "admin"
-        self.origin = origin or "local"
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
         self.db = Database(self.home.catalog)
@@ -65,16 +72,21 @@ class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, Job
         self.storage_unit_groups_config = StorageUnitGroups(self.db)
         self.jobs = JobStore(self.db)
         self.hosts = HostPool(self.home, password_provider)
-        self.hosts.on_contact = self.record_contact
+        # the master's own bookkeeping, not a call of the API: unchecked
+        self.hosts.on_contact = functools.partial(HealthAPI.record_contact, self)
         self.dispatcher = Dispatcher(self)
+        self.access = access.Access(self, user, origin)
 
     def batch(self, calls, return_exceptions=False):
         """Several calls at once, as RemoteMaster.batch makes them in one round trip: calls
         are (method, args, kwargs), args and kwargs optional; their results in order (a
-        failed call raises, or with return_exceptions stands in the list as its error)."""
+        failed call raises, or with return_exceptions stands in the list as its error). Each
+        call is checked for the master's user as if made alone (app/access.py: unchecked
+        itself)."""
         out = []
         for c in calls:
-            method, args, kwargs = c[0], (c[1] if len(c) > 1 else ()), (c[2] if len(c) > 2 else {})
+            method, args = c[0], (c[1] if len(c) > 1 else ())
+            kwargs = c[2] if len(c) > 2 else {}
             try:
                 out.append(getattr(self, method)(*args, **kwargs))
             except CairnError as e:
@@ -89,3 +101,6 @@ class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, Job
             alerts.wait(30)
         self.hosts.close()
         self.db.close()
+
+
+access.install(Master)

@@ -1,7 +1,7 @@
 """Policies, changing and deleting configuration objects, and the master's settings. Part of the
 master API (app/master/__init__.py)."""
 
-from app import backup_excludes, config_edit, policy_edit, shared_volumes, timeutil
+from app import audit, backup_excludes, config_edit, policy_edit, shared_volumes, timeutil
 from app.schedule_rules import CATALOG_SCHEDULE
 from app.jobs import catalog_backup
 from app.errors import NotFound, ValidationError
@@ -159,7 +159,10 @@ class ConfigurationAPI:
                 "retry_delay": ("10m", "wait before the next attempt of a failed backup or "
                                 "duplication"),
                 "stale_client_days": (3, "days without a successful backup after which "
-                                      "`cairn status` warns about a client")}
+                                      "`cairn status` warns about a client"),
+                "audit_syslog": ("off", "the syslog facility the audit log is also sent to "
+                                 "(journald reads it): off, auth, authpriv, daemon, user, "
+                                 "local0 to local7")}
 
     def setting(self, key):
         if key not in self.SETTINGS:
@@ -185,6 +188,11 @@ class ConfigurationAPI:
                 raise ValidationError(f"{key} must be a whole number, not {value!r}") from None
             if value < 1:
                 raise ValidationError(f"{key} must be at least 1")
+        elif key == "audit_syslog":
+            value = str(value).strip().lower()
+            if value not in audit.SYSLOG_FACILITIES:
+                raise ValidationError(f"{value!r} is not a syslog facility",
+                                      hint="choose one of: " + ", ".join(audit.SYSLOG_FACILITIES))
         else:
             timeutil.parse_duration(value, what=key)
         with self.db.tx() as c:

@@ -67,9 +67,10 @@ class RemoteMaster:
 
     # ---- the connection ---------------------------------------------------------------------
     @property
-    def user(self):
-        """The Cairn user the master serves this connection as."""
-        return self.hello.get("user")
+    def cairn_user(self):
+        """The Cairn user the master serves this connection as, and its role (not `user`:
+        that is a method of the API, a user's record)."""
+        return self.hello.get("user"), self.hello.get("role")
 
     @property
     def connected(self):
@@ -244,7 +245,8 @@ class RemoteMaster:
         return_exceptions stands in the list as the error."""
         wire = []
         for c in calls:
-            method, args, kwargs = c[0], (c[1] if len(c) > 1 else ()), (c[2] if len(c) > 2 else {})
+            method, args = c[0], (c[1] if len(c) > 1 else ())
+            kwargs = c[2] if len(c) > 2 else {}
             wire.append({"method": method, "args": codec.encode(list(args)),
                          "kwargs": codec.encode(dict(kwargs))})
         out = []

@@ -52,7 +52,7 @@ _BUILTIN_ERRORS = ("TypeError", "ValueError", "KeyError", "LookupError", "IndexE
 # What an error carries besides its message, hint and status (app/errors.py,
 # app/transport/ssh.py): kept when they are plain values.
 _ERROR_ATTRS = ("fingerprint", "key_type", "old_fingerprints", "known_hosts", "lines",
-                "address", "port", "kind")
+                "address", "port", "kind", "user", "role", "action")
 
 
 # ---- values -----------------------------------------------------------------------------------

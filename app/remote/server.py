@@ -34,6 +34,7 @@ import sys
 import threading
 
 from app import __version__
+from app.access_scope import internal
 from app.errors import CairnError, ValidationError
 from app.formats import protocol
 from app.remote import codec, streams
@@ -52,15 +53,15 @@ NOT_SERVED = {
 
 
 def served_methods(cls):
-    """{name: function} of the public methods of the API's parts that cls is made of."""
-    found = {}
+    """The names of the public methods of the API's parts that cls is made of. They are
+    called on the master itself, where each is checked against its user (app/access.py)."""
+    found = set()
     for part in cls.__mro__:
         if part is cls or not part.__module__.startswith("app.master."):
             continue
-        for name, attr in vars(part).items():
-            if not name.startswith("_") and name not in NOT_SERVED \
-                    and inspect.isfunction(attr):
-                found.setdefault(name, attr)
+        found.update(name for name, attr in vars(part).items()
+                     if not name.startswith("_") and name not in NOT_SERVED
+                     and inspect.isfunction(attr))
     return found
 
 
@@ -89,12 +90,24 @@ class Server:
                 self._closed.set()   # the client went away: the reading loop ends too
 
     def hello(self):
-        return {"protocol": PROTOCOL, "cairn": __version__, "user": self.m.user,
-                "origin": self.m.origin, "home": self.m.home.root, "host": socket.gethostname()}
+        """What the client is told first: who it works as (the Cairn user its login or
+        --user names, and that user's role), from where, on which master."""
+        me = self.m.whoami()
+        return {"protocol": PROTOCOL, "cairn": __version__, "user": me["user"],
+                "role": me["role"], "origin": me["origin"], "home": self.m.home.root,
+                "host": socket.gethostname()}
 
     def run(self):
         """Serves until stdin ends (the client closed the session)."""
-        self.send({"hello": self.hello()})
+        try:
+            # a login, in the audit log; an unknown user is refused here, and recorded
+            self.m.audit_login(method="ssh" if os.environ.get("SSH_CONNECTION") else "local",
+                               client="cairn master serve")
+            hello = self.hello()
+        except CairnError as e:
+            self.send({"hello": None, "error": codec.encode_error(e)})
+            return e.status or 1
+        self.send({"hello": hello})
         watcher = threading.Thread(target=self._watch_queue, name="serve-dispatcher",
                                    daemon=True)
         watcher.start()
@@ -125,6 +138,7 @@ class Server:
             self._closed.set()
             for ev in list(self._events.values()):
                 ev.set()
+        return 0
 
     # ---- request threads ----------------------------------------------------------------------
     def _submit(self, msg):
@@ -197,14 +211,14 @@ class Server:
             raise ValidationError(f"{method}: args is a list and kwargs an object")
         if kwargs.get("cancel") == EVENT:
             kwargs["cancel"] = self._events.setdefault(rid, threading.Event())
-        return fn(self.m, *args, **kwargs)
+        return fn(*args, **kwargs)
 
     def method(self, name):
+        """The master's bound method `name`: the one the master's access checks wrap."""
         if not isinstance(name, str) or not name:
             raise ValidationError("a request names its method")
-        fn = self.methods.get(name)
-        if fn is not None:
-            return fn
+        if name in self.methods:
+            return getattr(self.m, name)
         if name in NOT_SERVED:
             raise ValidationError(f"{name} is not served over the wire: {NOT_SERVED[name]}")
         if name.startswith("_") or name in OWN_PARTS:
@@ -236,8 +250,10 @@ class Server:
         holds the lease, as a local command starts one."""
         while not self._closed.wait(DISPATCHER_CHECK):
             try:
-                if self.m.db.one("SELECT 1 FROM jobs WHERE state='queued' LIMIT 1"):
-                    self.m.ensure_dispatcher()
+                # the master's own work, as its dispatcher's: not a call of the user's
+                with internal():
+                    if self.m.db.one("SELECT 1 FROM jobs WHERE state='queued' LIMIT 1"):
+                        self.m.ensure_dispatcher()
             except (CairnError, sqlite3.Error, OSError):
                 pass   # a busy or damaged catalog: the calls report it; tried again later
 
@@ -266,7 +282,6 @@ def serve_stdio(home=None, user=None):
         return e.status or 1
     m.jobs_run_elsewhere = True
     try:
-        Server(m, rfile, out).run()
+        return Server(m, rfile, out).run()
     finally:
         m.close()
-    return 0

@@ -511,6 +511,55 @@ MIGRATIONS = [
     ALTER TABLE policies ADD COLUMN compression_at TEXT NOT NULL DEFAULT 'server';
     ALTER TABLE policies ADD COLUMN compression_level INTEGER NOT NULL DEFAULT 1
     """,
+    # 26: Cairn users and their roles (app/users.py): the SSH public keys and the login name
+    # a user is known by, the clients' paths a restore-role user may browse and restore
+    # (grants) and the hosts' directories it may restore to (destination grants); and the
+    # audit log (app/audit.py), each entry carrying the hash of the one before it. A fresh
+    # master has one user, admin, with the admin role.
+    """
+    CREATE TABLE users (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        role TEXT NOT NULL CHECK (role IN ('admin', 'operator', 'restore', 'viewer')),
+        login TEXT UNIQUE,
+        comment TEXT NOT NULL DEFAULT '',
+        created TEXT NOT NULL
+    );
+    CREATE TABLE user_keys (
+        id INTEGER PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        key_type TEXT NOT NULL,
+        key_data TEXT NOT NULL,
+        key_comment TEXT NOT NULL DEFAULT '',
+        fingerprint TEXT NOT NULL UNIQUE,
+        added TEXT NOT NULL
+    );
+    CREATE TABLE user_grants (
+        id INTEGER PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL CHECK (kind IN ('data', 'dest')),
+        host TEXT NOT NULL,
+        path TEXT NOT NULL,
+        UNIQUE (user_id, kind, host, path)
+    );
+    INSERT INTO users(name, role, created) VALUES ('admin', 'admin',
+        strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+    CREATE TABLE audit_log (
+        seq INTEGER PRIMARY KEY,
+        time TEXT NOT NULL,
+        user TEXT NOT NULL,
+        role TEXT,
+        origin TEXT NOT NULL,
+        action TEXT NOT NULL,
+        object TEXT NOT NULL DEFAULT '',
+        outcome TEXT NOT NULL,
+        details TEXT NOT NULL DEFAULT '{}',
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    CREATE INDEX audit_log_user ON audit_log(user, seq);
+    CREATE INDEX audit_log_time ON audit_log(time)
+    """,
 ]
 
 

@@ -21,12 +21,13 @@ from clihelp import ROOT, cairn
 class Served:
     """`cairn master serve --stdio` on pipes, as sshd would run it."""
 
-    def __init__(self, home, *extra, env=None):
+    def __init__(self, home, user="admin", env=None):
         self.p = subprocess.Popen(
             [sys.executable, "-m", "app", "--home", str(home), "master", "serve", "--stdio",
-             *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=ROOT, env=dict(os.environ, **(env or {})))
-        self.hello = self.read()["hello"]
+             "--user", user], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, cwd=ROOT, env=dict(os.environ, **(env or {})))
+        first = self.read()
+        self.hello, self.refused = first["hello"], first.get("error")
         self.n = 0
 
     def send(self, msg):
@@ -54,11 +55,10 @@ class Served:
 
 
 def test_the_served_api_calls_errors_batches_and_streams(tmp_path):
-    s = Served(tmp_path / "home", "--user", "alice",
-               env={"SSH_CONNECTION": "192.0.2.9 51000 192.0.2.1 22"})
+    s = Served(tmp_path / "home", env={"SSH_CONNECTION": "192.0.2.9 51000 192.0.2.1 22"})
     try:
-        assert (s.hello["user"], s.hello["origin"], s.hello["protocol"]) == \
-            ("alice", "192.0.2.9", 1)
+        assert (s.hello["user"], s.hello["role"], s.hello["origin"], s.hello["protocol"]) == \
+            ("admin", "admin", "192.0.2.9", 1)
         assert s.call("add_host", "me", local=True)["name"] == "me"
         assert [h["name"] for h in s.call("host_list")] == ["me"]
         # an error comes back as the same class with the same message and status
@@ -159,6 +159,46 @@ def test_a_batch_on_the_embedded_master_as_over_the_wire(tmp_path):
         m.close()
 
 
+def test_the_served_master_acts_for_its_user_only(tmp_path):
+    """Over the wire as anywhere, the master checks each call against its user's role, one by
+    one in a batch too, and an unknown user gets nothing but the refusal."""
+    from app.errors import PermissionDenied
+    from app.master import Master
+    home = tmp_path / "home"
+    m = Master(str(home))
+    try:
+        m.add_host("me", local=True)
+        m.add_user("vic", "viewer")
+    finally:
+        m.close()
+    s = Served(home, user="vic", env={"SSH_CONNECTION": "192.0.2.7 4000 192.0.2.1 22"})
+    try:
+        assert (s.hello["user"], s.hello["role"]) == ("vic", "viewer")
+        tries = s.call("setting", "backup_tries")
+        assert s.call("host_list")[0]["name"] == "me"
+        with pytest.raises(PermissionDenied) as e:
+            s.call("add_host", "other", local=True)
+        assert (e.value.user, e.value.role, e.value.action) == ("vic", "viewer", "add_host")
+        s.send({"id": 50, "batch": [{"method": "host_list"},
+                                    {"method": "set_setting", "args": ["backup_tries", "5"]}]})
+        ok, refused = s.read()["result"]
+        assert "result" in ok and refused["error"]["type"] == "PermissionDenied"
+        assert s.call("setting", "backup_tries") == tries
+    finally:
+        s.close()
+    bad = Served(home, user="mallory")
+    assert bad.hello is None and bad.refused["type"] == "PermissionDenied"
+    assert "mallory" in bad.refused["message"]
+    assert bad.p.wait(20) != 0
+    m = Master(str(home))
+    try:
+        log = m.audit_entries()
+        assert any(e["action"] == "add_host" and e["outcome"] == "refused" and
+                   e["origin"] == "192.0.2.7" for e in log)
+    finally:
+        m.close()
+
+
 def test_values_keep_their_kind_on_the_wire():
     from app.catalog_index.reader import Entry
     e = Entry("/a", "a", "f", 0o644, 0, 0, 3, 5, 0, 3, "x", "")
@@ -177,7 +217,7 @@ def remote(sshd, tmp_path):
     the master served from another home through the loopback sshd."""
     master_home, desktop = tmp_path / "master", tmp_path / "desktop"
     serve = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio "
-             f"--home {master_home}")
+             f"--home {master_home} --user admin")
 
     def run(*args, trust=False, json_doc=False, check=True, home=desktop, command=serve):
         opts = ["--master", f"{sshd.user}@{sshd.host}:{sshd.port}", "--identity",

@@ -47,6 +47,7 @@ def test_navigation_follows_the_storage_model(console):
             ("Activity monitor", []),
             ("Backup & restore", []),
             ("Reports", []),
+            ("Audit log", []),
         ]),
     ]
     for name in ("hosts", "storage-servers", "disk-pools", "storage-units", "policies",

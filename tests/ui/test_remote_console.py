@@ -19,7 +19,8 @@ def remote_master(sshd, tmp_path):
     m = Master(str(home))
     m.add_host("me", local=True)
     m.close()
-    serve = f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio --home {home}"
+    serve = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio --home {home} "
+             "--user admin")
     rm = RemoteMaster(f"{sshd.user}@{sshd.host}:{sshd.port}", identity=sshd.key_file,
                       trust_key=True, command=serve,
                       known_hosts=str(tmp_path / "desktop" / "known_hosts"))
@@ -61,7 +62,7 @@ def test_an_unknown_master_key_is_trusted_when_the_user_confirms_it(
     from ui import remote
     home = tmp_path / "desktop"
     serve = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio --home "
-             f"{tmp_path / 'master'}")
+             f"{tmp_path / 'master'} --user admin")
     shown = []
     where = f"{sshd.user}@{sshd.host}:{sshd.port}"
 
@@ -78,7 +79,7 @@ def test_an_unknown_master_key_is_trusted_when_the_user_confirms_it(
     monkeypatch.setattr(remote, "confirm_key", answer(True))
     m = remote.open_master(str(home), where, identity=sshd.key_file, command=serve)
     try:
-        assert m.host_list() == [] and m.user == sshd.user
+        assert m.host_list() == [] and m.cairn_user == ("admin", "admin")
         assert sshd.host_public_key_line in (home / "known_hosts").read_text()
         assert remote.recent()[0] == m.where
     finally:

@@ -30,7 +30,7 @@ def test_the_nouns_in_their_order():
     assert nouns == ["host", "storage-server", "disk-pool", "storage-unit",
                      "storage-unit-group", "policy", "backup", "jobs", "images", "browse", "restore", "report", "console", "master",
                      "schedule", "status", "status-codes", "catalog", "lifecycle", "alerts",
-                     "agent"]
+                     "user", "audit", "agent"]
 
 
 def test_a_command_opens_the_master_unless_it_must_not():

@@ -29,7 +29,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
 
     def __init__(self, out, emit, is_cancelled, checksum, excludes=None, previous=None,
                  read_from=None, listing=None, unchanged_before_ns=None, references=None,
-                 skip_nodump=False, exclude_names=None):
+                 skip_nodump=False, exclude_names=None, emit_encoded=None):
         self.checksum = checksum
         # Leave out what is marked nodump (chattr +d), as dump does.
         self.skip_nodump = skip_nodump
@@ -67,6 +67,8 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         # and logged once at the end, not per file
         self.exclude_names = NamePatterns(exclude_names)
         self.emit = emit
+        # emit with the data as JSON text: row batches, encoded once for index and master
+        self.emit_encoded = emit_encoded
         self.is_cancelled = is_cancelled
         # CRC-32 runs inline: handing each MiB to a hash thread costs more than checking it.
         self.worker = tarfmt.HashWorker(NBUF, CHUNK,
@@ -89,6 +91,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         self.totals = None
         self.totals_sent = False
         self.last_progress = 0.0
+        self.entries_seen = 0
         self.last_rows = time.monotonic()
         self.current = ""
 
@@ -179,13 +182,14 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
 def backup_to(out, selections, *, emit, is_cancelled, image_meta,
               checksum=tarfmt.DEFAULT_CHECKSUM, excludes=None, previous=None,
               read_from=None, listing=None, unchanged_before_ns=None, references=None,
-              skip_nodump=False, summary_extra=None, exclude_names=None):
+              skip_nodump=False, summary_extra=None, exclude_names=None, emit_encoded=None):
     """Write one image of `selections` (absolute paths, str; surrogate escapes allowed) to
     `out`, which needs only write(buf) that consumes all of buf before returning (the buffer
     is reused afterwards).
 
     Events via emit(event, payload): "totals" once, "progress" a few times a second, "rows"
     in batches of at most 5000 (each row after its member was written), "warning", "log".
+    emit_encoded(event, data as JSON text), when given, sends the row batches instead.
     Problems with single files are warnings; no selection existing raises NothingToBackup;
     a failing `out` raises StorageError; is_cancelled() returning true raises Canceled.
 
@@ -223,7 +227,7 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     except ValueError as e:
         raise ValidationError(str(e))
     b = _Backup(out, emit, is_cancelled, checksum, excludes, previous, read_from, listing,
-                unchanged_before_ns, references, skip_nodump, exclude_names)
+                unchanged_before_ns, references, skip_nodump, exclude_names, emit_encoded)
     try:
         return b.run(selections, image_meta, summary_extra)
     finally:

@@ -58,8 +58,12 @@ class IndexRows:
             # every row's ids, unchanged entries' too: their names are looked up at the end
             self.owner_uids.update(map(_UID, batch))
             self.owner_gids.update(map(_GID, batch))
-            self.spool.write(("\n".join(map(_encode_row, batch)) + "\n").encode("ascii"))
-            self.emit("rows", {"rows": batch})
+            texts = list(map(_encode_row, batch))
+            self.spool.write(("\n".join(texts) + "\n").encode("ascii"))
+            if self.emit_encoded is not None:
+                self.emit_encoded("rows", '{"rows":[%s]}' % ",".join(texts))
+            else:
+                self.emit("rows", {"rows": batch})
             if len(batch) < ROW_BATCH:
                 break
         self.last_rows = time.monotonic()

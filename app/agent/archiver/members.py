@@ -7,9 +7,9 @@ import errno
 import os
 import stat
 
-from app.agent.archiver.common import why
+from app.agent.archiver.common import FS_ENCODING, FS_ERRORS, why
 from app.formats import entry, fflags, tarfmt
-from app.formats.changes import state_digest
+from app.formats.changes import file_digest, state_digest
 
 
 class Members:
@@ -19,7 +19,7 @@ class Members:
     def entry(self, dfd, name, path, st):
         """Write one entry's member and queue its row. Returns False when it was skipped."""
         mode = st.st_mode
-        spath = os.fsdecode(path)
+        spath = path.decode(FS_ENCODING, FS_ERRORS)
         self.current = spath
         prev = self.prev_names
         if prev is not None and not stat.S_ISDIR(mode):
@@ -132,9 +132,14 @@ class Members:
             kind = entry.KIND_BLOCK
         else:
             return False
-        perm = stat.S_IMODE(mode)
-        if state_digest(kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
-                        st.st_ctime_ns, st.st_ino, link) != digest:
+        perm = mode & 0o7777
+        if kind == entry.KIND_FILE:
+            now = file_digest(perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
+                              st.st_ctime_ns, st.st_ino)
+        else:
+            now = state_digest(kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
+                               st.st_ctime_ns, st.st_ino, link)
+        if now != digest:
             return False
         if kind == entry.KIND_FILE and st.st_nlink > 1:
             self.links[(st.st_dev, st.st_ino)] = (None, spath)
@@ -151,10 +156,10 @@ class Members:
         mode = st.st_mode
         if not stat.S_ISREG(mode) or st.st_nlink != 1:
             return False
-        perm = stat.S_IMODE(mode)
+        perm = mode & 0o7777
         size = st.st_size
-        if state_digest(entry.KIND_FILE, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
-                        st.st_ctime_ns, st.st_ino, "") != digest:
+        if file_digest(perm, st.st_uid, st.st_gid, size, st.st_mtime_ns, st.st_ctime_ns,
+                       st.st_ino) != digest:
             return False
         source, base_offset, length, checksum = ref
         if not checksum:

@@ -8,7 +8,7 @@ import os
 import re
 import stat
 
-from app.agent.archiver.common import DIR_FLAGS, why
+from app.agent.archiver.common import DIR_FLAGS, FS_ENCODING, FS_ERRORS, TICK_EVERY, why
 from app.errors import NothingToBackup
 
 
@@ -147,8 +147,8 @@ class Walk:
                 names = sorted(listed)
             elif node is None:
                 try:
-                    # listing by fd gives str names; fsencode restores the exact bytes
-                    names = [os.fsencode(n) for n in os.listdir(dfd)]
+                    # listing by fd gives str names; encoding them restores the exact bytes
+                    names = [n.encode(FS_ENCODING, FS_ERRORS) for n in os.listdir(dfd)]
                 except OSError as e:
                     self.warn(path, "cannot list directory: %s" % why(e))
                     return
@@ -158,28 +158,38 @@ class Walk:
             quick = (listed is not None and self.prev_names is not None
                      and self.unchanged_before_ns is not None)
             subdirs = []
+            self.tick()
+            # per entry: what each one needs, looked up once per directory
+            prefix = path if path == b"/" else path + b"/"
+            excludes = self.excludes or None
+            match = self.exclude_names.match if self.exclude_names.regex is not None else None
+            lstat, entry, is_dir, is_link = os.lstat, self.entry, stat.S_ISDIR, stat.S_ISLNK
+            count = self.entries_seen
             for name in names:
-                self.tick()
-                child = _join(path, name)
-                if child in self.excludes:
+                count += 1
+                if not count % TICK_EVERY:
+                    self.entries_seen = count
+                    self.tick()
+                child = prefix + name
+                if excludes is not None and child in excludes:
                     self.log("%s is not backed up: it is excluded (%s)"
-                             % (os.fsdecode(child), self.excludes[child]))
+                             % (os.fsdecode(child), excludes[child]))
                     continue
-                if self.exclude_names.match(name):
+                if match is not None and match(name):
                     continue
                 if quick and name in self.prev_names and self.listed_unchanged(
                         child, listed[name]):
                     continue
                 cnode = None if node is None else node.children[name]
                 try:
-                    st = os.lstat(name, dir_fd=dfd)
+                    st = lstat(name, dir_fd=dfd)
                 except OSError as e:
                     if e.errno == errno.ENOENT:
                         self.warn(child, "vanished during backup")
                     else:
                         self.warn(child, "cannot be read: %s" % why(e))
                     continue
-                if cnode is not None and not cnode.selected and stat.S_ISLNK(st.st_mode):
+                if cnode is not None and not cnode.selected and is_link(st.st_mode):
                     # a parent of a selection reached through a symlink: keep it as the
                     # directory it leads to, so the selection's path can be restored as is
                     try:
@@ -187,11 +197,12 @@ class Walk:
                     except OSError as e:
                         self.warn(child, "cannot be read: %s" % why(e))
                         continue
-                if self.entry(dfd, name, child, st) and stat.S_ISDIR(st.st_mode):
+                if entry(dfd, name, child, st) and is_dir(st.st_mode):
                     if cnode is None or cnode.selected:
                         subdirs.append((child, None))
                     else:
                         subdirs.append((child, cnode))
+            self.entries_seen = count
             stack.extend(reversed(subdirs))
         finally:
             os.close(dfd)

@@ -24,6 +24,7 @@ jobs queued through it run in the dispatcher that holds the catalog's lease (a c
 `cairn master run`), or in a headless one started for them as a local command does
 (Master.ensure_dispatcher)."""
 
+import base64
 import getpass
 import inspect
 import os
@@ -33,7 +34,7 @@ import sqlite3
 import sys
 import threading
 
-from app import __version__
+from app import __version__, users
 from app.access_scope import internal
 from app.errors import CairnError, ValidationError
 from app.formats import protocol
@@ -102,7 +103,7 @@ class Server:
         try:
             # a login, in the audit log; an unknown user is refused here, and recorded
             self.m.audit_login(method="ssh" if os.environ.get("SSH_CONNECTION") else "local",
-                               client="cairn master serve")
+                               key_fingerprint=login_key(), client="cairn master serve")
             hello = self.hello()
         except CairnError as e:
             self.send({"hello": None, "error": codec.encode_error(e)})
@@ -256,6 +257,28 @@ class Server:
                         self.m.ensure_dispatcher()
             except (CairnError, sqlite3.Error, OSError):
                 pass   # a busy or damaged catalog: the calls report it; tried again later
+
+
+def login_key(environ=None):
+    """The fingerprint of the public key the client logged in with, where sshd tells it
+    (`ExposeAuthInfo yes`: the file SSH_USER_AUTH names, "publickey TYPE BASE64" lines),
+    else None."""
+    path = (environ if environ is not None else os.environ).get("SSH_USER_AUTH")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        words = line.split()
+        if len(words) >= 3 and words[0] == "publickey":
+            try:
+                return users.fingerprint(base64.b64decode(words[2], validate=True))
+            except ValueError:
+                return None
+    return None
 
 
 def origin_address(environ=None):

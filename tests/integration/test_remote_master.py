@@ -165,13 +165,20 @@ def test_the_served_master_acts_for_its_user_only(tmp_path):
     from app.errors import PermissionDenied
     from app.master import Master
     home = tmp_path / "home"
+    key = tmp_path / "vic_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    public = key.with_suffix(".pub").read_text().strip()
+    # what sshd with ExposeAuthInfo tells the command of the key the client logged in with
+    auth = tmp_path / "auth_info"
+    auth.write_text("publickey " + " ".join(public.split()[:2]) + "\n")
     m = Master(str(home))
     try:
         m.add_host("me", local=True)
-        m.add_user("vic", "viewer")
+        m.add_user("vic", "viewer", keys=[public])
     finally:
         m.close()
-    s = Served(home, user="vic", env={"SSH_CONNECTION": "192.0.2.7 4000 192.0.2.1 22"})
+    s = Served(home, user="vic", env={"SSH_CONNECTION": "192.0.2.7 4000 192.0.2.1 22",
+                                      "SSH_USER_AUTH": str(auth)})
     try:
         assert (s.hello["user"], s.hello["role"]) == ("vic", "viewer")
         tries = s.call("setting", "backup_tries")
@@ -186,15 +193,18 @@ def test_the_served_master_acts_for_its_user_only(tmp_path):
         assert s.call("setting", "backup_tries") == tries
     finally:
         s.close()
-    bad = Served(home, user="mallory")
-    assert bad.hello is None and bad.refused["type"] == "PermissionDenied"
-    assert "mallory" in bad.refused["message"]
-    assert bad.p.wait(20) != 0
+    for user, said in (("mallory", "mallory"), ("admin", "belongs to user vic")):
+        bad = Served(home, user=user, env={"SSH_USER_AUTH": str(auth)})
+        assert bad.hello is None and bad.refused["type"] == "PermissionDenied"
+        assert said in bad.refused["message"]
+        assert bad.p.wait(20) != 0
     m = Master(str(home))
     try:
         log = m.audit_entries()
         assert any(e["action"] == "add_host" and e["outcome"] == "refused" and
                    e["origin"] == "192.0.2.7" for e in log)
+        [login] = [e for e in log if e["action"] == "login" and e["outcome"] == "ok"]
+        assert login["user"] == "vic" and login["details"]["key"].startswith("SHA256:")
     finally:
         m.close()
 

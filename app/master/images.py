@@ -284,4 +284,3 @@ def _image_dict(row):
     # every image of a list.
     d.pop("owners", None)
     return d
-

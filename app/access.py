@@ -56,7 +56,10 @@ METHODS = {
     # jobs.py
     "job": V, "job_list": V, "job_logs": V, "job_changes": V, "wait_for": V, "job_stats": V,
     "throughput": V, "start_backup": O, "restart_job": O, "cancel_job": O,
-    "suspend_job": O, "resume_job": O, "queue_backup": A,
+    "suspend_job": O, "resume_job": O, "queue_backup": A, "jobs_by_id": V,
+    "dispatcher_active": V, "ensure_dispatcher": V,
+    # reports.py
+    "job_report": V, "report_choices": V, "schedule_runs": V,
     # catalog.py
     "catalog_backup_state": V, "start_catalog_backup": O, "change_catalog_passphrase": A,
     # lifecycles.py
@@ -75,11 +78,12 @@ METHODS = {
     "whoami": V, "audit_login": V, "audit_entries": V, "audit_verify": V, "users": A,
     "user": A, "add_user": A, "set_user": A, "remove_user": A,
     # __init__.py
-    "close": V,
+    "close": V, "batch": V,
 }
 
-# Closing its own master needs no right, not even a known user.
-UNCHECKED = {"close"}
+# Closing its own master needs no right, not even a known user. A batch is checked call by
+# call, each as if made alone.
+UNCHECKED = {"close", "batch"}
 
 # Calls above viewer that change nothing: not written to the audit log unless refused.
 NOT_AUDITED = {"list_host_dir", "browse", "owner_names", "list_entries", "search",

@@ -50,14 +50,14 @@ EMPTY_TEXT = ("No jobs yet: select a policy on the Policies page and click <b>Ba
 # ---- master calls (on the bridge's threads) ------------------------------------------------
 
 def poll(m, cursor, plot_window):
-    """The jobs changed since `cursor`, and the summed throughput of the last minutes."""
-    changes = m.job_changes(cursor)
-    if changes["jobs"]:
-        tries = m.setting("backup_tries")
-        for job in changes["jobs"]:
-            if retried(job):
-                job["max_attempts"] = tries
-    return changes, m.throughput(plot_window)
+    """The jobs changed since `cursor`, and the summed throughput of the last minutes: one
+    round trip to a master over SSH (Master.batch)."""
+    changes, tries, rates = m.batch([("job_changes", (cursor,)), ("setting", ("backup_tries",)),
+                                     ("throughput", (plot_window,))])
+    for job in changes["jobs"]:
+        if retried(job):
+            job["max_attempts"] = tries
+    return changes, rates
 
 
 def cancel_jobs(m, job_ids):

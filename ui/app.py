@@ -29,6 +29,7 @@ from ui import theme
 from ui.benchmark_dialog import BenchmarkDialog
 from ui.bridge import Bridge
 from ui.main_window import VIEW_NAMES, MainWindow
+from ui.remote import open_master as open_remote
 from ui.resources import icon
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,10 @@ class Console(QObject):
 
     def _stop_dispatching(self, finished):
         m = self.master
+        if self.dispatcher_thread is None:
+            # a remote master, or a screenshot: no dispatcher runs in this console
+            finished.set()
+            return
         try:
             m.dispatcher.stop()
             t = self.dispatcher_thread
@@ -301,7 +306,19 @@ def first_view(master):
     return "dashboard" if done else "getting-started"
 
 
-def main(home=None, screenshot=None, view=None):
+def _open(home, remote, screenshot):
+    """The embedded master, or with `remote` ({"where", "identity", "trust_key", "command"})
+    the master on another machine over SSH (ui/remote.py)."""
+    if remote is None:
+        master = Master(home)
+        master.ensure_local_host()
+        return master
+    return open_remote(home, remote["where"], identity=remote.get("identity"),
+                       trust_key=remote.get("trust_key", False),
+                       command=remote.get("command"), ask=not screenshot)
+
+
+def main(home=None, screenshot=None, view=None, remote=None):
     if view is not None and view not in SCREENSHOT_VIEWS or (
             view in WIZARD_VIEWS + DIALOG_VIEWS and not screenshot):
         print(f"cairn console: there is no view {view!r}\n  choose one of: "
@@ -314,8 +331,7 @@ def main(home=None, screenshot=None, view=None):
     master = None
     try:
         try:
-            master = Master(home)
-            master.ensure_local_host()
+            master = _open(home, remote, screenshot)
             if view is None:
                 view = first_view(master)
         except sqlite3.Error as e:
@@ -326,7 +342,9 @@ def main(home=None, screenshot=None, view=None):
         _report(e, gui=True, screenshot=screenshot)
         return e.status or 1
 
-    console = Console(master, run_dispatcher=not screenshot, remember_layout=not screenshot)
+    # A remote master's jobs run in its own dispatcher, on its machine.
+    console = Console(master, run_dispatcher=not screenshot and remote is None,
+                      remember_layout=not screenshot)
     if view in WIZARD_VIEWS + DIALOG_VIEWS:
         console.window.select_view("getting-started")
     else:

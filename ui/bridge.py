@@ -18,11 +18,13 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 
 import shiboken6
 from PySide6.QtCore import QObject, QThread, Signal
 
 from app.errors import CairnError
+from app.remote.errors import ConnectionLost
 from app.store.db import catalog_error
 from app.terminal_text import escape
 from ui.qtcompat import emit
@@ -30,6 +32,8 @@ from ui.qtcompat import emit
 log = logging.getLogger(__name__)
 
 _STOP = object()
+#: a lost connection to a remote master is made again at most this often
+RECONNECT_EVERY_S = 2.0
 
 
 class CallError(Exception):
@@ -79,6 +83,8 @@ class Bridge(QObject):
         self._pending = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._reconnect_lock = threading.Lock()
+        self._reconnect_last = 0.0
         self._finished.connect(self._deliver)
         self._workers = [_Worker(self, i) for i in range(workers)]
         for w in self._workers:
@@ -118,7 +124,15 @@ class Bridge(QObject):
     def _run(self, fn, args):
         try:
             try:
-                return True, fn(self.master, *args)
+                try:
+                    return True, fn(self.master, *args)
+                except ConnectionLost:
+                    # A remote master's connection dropped: made again (by one worker, not
+                    # more often than RECONNECT_EVERY_S) and the call tried once more; the
+                    # window keeps its state and shows the loss until it is back.
+                    if not self._reconnect():
+                        raise
+                    return True, fn(self.master, *args)
             except sqlite3.Error as e:
                 # what the catalog layer did not name yet: a damaged or locked catalog file
                 raise catalog_error(self.master.db.path, e, any_error=True) from None
@@ -130,7 +144,23 @@ class Bridge(QObject):
             return False, CallError(f"internal error: {type(e).__name__}: {e}",
                                     "see the console's log for details")
 
+    def _reconnect(self):
+        with self._reconnect_lock:
+            if getattr(self.master, "connected", True):
+                return True   # another worker made it again meanwhile
+            if time.monotonic() - self._reconnect_last < RECONNECT_EVERY_S:
+                return False
+            self._reconnect_last = time.monotonic()
+            try:
+                self.master.reconnect()
+            except CairnError as e:
+                log.warning("reconnecting to the master failed: %s", e)
+                return False
+            return True
+
     def _close_thread_resources(self):
+        if getattr(self.master, "remote", False):
+            return   # a remote master's catalog connections are on its machine
         try:
             self.master.db.close()
         except Exception:  # noqa: BLE001 - the thread is ending anyway

@@ -7,13 +7,11 @@ listing it: a directory's check state is passed down to its children when they a
 A directory with some children chosen and others not shows as partially checked, and the
 paths to restore are the checked entries whose parent is not checked (checked_paths)."""
 
-from operator import attrgetter
-
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, Qt, Signal
 from PySide6.QtGui import QAbstractFileIconProvider
 from PySide6.QtWidgets import QFileIconProvider
 
-from app.catalog_index import Entry
+from app.catalog_index import Entry, tree_order
 from app.formats import owners
 from ui import fmt
 from ui.models import ROW_ROLE
@@ -27,7 +25,8 @@ _LEFT = int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
 FILE_COLUMNS = ("Name", "Size", "Modified", "Mode", "Owner", "Link target")
 _OWNER = FILE_COLUMNS.index("Owner")
 _ROOT = Entry("/", "", "d", 0o755, 0, 0, 0, 0, 0, 0, "", "")
-_NAME = attrgetter("name")
+#: entries of a directory a remote master sends before the others (_list_dir)
+FIRST_PAGE = 2000
 
 
 class _Node:
@@ -179,12 +178,18 @@ class ImageFilesModel(QAbstractItemModel):
         n.loading = True
         gen, image, path = self._generation, self.image_id, n.entry.path
         self._bridge.call(_list_dir, image, path,
-                          done=lambda entries: self._listed(gen, n, entries),
+                          done=lambda listed: self._listed(gen, n, *listed),
                           failed=lambda err: self._failed(gen, n, err), context=self)
 
-    def _listed(self, gen, node, entries):
+    def _listed(self, gen, node, entries, rest=None):
         if gen != self._generation:
+            if rest is not None:
+                rest.close()
             return
+        if rest is not None:
+            # the others follow: added to the rows still to show once they are here
+            self._bridge.call(_rest, rest, done=lambda more: self._more(gen, node, more),
+                              failed=lambda err: self._failed(gen, node, err), context=self)
         node.loading = False
         node.fetched = True
         node.pending = entries
@@ -196,6 +201,15 @@ class ImageFilesModel(QAbstractItemModel):
             # The expander goes away: the directory turned out to be empty.
             emit(self.dataChanged, parent, parent.siblingAtColumn(len(FILE_COLUMNS) - 1))
         emit(self.loaded, node.entry.path)
+        self._continue_reveal()
+
+    def _more(self, gen, node, entries):
+        if gen != self._generation or not entries:
+            return
+        node.pending = node.pending + entries
+        parent = self._index_of_node(node)
+        if not node.children:
+            self._insert_batch(parent, node)
         self._continue_reveal()
 
     def _failed(self, gen, node, err):
@@ -405,18 +419,19 @@ def _owner_names(m, image):
 
 
 def _list_dir(m, image, path):
-    """A directory's entries as the tree shows them, directories first, then by name
-    regardless of case (worker thread). The index gives them sorted by name bytes; the sort
-    below uses only C-level keys, so that 100,000 entries take milliseconds."""
-    entries = m.list_entries(image, path)
-    names = list(map(_NAME, entries))
-    lowers = list(map(str.lower, names))
-    if lowers == names:     # no capitals: name-byte order already is the order shown
-        ordered = entries
-    else:
-        ordered = list(map(entries.__getitem__, sorted(range(len(entries)),
-                                                        key=lowers.__getitem__)))
-    dirs = [e for e in ordered if e.kind == "d"]
-    if dirs:
-        ordered = dirs + [e for e in ordered if e.kind != "d"]
-    return ordered
+    """A directory's entries as the tree shows them (app.catalog_index.tree_order), and for
+    a master over SSH the stream its other entries follow on (worker thread). A remote
+    master sends the first FIRST_PAGE entries at once and the others right after: the
+    first rows of a directory of 100,000 show without waiting for them all."""
+    if getattr(m, "remote", False):
+        sub = m.subscribe("listing", image_id=image, path=path, first=FIRST_PAGE)
+        return next(sub, []), sub
+    return tree_order(m.list_entries(image, path)), None
+
+
+def _rest(_m, sub):
+    """The entries of a directory that came after its first page (worker thread)."""
+    rest = []
+    for part in sub:
+        rest.extend(part)
+    return rest

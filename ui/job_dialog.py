@@ -57,9 +57,12 @@ FIGURES = (
 
 
 def _job_and_log(m, job_id, after_log, after_t, peak_window_s, first_s):
-    """The job, its new log lines, its new samples and (once ended) its figures."""
-    s = m.job_stats(job_id, after=after_t, peak_window_s=peak_window_s, first_s=first_s)
-    return s["job"], m.job_logs(job_id, after=after_log), s["samples"], s["stats"]
+    """The job, its new log lines, its new samples and (once ended) its figures: one round
+    trip to a master over SSH (Master.batch)."""
+    s, log = m.batch([("job_stats", (job_id,), {"after": after_t, "peak_window_s": peak_window_s,
+                                                "first_s": first_s}),
+                      ("job_logs", (job_id,), {"after": after_log})])
+    return s["job"], log, s["samples"], s["stats"]
 
 
 def _figures(m, job_id, peak_window_s, first_s):

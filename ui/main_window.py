@@ -9,12 +9,14 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
     QTreeWidget, QTreeWidgetItem
 
 from app import __version__
+from app.errors import ValidationError
 from ui import roles, wizards
 from ui.pages import make_pages
 from ui.alerts_dialog import AlertsDialog
 from ui.catalog_backup_dialog import CatalogBackupDialog
 from ui.job_dialog import JobDetailsDialog
 from ui.qtcompat import emit
+from ui.remote import describe, open_in_new_console
 from ui.resources import icon
 from ui.settings import settings
 
@@ -61,17 +63,23 @@ VIEW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 def status_summary(m):
-    active = m.job_list(state="active")
+    # one round trip to a remote master (Master.batch, RemoteMaster.batch)
+    active, queued, hosts, backup, dups = m.batch([
+        ("job_list", (), {"state": "active"}), ("job_list", (), {"state": "queued"}),
+        ("host_list",), ("catalog_backup_state",), ("duplication_problems",)])
+    remote = getattr(m, "remote", False)
     return {
-        "catalog": m.home.catalog,
-        "hosts": len(m.host_list()),
+        "catalog": m.hello.get("home") if remote else m.home.catalog,
+        "master": describe(m),
+        "hosts": len(hosts),
         "running": len(active),
-        "queued": len(m.job_list(state="queued")),
-        # jobs this console's dispatcher runs: closing the console stops them
-        "mine": sum(j.get("runner") == m.dispatcher.id for j in active),
-        "catalog_backup": m.catalog_backup_state(),
+        "queued": len(queued),
+        # jobs this console's dispatcher runs: closing the console stops them (a remote
+        # master's run on its machine)
+        "mine": 0 if remote else sum(j.get("runner") == m.dispatcher.id for j in active),
+        "catalog_backup": backup,
         # the copies lifecycles want that keep failing
-        "duplications": m.duplication_problems(),
+        "duplications": dups,
     }
 
 
@@ -109,7 +117,7 @@ class MainWindow(QMainWindow):
         self.confirm_close_with_running_jobs = True
         self.summary = None
         self._status_busy = False
-        self.setWindowTitle("Cairn console")
+        self.setWindowTitle(describe(bridge.master)[0])
         self.setWindowIcon(icon("cairn"))
         self.setObjectName("cairn-main-window")
 
@@ -145,6 +153,9 @@ class MainWindow(QMainWindow):
             if image_actions is not None:
                 image_actions.job_queued.connect(self._job_queued)
         self._fill_nav(self.nav.invisibleRootItem(), NAVIGATION)
+        where = getattr(bridge.master, "where", None)
+        if where:   # a master over SSH: the tree's top names it
+            self.nav.topLevelItem(0).setText(0, f"Master {where}")
         self.nav.expandAll()
         self.nav.currentItemChanged.connect(self._nav_changed)
 
@@ -240,6 +251,12 @@ class MainWindow(QMainWindow):
         alerts.triggered.connect(self.open_alerts)
         file_menu.addAction(alerts)
         file_menu.addSeparator()
+        open_master = QAction("Open a &master…", self)
+        open_master.setToolTip("A console on a master on another machine, reached over SSH "
+                               "(the masters opened before are offered)")
+        open_master.triggered.connect(self.open_other_master)
+        file_menu.addAction(open_master)
+        file_menu.addSeparator()
         quit_action = QAction("&Quit", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
@@ -324,8 +341,10 @@ class MainWindow(QMainWindow):
     def _show_status(self, s):
         self._status_busy = False
         self.summary = s
-        self.master_label.setText(f"Master: embedded — catalog {s['catalog']}")
-        self.master_label.setToolTip(s["catalog"])
+        title, remote_text, remote_tip = s["master"]
+        self.setWindowTitle(title)
+        self.master_label.setText(remote_text or f"Master: embedded — catalog {s['catalog']}")
+        self.master_label.setToolTip(remote_tip or s["catalog"])
         self._show_hosts()
         self.jobs_label.setText(f"Jobs: {s['running']} running, {s['queued']} queued")
         self._show_catalog_backup(s["catalog_backup"])
@@ -402,8 +421,25 @@ class MainWindow(QMainWindow):
             [f"{h['name']}: answers" for h in up]
             + [f"{h['name']}: {h['error']}" for h in down]))
 
+    def open_other_master(self):
+        try:
+            where = open_in_new_console(self)
+        except ValidationError as e:
+            box = QMessageBox(QMessageBox.Icon.Warning, "Open a master",
+                              f"{e.message}\n\n{e.hint or ''}".strip(), parent=self)
+            box.setTextFormat(Qt.TextFormat.PlainText)
+            box.open()
+            self.open_master_error = box
+            return
+        if where:
+            self.statusBar().showMessage(f"Opening a console on {where}…", 8000)
+
     def _status_failed(self, err):
         self._status_busy = False
+        m = self.bridge.master
+        if getattr(m, "remote", False):
+            self.master_label.setText(f"Master: {m.where} — {err.message}; retrying")
+            return
         self.master_label.setText(f"Master: catalog unreadable — {err}")
 
     # ---- wizards and catalog changes --------------------------------------------------------

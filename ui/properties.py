@@ -12,7 +12,6 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QDialog, QDialogButtonBox, Q
 
 from app.config import CHECKSUMS, DEFAULT_COMPACT_BELOW, FILE_LIST_MODES, SNAPSHOT_MODES
 from app.config_edit import editable
-from app.scheduler import Scheduler
 from app.timeutil import format_duration
 from plugins.storage import registry
 from plugins.storage.dedup.master import COMPRESSION_AT, DEFAULT_LEVEL, LEVEL_RANGE
@@ -163,7 +162,8 @@ NEXT_BACKUPS = 5
 
 def next_backups(m, policy):
     """The policy's next scheduled backups within a week (those that run, soonest first)."""
-    return [r for r in Scheduler(m).next_runs(policy=policy) if r["runs"]][:NEXT_BACKUPS]
+    upcoming = m.schedule_runs(policy, limit=0)["upcoming"]
+    return [r for r in upcoming if r["runs"]][:NEXT_BACKUPS]
 
 
 def next_backups_text(runs):

@@ -92,9 +92,9 @@ GROUPS_SHOWN = 4
 
 def fetch_report(m, since, until, client, policy, kind="backup"):
     """The report and the filter choices, in one call off the UI thread."""
-    report = reports.job_report(m, kind, since=since, until=until, client=client or None,
-                                policy=policy or None, local_days=True)
-    return report, reports.report_choices(m, kind)
+    report = m.job_report(kind, since=since, until=until, client=client or None,
+                          policy=policy or None, local_days=True)
+    return report, m.report_choices(kind)
 
 
 def groups_text(groups):

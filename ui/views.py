@@ -493,7 +493,8 @@ STEPS = (
 def overview_counts(m):
     jobs = m.job_list()
     return {
-        "catalog": m.home.catalog,
+        "catalog": (f"{m.where}:{m.hello.get('home')}" if getattr(m, "remote", False)
+                    else m.home.catalog),
         "hosts": len(m.host_list()),
         "storage_servers": len(m.storage_servers()),
         "disk_pools": len(m.disk_pools()),

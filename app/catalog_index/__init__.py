@@ -12,9 +12,9 @@ from this package.
 from app.catalog_index.check import check_index
 from app.catalog_index.errors import IndexCorrupt, rebuild_command, rebuild_hint
 from app.catalog_index.layout import FORMAT_VERSION, MAGIC, READABLE_VERSIONS, TRAILER_MAGIC
-from app.catalog_index.reader import Entry, IndexReader
+from app.catalog_index.reader import Entry, IndexReader, tree_order
 from app.catalog_index.writer import IndexWriter, build_index
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "READABLE_VERSIONS", "TRAILER_MAGIC", "Entry",
+__all__ = ["FORMAT_VERSION", "MAGIC", "READABLE_VERSIONS", "TRAILER_MAGIC", "Entry", "tree_order",
            "IndexCorrupt", "IndexReader", "IndexWriter", "build_index", "check_index",
            "rebuild_command", "rebuild_hint"]

@@ -58,6 +58,23 @@ class Entry(NamedTuple):
         return dict(zip(self._fields, self))
 
 
+def tree_order(entries):
+    """A directory's entries as a file tree shows them: directories first, then by name
+    regardless of case. The index gives them sorted by name bytes; the sort below uses only
+    C-level keys, so that 100,000 entries take milliseconds."""
+    names = [e.name for e in entries]
+    lowers = list(map(str.lower, names))
+    if lowers == names:     # no capitals: name-byte order already is the order shown
+        ordered = entries
+    else:
+        ordered = list(map(entries.__getitem__, sorted(range(len(entries)),
+                                                        key=lowers.__getitem__)))
+    dirs = [e for e in ordered if e.kind == "d"]
+    if dirs:
+        ordered = dirs + [e for e in ordered if e.kind != "d"]
+    return ordered
+
+
 def _canonical_key(path) -> bytes:
     """The table key of a path given by a caller: absolute, no repeated or trailing slash.
     A relative path is taken from "/", as a browser that strips the leading slash expects."""

@@ -85,10 +85,23 @@ def build_parser(only=None):
     ap = argparse.ArgumentParser(prog="cairn", parents=[common],
                                  description="Cairn backup administration")
     ap.add_argument("--version", action="version", version=f"cairn {__version__}")
+    g = ap.add_argument_group("a master on another machine, reached over SSH (before COMMAND)")
+    g.add_argument("--master", metavar="[USER@]HOST[:PORT]",
+                   help="run the command against the master on HOST (`cairn master serve "
+                        "--stdio` there) instead of the one in --home")
+    g.add_argument("--identity", metavar="FILE",
+                   help="the SSH private key for --master (default: the SSH agent's keys, "
+                        "then ~/.ssh/id_*)")
+    g.add_argument("--trust-master-key", action="store_true",
+                   help="trust the master's SSH host key although it is not known yet (check "
+                        "its fingerprint first); a changed key is refused all the same")
+    g.add_argument("--master-command", metavar="CMD",
+                   help="the command that serves the master on HOST (default: cairn master "
+                        "serve --stdio)")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     nouns = set()
 
-    def cmd(parent, name, help, handler=None, opens_master=True, **kw):
+    def cmd(parent, name, help, handler=None, opens_master=True, local_only=None, **kw):
         if parent is sub:
             nouns.add(name)
             if only is not None and name != only:
@@ -97,7 +110,8 @@ def build_parser(only=None):
             return _UNBUILT
         p = parent.add_parser(name, help=help, parents=[common], **kw)
         if handler is not None:
-            p.set_defaults(handler=handler, opens_master=opens_master)
+            # local_only: why the command cannot run against a master over SSH (--master)
+            p.set_defaults(handler=handler, opens_master=opens_master, local_only=local_only)
         return p
 
     for add_commands in NOUNS:
@@ -107,14 +121,19 @@ def build_parser(only=None):
     return ap
 
 
+# The options before COMMAND that take a value.
+_VALUED = ("--home", "--master", "--identity", "--master-command")
+
+
 def _noun(argv):
     """The noun a command line names (its first word that is not an option or the value of
-    --home), or None when it names none or asks for help before it."""
+    --home or of an option naming the master), or None when it names none or asks for help
+    before it."""
     words = iter(argv)
     for w in words:
         if w in ("-h", "--help", "--version"):
             return None
-        if w == "--home":
+        if w in _VALUED:
             next(words, None)
         elif not w.startswith("-"):
             return w
@@ -123,6 +142,7 @@ def _noun(argv):
 
 def run(args):
     handler = getattr(args, "handler", _unknown_command)
+    _check_master_options(args)
     if not getattr(args, "opens_master", True):
         return handler(args)
     m = open_master(args)
@@ -130,6 +150,26 @@ def run(args):
         return handler(m, args)
     finally:
         m.close()
+
+
+def _check_master_options(args):
+    """--master and what goes with it: refused for a command that works on this machine's
+    own files, and the options that go with --master refused without it."""
+    words = " ".join(w for w in (args.cmd, getattr(args, "sub", None)) if w)
+    if getattr(args, "master", None):
+        if getattr(args, "local_only", None):
+            raise CairnError(f"`cairn {words}` cannot run against a master over SSH: "
+                             f"{args.local_only}",
+                             hint="run it on the master's machine, without --master",
+                             status_code=st.INVALID_REQUEST)
+        return
+    given = [o for o, v in (("--identity", getattr(args, "identity", None)),
+                            ("--trust-master-key", getattr(args, "trust_master_key", False)),
+                            ("--master-command", getattr(args, "master_command", None))) if v]
+    if given:
+        raise CairnError(f"{given[0]} goes with --master [USER@]HOST[:PORT]",
+                         hint="e.g. cairn --master admin@backup1 " + given[0] + " ... "
+                              + words, status_code=st.INVALID_REQUEST)
 
 
 def _unknown_command(m, args):

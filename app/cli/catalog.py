@@ -14,6 +14,7 @@ def catalog_commands(sub, cmd):
              opens_master=False).add_subparsers(dest="sub", metavar="ACTION")
     cmd(ca, "check", "check the catalog: sqlite's integrity check, every image's file index",
         handler=_check, opens_master=False,
+        local_only="it reads the catalog's files themselves",
         description="Check the catalog without changing it: sqlite's integrity and foreign "
                     "key checks, the file index of every image (present, readable, every "
                     "block intact), the images each image reads data from, and the image "

@@ -46,19 +46,18 @@ class Follow:
     def run(self):
         """Waits until the jobs end, or until the user leaves them running (left_running).
         Returns the jobs as they are then."""
-        # Loaded with the master already; imported here so that commands that never wait
-        # do not load it (app/cli/shared.py, open_master).
-        from app.jobs.dispatcher import Dispatcher
+        if getattr(self.m, "remote", False):
+            return self._run_pushed()
         self.start_dispatcher()
         last_dispatcher = time.monotonic()
         try:
             while True:
                 try:
-                    jobs = [self.m.job(j) for j in self.ids]
+                    jobs = self.m.jobs_by_id(self.ids)
                     self.show(jobs)
                     if all(j["state"] == "done" for j in jobs):
                         break
-                    if Dispatcher.lease_holder(self.m.db) is not None:
+                    if self.m.dispatcher_active():
                         last_dispatcher = time.monotonic()
                     elif time.monotonic() - last_dispatcher > RESTART_AFTER:
                         self.start_dispatcher()
@@ -72,7 +71,28 @@ class Follow:
             # also before an error's message, which would otherwise follow a progress line
             if self.block is not None:
                 self.block.clear()
-        return [self.m.job(j) for j in self.ids]
+        return self.m.jobs_by_id(self.ids)
+
+    def _run_pushed(self):
+        """Against a master over SSH: it pushes the jobs whenever one changed (the "jobs"
+        stream, app/remote/streams.py) instead of being asked a few times a second."""
+        self.start_dispatcher()
+        sub = self.m.subscribe("jobs", job_ids=self.ids, interval=POLL)
+        try:
+            while True:
+                try:
+                    self.show(next(sub))
+                except StopIteration:
+                    self.show(sub.result)
+                    return sub.result
+                except KeyboardInterrupt:
+                    if not self.interrupted():
+                        self.left_running = True
+                        return self.m.jobs_by_id(self.ids)
+        finally:
+            sub.close()
+            if self.block is not None:
+                self.block.clear()
 
     def show(self, jobs):
         if self.block is not None:
@@ -124,7 +144,9 @@ def stop_waiting(m, ids):
     (status 150) with nothing half committed rather than be cut off. Jobs another dispatcher
     runs, or that are still queued, are left to it. Returns the jobs and whether some were
     left."""
-    here = m.dispatcher.running_here()
+    # A remote master never runs a command's jobs in its own process (it starts a headless
+    # dispatcher for them): none ran "here".
+    here = {} if getattr(m, "remote", False) else m.dispatcher.running_here()
     mine = [j for j in ids if j in here and m.job(j)["state"] != "done"]
     for j in mine:
         m.cancel_job(j)

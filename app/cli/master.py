@@ -16,24 +16,54 @@ def console_commands(sub, cmd):
                    "is complete, then the dashboard); with --screenshot also "
                    "wizard:storage-server, wizard:disk-pool, wizard:storage-unit, wizard:policy, "
                    "dialog:alerts, dialog:policy-properties")
+    # The master to manage over SSH; the options that go with it may also stand before
+    # `console`, as for every command (app/cli/__init__.py).
+    p.add_argument("--master", metavar="[USER@]HOST[:PORT]", default=argparse.SUPPRESS,
+                   help="manage the master on HOST (`cairn master serve --stdio` there), "
+                        "reached over SSH, instead of the embedded one")
+    p.add_argument("--identity", metavar="FILE", default=argparse.SUPPRESS,
+                   help="the SSH private key for --master")
+    p.add_argument("--trust-master-key", action="store_true", default=argparse.SUPPRESS,
+                   help="trust the master's SSH host key although it is not known yet")
+    p.add_argument("--master-command", metavar="CMD", default=argparse.SUPPRESS,
+                   help="the command that serves the master on HOST")
 
 
 def _console(args):
     # Qt is imported only here, so that every other command works where it is not installed.
     from ui.app import main as console_main
+    remote = None
+    if getattr(args, "master", None):
+        remote = {"where": args.master, "identity": getattr(args, "identity", None),
+                  "trust_key": getattr(args, "trust_master_key", False),
+                  "command": getattr(args, "master_command", None)}
     return console_main(home=getattr(args, "home", None), screenshot=args.screenshot,
-                        view=args.view)
+                        view=args.view, remote=remote)
 
 
 # ---- master ---------------------------------------------------------------------------------
 
 def master_commands(sub, cmd):
     ma = cmd(sub, "master", "the master without a GUI").add_subparsers(dest="sub", metavar="ACTION")
-    p = cmd(ma, "run", "run the dispatcher", handler=_run)
+    p = cmd(ma, "run", "run the dispatcher", handler=_run,
+            local_only="it runs the dispatcher on the master's own machine (a service there)")
     p.add_argument("--until-idle", action="store_true", help="stop when no job is queued or running")
     cmd(ma, "settings", "the master's settings (jobs per client, backup tries, retry delay, "
         "days before a client without a backup is warned about)",
         handler=_settings)
+    p = cmd(ma, "serve", "serve the master API to a desktop's console or CLI over SSH",
+            handler=_serve, opens_master=False,
+            local_only="it serves the master it runs beside",
+            description="Serve the master API as line-delimited JSON on stdin and stdout: "
+                        "the command that `cairn --master` and `cairn console --master` run "
+                        "over SSH (an authorized_keys line can force it, with --user naming "
+                        "the Cairn user of that key). Jobs queued through it run in the "
+                        "dispatcher that holds the catalog (a console, `cairn master run`), "
+                        "or in a headless one started for them.")
+    p.add_argument("--stdio", action="store_true", required=True,
+                   help="serve on stdin and stdout (the only way there is)")
+    p.add_argument("--user", metavar="NAME",
+                   help="the Cairn user the client works as (default: the login name)")
     p = cmd(ma, "set", "change a master setting", handler=_settings)
     p.add_argument("key", choices=["max_jobs_per_client", "backup_tries", "retry_delay",
                                    "stale_client_days", "audit_syslog"])
@@ -48,6 +78,12 @@ def _run(m, args):
     except KeyboardInterrupt:
         m.dispatcher.stop()
     return 0
+
+
+def _serve(args):
+    # The server loads for this command only, not for every `cairn` command.
+    from app.remote.server import serve_stdio
+    return serve_stdio(getattr(args, "home", None), user=args.user)
 
 
 def _settings(m, args):

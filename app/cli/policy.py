@@ -331,15 +331,11 @@ def schedule_commands(sub, cmd):
 
 
 def _schedule_runs(m, args):
-    # The scheduler loads for this command only, not for every `cairn` command.
-    from app.scheduler import Scheduler
     horizon = timeutil.parse_duration(args.horizon, what="horizon")
     if horizon is None:
         raise CairnError(f"horizon {args.horizon!r} must be a length of time, e.g. 7d",
                          status_code=st.INVALID_REQUEST)
-    sched = Scheduler(m)
-    doc = {"upcoming": sched.next_runs(args.policy, horizon_s=horizon),
-           "runs": sched.runs(args.policy, limit=args.limit)}
+    doc = m.schedule_runs(args.policy, horizon_s=horizon, limit=args.limit)
     return out(args, doc, _print_schedule_runs)
 
 

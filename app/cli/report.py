@@ -23,10 +23,11 @@ def report_commands(sub, cmd):
 
 
 def _report(m, args):
-    from app import reports  # for this command only, not for every `cairn` command
-    doc = reports.job_report(m, args.kind, since=args.since, until=args.until,
-                             client=args.client, policy=args.policy, **figure_kwargs(args))
+    doc = m.job_report(args.kind, since=args.since, until=args.until, client=args.client,
+                       policy=args.policy, **figure_kwargs(args))
     if args.csv:
+        # the CSV is written here, where the command runs (also against a remote master)
+        from app import reports  # for this command only, not for every `cairn` command
         doc["csv"] = reports.write_csv(doc["rows"], args.csv)
     return out(args, doc, _print_report)
 

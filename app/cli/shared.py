@@ -2,8 +2,6 @@
 an object, and the jobs a command started (waited for, or left to a dispatcher)."""
 
 import json
-import os
-import subprocess
 import sys
 
 from app.cli import follow
@@ -15,6 +13,16 @@ INTERRUPTED = 130
 
 
 def open_master(args):
+    """The master a command works with: the one in --home (CAIRN_HOME), or with --master the
+    one served on another machine, reached over SSH (app/remote/)."""
+    if getattr(args, "master", None):
+        # The SSH client loads for --master only, as the master below for local commands.
+        from app.remote.client import RemoteMaster
+        from app.paths import Home
+        return RemoteMaster(args.master, identity=args.identity,
+                            trust_key=args.trust_master_key, command=args.master_command,
+                            known_hosts=Home(getattr(args, "home", None)).known_hosts,
+                            password_provider=_password_prompt)
     # The master (some 0.2 s of imports) loads only for the commands that open it: `cairn
     # --help`, `status-codes` and `catalog check` run without it.
     from app.master import Master
@@ -121,19 +129,6 @@ def jobs_result(m, args, ids, more=None, job_lines=None):
 
 
 def _ensure_dispatcher(m, args):
-    """Without --wait the jobs still have to run: start a headless master for them when no
-    console or master is dispatching already."""
-    # Loaded with the master already; imported here, not at the top, for the same reason as
-    # open_master's import.
-    from app.jobs.dispatcher import Dispatcher
-    if Dispatcher.lease_holder(m.db) is not None:
-        return
-    cmd = [sys.executable, "-m", "app", "--home", m.home.root, "master", "run", "--until-idle"]
-    if getattr(sys, "frozen", False):
-        cmd = [sys.executable, "--home", m.home.root, "master", "run", "--until-idle"]
-    from app.formats import private  # as the dispatcher above
-    log = os.fdopen(private.create(os.path.join(m.home.root, "master.log"),
-                                   os.O_WRONLY | os.O_APPEND), "ab")
-    subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                     start_new_session=True, env=os.environ.copy())
-    log.close()
+    """Without --wait the jobs still have to run: a headless master starts for them when no
+    console or master is dispatching already (Master.ensure_dispatcher)."""
+    m.ensure_dispatcher()

@@ -100,8 +100,8 @@ def _server_create(m, args):
         print(f"storage server {d['name']} created")
         for w in d.get("warnings") or []:
             print(f"warning: {w}", file=sys.stderr)
-        if d.get("options", {}).get("encrypted"):
-            print(f"its encryption key is {m.home.key_path(d['name'])}: back it up; "
+        if d.get("key_file"):
+            print(f"its encryption key is {d['key_file']}: back it up; "
                   "without it the pool cannot be read", file=sys.stderr)
     return out(args, r, show)
 

@@ -16,8 +16,10 @@ part of the API that Master is made of:
   lifecycles.py     lifecycles (a backup and its duplications) and the copies of images
   stugroups.py      storage unit groups (units a job is placed on when it starts)
   alerts.py         alert settings, test messages, what is pending and what was sent
+  reports.py        reports over the job history, the scheduler's upcoming and recorded runs
   jobs.py           reading jobs and their logs, queueing backups, waiting for jobs,
-                    restart, cancel, suspend, statistics
+                    restart, cancel, suspend, statistics; a headless dispatcher for
+                    queued jobs when none runs
   users.py          Cairn users and roles, who the master acts for, the audit log
 
 The jobs themselves run in app/jobs/ (the dispatcher); the catalog is app/store/. The
@@ -34,6 +36,7 @@ import functools
 from app import access
 from app.catalog_check import check_not_truncated
 from app.config import Config
+from app.errors import CairnError
 from app.hosts import HostPool
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.store import JobStore
@@ -47,6 +50,7 @@ from app.master.hosts import HostsAPI
 from app.master.images import ImagesAPI
 from app.master.jobs import JobsAPI
 from app.master.lifecycles import LifecyclesAPI
+from app.master.reports import ReportsAPI
 from app.master.restores import (DIRECT_IO_CHOICES, MAX_RESTORE_STREAMS,  # noqa: F401
                                  OVERWRITE_CHOICES, RestoresAPI)
 from app.master.storage import StorageAPI
@@ -57,7 +61,8 @@ from app.store.db import Database
 
 
 class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, JobsAPI,
-             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI, AlertsAPI, UsersAPI):
+             CatalogAPI, LifecyclesAPI, StorageUnitGroupsAPI, HealthAPI, AlertsAPI, UsersAPI,
+             ReportsAPI):
     def __init__(self, home=None, password_provider=None, user=None, origin=None):
         self.home = Home(home).ensure()
         check_not_truncated(self.home)
@@ -71,6 +76,24 @@ class Master(HostsAPI, ConfigurationAPI, StorageAPI, ImagesAPI, RestoresAPI, Job
         self.hosts.on_contact = functools.partial(HealthAPI.record_contact, self)
         self.dispatcher = Dispatcher(self)
         self.access = access.Access(self, user, origin)
+
+    def batch(self, calls, return_exceptions=False):
+        """Several calls at once, as RemoteMaster.batch makes them in one round trip: calls
+        are (method, args, kwargs), args and kwargs optional; their results in order (a
+        failed call raises, or with return_exceptions stands in the list as its error). Each
+        call is checked for the master's user as if made alone (app/access.py: unchecked
+        itself)."""
+        out = []
+        for c in calls:
+            method, args = c[0], (c[1] if len(c) > 1 else ())
+            kwargs = c[2] if len(c) > 2 else {}
+            try:
+                out.append(getattr(self, method)(*args, **kwargs))
+            except CairnError as e:
+                if not return_exceptions:
+                    raise
+                out.append(e)
+        return out
 
     def close(self):
         alerts = getattr(self, "_alerter", None)

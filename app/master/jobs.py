@@ -1,12 +1,16 @@
 """Jobs: queueing backups, waiting for jobs, and what the activity monitor does to them (restart,
 cancel, suspend, resume, statistics). Part of the master API (app/master/__init__.py)."""
 
+import os
+import subprocess
+import sys
 import time
 
 from app import status, timeutil
 from app.config import STREAM_MARKER
 from app.schedule_rules import CATALOG_SCHEDULE, DEFAULT_RETENTION
 from app.errors import CairnError, NotFound, ValidationError
+from app.formats import private
 from app.jobs import catalog_backup, stats
 from app.jobs.stats import job_start
 from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP
@@ -15,6 +19,10 @@ from app.jobs.dispatcher import Dispatcher
 from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
 from app.jobs.store import DONE
 from app.policy_edit import client_excludes
+
+
+# How long a headless dispatcher just started has to take the lease before another is.
+DISPATCHER_START_WAIT = 10.0
 
 
 class JobsAPI:
@@ -109,6 +117,10 @@ class JobsAPI:
         """One job; NotFound when there is none."""
         return self.jobs.get(job_id)
 
+    def jobs_by_id(self, job_ids):
+        """The jobs of a list of ids, in its order; NotFound for an id there is no job of."""
+        return [self.jobs.get(j) for j in job_ids]
+
     def job_list(self, state=None):
         """Every job (or those in `state`: queued, active, done), newest first. Not `jobs`:
         that is the master's job store (app/jobs/store.py)."""
@@ -126,11 +138,15 @@ class JobsAPI:
 
     # ---- running jobs ---------------------------------------------------------------------
     def wait_for(self, job_ids, timeout=None, poll=0.3):
-        """Run the jobs here if no other dispatcher is active, else wait for them."""
+        """Run the jobs here if no other dispatcher is active, else wait for them. A master
+        whose jobs run elsewhere (`jobs_run_elsewhere`: the served master, whose process
+        ends with its client's connection) starts a headless dispatcher for them instead."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if Dispatcher.lease_holder(self.db) is None:
-                if self.dispatcher.run_until_done(job_ids):
+                if getattr(self, "jobs_run_elsewhere", False):
+                    self.ensure_dispatcher()
+                elif self.dispatcher.run_until_done(job_ids):
                     break
             states = [self.jobs.get(j)["state"] for j in job_ids]
             if all(s == DONE for s in states):
@@ -139,6 +155,36 @@ class JobsAPI:
                 raise CairnError("timed out waiting for jobs " + ", ".join(map(str, job_ids)))
             time.sleep(poll)
         return [self.jobs.get(j) for j in job_ids]
+
+    def dispatcher_active(self):
+        """Whether a dispatcher (a console, `cairn master run`, a command running its jobs)
+        holds the catalog's lease, and so runs queued jobs."""
+        return Dispatcher.lease_holder(self.db) is not None
+
+    def ensure_dispatcher(self):
+        """Queued jobs have to run: when no dispatcher holds the lease, starts a headless
+        master (`cairn master run --until-idle`) in a session of its own, so that the jobs
+        go on after the command or connection that queued them has ended. Once started, no
+        other is started for DISPATCHER_START_WAIT seconds (the time it takes to take the
+        lease). Returns whether one was started."""
+        if Dispatcher.lease_holder(self.db) is not None:
+            return False
+        started = getattr(self, "_dispatcher_started", None)
+        if started is not None and time.monotonic() - started < DISPATCHER_START_WAIT:
+            return False
+        self._dispatcher_started = time.monotonic()
+        root = self.home.root
+        cmd = [sys.executable, "-m", "app", "--home", root, "master", "run", "--until-idle"]
+        if getattr(sys, "frozen", False):
+            cmd = [sys.executable, "--home", root, "master", "run", "--until-idle"]
+        log = os.fdopen(private.create(os.path.join(root, "master.log"),
+                                       os.O_WRONLY | os.O_APPEND), "ab")
+        try:
+            subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True, env=os.environ.copy())
+        finally:
+            log.close()
+        return True
 
     # ---- the activity monitor -------------------------------------------------------------
     def restart_job(self, job_id):

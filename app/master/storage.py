@@ -70,6 +70,8 @@ class StorageAPI:
             storage_type.remove_key(self.home, name, options)
             raise
         srv["warnings"] = warnings
+        if (options or {}).get("encrypted"):
+            srv["key_file"] = self.home.key_path(name)   # to be backed up by the admin
         return srv
 
     def check_volumes(self, server, volumes):

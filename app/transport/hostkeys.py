@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import fnmatch
 import hashlib
 import hmac
@@ -189,10 +188,23 @@ def _locked(path):
     # the old inode would not exclude a writer that opened the new one.
     fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock_exclusive(fd)
         yield
     finally:
         os.close(fd)
+
+
+def _lock_exclusive(fd):
+    """An exclusive lock on an open file, released when it is closed. fcntl is POSIX's;
+    the console on a desktop (which checks a remote master's key with this file) may run on
+    Windows, where msvcrt locks instead."""
+    try:
+        import fcntl
+    except ImportError:
+        import msvcrt
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _read_lines(path):
@@ -215,7 +227,8 @@ def _write_lines(path, lines):
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write("".join(line + "\n" for line in lines))
             f.flush()
-            os.fchmod(f.fileno(), mode)
+            if hasattr(os, "fchmod"):   # not on Windows, where the mode means little
+                os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -37,9 +37,10 @@ def test_a_command_opens_the_master_unless_it_must_not():
     ap = build_parser()
     standalone = {" ".join(path) for path, p in _commands(ap)
                   if p.get_default("opens_master") is False}
-    # catalog recover: there is no catalog to open until it is done
+    # catalog recover: there is no catalog to open until it is done; master serve opens its
+    # master itself, as the user its client works as
     assert standalone == {"console", "status-codes", "catalog", "catalog check",
-                          "catalog recover"}
+                          "catalog recover", "master serve"}
     args = ap.parse_args(["storage-server", "create", "s", "--type", "dedup", "--host", "h"])
     assert args.handler.__name__ == "_server_create" and args.opens_master is True
 
@@ -72,3 +73,21 @@ def test_a_parser_built_for_one_noun_parses_that_noun_as_the_whole_one_does():
     assert _noun(["--json", "--help", "backup"]) is None and _noun(["--json"]) is None
     args = build_parser("backup").parse_args(["--json", "backup", "p", "--wait"])
     assert args.handler.__name__ == "_backup" and args.policy == "p" and args.wait
+
+
+def test_the_options_naming_a_remote_master_come_before_the_noun():
+    from app.cli import _noun
+    assert _noun(["--master", "admin@backup1", "--identity", "k", "--master-command",
+                  "cairn master serve --stdio", "--trust-master-key", "jobs", "list"]) == "jobs"
+    args = build_parser("jobs").parse_args(["--master", "a@h:2222", "jobs", "list"])
+    assert args.master == "a@h:2222" and args.handler.__name__ == "_list"
+
+
+def test_commands_of_the_masters_own_machine_are_refused_with_master(tmp_path, capsys):
+    from app.cli import main
+    for argv in (["master", "run"], ["catalog", "check"], ["master", "serve", "--stdio"]):
+        assert main(["--master", "a@h", *argv]) == 10
+        err = capsys.readouterr().err
+        assert "cannot run against a master over SSH" in err, argv
+    assert main(["--home", str(tmp_path), "--identity", "k", "jobs", "list"]) == 10
+    assert "--identity goes with --master" in capsys.readouterr().err

@@ -477,9 +477,6 @@ class StorageServerWizard(WizardBase):
 
 
 def _create_server(m, s):
-    """create_storage_server, with the key file to back up of an encrypted server."""
-    srv = m.create_storage_server(s["name"], type=s["type"], host=s["host"], path=s["path"],
-                                  options=s["options"], credentials=s.get("credentials"))
-    if (srv.get("options") or {}).get("encrypted"):
-        srv["key_file"] = m.home.key_path(srv["name"])
-    return srv
+    """create_storage_server; an encrypted server's result names its key file to back up."""
+    return m.create_storage_server(s["name"], type=s["type"], host=s["host"], path=s["path"],
+                                   options=s["options"], credentials=s.get("credentials"))

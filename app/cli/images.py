@@ -110,6 +110,14 @@ def _print_image(d):
                   "already" + (f" ({dd['mode']})" if dd.get("mode") else "")
                   + f"; {dd.get('new_chunks')} of {dd.get('chunks')} chunks new, "
                   f"{size(dd.get('stored_bytes') or 0)} stored")
+    zc = d.get("compression")
+    if zc:
+        print(f"{'compression':16} {zc.get('codec', 'zstd')}"
+              + (f" level {zc['level']}" if zc.get("level") else "")
+              + (" on the client" if zc.get("at") == "client" else
+                 " on the storage server" if zc.get("at") else "")
+              + f": {size(zc.get('tar_bytes') or 0)} of tar stream stored in "
+              f"{size(zc.get('stored_bytes') or 0)} ({zc.get('frames')} frames)")
     scan = d.get("scan") or {}
     if scan.get("method"):
         print(f"{'file list':16} "

@@ -72,10 +72,10 @@ class TarBackup(BackupSide):
         if self.client_compresses():
             return (f"compression: on the client (zstd level {level}) before the stream "
                     "crosses the network; the storage server stores it as it comes")
-        why = ("" if at == "server" or self.codecs is None else
-               " (the policy asks for the client: the storage host cannot read zstd, so it "
-               "stores the image uncompressed)")
-        return f"compression: on the storage server (zstd level {level}){why}"
+        if self.codecs == []:  # heard: the storage host cannot write or read zstd
+            return (f"compression: the policy asks for it ({at}), but the storage host's "
+                    "Python lacks the zstandard module: the image is stored uncompressed")
+        return f"compression: on the storage server (zstd level {level}) as the image arrives"
 
     def placed_text(self):
         return super().placed_text() + ("" if self.compression[0] == "off" else

@@ -14,6 +14,7 @@ import pytest
 
 from app import status
 from app.master import Master
+from clihelp import cairn
 from plugins.storage.advanced_disk import zframes
 from treegen import assert_trees_equal
 
@@ -57,8 +58,8 @@ def policy(m, name, src, client="me", **kw):
     m.config.add_policy_selection(name, src)
 
 
-def backup(m, name):
-    [job] = m.wait_for(m.start_backup(name))
+def backup(m, name, schedule=None):
+    [job] = m.wait_for(m.start_backup(name, schedule=schedule))
     log = logs(m, job["id"])
     assert job["status"] == status.OK, log
     return m.image(job["image_id"]), log
@@ -207,10 +208,26 @@ def test_policy_set_changes_later_backups_and_older_images_still_restore(master,
     plain2, _ = backup(m, "p")
     assert plain["compression"] is None and plain2["compression"] is None
     assert packed["compression"]["level"] == 9 and zframes.is_compressed(packed["path"])
-    for img in (plain, packed, plain2):
+    # an incremental, compressed, whose unchanged files are in the plain full before it
+    m.config.add_schedule("p", "incr", type="differential", retention="2w")
+    m.update_object("policy", "p", compression="client")
+    with open(os.path.join(src, "d0", "new.txt"), "wb") as f:
+        f.write(b"new and changed\n" * 5000)
+    incr, _ = backup(m, "p", schedule="incr")
+    assert incr["sources"] == [plain2["id"]] and incr["compression"]["at"] == "server"
+    for img in (plain, packed, plain2, incr):
         job, log = restore(m, img, [src], tmp_path / img["id"])
         assert job["status"] == status.OK, log
-        assert_trees_equal(src, str(tmp_path / img["id"]) + src)
+        if img is incr:
+            assert_trees_equal(src, str(tmp_path / img["id"]) + src)
+        else:  # made before new.txt: the same files, byte for byte
+            out = str(tmp_path / img["id"]) + src
+            assert job["files"] == 4, log
+            for d, _, names in os.walk(out):
+                for n in names:
+                    with open(os.path.join(d, n), "rb") as a, \
+                            open(os.path.join(src, os.path.relpath(d, out), n), "rb") as b:
+                        assert a.read() == b.read(), n
 
     # rebuild-index reads the compressed image's members
     [rj] = m.wait_for([m.start_rebuild_index(packed["id"])])
@@ -243,6 +260,9 @@ def test_an_import_records_compressed_images(master, tmp_path):
     policy(m, "p", src, compression="server")
     img, _ = backup(m, "p")
     m.close()
+    shown = cairn(str(tmp_path / "home"), "images", "show", img["id"]).stdout
+    assert "compression      zstd level 1 on the storage server: " in shown, shown
+    assert f"({img['compression']['frames']} frames)" in shown, shown
     m2 = Master(str(tmp_path / "home2"))
     try:
         m2.config.add_host("me", local=True)

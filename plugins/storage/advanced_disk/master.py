@@ -142,8 +142,10 @@ class AdvancedDisk(StorageType):
         return image_paths(volume, client, image_id)
 
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
+        # a policy without the setting (none reaches here today) makes plain tar files
+        compression = compression_of(policy) if policy.get("compression") else ("off", 1)
         return TarBackup(self, self.access(server, home), pool=pool, volume=volume,
-                         image_id=image_id, compression=compression_of(policy))
+                         image_id=image_id, compression=compression)
 
     def duplicate_side(self, *, server, pool, home, volume, image_id):
         """A copy arrives as the image's (tar) stream and is written as its tar file."""

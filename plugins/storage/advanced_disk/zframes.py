@@ -33,6 +33,9 @@ FOOTER = struct.Struct("<IBI")        # frames, descriptor, SEEKABLE_MAGIC
 ENTRY = struct.Struct("<II")          # compressed size, decompressed (tar) size
 SKIPPABLE = struct.Struct("<II")      # magic, length of what follows
 FRAME_BYTES = 4 << 20
+# The most tar bytes a frame may hold when read: a table naming larger frames (a client that
+# sent its own) is refused rather than decoded into that much memory.
+MAX_FRAME_BYTES = 64 << 20
 CODEC = "zstd"
 
 
@@ -165,6 +168,9 @@ def read_table(fd, size, path):
     c = t = 0
     for i in range(n):
         clen, tlen = ENTRY.unpack_from(head, SKIPPABLE.size + i * esize)
+        if tlen > MAX_FRAME_BYTES:
+            raise bad(f"frame {i} would hold {tlen} bytes of tar stream, more than "
+                      f"{MAX_FRAME_BYTES >> 20} MiB")
         coffs.append(c)
         toffs.append(t)
         tlens.append(tlen)

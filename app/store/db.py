@@ -512,12 +512,14 @@ MIGRATIONS = [
     ALTER TABLE policies ADD COLUMN compression_level INTEGER NOT NULL DEFAULT 1
     """,
     # 26: advanced-disk images may be compressed (zstd frames with a seek table): how an
-    # image was compressed (JSON; NULL: a plain tar file). Advanced-disk policies were stored
+    # image, or a further copy of it, was compressed (JSON; NULL: a plain tar file, or a
+    # deduplicating pool's recipe, whose chunks say). Advanced-disk policies were stored
     # uncompressed whatever compression_at said (the default, server, was not applied to
     # them): they become off, so that they keep making plain tar files until an admin
     # chooses otherwise.
     """
     ALTER TABLE images ADD COLUMN compression TEXT;
+    ALTER TABLE image_copies ADD COLUMN compression TEXT;
     UPDATE policies SET compression_at = 'off'
      WHERE compression_at <> 'off'
        AND NOT EXISTS (

@@ -221,9 +221,11 @@ class StorageType(abc.ABC):
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         """A BackupSide for one backup job into the server's pool."""
 
-    def duplicate_side(self, *, server, pool, home, volume, image_id):
+    def duplicate_side(self, *, server, pool, home, volume, image_id, source=None):
         """A BackupSide for a copy of an image that arrives from another pool (a lifecycle's
-        duplication, app/jobs/duplicate.py): the receiving side's spec (storage_spec), what
+        duplication, app/jobs/duplicate.py, or a repair): source, the catalog's record of the
+        copy it comes from or replaces (its "compression": an advanced-disk copy is
+        compressed as that one is); the receiving side's spec (storage_spec), what
         the sending storage host's agent needs (client_spec), the commit's spec and the copy's
         statistics, as for a backup."""
         raise NotImplementedError

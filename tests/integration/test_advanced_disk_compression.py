@@ -3,7 +3,8 @@ with a real catalog, the local storage agent and a client over the loopback sshd
 restores whole and file by file, byte for byte; a compressed image is a zstd tar that the
 real `tar -I zstd` lists and extracts; a damaged frame costs the files in it, each named, and
 verify names them too; `policy set` changes later backups while older images still restore;
-rebuild-index and an import read compressed images; copies are made from their tar stream."""
+rebuild-index and an import read compressed images; a lifecycle's copy is made from the tar
+stream and compressed as its source is."""
 
 import os
 import shutil
@@ -248,6 +249,11 @@ def test_policy_set_changes_later_backups_and_older_images_still_restore(master,
     assert dup["status"] == status.OK, logs(m, dup["id"])
     copies = m.image_copies(img["id"])["copies"]
     assert len(copies) == 2 and all(c["state"] == "ok" for c in copies), copies
+    # the copy is compressed as its source is, on the target's storage host
+    second = copies[1]
+    assert second["compression"]["at"] == "server" and second["compression"]["level"] == 2
+    assert zframes.is_compressed(second["path"])
+    assert second["image_bytes"] == os.path.getsize(second["path"])
     job, log = restore(m, img, [src], tmp_path / "copy2", copy=2)
     assert job["status"] == status.OK, log
     assert_trees_equal(src, str(tmp_path / "copy2") + src)

@@ -120,7 +120,8 @@ class _FramedSink:
 
     @property
     def bytes(self):
-        return self.file.bytes
+        """The bytes of the stream taken in (as a plain image's sink counts them)."""
+        return self.frames.tar_bytes + len(self.frames._buf)
 
     def finish(self):
         self.frames.finish()
@@ -192,8 +193,14 @@ class _FileReceiver(_FileWrite):
             self.sink.write(mv[:n])
 
     def finish(self):
-        out = super().finish() if not self.client_compressed else self._client_frames()
-        return dict(out, bytes=self.sink.bytes, path=self.path)
+        if self.client_compressed:
+            out = self._client_frames()
+            taken = out["compression"]["tar_bytes"]
+        else:
+            out = super().finish()
+            taken = self.sink.bytes
+        # bytes: the image stream's, as taken in (a copy checks them against what was sent)
+        return dict(out, bytes=taken, path=self.path)
 
     def _client_frames(self):
         """Finishes an image the client compressed: its frame table must be whole."""

@@ -147,10 +147,14 @@ class AdvancedDisk(StorageType):
         return TarBackup(self, self.access(server, home), pool=pool, volume=volume,
                          image_id=image_id, compression=compression)
 
-    def duplicate_side(self, *, server, pool, home, volume, image_id):
-        """A copy arrives as the image's (tar) stream and is written as its tar file."""
-        return BackupSide(self, self.access(server, home), pool=pool, volume=volume,
-                          image_id=image_id)
+    def duplicate_side(self, *, server, pool, home, volume, image_id, source=None):
+        """A copy arrives as the image's (tar) stream and is written as its tar file,
+        compressed on this storage host at the source copy's level when that one is
+        compressed (a copy of a deduplicating pool's image: plain, as before)."""
+        c = (source or {}).get("compression")
+        compression = ("server", c.get("level") or 1) if c else ("off", 1)
+        return TarBackup(self, self.access(server, home), pool=pool, volume=volume,
+                         image_id=image_id, compression=compression)
 
     def import_images(self, *, server, pool, home, key_file=None):
         super().import_images(server=server, pool=pool, home=home, key_file=key_file)

@@ -391,7 +391,7 @@ class Dedup(StorageType):
         return {"type": self.name, "root": server["path"],
                 "params": {k: opts[k] for k in CHUNK_PARAMS}, "key": None}
 
-    def duplicate_side(self, *, server, pool, home, volume, image_id):
+    def duplicate_side(self, *, server, pool, home, volume, image_id, source=None):
         """A copy arrives as a recipe and the chunks the pool lacks (from a pool that keeps
         chunks), or as a stream that the storage side deduplicates (server-side: the sending
         storage host never cuts chunks for it)."""

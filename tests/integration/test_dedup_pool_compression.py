@@ -241,6 +241,7 @@ def test_policies_of_an_older_catalog_keep_compressing_on_the_server(tmp_path):
         db.execute("ALTER TABLE policies DROP COLUMN compression_at")
         db.execute("ALTER TABLE policies DROP COLUMN compression_level")
         db.execute("ALTER TABLE images DROP COLUMN compression")
+        db.execute("ALTER TABLE image_copies DROP COLUMN compression")
         db.execute("PRAGMA user_version=24")
     m = Master(home)
     try:

@@ -119,3 +119,43 @@ def test_a_cut_short_or_lying_seek_table_is_refused(tmp_path):
     (tmp_path / "lying.tar").write_bytes(bytes(lying))
     with pytest.raises(CairnError, match="frame table at the end of compressed image file"):
         zframes.ZstdImage(str(tmp_path / "lying.tar"))
+
+
+def test_frames_end_where_members_begin(tmp_path):
+    """Small members are never cut: each frame begins with a member's first header (its pax
+    header, when it has one), except inside a member larger than a frame, after its header."""
+    import io
+    import tarfile
+    rnd = random.Random(5)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for i in range(120):
+            n = 300 * 1024 if i == 40 else rnd.randrange(0, 20 * 1024)
+            ti = tarfile.TarInfo(f"d/f{i:03d}" + ("-é" * (i % 3)))  # some need pax headers
+            ti.size = n
+            if i % 4 == 0:
+                ti.pax_headers = {"SCHILY.xattr.user.k": "v" * rnd.randrange(1, 900)}
+            tf.addfile(ti, io.BytesIO(stream(n, seed=i)))
+    data = raw.getvalue()
+    path = str(tmp_path / "img.tar")
+    write_image(path, data, [rnd.randrange(1, 5000) for _ in range(40)])
+    raw.seek(0)
+    with tarfile.open(fileobj=raw, mode="r") as tf:
+        members = tf.getmembers()
+    starts = {m.offset for m in members}
+    big = next(m for m in members if m.size == 300 * 1024)
+    z = zframes.ZstdImage(path)
+    try:
+        spans = [z.frame_span(i) for i in range(z.frames)]
+        back = bytearray(z.size)
+        assert z.preadinto(back, 0) == len(data) and bytes(back) == data
+    finally:
+        z.close()
+    inside = 0
+    for at, n in spans:
+        if at in starts or at == 0:
+            continue
+        assert big.offset_data < at < big.offset_data + big.size, at
+        inside += 1
+    assert inside >= 2, (spans, big.offset, big.offset_data)  # cut in its data
+    assert all(n >= FRAME // 4 for _, n in spans[:-1]), spans

@@ -5,6 +5,11 @@ in zstd's seekable format (a skippable frame that zstd and `tar -I zstd` pass ov
     frame 0 .. frame n-1 | skippable frame: [compressed size u32, tar bytes u32] * n,
                          |                  n u32, descriptor u8 (0), 0x8F92EAB1 u32
 
+A frame ends where a member begins (its extension headers and its header first), once it
+holds a quarter of FRAME_BYTES: the writer follows the tar headers in the stream it is given
+(two fields of each, no Python work per byte of data), so a small file's member lies in one
+frame, and only a member larger than a frame is cut inside its data, after its header.
+
 Concatenated zstd frames decompress as one stream, so GNU tar reads the image whole
 (`tar -I zstd -xf IMAGE`, or `tar -xf IMAGE`, which recognises zstd by itself). Cairn reads a
 member where the catalog says it is in the tar stream: the seek table names the frame that
@@ -86,10 +91,24 @@ def seek_table(frames):
     return SKIPPABLE.pack(SKIPPABLE_MAGIC, len(body)) + body
 
 
+_EXTENSIONS = (b"x", b"g", b"L", b"K")  # headers that belong to the member after them
+
+
+def _size_field(field):
+    """A ustar size field: octal, or GNU base-256 (as app/formats/tarfmt.py writes it)."""
+    if field[0] & 0x80:
+        return int.from_bytes(field[1:], "big")
+    return int(field.rstrip(b"\0 ") or b"0", 8)
+
+
 class FrameWriter:
     """Compresses a tar stream into frames for `write` (the image file's or the data
     connection's): write(data) as the archiver writes, finish() for the last frame and the
-    seek table. tar_bytes and stored_bytes count what went in and what came out."""
+    seek table. tar_bytes and stored_bytes count what went in and what came out.
+
+    Frames end at member starts where they can (see the module's docstring): the stream's
+    headers are followed as they arrive; a stream that stops looking like tar (it never
+    should) is cut by size from there on, which changes nothing but where frames end."""
 
     def __init__(self, write, level, frame_bytes=FRAME_BYTES):
         if _zstd is None:
@@ -100,26 +119,57 @@ class FrameWriter:
         self._cctx = _zstd.ZstdCompressor(level=level, write_checksum=True,
                                           write_content_size=True)
         self.frame_bytes = frame_bytes
+        self.min_frame = frame_bytes // 4
         self._buf = bytearray()
+        self._at = 0          # tar offset of _buf[0]
+        self._next = 0        # tar offset of the next header to look at (None: not tar)
+        self._in_ext = False  # the last header was an extension of the member after it
+        self._starts = []     # member starts after _at, in order
         self.frames = []
         self.tar_bytes = 0
         self.stored_bytes = 0
 
     def write(self, data):
-        mv = memoryview(data)
         buf = self._buf
-        step = self.frame_bytes
-        while len(mv):
-            if not buf and len(mv) >= step:
-                self._frame(mv[:step])  # a whole frame straight from the caller's buffer
-                mv = mv[step:]
-                continue
-            k = min(len(mv), step - len(buf))
-            buf += mv[:k]
-            mv = mv[k:]
-            if len(buf) == step:
-                self._frame(buf)
-                del buf[:]
+        buf += data
+        if self._next is not None:
+            self._follow()
+        while len(buf) >= self.frame_bytes:
+            cut = self._cut()
+            self._frame(buf[:cut])
+            del buf[:cut]
+            self._at += cut
+            del self._starts[:bisect_right(self._starts, self._at)]
+
+    def _follow(self):
+        """Notes where members begin in what is buffered, header by header."""
+        buf, at = self._buf, self._at
+        try:
+            while True:
+                i = self._next - at
+                if i + 512 > len(buf):
+                    return
+                hdr = bytes(buf[i:i + 512])
+                if hdr[257:262] != b"ustar":
+                    self._next = None  # the end-of-archive marker, or not tar
+                    return
+                if not self._in_ext:
+                    self._starts.append(self._next)
+                self._in_ext = hdr[156:157] in _EXTENSIONS
+                size = _size_field(hdr[124:136])
+                self._next += 512 + ((size + 511) & ~511)
+        except (ValueError, IndexError):
+            self._next = None
+
+    def _cut(self):
+        """Where the frame being filled ends: the last member start in its first FRAME_BYTES
+        past a quarter of them, else FRAME_BYTES (inside a member whose header lies before
+        that)."""
+        starts = self._starts
+        k = bisect_right(starts, self._at + self.frame_bytes) - 1
+        if k >= 0 and starts[k] > self._at + self.min_frame:
+            return starts[k] - self._at
+        return self.frame_bytes
 
     def _frame(self, data):
         z = self._cctx.compress(data)
@@ -131,6 +181,7 @@ class FrameWriter:
     def finish(self):
         if self._buf:
             self._frame(self._buf)
+            self._at += len(self._buf)
             del self._buf[:]
         table = seek_table(self.frames)
         self._write(table)

@@ -46,10 +46,12 @@ def _list(m, args):
     since, until = getattr(args, "since", None), getattr(args, "until", None)
     images = (m.images_in_range(client, policy, since, until) if since or until
               else m.images(client=client, policy=policy))
+    # bytes: the data backed up; image_bytes: what the image takes in its pool (compressed,
+    # or what a deduplicating pool stored for it)
     return out(args, {"images": images},
                lambda d: table(d["images"], ["id", "client", "policy", "schedule",
                                              "schedule_type", "created", "expires",
-                                             "files", "bytes"]))
+                                             "files", "bytes", "image_bytes"]))
 
 
 def _expire(m, args):

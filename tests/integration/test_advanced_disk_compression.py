@@ -266,6 +266,8 @@ def test_an_import_records_compressed_images(master, tmp_path):
     policy(m, "p", src, compression="server")
     img, _ = backup(m, "p")
     m.close()
+    listed = cairn(str(tmp_path / "home"), "images", "list").stdout
+    assert "IMAGE_BYTES" in listed and f"{img['bytes']}  {img['image_bytes']}" in listed, listed
     shown = cairn(str(tmp_path / "home"), "images", "show", img["id"]).stdout
     assert "compression      zstd level 1 on the storage server: " in shown, shown
     assert f"({img['compression']['frames']} frames)" in shown, shown

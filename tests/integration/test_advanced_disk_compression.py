@@ -286,3 +286,26 @@ def test_an_import_records_compressed_images(master, tmp_path):
         assert_trees_equal(src, str(tmp_path / "out") + src)
     finally:
         m2.close()
+
+
+def test_a_compressed_image_copies_into_a_deduplicating_pool(master, tmp_path):
+    """The dedup pool is sent the image's tar stream, never its frames."""
+    m = master
+    src = str(tmp_path / "src")
+    text_tree(src, nfiles=3, size=200 * KiB)
+    m.create_storage_server("dd", type="dedup", host="me", path=str(tmp_path / "dd"))
+    m.create_disk_pool("ddp", server="dd", volumes=[])
+    m.config.add_storage_unit("dstu", pool="ddp")
+    m.create_lifecycle("lc", ["backup:adstu:1w", "duplicate:dstu:2w"])
+    m.create_policy("p", lifecycle="lc", compression="server")
+    m.config.add_policy_client("p", "me")
+    m.config.add_policy_selection("p", src)
+    img, _ = backup(m, "p")
+    assert zframes.is_compressed(img["path"])
+    [dup] = m.wait_for([d["id"] for d in m.duplicate_jobs([img["job_id"]])])
+    assert dup["status"] == status.OK, logs(m, dup["id"])
+    copy = m.image_copies(img["id"])["copies"][1]
+    assert copy["pool"] == "ddp" and copy["dedup"]["bytes"] == img["compression"]["tar_bytes"]
+    job, log = restore(m, img, [src], tmp_path / "out", copy=2)
+    assert job["status"] == status.OK, log
+    assert_trees_equal(src, str(tmp_path / "out") + src)

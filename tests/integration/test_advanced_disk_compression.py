@@ -78,7 +78,8 @@ def tar_listing(path):
 
 
 @pytest.mark.ssh
-def test_server_client_and_off_restore_byte_for_byte(master, tmp_path, sshd):
+def test_server_client_and_off_restore_byte_for_byte(master, tmp_path, sshd,
+                                                     sshd_as_localhost):
     m = master
     src = str(tmp_path / "src")
     text_tree(src)
@@ -91,6 +92,16 @@ def test_server_client_and_off_restore_byte_for_byte(master, tmp_path, sshd):
                        ("server-far", "client1")):
         policy(m, at, src, client, compression=at.split("-")[0], compression_level=3)
         imgs[at], texts[at] = backup(m, at)
+
+    # a client whose python3 lacks zstandard sends its stream plain: the storage host
+    # compresses it, and the job log says why
+    far = sshd_as_localhost
+    m.add_host("client2", address=far.host, port=far.port, user=far.user,
+               key_file=far.key_file, trust_host_key=True)
+    policy(m, "client-plain", src, "client2", compression="client", compression_level=3)
+    img, text = backup(m, "client-plain")
+    assert img["compression"]["at"] == "server", img["compression"]
+    assert "the client's Python lacks the zstandard module" in text, text
 
     # off: a plain tar file, as before
     assert imgs["off"]["compression"] is None

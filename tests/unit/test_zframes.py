@@ -159,3 +159,20 @@ def test_frames_end_where_members_begin(tmp_path):
         inside += 1
     assert inside >= 2, (spans, big.offset, big.offset_data)  # cut in its data
     assert all(n >= FRAME // 4 for _, n in spans[:-1]), spans
+
+
+def test_a_host_without_zstandard_says_so_and_still_describes_the_image(tmp_path,
+                                                                        monkeypatch):
+    from app import status
+    path = str(tmp_path / "img.tar")
+    write_image(path, stream(2 * FRAME), [])
+    monkeypatch.setattr(zframes, "_zstd", None)
+    assert not zframes.available()
+    with pytest.raises(CairnError) as e:
+        zframes.ZstdImage(path)
+    assert e.value.status == status.AGENT_FAILED
+    assert f"image file {path} is compressed (zstd)" in e.value.message
+    assert "lacks the zstandard module" in e.value.message and "pip install" in e.value.hint
+    assert zframes.describe(path)["frames"] == 2  # the seek table needs no zstandard
+    with pytest.raises(CairnError, match="needs the zstandard module"):
+        zframes.FrameWriter(lambda b: None, 1)

@@ -113,7 +113,8 @@ class FrameWriter:
     def __init__(self, write, level, frame_bytes=FRAME_BYTES):
         if _zstd is None:
             raise CairnError("compressing the image needs the zstandard module, which this "
-                             "host's Python lacks", hint=MISSING_HINT)
+                             "host's Python lacks", status_code=status.AGENT_FAILED,
+                             hint=MISSING_HINT)
         self._write = write
         self.level = level
         self._cctx = _zstd.ZstdCompressor(level=level, write_checksum=True,
@@ -268,8 +269,8 @@ class ZstdImage:
                                f"{(e.strerror or str(e)).lower()}") from None
         self.fd = fd
         try:
-            if _zstd is None:
-                raise CairnError(missing_text(path), status_code=status.IMAGE_DAMAGED,
+            if _zstd is None:  # the image is sound: this host's agent cannot read it
+                raise CairnError(missing_text(path), status_code=status.AGENT_FAILED,
                                  hint=MISSING_HINT)
             self.file_size = os.fstat(fd).st_size
             self._coffs, self._toffs, self._tlens = read_table(fd, self.file_size, path)

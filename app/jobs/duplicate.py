@@ -148,7 +148,7 @@ class DuplicateJob:
             volume, image["client"], f"{image['id']}.dup{self.job['id']}")[0]
         side = self.storage_type.duplicate_side(server=self.server, pool=self.pool,
                                                 home=master.home, volume=volume,
-                                                image_id=image["id"], source=image)
+                                                image_id=image["id"], source=source)
         record = self._record(image)
         duplicate_commit.begin(master, job_id=self.job["id"], image_id=image["id"],
                                storage_host=self.host["name"], pool=self.pool["name"],

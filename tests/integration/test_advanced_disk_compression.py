@@ -269,6 +269,26 @@ def test_policy_set_changes_later_backups_and_older_images_still_restore(master,
     assert job["status"] == status.OK, log
     assert_trees_equal(src, str(tmp_path / "copy2") + src)
 
+    # a damaged frame in the primary: verify finds it, the repair writes the primary again
+    # from copy 2, compressed as it was
+    with open(img["path"], "r+b") as f:
+        f.seek(os.path.getsize(img["path"]) // 3)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    [v] = m.wait_for([m.start_verify(image=img["id"])])
+    assert v["status"] != status.OK, logs(m, v["id"])
+    reps = [r["job"] for r in (m.job(v["id"])["result"] or {}).get("repairs") or []]
+    assert reps, logs(m, v["id"])
+    [rep] = m.wait_for(reps)
+    assert rep["status"] == status.OK, logs(m, rep["id"])
+    again = m.image(img["id"])
+    assert again["compression"]["level"] == 2 and zframes.is_compressed(again["path"])
+    assert again["image_bytes"] == os.path.getsize(again["path"])
+    job, log = restore(m, img, [src], tmp_path / "repaired")
+    assert job["status"] == status.OK, log
+    assert_trees_equal(src, str(tmp_path / "repaired") + src)
+
 
 def test_an_import_records_compressed_images(master, tmp_path):
     m = master

@@ -14,7 +14,7 @@ from app.schedule_rules import _DAYS, DEFAULT_FREQUENCY, SCHEDULE_TYPES, _schedu
     check_calendar, check_frequency, check_windows
 from plugins.storage import registry
 from plugins.storage.dedup.master import check_compression, check_level, \
-    compression_refusal
+    compression_refusal, default_compression
 from plugins.storage.dedup.master import check_mode as check_dedup_mode
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -393,10 +393,10 @@ class Config:
                    multiple_streams=False, checksum="crc32", snapshot="none",
                    file_list="auto", dedup="server", skip_nodump=False, comment="",
                    lifecycle_id=None, storage_unit_group_id=None, compression_level=None):
-        """compression: where backups into deduplicating pools are compressed (server,
-        client, off; True: client; None or False: the default, server) and
-        compression_level its zstd level. Asked for explicitly on a storage unit whose type
-        does not compress (advanced-disk), client and server are refused."""
+        """compression: where backups are compressed (server, client, off; True: client;
+        None or False: the default: server where a storage unit deduplicates, off where all
+        are advanced-disk) and compression_level its zstd level. Asked for explicitly on a
+        storage unit whose type does not compress, client and server are refused."""
         _unique(self.db, "policies", "policy", name)
         at, level = check_compression(compression), check_level(compression_level)
         check_snapshot_mode(snapshot)
@@ -405,8 +405,11 @@ class Config:
         sid = id_of(self.db, "storage_units", "storage unit", storage_unit,
                      "storage-unit create")
         prio = check_int("priority", priority, 0, 99999)
+        units = [sid] + self.group_unit_ids(storage_unit_group_id)
         if compression not in (None, False, ""):
-            self.check_compression_target(at, [sid] + self.group_unit_ids(storage_unit_group_id))
+            self.check_compression_target(at, units)
+        else:
+            at = default_compression(self.unit_types(units))
         if encryption:
             raise ValidationError("encryption at rest is a property of the pool, not of a "
                                   "policy",
@@ -434,6 +437,16 @@ class Config:
         return [r[0] for r in self.db.all("SELECT storage_unit_id FROM "
                                           "storage_unit_group_members WHERE group_id=?",
                                           (group_id,))]
+
+    def unit_types(self, unit_ids):
+        """The storage types (master halves) of storage units, by id."""
+        out = []
+        for uid in unit_ids:
+            row = self.db.one("SELECT s.type FROM storage_units u JOIN disk_pools d ON "
+                              "d.id=u.pool_id JOIN storage_servers s ON s.id=d.server_id "
+                              "WHERE u.id=?", (uid,))
+            out.append(registry.get(row["type"]) if row else None)
+        return out
 
     def check_compression_target(self, at, unit_ids):
         """Refuses compression `at` when a storage unit the policy writes to does not

@@ -324,7 +324,7 @@ def _server_values(server, changes):
 def _policy_compression(db, config, oid, changes, values):
     """A policy's compression and level, changed. client or server given (or client kept
     while the policy moves) is refused where a storage unit it writes to does not compress
-    (advanced-disk)."""
+    (every shipped type does: advanced-disk compresses its image files)."""
     out = {}
     if "compression" in changes:
         out["compression_at"] = check_compression(changes["compression"])

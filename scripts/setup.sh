@@ -20,9 +20,10 @@ if [ $want_test = 1 ]; then
   # for the tests of restores into directories with default ACLs; iproute2 (ip, tc) for the
   # multi-host test bed (tests/netbed.py); curl for scripts/s3-test-server.sh; fio, the peer
   # of the disk benchmark (bench/bench_diskperf.py); python3-boto3, the S3 client a cloud
-  # pool's storage host needs (the test hosts' agents run the system's python3).
+  # pool's storage host needs (the test hosts' agents run the system's python3); zstd, with
+  # tar, reads compressed advanced-disk images in the tests as an admin would.
   debs+=(openssh-server openssh-client restic borgbackup tar xvfb acl iproute2 curl fio
-         python3-boto3)
+         python3-boto3 zstd)
 fi
 
 missing=()

@@ -91,7 +91,8 @@ class FileSource:
 class ExtentReader:
     """A read-only stream over the concatenation of byte ranges of one image (`paths` a str)
     or of several (a list; each extent names its image). `opener(path)` gives the source of
-    an image (default: the file itself; a deduplication pool gives its recipe's stream):
+    an image (None, or an opener that gives None: the file itself; a deduplication pool
+    gives its recipe's stream, a compressed advanced-disk image its tar stream):
     an object with `size`, `preadinto(memoryview, position)` and `close()`, and `damage`
     where it reads past damage. tolerant: image files read past damage (see FileSource)."""
 
@@ -107,14 +108,16 @@ class ExtentReader:
         first = self._extents[0] if self._extents else [0, 0, 0]
         self._pos, self._left, self._k = first
         self._srcs = []
-        if opener is None:
-            def opener(path):
-                return FileSource(path, tolerant)
         try:
             used = {e[2] for e in self._extents}
             for k, path in enumerate(self.paths):
                 # a file no extent reads (an image of a chain this restore does not need)
-                self._srcs.append(opener(path) if k in used else None)
+                src = None
+                if k in used:
+                    src = opener(path) if opener is not None else None
+                    if src is None:  # the image file is read as it is
+                        src = FileSource(path, tolerant)
+                self._srcs.append(src)
             for off, ln, k in self._extents:
                 if off + ln > self._srcs[k].size and not tolerant:
                     raise _damaged(

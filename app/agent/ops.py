@@ -470,11 +470,13 @@ def index_image(req, image_path, checksum, storage=None):
     images = []
     try:
         open_source = reading.opener()
-        if open_source is None:
+        first = open_source(image_path) if open_source is not None else None
+        if first is None:  # the image file is read as it is
             images = [reindex.FileImage(image_path)]
         else:
             # two readers of one stream: the members, and the trailing index beside them
-            images = [reindex.StreamImage(open_source(image_path)) for _ in range(2)]
+            images = [reindex.StreamImage(first)]
+            images.append(reindex.StreamImage(open_source(image_path)))
         return reindex.index_image(images[0], checksum=checksum, emit=req.emit,
                                    is_cancelled=req.is_cancelled, trailing=images[-1])
     finally:

@@ -168,7 +168,8 @@ def _open(half, storage, path):
     reading = half.reading(storage)
     try:
         opener = reading.opener()
-        image = FileImage(path) if opener is None else StreamImage(opener(path))
+        source = opener(path) if opener is not None else None
+        image = FileImage(path) if source is None else StreamImage(source)
     except BaseException:
         reading.close()
         raise

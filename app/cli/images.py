@@ -46,10 +46,12 @@ def _list(m, args):
     since, until = getattr(args, "since", None), getattr(args, "until", None)
     images = (m.images_in_range(client, policy, since, until) if since or until
               else m.images(client=client, policy=policy))
+    # bytes: the data backed up; image_bytes: what the image takes in its pool (compressed,
+    # or what a deduplicating pool stored for it)
     return out(args, {"images": images},
                lambda d: table(d["images"], ["id", "client", "policy", "schedule",
                                              "schedule_type", "created", "expires",
-                                             "files", "bytes"]))
+                                             "files", "bytes", "image_bytes"]))
 
 
 def _expire(m, args):
@@ -110,6 +112,14 @@ def _print_image(d):
                   "already" + (f" ({dd['mode']})" if dd.get("mode") else "")
                   + f"; {dd.get('new_chunks')} of {dd.get('chunks')} chunks new, "
                   f"{size(dd.get('stored_bytes') or 0)} stored")
+    zc = d.get("compression")
+    if zc:
+        print(f"{'compression':16} {zc.get('codec', 'zstd')}"
+              + (f" level {zc['level']}" if zc.get("level") else "")
+              + (" on the client" if zc.get("at") == "client" else
+                 " on the storage server" if zc.get("at") else "")
+              + f": {size(zc.get('tar_bytes') or 0)} of tar stream stored in "
+              f"{size(zc.get('stored_bytes') or 0)} ({zc.get('frames')} frames)")
     scan = d.get("scan") or {}
     if scan.get("method"):
         print(f"{'file list':16} "

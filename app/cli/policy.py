@@ -59,10 +59,11 @@ def _create_command(po, cmd):
     comp.add_argument("--compression", action="store_true",
                       help="compress on the client (--compression-at client)")
     comp.add_argument("--compression-at", choices=["client", "server", "off"],
-                      help="on a deduplicating pool: where new chunks are compressed: server "
-                           "(the storage server, the default), client (before they cross the "
-                           "network; with --dedup client) or off; advanced-disk images are "
-                           "not compressed")
+                      help="where backup data is compressed (zstd): server (the storage "
+                           "server), client (before it crosses the network) or off. On a "
+                           "deduplicating pool its new chunks (default server); on "
+                           "advanced-disk the image file, a zstd tar that `tar -I zstd` "
+                           "reads (default off: plain tar files)")
     p.add_argument("--compression-level", type=int, metavar="N",
                    help="the zstd level, 1 (fastest, the default) to 19 (smallest)")
     p.add_argument("--encryption", action="store_true")

@@ -15,7 +15,7 @@ import json
 STATES = ("ok", "damaged")
 
 COPY_FIELDS = ("storage_unit", "pool", "storage_host", "path", "image_bytes", "created",
-               "expires", "job_id", "dedup")
+               "expires", "job_id", "dedup", "compression")
 
 
 def _primary(row):
@@ -24,6 +24,7 @@ def _primary(row):
     d["state"] = "ok"
     d["expiring"] = row["expiring"]
     d["dedup"] = json.loads(d["dedup"]) if d["dedup"] else None
+    d["compression"] = json.loads(d["compression"]) if d["compression"] else None
     return d
 
 
@@ -33,6 +34,7 @@ def _further(row):
     d["state"] = row["state"]
     d["expiring"] = row["expiring"]
     d["dedup"] = json.loads(d["dedup"]) if d["dedup"] else None
+    d["compression"] = json.loads(d["compression"]) if d["compression"] else None
     return d
 
 
@@ -106,9 +108,10 @@ def promote(c, image_id, job_id):
               (image_id, nxt["copy_number"]))
     insert(c, image_id, row["copy_number"], **old, state="ok", expiring=job_id)
     c.execute("UPDATE images SET storage_unit=?, pool=?, storage_host=?, path=?, image_bytes=?, "
-              "expires=?, dedup=?, copy_number=? WHERE id=?",
+              "expires=?, dedup=?, compression=?, copy_number=? WHERE id=?",
               (nxt["storage_unit"], nxt["pool"], nxt["storage_host"], nxt["path"],
-               nxt["image_bytes"], nxt["expires"], nxt["dedup"], nxt["copy_number"], image_id))
+               nxt["image_bytes"], nxt["expires"], nxt["dedup"], nxt["compression"],
+               nxt["copy_number"], image_id))
     return nxt["copy_number"]
 
 

@@ -148,7 +148,7 @@ class DuplicateJob:
             volume, image["client"], f"{image['id']}.dup{self.job['id']}")[0]
         side = self.storage_type.duplicate_side(server=self.server, pool=self.pool,
                                                 home=master.home, volume=volume,
-                                                image_id=image["id"])
+                                                image_id=image["id"], source=source)
         record = self._record(image)
         duplicate_commit.begin(master, job_id=self.job["id"], image_id=image["id"],
                                storage_host=self.host["name"], pool=self.pool["name"],
@@ -184,7 +184,7 @@ class DuplicateJob:
                 "pool": self.pool["name"], "storage_host": self.host["name"],
                 "created": timeutil.iso(time.time()),
                 "expires": timeutil.iso(created + retention) if retention else None,
-                "job_id": self.job["id"], "state": "ok", "dedup": None}
+                "job_id": self.job["id"], "state": "ok", "dedup": None, "compression": None}
 
     def _transfer(self, image, source, conn, target, side, partial):
         """Streams (or sends the chunks of) one image: (the sending side's summary, the

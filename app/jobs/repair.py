@@ -115,9 +115,10 @@ class RepairJob(DuplicateJob):
         target = master.hosts.connect(self.host)
         final = damaged["path"]
         volume, partial, aside = self._places(image, final)
+        # compressed as the damaged copy was, if it was
         side = self.storage_type.duplicate_side(server=self.server, pool=self.pool,
                                                 home=master.home, volume=volume,
-                                                image_id=image["id"])
+                                                image_id=image["id"], source=damaged)
         present = target.call("stat_path", {"path": final}, timeout=60)["exists"]
         if present:
             target.call("set_aside_image", {"path": final, "aside": aside}, timeout=60)
@@ -137,7 +138,8 @@ class RepairJob(DuplicateJob):
             raise
         if present:
             target.call("remove_image", {"path": aside}, timeout=120)
-        self._record_repair(image, damaged, committed["bytes"] + side.stored_bytes(stats))
+        self._record_repair(image, damaged, committed["bytes"] + side.stored_bytes(stats),
+                            side.catalog_fields(stats).get("compression"))
         self._log_copy(image, damaged["copy"], summary, stats, side)
 
     def _put_back(self, target, partial, aside, final, present):
@@ -154,15 +156,15 @@ class RepairJob(DuplicateJob):
             self.ctx.log(f"the damaged file could not be put back ({e.message}); the copy in "
                          "this pool counts as missing until repaired", "warning")
 
-    def _record_repair(self, image, damaged, image_bytes):
+    def _record_repair(self, image, damaged, image_bytes, compression=None):
         with self.master.db.tx() as c:
             if damaged["primary"]:
-                c.execute("UPDATE images SET image_bytes=? WHERE id=?", (image_bytes,
-                                                                         image["id"]))
+                c.execute("UPDATE images SET image_bytes=?, compression=? WHERE id=?",
+                          (image_bytes, compression, image["id"]))
             else:
-                c.execute("UPDATE image_copies SET image_bytes=?, state='ok' WHERE "
-                          "image_id=? AND copy_number=?",
-                          (image_bytes, image["id"], damaged["copy"]))
+                c.execute("UPDATE image_copies SET image_bytes=?, compression=?, state='ok' "
+                          "WHERE image_id=? AND copy_number=?",
+                          (image_bytes, compression, image["id"], damaged["copy"]))
         if image_bytes <= 0:
             raise CairnError(f"the repaired copy of image {image['id']} is empty",
                              status_code=st.STORAGE_WRITE_FAILED)

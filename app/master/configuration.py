@@ -19,8 +19,9 @@ class ConfigurationAPI:
         nothing: when a later part is
         refused, the policy is removed again and the error raised. It writes to a storage
         unit or through a lifecycle (exactly one of them: app/lifecycles.py). compression
-        (server, client or off; True: client) and compression_level: where backups into
-        deduplicating pools are compressed and how hard; encryption is refused with the
+        (server, client or off; True: client; None: the storage's default) and
+        compression_level: where backups are compressed and how hard (chunks in
+        deduplicating pools, image files in advanced-disk pools); encryption is refused with the
         reason (Config.add_policy). A catalog schedule
         needs the catalog backup key to exist (add_schedule)."""
         if any(s.get("type") == CATALOG_SCHEDULE for s in schedules):

@@ -278,6 +278,9 @@ def _image_dict(row):
     d["scan"] = json.loads(d["scan"]) if d.get("scan") else None
     # On a deduplication pool: what the image added to the pool and its deduplication rate.
     d["dedup"] = json.loads(d["dedup"]) if d.get("dedup") else None
+    # An advanced-disk image compressed with zstd: where, at which level, its frames, and
+    # its tar stream's bytes beside the bytes stored (image_bytes); None: a plain tar file.
+    d["compression"] = json.loads(d["compression"]) if d.get("compression") else None
     # Recorded again from its pool by an import job: what it found (app/jobs/pool_import.py).
     d["imported"] = json.loads(d["imported"]) if d.get("imported") else None
     # The owner names are read with the listings that show them (owner_names), not with

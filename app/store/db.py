@@ -560,6 +560,25 @@ MIGRATIONS = [
     CREATE INDEX audit_log_user ON audit_log(user, seq);
     CREATE INDEX audit_log_time ON audit_log(time)
     """,
+    # 27: advanced-disk images may be compressed (zstd frames with a seek table): how an
+    # image, or a further copy of it, was compressed (JSON; NULL: a plain tar file, or a
+    # deduplicating pool's recipe, whose chunks say). Advanced-disk policies were stored
+    # uncompressed whatever compression_at said (the default, server, was not applied to
+    # them): they become off, so that they keep making plain tar files until an admin
+    # chooses otherwise.
+    """
+    ALTER TABLE images ADD COLUMN compression TEXT;
+    ALTER TABLE image_copies ADD COLUMN compression TEXT;
+    UPDATE policies SET compression_at = 'off'
+     WHERE compression_at <> 'off'
+       AND NOT EXISTS (
+           SELECT 1 FROM storage_units u JOIN disk_pools d ON d.id = u.pool_id
+             JOIN storage_servers s ON s.id = d.server_id
+            WHERE s.type <> 'advanced-disk'
+              AND (u.id = policies.storage_unit_id
+                   OR u.id IN (SELECT storage_unit_id FROM storage_unit_group_members
+                                WHERE group_id = policies.storage_unit_group_id)))
+    """,
 ]
 
 

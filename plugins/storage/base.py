@@ -46,7 +46,9 @@ keeps), reclaim (space reclaim, chunk usage, chunk-index rebuild, a compaction t
 files_cache (a full takes unchanged files from the newest image without reading them),
 one_pool (the server holds one pool, whose volume is its storage path; a type with a
 bucket: its cache), bucket (the pool lives in an S3 bucket behind a local cache: a server
-takes an endpoint, a bucket and its credentials), suspend (a running
+takes an endpoint, a bucket and its credentials), compression (a policy may have its images
+compressed, on the storage server or on the client: advanced-disk, whose images become
+zstd-compressed tar files; deduplicating types compress their chunks), suspend (a running
 backup can be suspended and resumed where it stopped: no type yet; queued jobs of every type
 can be held) and import_images (a pool's images can be recorded again from the pool alone).
 
@@ -85,6 +87,7 @@ class Capabilities:
     suspend: bool = False
     import_images: bool = False
     bucket: bool = False
+    compression: bool = False
 
 
 # Volumes whose free space is within this of the most free one count as equally free.
@@ -218,9 +221,11 @@ class StorageType(abc.ABC):
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         """A BackupSide for one backup job into the server's pool."""
 
-    def duplicate_side(self, *, server, pool, home, volume, image_id):
+    def duplicate_side(self, *, server, pool, home, volume, image_id, source=None):
         """A BackupSide for a copy of an image that arrives from another pool (a lifecycle's
-        duplication, app/jobs/duplicate.py): the receiving side's spec (storage_spec), what
+        duplication, app/jobs/duplicate.py, or a repair): source, the catalog's record of the
+        copy it comes from or replaces (its "compression": an advanced-disk copy is
+        compressed as that one is); the receiving side's spec (storage_spec), what
         the sending storage host's agent needs (client_spec), the commit's spec and the copy's
         statistics, as for a backup."""
         raise NotImplementedError

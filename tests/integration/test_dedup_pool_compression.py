@@ -1,8 +1,9 @@
 """Where a deduplicating pool's chunks are compressed (a policy's compression: server, client
 or off, with a zstd level), end to end: a real catalog, the local storage agent and a client
 reached over the loopback sshd. Each choice restores byte for byte; off stores records
-uncompressed; compression on the client sends fewer bytes than off; the level and the
-advanced-disk refusals; `policy set` and `policy show --json`."""
+uncompressed; compression on the client sends fewer bytes than off; the level, what
+advanced-disk policies take (tests/integration/test_advanced_disk_compression.py for their
+images); `policy set` and `policy show --json`."""
 
 import os
 import random
@@ -162,15 +163,14 @@ def test_refusals_and_policy_set(tmp_path, master):
     m.create_storage_server("ad", type="advanced-disk", host="me")
     m.create_disk_pool("adp", server="ad", volumes=[str(vol)])
     m.config.add_storage_unit("adstu", pool="adp")
-    for at in ("client", "server", True):
-        with pytest.raises(ValidationError) as e:
-            m.create_policy("a", storage_unit="adstu", compression=at)
-        assert "its storage is advanced-disk" in e.value.message
-        assert "dedup and cloud pools compress" in e.value.message
-    m.create_policy("a", storage_unit="adstu")  # the default: images stay uncompressed
+    # advanced-disk compresses too (zstd tar images); its default stays plain tar files
+    for at, want in (("client", "client"), ("server", "server"), (True, "client")):
+        m.create_policy(f"a-{want}-{at is True}", storage_unit="adstu", compression=at)
+        assert m.policy(f"a-{want}-{at is True}")["compression"] == want
+    m.create_policy("a", storage_unit="adstu")
+    assert m.policy("a")["compression"] == "off"
     m.create_policy("a-off", storage_unit="adstu", compression="off")
-    with pytest.raises(ValidationError, match="advanced-disk"):
-        m.update_object("policy", "a", compression="client")
+    assert m.update_object("policy", "a", compression="client")["compression"] == "client"
     for bad in (0, 20, "x"):
         with pytest.raises(ValidationError, match="outside 1 to 19"):
             m.create_policy("bad", storage_unit="dstu-d", compression_level=bad)
@@ -180,11 +180,9 @@ def test_refusals_and_policy_set(tmp_path, master):
         m.update_object("policy", "d", compression="gzip")
     p = m.update_object("policy", "d", compression="client", compression_level="9")
     assert p["compression"] == "client" and p["compression_level"] == 9
-    # a policy compressing on the client cannot move to advanced-disk; one that is off can
-    with pytest.raises(ValidationError, match="advanced-disk"):
-        m.update_object("policy", "d", storage_unit="adstu")
-    m.update_object("policy", "d", compression="off")
+    # a policy compressing on the client moves to advanced-disk and keeps compressing there
     assert m.update_object("policy", "d", storage_unit="adstu")["storage_unit"] == "adstu"
+    assert m.policy("d")["compression"] == "client"
 
 
 def test_cli_compression_options(tmp_path):
@@ -214,32 +212,44 @@ def test_cli_compression_options(tmp_path):
     r = cairn(home, "policy", "create", "p3", "--storage-unit", "dstu",
               "--compression-level", "25", check=False)
     assert r.returncode != 0 and "compression level 25 is outside 1 to 19" in r.stderr
-    r = cairn(home, "policy", "create", "a1", "--storage-unit", "adstu", "--compression",
-              check=False)
-    assert r.returncode != 0 and "advanced-disk" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr
+    cairn(home, "policy", "create", "a1", "--storage-unit", "adstu", "--compression")
+    a1, _ = cairn_json(home, "policy", "show", "a1")
+    assert a1["compression"] == "client"
+    cairn(home, "policy", "create", "a2", "--storage-unit", "adstu")
+    a2, _ = cairn_json(home, "policy", "show", "a2")
+    assert a2["compression"] == "off"  # advanced-disk's default: plain tar files
     r = cairn(home, "policy", "show", "p2")
     assert "compression server (level 12)" in r.stdout
 
 
 def test_policies_of_an_older_catalog_keep_compressing_on_the_server(tmp_path):
-    """Catalog migration: policies made before the choice existed compress on the storage
-    server at level 1, as they did."""
+    """Catalog migrations: policies made before the choice existed compress on the storage
+    server at level 1, as they did; advanced-disk ones keep making plain tar files (off)."""
     import sqlite3
     home = str(tmp_path / "home")
     m = Master(home)
     m.config.add_host("me", local=True)
     configure(m, tmp_path, "old")
+    (tmp_path / "vol").mkdir()
+    m.create_storage_server("ad", type="advanced-disk", host="me")
+    m.create_disk_pool("adp", server="ad", volumes=[str(tmp_path / "vol")])
+    m.config.add_storage_unit("adstu", pool="adp")
+    m.create_policy("oldad", storage_unit="adstu")
     path = m.db.path
     m.close()
     with sqlite3.connect(path) as db:  # the catalog as the version before wrote it
         db.execute("ALTER TABLE policies DROP COLUMN compression_at")
         db.execute("ALTER TABLE policies DROP COLUMN compression_level")
+        db.execute("ALTER TABLE images DROP COLUMN compression")
+        db.execute("ALTER TABLE image_copies DROP COLUMN compression")
+        for table in ("user_grants", "user_keys", "users", "audit_log"):
+            db.execute(f"DROP TABLE {table}")
         db.execute("PRAGMA user_version=24")
     m = Master(home)
     try:
         p = m.policy("old")
         assert (p["compression"], p["compression_level"]) == ("server", 1)
+        assert m.policy("oldad")["compression"] == "off"
         assert os.path.exists(path + ".bak-v24")
     finally:
         m.close()

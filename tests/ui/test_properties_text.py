@@ -53,11 +53,12 @@ def test_a_policy_s_checksum_reads_as_the_wizard_and_saves_its_word(make_console
     assert not dlg.save_button.isEnabled()
     # switches the wizard shows disabled say why, not a bare "no"
     assert "compression" not in dlg.read_only
-    assert dlg.editors["compression"].currentData() == "server"
+    # an advanced-disk policy: plain tar files unless compression is chosen
+    assert dlg.editors["compression"].currentData() == "off"
     assert dlg.editors["compression_level"].value() == 1
-    dlg.editors["compression"].setCurrentIndex(dlg.editors["compression"].findData("off"))
+    dlg.editors["compression"].setCurrentIndex(dlg.editors["compression"].findData("server"))
     dlg.editors["compression_level"].setValue(4)
-    assert dlg.changes() == {"compression": "off", "compression_level": 4}
+    assert dlg.changes() == {"compression": "server", "compression_level": 4}
     assert dlg.read_only["encryption"].text().startswith("no (a property of the pool")
     dlg.reject()
 

@@ -544,9 +544,14 @@ def test_policy_wizard_with_schedule_client_and_browsed_selection(open_wizard, e
 
     ap = w.attributes_page
     assert not next_enabled(w) and "Give the policy a name" in ap.status.plain_text()
-    # stu1 is advanced-disk: its images are stored uncompressed
-    assert not ap.compression.isEnabled() and not ap.compression_level.isEnabled()
-    assert "Advanced-disk images are stored uncompressed" in ap.compression_note.text()
+    # stu1 is advanced-disk: its images stay plain tar files unless compression is chosen
+    assert ap.compression.isEnabled() and ap.compression.currentData() == "off"
+    assert not ap.compression_level.isEnabled()
+    assert "Advanced-disk images stay plain tar files" in ap.compression_note.text()
+    ap.compression.setCurrentIndex(ap.compression.findData("server"))
+    assert ap.compression_level.isEnabled()
+    assert "zstd-compressed tar files" in ap.compression_note.text()
+    ap.compression.setCurrentIndex(ap.compression.findData("off"))
     assert not ap.encryption.isEnabled()
     qtbot.keyClicks(ap.name, "pol1")
     assert ap.unit.currentText() == "stu1"
@@ -660,7 +665,7 @@ def test_policy_wizard_stores_the_deduplication_mode(open_wizard, empty_master, 
     assert ("Deduplication:", "On the client (only new chunks cross the network)") in \
         w.summary_page.rows()
     assert ("Files marked nodump:", "left out") in w.summary_page.rows()
-    assert ("Compression:", "On the client (before chunks cross the network), level 6") in \
+    assert ("Compression:", "On the client (before the data crosses the network), level 6") in \
         w.summary_page.rows()
     go_next(qtbot, w)
     assert w.result_page.result is not None, w.result_page.status.plain_text()

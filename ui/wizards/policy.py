@@ -31,15 +31,15 @@ FILE_LIST_TEXT = {"auto": "policy engine on Storage Scale, tree walk elsewhere",
                   "walk": "always walk the tree"}
 DEDUP_TEXT = {"server": "On the storage server (client sends a plain stream)",
               "client": "On the client (only new chunks cross the network)"}
-#: where a policy's backups into deduplicating pools are compressed
-COMPRESSION_TEXT = {"server": "On the storage server (as it stores each new chunk)",
-                    "client": "On the client (before chunks cross the network)",
-                    "off": "Off (chunks are stored as they are)"}
-COMPRESSION_TIP = ("Where new chunks are compressed (zstd) in deduplicating pools. On the "
-                   "client, with client-side deduplication, fewer bytes cross the network at "
-                   "the cost of the client's CPU; the storage server still checks every chunk. "
-                   "Higher levels store less and cost more CPU. Advanced-disk images are "
-                   "stored uncompressed.")
+#: where a policy's backups are compressed
+COMPRESSION_TEXT = {"server": "On the storage server (as it stores the data)",
+                    "client": "On the client (before the data crosses the network)",
+                    "off": "Off (data is stored as it is)"}
+COMPRESSION_TIP = ("Where backup data is compressed (zstd): new chunks in deduplicating "
+                   "pools, the whole image file in advanced-disk pools (a zstd-compressed tar "
+                   "that `tar -I zstd -xf` reads; restores read only the frames they need). "
+                   "On the client, fewer bytes cross the network at the cost of the client's "
+                   "CPU. Higher levels store less and cost more CPU.")
 
 
 class AttributesPage(Page):
@@ -94,6 +94,11 @@ class AttributesPage(Page):
         self.compression_level.setPrefix("level ")
         self.compression_level.setToolTip("zstd level: 1 is fastest, 19 stores least")
         self.compression.currentIndexChanged.connect(self._compression_changed)
+        # until the admin picks one, the choice follows the storage: off on advanced-disk
+        # (plain tar files), server on deduplicating pools, as `policy create` does
+        self.compression_chosen = False
+        self.compression.activated.connect(
+            lambda *_: setattr(self, "compression_chosen", True))
         self.compression_note = note("")
         self.encryption = disabled_check("Encryption",
                                          "a property of the pool: create a dedup storage "
@@ -213,6 +218,10 @@ class AttributesPage(Page):
             text = ("Matters only for storage units on deduplicating pools; kept for when "
                     "the policy moves to one.")
         self.dedup_note.setText(text)
+        if not self.compression_chosen:
+            units = self.target_units()
+            default = "server" if any(x in self.dedup_units for x in units) else "off"
+            self.compression.setCurrentIndex(self.compression.findData(default))
         self._compression_changed()
         self.revalidate()
 
@@ -226,18 +235,21 @@ class AttributesPage(Page):
         return [unit] if unit else []
 
     def compresses(self):
-        """Whether every unit the policy writes to is on a deduplicating pool, which
-        compresses; advanced-disk images are stored uncompressed."""
-        units = self.target_units()
-        return bool(units) and all(u in self.dedup_units for u in units)
+        """Whether the policy writes somewhere (every storage type compresses: chunks in
+        deduplicating pools, the image file in advanced-disk pools)."""
+        return bool(self.target_units())
 
     def _compression_changed(self, *_):
         on = self.compresses()
         self.compression.setEnabled(on)
-        self.compression_level.setEnabled(on and self.compression.currentData() != "off")
-        if not on:
-            text = ("Advanced-disk images are stored uncompressed; dedup and cloud pools "
-                    "compress.")
+        at = self.compression.currentData()
+        self.compression_level.setEnabled(on and at != "off")
+        plain = on and not any(u in self.dedup_units for u in self.target_units())
+        if plain and at == "off":
+            text = "Advanced-disk images stay plain tar files."
+        elif plain:
+            text = ("Advanced-disk images become zstd-compressed tar files (`tar -I zstd -xf` "
+                    "reads them); restores decompress only the parts they need.")
         elif self.compression.currentData() == "client" and self.dedup.currentData() != "client":
             text = ("With deduplication on the storage server, the client compresses its "
                     "stream in transit and the storage server the chunks it stores.")
@@ -589,8 +601,7 @@ class PolicyWizard(WizardBase):
                 ("Compression", (COMPRESSION_TEXT[s["compression"]]
                                  + (f", level {s['compression_level']}"
                                     if s["compression"] != "off" else ""))
-                 if "compression" in s else "none (advanced-disk images are stored "
-                                            "uncompressed)"),
+                 if "compression" in s else "none"),
                 ("Schedules", "\n".join(schedule_summary(x) for x in s["schedules"])
                  or "none: backups only when started by hand"),
                 ("Clients", ", ".join(s["clients"])),

@@ -1,7 +1,11 @@
-"""AdvancedDisk, the agent half: an image is a plain pax tar file, written as it streams in
-(by the client's archiver on the storage host itself, or from the data connection), renamed
-into place by the commit, read as it is by restores, and checked member by member by verify
-(image_check.py). Standard library only: this runs on every storage host."""
+"""AdvancedDisk, the agent half: an image is a pax tar file, written as it streams in (by the
+client's archiver on the storage host itself, or from the data connection), renamed into
+place by the commit, read by restores and checked member by member by verify
+(image_check.py). A policy that compresses makes it a zstd-compressed tar of independent
+frames with a seek table (zframes.py): compressed on the storage host as it arrives
+("server"), or by the client before it crosses the network ("client"). Restores, verify,
+rebuild-index, imports and copies read a compressed image's tar stream through its frames.
+Standard library only (zstandard for compressed images): this runs on every storage host."""
 
 import errno
 import os
@@ -11,8 +15,8 @@ from app.errors import Canceled, CairnError, StorageError, ValidationError
 from app.formats import private
 from app.formats.durable import sync_dir
 from app.formats.writeback import start_writeback
-from plugins.storage.advanced_disk import image_check
-from plugins.storage.agent_base import AgentStorage, ImageFile
+from plugins.storage.advanced_disk import image_check, zframes
+from plugins.storage.agent_base import AgentStorage, ImageFile, Reading
 
 WRITEBACK_EVERY = 32 << 20
 # What the receiving side reads from the data connection at a time: one data-plane frame
@@ -92,19 +96,68 @@ def remove(path):
         pass
 
 
+def _compression(spec):
+    """(where, level) a backup's storage spec asks for ("server" or "client"), or None."""
+    c = (spec or {}).get("compression") or {}
+    if c.get("at") in ("server", "client"):
+        return c["at"], int(c.get("level") or 1)
+    return None
+
+
+def _not_compressed_text(host_side):
+    return (f"the image is stored uncompressed: {host_side}'s Python lacks the zstandard "
+            "module (" + zframes.MISSING_HINT + ")")
+
+
+class _FramedSink:
+    """A FileSink behind a zstd FrameWriter: the archiver's (or the data connection's) tar
+    stream, compressed frame by frame into the image file."""
+
+    def __init__(self, sink, level):
+        self.file = sink
+        self.frames = zframes.FrameWriter(sink.write, level)
+        self.write = self.frames.write
+
+    @property
+    def bytes(self):
+        """The bytes of the stream taken in (as a plain image's sink counts them)."""
+        return self.frames.tar_bytes + len(self.frames._buf)
+
+    def finish(self):
+        self.frames.finish()
+        self.file.finish()
+
+    def close(self):
+        self.file.close()
+
+
 class _FileWrite:
-    """The LocalWrite of an image file."""
+    """The LocalWrite of an image file: compressed here when the policy compresses (the
+    client is the storage host, so "client" and "server" are one place)."""
 
     bases_problem = None
 
-    def __init__(self, path, emit):
+    def __init__(self, path, emit, spec=None):
         self.path = path
         self.sink = FileSink(path, emit)
+        self.compressed = None
+        want = _compression(spec)
+        if want is not None and not zframes.available():
+            emit("log", {"level": "warning",
+                         "message": _not_compressed_text("the storage host")})
+        elif want is not None:
+            self.sink = _FramedSink(self.sink, want[1])
+            self.compressed = {"at": "server"}
+
+    def report(self):
+        if self.compressed is None:
+            return {}
+        return {"compression": dict(self.compressed, **self.sink.frames.report())}
 
     def finish(self):
         self.sink.finish()
         self.sink.close()
-        return {}
+        return self.report()
 
     def abort(self):
         self.sink.close()
@@ -112,24 +165,97 @@ class _FileWrite:
 
 
 class _FileReceiver(_FileWrite):
-    """The Receiver of an image file: the client's stream, as it comes."""
+    """The Receiver of an image file: the client's stream, as it comes when the client
+    compressed it (it starts with a zstd frame), else compressed here when the policy
+    compresses."""
 
-    listening = {}
+    def __init__(self, path, emit, spec=None):
+        super().__init__(path, emit, spec)
+        self.listening = {"codecs": [zframes.CODEC]} if zframes.available() else {}
+        self.client_compressed = False
 
     def take(self, chan, is_cancelled):
         mv = memoryview(bytearray(RECEIVE_BYTES))
-        write = self.sink.write
+        first = True
         while True:
             if is_cancelled():
                 raise Canceled()
             n = chan.readinto(mv)
             if n == 0:
                 return
-            write(mv[:n])
+            if first:
+                first = False
+                if bytes(mv[:4]) == zframes.MAGIC:
+                    # compressed by the client: stored as it comes; finish() checks its table
+                    self.client_compressed = True
+                    if isinstance(self.sink, _FramedSink):
+                        self.sink = self.sink.file
+            self.sink.write(mv[:n])
 
     def finish(self):
-        super().finish()
-        return {"bytes": self.sink.bytes, "path": self.path}
+        if self.client_compressed:
+            out = self._client_frames()
+            taken = out["compression"]["tar_bytes"]
+        else:
+            out = super().finish()
+            taken = self.sink.bytes
+        # bytes: the image stream's, as taken in (a copy checks them against what was sent)
+        return dict(out, bytes=taken, path=self.path)
+
+    def _client_frames(self):
+        """Finishes an image the client compressed: its frame table must be whole."""
+        self.sink.finish()
+        self.sink.close()
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            size = os.fstat(fd).st_size
+            coffs, toffs, tlens = zframes.read_table(fd, size, self.path)
+        except CairnError as e:
+            raise StorageError("the client's compressed image cannot be stored: "
+                               + e.message) from None
+        finally:
+            os.close(fd)
+        return {"compression": {"at": "client", "codec": zframes.CODEC,
+                                "frames": len(tlens), "tar_bytes": sum(tlens),
+                                "stored_bytes": size}}
+
+
+class _ClientFrames:
+    """The client's sink of a policy that compresses on the client: the archiver's stream
+    compressed into frames before it crosses the network."""
+
+    def __init__(self, chan, level):
+        self.chan = chan
+        self.frames = zframes.FrameWriter(chan.write, level)
+        self.write = self.frames.write
+
+    def finish(self):
+        self.frames.finish()
+        self.chan.finish()
+
+
+class TarReading(Reading):
+    """How restores, rebuild-index and imports read the pool's images: a plain one as the
+    file it is, a compressed one through its frames (zframes.ZstdImage)."""
+
+    def __init__(self):
+        self.opened = []  # compressed images opened: readers that do not close them
+
+    def opener(self, tolerant=False):
+        def open_image(path):
+            source = zframes.open_source(path, tolerant)
+            if source is not None:
+                self.opened.append(source)
+            return source
+        return open_image
+
+    def close_streams(self):
+        for source in self.opened:
+            source.close()
+        self.opened = []
+
+    def close(self):
+        self.close_streams()
 
 
 def commit_file(partial, final):
@@ -147,21 +273,53 @@ def commit_file(partial, final):
     return {"path": final, "bytes": os.stat(final).st_size}
 
 
+_CUT_SHORT_HINT = ("verify the image (`cairn images verify IMAGE`); copy it from another "
+                   "copy")
+
+
+def _check_tar_end(size, tail, path):
+    """Refuses a tar stream that does not end with the end-of-archive marker (two zero
+    blocks) or is not made of whole blocks: a file cut short would be copied as a complete
+    image."""
+    if size < 1024 or size % 512 or tail != bytes(1024):
+        raise CairnError(f"image file {path} is cut short: it does not end with the tar "
+                         "end-of-archive marker", status_code=status.IMAGE_DAMAGED,
+                         hint=_CUT_SHORT_HINT)
+
+
 class TarImage(ImageFile):
-    """An image file read whole for a copy in another pool: refused when it does not end with
-    the tar end-of-archive marker (two zero blocks) or is not made of whole blocks, since a
-    file cut short would be copied as a complete image."""
+    """An image file read whole for a copy in another pool (see _check_tar_end)."""
 
     def __init__(self, path):
         super().__init__(path)
         end = 1024
         tail = os.pread(self.fd, end, max(0, self.size - end)) if self.size >= end else b""
-        if self.size < end or self.size % 512 or tail != bytes(end):
+        try:
+            _check_tar_end(self.size, tail, path)
+        except CairnError:
             self.close()
-            raise CairnError(f"image file {path} is cut short: it does not end with the tar "
-                             "end-of-archive marker", status_code=status.IMAGE_DAMAGED,
-                             hint="verify the image (`cairn images verify IMAGE`); copy it "
-                                  "from another copy")
+            raise
+
+
+class CompressedTarImage(zframes.ZstdImage):
+    """A compressed image read whole for a copy in another pool: its tar stream, each frame
+    checked as it is decoded (a frame that does not decode fails the copy)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        tail = bytearray(min(1024, self.size))
+        try:
+            self.preadinto(tail, self.size - len(tail))
+            _check_tar_end(self.size, bytes(tail), path)
+        except CairnError:
+            self.close()
+            raise
+
+    def entries(self):
+        return None
+
+    def chunk(self, fp):
+        raise ValidationError("an image file has no chunks")
 
 
 def verify_files(req, files, pace=None):
@@ -194,10 +352,37 @@ class AdvancedDiskAgent(AgentStorage):
     image_suffix = ".tar"
 
     def local_write(self, spec, path, *, emit, image_id, references):
-        return _FileWrite(path, emit)
+        return _FileWrite(path, emit, spec)
+
+    def client_sink(self, chan, spec):
+        want = _compression(spec)
+        if want is None or want[0] != "client":
+            return chan, None
+        if not zframes.available():
+            return chan, ("the stream is sent uncompressed and the storage server compresses "
+                          "it: the client's Python lacks the zstandard module ("
+                          + zframes.MISSING_HINT + ")")
+        return _ClientFrames(chan, want[1]), None
+
+    def client_report(self, sink):
+        if not isinstance(sink, _ClientFrames):
+            return {}
+        return {"compression": dict(sink.frames.report(), at="client")}
 
     def receiver(self, spec, path, emit):
-        return _FileReceiver(path, emit)
+        return _FileReceiver(path, emit, spec)
+
+    def reading(self, spec):
+        return TarReading()
+
+    def image_info(self, spec, path):
+        """A compressed image's frames, from its seek table (an import records them)."""
+        try:
+            c = zframes.describe(path)
+        except OSError as e:
+            raise CairnError(f"cannot open image file {path}: {e.strerror}",
+                             status_code=status.IMAGE_DAMAGED) from None
+        return {"compression": c} if c else {}
 
     def commit(self, spec, partial, final, emit=None):
         return commit_file(partial, final)
@@ -206,7 +391,10 @@ class AdvancedDiskAgent(AgentStorage):
         return verify_files(req, images, pace)
 
     def image_source(self, spec, path):
-        """The image file itself: its bytes are the image stream."""
+        """The image file itself (its bytes are the image stream), or a compressed one's tar
+        stream."""
+        if zframes.is_compressed(path):
+            return CompressedTarImage(path)
         return TarImage(path)
 
 

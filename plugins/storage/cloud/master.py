@@ -171,7 +171,7 @@ class Cloud(dedup.Dedup):
                                                      client_host.get("dedup")),
                            compression=dedup.compression_of(policy))
 
-    def duplicate_side(self, *, server, pool, home, volume, image_id):
+    def duplicate_side(self, *, server, pool, home, volume, image_id, source=None):
         return CloudBackup(self, self.access(server, home), pool=pool, volume=volume,
                            image_id=image_id, mode="server")
 

@@ -208,15 +208,25 @@ def check_level(level):
 
 def compression_refusal(at, storage_type, unit):
     """The ValidationError for compression `at` asked for explicitly on a storage unit of a
-    type that does not compress (advanced-disk), or None."""
-    if at == "off" or storage_type is None or storage_type.capabilities.dedup:
+    type that does not compress, or None."""
+    caps = storage_type.capabilities if storage_type is not None else None
+    if at == "off" or caps is None or caps.dedup or caps.compression:
         return None
     return ValidationError(
         f"compression {at} is not available on storage unit {unit!r}: its storage is "
-        f"{storage_type.name}, whose images are stored uncompressed; dedup and cloud pools "
-        "compress (on the storage server or on the client)",
-        hint="leave out the compression options (or give off), or point the policy at a "
-             "storage unit of a dedup or cloud pool")
+        f"{storage_type.name}, whose images are stored uncompressed; advanced-disk, dedup "
+        "and cloud pools compress (on the storage server or on the client)",
+        hint="leave out the compression options (or give off), or point the policy at "
+             "another storage unit")
+
+
+def default_compression(storage_types):
+    """A new policy's compression when none is given: server where a storage unit it writes
+    to deduplicates (chunks are compressed as they are stored, as before the choice
+    existed), off where they are all advanced-disk (plain tar files, as before)."""
+    if any(t is not None and t.capabilities.dedup for t in storage_types):
+        return DEFAULT_COMPRESSION
+    return "off"
 
 
 def compression_of(policy):
@@ -381,7 +391,7 @@ class Dedup(StorageType):
         return {"type": self.name, "root": server["path"],
                 "params": {k: opts[k] for k in CHUNK_PARAMS}, "key": None}
 
-    def duplicate_side(self, *, server, pool, home, volume, image_id):
+    def duplicate_side(self, *, server, pool, home, volume, image_id, source=None):
         """A copy arrives as a recipe and the chunks the pool lacks (from a pool that keeps
         chunks), or as a stream that the storage side deduplicates (server-side: the sending
         storage host never cuts chunks for it)."""

@@ -3,7 +3,7 @@ caller: the console, the CLI and `cairn master serve --stdio` alike.
 
 METHODS classifies every public method of the master API (app/master/*.py) once, by the
 least role that may call it (app/users.py: viewer < restore < operator < admin);
-tests/unit/test_access.py fails when a public method is missing from it. install() wraps
+tests/integration/test_roles.py fails when a public method is missing from it. install() wraps
 each of them on the Master class: a call from outside the master is checked against the
 master's user (Master(user=..., origin=...); none given: the local admin), refused with a
 PermissionDenied naming user, role and action, and written to the audit log when refused or

@@ -24,15 +24,31 @@ import hashlib
 import hmac
 import json
 import os
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from types import SimpleNamespace
 
 from app import status as st
 from app.errors import CairnError, ValidationError
+
+_CRYPTO = None
+
+
+def _c():
+    """cryptography's parts this module uses, imported at the first use of a key: every
+    command opens the master, and importing them cost each one 25 ms."""
+    global _CRYPTO
+    if _CRYPTO is None:
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric.x25519 import (X25519PrivateKey,
+                                                                      X25519PublicKey)
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+        _CRYPTO = SimpleNamespace(InvalidTag=InvalidTag, hashes=hashes,
+                                  serialization=serialization,
+                                  X25519PrivateKey=X25519PrivateKey,
+                                  X25519PublicKey=X25519PublicKey, AESGCM=AESGCM, HKDF=HKDF)
+    return _CRYPTO
+
 
 FORMAT = "cairn-catalog-escrow"
 VERSION = 2  # 2: the manifest key, sealed beside the private key
@@ -77,29 +93,30 @@ def _derive(passphrase, kdf):
 
 def _raw_public(private):
     """The raw 32 bytes of a private key's public half."""
-    return private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    ser = _c().serialization
+    return private.public_key().public_bytes(ser.Encoding.Raw, ser.PublicFormat.Raw)
 
 
 def make(passphrase):
     """A new escrow: a key pair whose private half is sealed with the passphrase, and the
     manifest key, sealed likewise. Returns (escrow, manifest key)."""
     mac_key = os.urandom(32)
-    return _sealed(X25519PrivateKey.generate(), mac_key, passphrase), mac_key
+    return _sealed(_c().X25519PrivateKey.generate(), mac_key, passphrase), mac_key
 
 
 def _sealed(private, mac_key, passphrase):
     """The escrow of a private key and a manifest key, sealed with the passphrase."""
-    raw = private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                serialization.NoEncryption())
+    ser = _c().serialization
+    raw = private.private_bytes(ser.Encoding.Raw, ser.PrivateFormat.Raw, ser.NoEncryption())
     kdf = {"name": "scrypt", "salt": os.urandom(16).hex(), "n": SCRYPT_N, "r": SCRYPT_R,
            "p": SCRYPT_P}
     key = _derive(passphrase, kdf)
     nonce, mac_nonce = os.urandom(12), os.urandom(12)
     return {"format": FORMAT, "version": VERSION, "public": _raw_public(private).hex(),
             "kdf": kdf, "nonce": nonce.hex(),
-            "sealed_private": AESGCM(key).encrypt(nonce, raw, _ESCROW_AAD).hex(),
+            "sealed_private": _c().AESGCM(key).encrypt(nonce, raw, _ESCROW_AAD).hex(),
             "mac_nonce": mac_nonce.hex(),
-            "sealed_mac": AESGCM(key).encrypt(mac_nonce, mac_key, _MAC_AAD).hex()}
+            "sealed_mac": _c().AESGCM(key).encrypt(mac_nonce, mac_key, _MAC_AAD).hex()}
 
 
 def check(escrow):
@@ -127,20 +144,20 @@ def _open(escrow, passphrase):
     """(private key, manifest key) of an escrow, unsealed with the passphrase."""
     key = _derive(passphrase, escrow["kdf"])
     try:
-        raw = AESGCM(key).decrypt(bytes.fromhex(escrow["nonce"]),
-                                  bytes.fromhex(escrow["sealed_private"]), _ESCROW_AAD)
-    except (InvalidTag, ValueError):
+        raw = _c().AESGCM(key).decrypt(bytes.fromhex(escrow["nonce"]),
+                                       bytes.fromhex(escrow["sealed_private"]), _ESCROW_AAD)
+    except (_c().InvalidTag, ValueError):
         raise WrongPassphrase(
             "the passphrase does not open the catalog backup key",
             hint="give the passphrase the first catalog backup was made with; it is stored "
                  "nowhere, so it cannot be looked up") from None
     try:
-        mac_key = AESGCM(key).decrypt(bytes.fromhex(escrow["mac_nonce"]),
-                                      bytes.fromhex(escrow["sealed_mac"]), _MAC_AAD)
-    except (InvalidTag, KeyError, ValueError):
+        mac_key = _c().AESGCM(key).decrypt(bytes.fromhex(escrow["mac_nonce"]),
+                                           bytes.fromhex(escrow["sealed_mac"]), _MAC_AAD)
+    except (_c().InvalidTag, KeyError, ValueError):
         raise CairnError("the catalog backup escrow is damaged: its manifest key does not "
                          "open", status_code=st.IMAGE_DAMAGED) from None
-    private = X25519PrivateKey.from_private_bytes(raw)
+    private = _c().X25519PrivateKey.from_private_bytes(raw)
     if _raw_public(private).hex() != escrow["public"] or len(mac_key) != 32:
         raise CairnError("the catalog backup escrow is damaged: its keys do not match",
                          status_code=st.IMAGE_DAMAGED)
@@ -169,7 +186,7 @@ def mac_matches(mac_key, body, mac):
 
 
 def _seal_key(shared, ephemeral_public, public):
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+    return _c().HKDF(algorithm=_c().hashes.SHA256(), length=32, salt=None,
                 info=_SEAL_INFO + ephemeral_public + public).derive(shared)
 
 
@@ -178,24 +195,24 @@ def seal(public_hex, plaintext, label):
     server a key belongs to) is bound to it, so that a sealed key cannot be passed off as
     another's."""
     public = bytes.fromhex(public_hex)
-    ephemeral = X25519PrivateKey.generate()
+    ephemeral = _c().X25519PrivateKey.generate()
     eph_pub = _raw_public(ephemeral)
-    key = _seal_key(ephemeral.exchange(X25519PublicKey.from_public_bytes(public)), eph_pub,
+    key = _seal_key(ephemeral.exchange(_c().X25519PublicKey.from_public_bytes(public)), eph_pub,
                     public)
     nonce = os.urandom(12)
     return {"ephemeral": eph_pub.hex(), "nonce": nonce.hex(),
-            "sealed": AESGCM(key).encrypt(nonce, plaintext, label.encode()).hex()}
+            "sealed": _c().AESGCM(key).encrypt(nonce, plaintext, label.encode()).hex()}
 
 
 def unseal(private, sealed, label):
     """What seal() sealed, with the escrow's private key; a damaged seal is refused."""
     try:
         eph_pub = bytes.fromhex(sealed["ephemeral"])
-        key = _seal_key(private.exchange(X25519PublicKey.from_public_bytes(eph_pub)), eph_pub,
+        key = _seal_key(private.exchange(_c().X25519PublicKey.from_public_bytes(eph_pub)), eph_pub,
                         _raw_public(private))
-        return AESGCM(key).decrypt(bytes.fromhex(sealed["nonce"]),
-                                   bytes.fromhex(sealed["sealed"]), label.encode())
-    except (InvalidTag, KeyError, TypeError, ValueError):
+        return _c().AESGCM(key).decrypt(bytes.fromhex(sealed["nonce"]),
+                                        bytes.fromhex(sealed["sealed"]), label.encode())
+    except (_c().InvalidTag, KeyError, TypeError, ValueError):
         raise CairnError(f"the sealed key of {label!r} in the catalog backup is damaged",
                          status_code=st.IMAGE_DAMAGED) from None
 
@@ -222,11 +239,11 @@ def _stored(db):
 def _first_version_opens(escrow, passphrase):
     """Whether the passphrase opens an escrow of the first version (no manifest key)."""
     try:
-        AESGCM(_derive(passphrase, escrow["kdf"])).decrypt(
+        _c().AESGCM(_derive(passphrase, escrow["kdf"])).decrypt(
             bytes.fromhex(escrow["nonce"]), bytes.fromhex(escrow["sealed_private"]),
             _ESCROW_AAD)
         return True
-    except (InvalidTag, KeyError, TypeError, ValueError):
+    except (_c().InvalidTag, KeyError, TypeError, ValueError):
         return False
 
 

@@ -172,6 +172,8 @@ def test_two_consoles_and_a_cli_at_once_against_one_master(site, connect, sshd, 
         fa.close()
         fo.close()
     _check_consistent(site, canceled=[j1], ok=[j2, j3])
+    # one headless dispatcher ran them, however many connections found them queued at once
+    assert _headless_dispatchers_started(site) == 1
     # who did what, from where
     m = Master(str(site))
     try:
@@ -186,6 +188,24 @@ def test_two_consoles_and_a_cli_at_once_against_one_master(site, connect, sshd, 
     [cancel] = [e for e in log if e["action"] == "cancel_job"]
     assert (cancel["user"], cancel["object"]) == ("olga", f"job {j1}")
     assert sum(e["action"] == "login" for e in log) == 3
+
+
+def _headless_dispatchers_started(home):
+    """How many `cairn master run --until-idle` the master started, once each of them has
+    ended (each says so in master.log as it starts)."""
+    from app.jobs.dispatcher import Dispatcher
+    m = Master(str(home))
+    try:
+        for _ in range(2):
+            deadline = time.monotonic() + 30
+            while Dispatcher.lease_holder(m.db) is not None:
+                assert time.monotonic() < deadline, "a dispatcher did not end"
+                time.sleep(0.1)
+            time.sleep(0.5)
+    finally:
+        m.close()
+    with open(os.path.join(home, "master.log")) as f:
+        return f.read().count("dispatcher running on")
 
 
 def _check_consistent(home, canceled, ok):

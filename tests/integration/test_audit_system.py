@@ -1,10 +1,11 @@
 """The master's own work in the audit log (app/audit.py): jobs the scheduler queues, the
-dispatcher's automatic retries and scheduled verifies, each one entry with the part of the
-master as its user (role "system", origin "local"), written in the transaction that queues
-the job: the scheduler's round takes no more write transactions for it however many jobs
-it queues. Real catalogs, a real failed backup (its client refuses connections)."""
+dispatcher's automatic retries, expiries and scheduled verifies, each one entry with the
+part of the master as its user (role "system", origin "local"), written in the transaction
+that queues the job: the scheduler's round takes no more write transactions for it however
+many jobs it queues. Real catalogs, a real failed backup (its client refuses connections)."""
 
 import json
+import os
 import socket
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from app import status as st
 from app.access_scope import internal
 from app.errors import ValidationError
+from app.jobs.dispatcher import Dispatcher
 from app.master import Master
 from app.scheduler import Scheduler
 
@@ -119,3 +121,54 @@ def test_a_scheduled_verify_is_audited_as_the_dispatchers(master):
 def test_no_user_takes_the_name_of_the_masters_own_work(master, name):
     with pytest.raises(ValidationError, match="the master's own"):
         master.add_user(name, "viewer")
+
+
+def test_an_automatic_expiry_is_audited_as_the_dispatchers(master, tmp_path):
+    m = master
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.txt").write_text("kept two weeks\n")
+    m.config.add_policy("p", storage_unit="stu")
+    m.config.add_policy_client("p", "me")
+    m.config.add_policy_selection("p", str(src))
+    [job] = m.wait_for(m.start_backup("p"))
+    assert job["status"] == st.OK
+    # the dispatcher's housekeeping a month later: the image's retention has ended
+    later = Dispatcher(m, clock=lambda: time.time() + 30 * 86400)
+    with internal():
+        later.housekeeping()
+    [e] = system_entries(m, action="start_expire")
+    [jid] = e["details"]["result"]["jobs"]
+    assert (e["user"], e["object"]) == ("dispatcher", f"job {jid}")
+    assert e["details"]["args"]["images"] == [job["image_id"]]
+    assert m.audit_verify()["ok"]
+
+
+def test_a_catalog_copied_back_by_hand_shows_as_a_broken_chain(master, tmp_path):
+    """Not a recovery: the head file still names the newest entry of the log it replaced."""
+    import sqlite3
+    m = master
+    m.set_setting("backup_tries", "3")
+    copy = tmp_path / "copy.db"
+    src, dst = sqlite3.connect(m.home.catalog), sqlite3.connect(copy)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    m.set_setting("backup_tries", "4")
+    m.set_setting("backup_tries", "5")
+    m.close()
+    os.replace(copy, m.home.catalog)
+    for name in ("-wal", "-shm"):
+        if os.path.exists(m.home.catalog + name):
+            os.remove(m.home.catalog + name)
+    back = Master(m.home.root)
+    try:
+        v = back.audit_verify()
+        assert not v["ok"] and v["head"] == "missing"
+        # entries written since take the numbers of those it lost: still found
+        back.set_setting("backup_tries", "6")
+        back.set_setting("backup_tries", "7")
+        v = back.audit_verify()
+        assert not v["ok"] and v["head"] == "differs"
+    finally:
+        back.close()

@@ -524,6 +524,9 @@ def test_a_recovered_catalog_starts_a_new_segment_of_the_audit_log(tmp_path, sma
         (last["seq"], doc["backup"], in_backup)
     p = cairn(home, "audit", "--verify")
     assert f"a new segment starts at entry {last['seq']}" in p.stdout
+    p = cairn(tmp_path / "again", "catalog", "recover", "--from", tmp_path / "vol",
+              "--passphrase-file", passphrase_file(tmp_path, name="pass-again"))
+    assert f"the audit log goes on in a new segment from entry {last['seq']}" in p.stdout
     # the master goes on in the new segment, and an edit of its first entry is found
     r = Master(str(home))
     try:

@@ -6,6 +6,17 @@ chain at that point (verify). The newest entry's number and hash are also writte
 `audit.head` beside the catalog: deleting the newest entries, which leaves a shorter chain
 that is whole, shows there as the head's entry missing or different.
 
+The master's own work is recorded too, with the part of the master that did it as the user,
+role "system" and origin "local" (system()): the scheduler's jobs ("scheduler"), and the
+dispatcher's retries, automatic expiries and scheduled verifies ("dispatcher"), one entry per
+job queued, written in the transaction that queues it. No Cairn user has those names.
+
+A catalog recovered from a catalog backup (`cairn catalog recover`) holds the entries up to
+the moment of that backup: recovered() appends a "catalog_recover" entry that continues the
+chain from the last entry the backup holds and starts a new segment of it, saying which
+backup it came from and that entries written after it are not in this catalog. verify()
+names each such segment; the chain stays whole across it.
+
 Entries are also sent to syslog (journald reads it) when the master setting audit_syslog
 names a facility; the syslog module is loaded only then, and where it does not exist (not
 POSIX) nothing is sent."""
@@ -24,6 +35,12 @@ FIELDS = ("seq", "time", "user", "role", "origin", "action", "object", "outcome"
           "prev_hash")
 SYSLOG_FACILITIES = ("off", "auth", "authpriv", "daemon", "user", "local0", "local1",
                      "local2", "local3", "local4", "local5", "local6", "local7")
+# The master's own actors (system()), and the role their entries carry: no user's names.
+SCHEDULER, DISPATCHER, RECOVERY = "scheduler", "dispatcher", "recovery"
+SYSTEM_ACTORS = (SCHEDULER, DISPATCHER, RECOVERY, "system")
+SYSTEM_ROLE = "system"
+# The action of the entry that starts a segment of the chain in a recovered catalog.
+RECOVERED = "catalog_recover"
 # What an entry's details never hold, whatever a call was given.
 SECRET_WORDS = ("passphrase", "password", "secret", "credentials")
 
@@ -72,6 +89,33 @@ class AuditLog:
         self._forward(e)
         return _public(e)
 
+    def system(self, actor, action, obj="", details=None):
+        """An entry of the master's own work (actor: SCHEDULER, DISPATCHER), role "system",
+        origin "local". Made inside the caller's write transaction, it commits with what it
+        records (call settle() once that committed, for the head file)."""
+        return self.append(actor, SYSTEM_ROLE, "local", action, obj, "ok", details)
+
+    def settle(self, entries):
+        """The head file brought up to the newest of entries appended inside a transaction
+        that has committed since."""
+        if entries:
+            self._write_head(max(entries, key=lambda e: e["seq"]))
+
+    def recovered(self, backup, created=None, master_host=None, os_user=None):
+        """Starts a new segment of the chain in a catalog just recovered from a catalog
+        backup: an entry, chained to the last one the backup holds, that says where the
+        catalog came from and that entries written after the backup are not in it. The
+        head file is written for it (a recovered home has none)."""
+        last = self.db.one("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+        return self.append(
+            RECOVERY, SYSTEM_ROLE, "local", RECOVERED, "catalog", "ok",
+            {"backup": backup, "backup_created": created, "master_host": master_host,
+             "os_user": os_user,
+             "continues_from": {"seq": last[0], "hash": last[1]} if last else None,
+             "note": "a new segment of the audit log: entries written after this catalog "
+                     "backup was made are not in this catalog (the copy sent to syslog "
+                     "has them)"})
+
     @staticmethod
     def _insert(c, e):
         last = c.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
@@ -111,9 +155,11 @@ class AuditLog:
                                "LIMIT ?) ORDER BY seq", (int(last) + 1,))
         else:
             rows = self.db.all("SELECT * FROM audit_log ORDER BY seq")
-        broken, prev = [], None
-        for i, r in enumerate(rows):
+        broken, prev, segments = [], None, []
+        for r in rows:
             r = dict(r)
+            if r["action"] == RECOVERED and r["role"] == SYSTEM_ROLE:
+                segments.append(_segment(r))
             if r["hash"] != entry_hash(r):
                 broken.append({"seq": r["seq"], "problem": "its contents were changed"})
             if prev is None:
@@ -130,7 +176,7 @@ class AuditLog:
         head = self._check_head(rows, broken)
         count = self.db.one("SELECT count(*) FROM audit_log")[0]
         return {"ok": not broken, "entries": count, "broken": broken, "head": head,
-                "checked": len(rows)}
+                "checked": len(rows), "segments": segments}
 
     def _check_head(self, rows, broken):
         head = self._read_head()
@@ -187,6 +233,27 @@ class AuditLog:
         level = syslog.LOG_WARNING if e["outcome"] != "ok" else syslog.LOG_INFO
         syslog.openlog("cairn-audit", 0, fac)
         syslog.syslog(fac | level, format_line(_public(e)))
+
+
+def _segment(row):
+    """A "catalog_recover" entry as verify() names it: where the segment starts and why."""
+    try:
+        d = json.loads(row["details"])
+    except ValueError:
+        d = {}
+    d = d if isinstance(d, dict) else {}
+    return {"seq": row["seq"], "time": row["time"], "backup": d.get("backup"),
+            "backup_created": d.get("backup_created"),
+            "continues_from": (d.get("continues_from") or {}).get("seq")
+            if isinstance(d.get("continues_from"), dict) else None}
+
+
+def segment_text(seg):
+    """A line saying where a segment of the chain starts (the CLI, the console)."""
+    made = f" made {seg['backup_created']}" if seg.get("backup_created") else ""
+    return (f"a new segment starts at entry {seg['seq']} ({seg['time']}): the catalog was "
+            f"recovered from {seg['backup']}{made}; entries written after that backup are "
+            "not in this catalog")
 
 
 def format_line(e):

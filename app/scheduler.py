@@ -24,6 +24,7 @@ from bisect import bisect_left
 
 from app import status as st
 from app import timeutil
+from app.audit import SCHEDULER
 from app.config import STREAM_MARKER
 from app.schedule_rules import CATALOG_SCHEDULE, DEFAULT_FREQUENCY, calendar_matches
 from app.jobs import catalog_backup
@@ -274,7 +275,7 @@ class Scheduler:
     def _record(self, now, to_queue, to_skip, missed):
         """In one transaction: queue the chosen jobs, record the skipped and missed runs and
         the tick. Returns (ids of the jobs queued, [(job id, schedule, window) missed])."""
-        queued, made_missed = [], []
+        queued, made_missed, audited = [], [], []
         noted = timeutil.iso(now)
         with self.db.tx() as c:
             for p, s, client, due, inst, losers in to_queue:
@@ -290,6 +291,7 @@ class Scheduler:
                 queued.append(self._create_job(
                     c, p, s, client, inst, run_id,
                     f"queued by the scheduler: schedule {s.name}, window {_span(inst)}"))
+                audited.append(self._audit("start_backup", p, s, inst, queued[-1], client))
                 to_skip.extend(losers)
             for p, s, client, due, inst, reason in to_skip:
                 self._insert_run(c, p, s, client, due, inst, reason, noted)
@@ -302,7 +304,17 @@ class Scheduler:
                     made_missed.append((jid, s, inst))
             c.execute("INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT(key) "
                       "DO UPDATE SET value=excluded.value", (LAST_TICK, repr(float(now))))
+        self.master.access.audit.settle(audited)
         return queued, made_missed
+
+    def _audit(self, action, p, s, inst, job_id, client=None):
+        """The audit entry of a job the scheduler queued, made in the transaction that
+        queues it (app/audit.py: the master's own work)."""
+        args = {"policy": p["name"], "schedule": s.name, "window": _span(inst)}
+        if client is not None:
+            args["client"] = client
+        return self.master.access.audit.system(SCHEDULER, action, f"policy {p['name']}",
+                                               {"args": args, "result": {"jobs": [job_id]}})
 
     # ---- catalog schedules ----------------------------------------------------------------
     def _catalog_due(self, policies, now):
@@ -328,7 +340,7 @@ class Scheduler:
     def _queue_catalog(self, due, now):
         """Queues a catalog backup per due catalog schedule, unless one of the same schedule
         is queued or running; recorded as the backups' runs are. Returns the job ids."""
-        queued = []
+        queued, audited = [], []
         with self.db.tx() as c:
             for p, s, at, inst in due:
                 if c.execute("SELECT 1 FROM jobs WHERE type=? AND policy=? AND schedule=? "
@@ -343,6 +355,8 @@ class Scheduler:
                     c, p, s, "", inst, run_id,
                     f"catalog backup queued by the scheduler: schedule {s.name}, "
                     f"window {_span(inst)}"))
+                audited.append(self._audit("start_catalog_backup", p, s, inst, queued[-1]))
+        self.master.access.audit.settle(audited)
         return queued
 
     def _missed(self, policies, since, now):

@@ -19,6 +19,7 @@ import binascii
 import hashlib
 
 from app import timeutil
+from app.audit import SYSTEM_ACTORS
 from app.config import check_abs_path
 from app.errors import NotFound, ValidationError
 
@@ -45,6 +46,9 @@ def check_name(name):
             c.isalnum() or c in "._-@" for c in name) or name.startswith("-"):
         raise ValidationError(f"user name {name!r} is not usable",
                               hint="use letters, digits, '.', '_', '-' or '@' (at most 64)")
+    if name.lower() in SYSTEM_ACTORS:
+        raise ValidationError(f"user name {name!r} is the master's own: the audit log names "
+                              "its own work with it", hint="choose another name")
     return name
 
 

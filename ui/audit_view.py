@@ -10,6 +10,7 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
                                QVBoxLayout)
 
+from app.audit import segment_text
 from ui.models import Column, ObjectTableModel, number_column, text_column, time_column
 from ui.polled import PolledPage
 from ui.tables import HandWidths, data_table, sorting_proxy
@@ -157,8 +158,11 @@ class AuditView(PolledPage):
     def show_chain(self, chain):
         self.chain = chain
         if chain["ok"]:
+            # a recovered catalog's log goes on in a new segment: said, not hidden
+            segments = "".join(f" {t[:1].upper()}{t[1:]}." for t in map(
+                segment_text, chain.get("segments") or ()))
             self.chain_label.setText(f"✓ The hash chain is whole: {chain['entries']} entries, "
-                                     "none changed or deleted.")
+                                     "none changed or deleted." + segments)
             self.chain_label.setStyleSheet(f"color: {OK_COLOUR};")
             return
         first = chain["broken"][0]

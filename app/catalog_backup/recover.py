@@ -24,10 +24,12 @@ import tempfile
 import time
 
 from app import status as st, timeutil
+from app.audit import AuditLog
 from app.catalog_backup import archive, escrow
 from app.errors import CairnError, ValidationError
 from app.formats import private
 from app.formats.durable import sync_dir
+from app.store.db import Database
 from plugins.storage.cloud import keys as bucket_keys
 
 _SERVER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
@@ -280,6 +282,24 @@ def _check_catalog(staging, path, mac_key):
     return images, jobs
 
 
+def _record_recovery(staging, path, manifest):
+    """The audit log of the recovered catalog goes on in a new segment (app/audit.py): an
+    entry chained to the last one the backup holds says where the catalog came from and
+    that what was recorded after the backup is not in it. The catalog is brought to this
+    Cairn's schema for it, as the master's first start would. Returns that entry's number."""
+    db = Database(os.path.join(staging.dir, archive.CATALOG))
+    try:
+        entry = AuditLog(db, os.path.join(staging.dir, "audit.head")).recovered(
+            path, created=manifest.get("created"), master_host=manifest.get("master_host"),
+            os_user=_owner_name(os.geteuid()))
+    except sqlite3.Error as e:
+        raise archive.Damaged(f"the catalog in the catalog backup {path} cannot be "
+                              f"written: {e}") from None
+    finally:
+        db.close()
+    return entry["seq"]
+
+
 def recover(root, from_dir, passphrase, archive_path=None):
     """Recovers a master into the empty home `root` from the newest catalog backup under
     `from_dir` (or from `archive_path` in it). Returns what it recovered (stable keys: see
@@ -300,6 +320,7 @@ def recover(root, from_dir, passphrase, archive_path=None):
             images, jobs = _check_catalog(staging, path, keys["mac"])
             restored = _unseal_keys(staging, manifest, keys["private"], path)
             credentials = _unseal_credentials(staging, manifest, keys["private"], path)
+            segment = _record_recovery(staging, path, manifest)
             staging.move_into_place()
         except BaseException:
             staging.remove()
@@ -314,5 +335,5 @@ def recover(root, from_dir, passphrase, archive_path=None):
                            if m["name"].startswith(archive.INDEX_DIR + "/")),
             "known_hosts": any(m["name"] == archive.KNOWN_HOSTS for m in manifest["members"]),
             "keys_restored": restored, "credentials_restored": credentials,
-            "authenticated": True,
+            "authenticated": True, "audit_segment": segment,
             "recovered_at": timeutil.iso(time.time())}

@@ -167,3 +167,6 @@ def _print_recovered(d):
     if d.get("credentials_restored"):
         print("  bucket credentials restored: " + ", ".join(d["credentials_restored"]))
     print("  images written after this catalog backup are not in it")
+    if d.get("audit_segment"):
+        print(f"  the audit log goes on in a new segment from entry {d['audit_segment']} "
+              "(entries written after this catalog backup are not in it)")

@@ -138,6 +138,10 @@ def _audit(m, args):
         c = d["chain"]
         if c["ok"]:
             print(f"chain: whole ({c['entries']} entries, head {c['head']})")
+        if c.get("segments"):
+            from app.audit import segment_text   # the log's module loads for this line only
+            for seg in c["segments"]:
+                print(f"chain: {segment_text(seg)}")
         for b in c["broken"]:
             print(f"chain: BROKEN at entry {b['seq']}: {b['problem']}")
     out(args, doc, human)

@@ -24,6 +24,7 @@ import uuid
 from app import status as st
 from app import timeutil
 from app.access_scope import internal
+from app.audit import DISPATCHER
 from app.errors import CairnError, Canceled
 from app.jobs import benchmark, cleanup, commit, duplicate_commit, duplicate_queue, expire, \
     kinds
@@ -33,6 +34,9 @@ from app.jobs.rules import retry_wanted
 from app.jobs.store import ACTIVE, NEXT_CHANGE, QUEUED
 
 LEASE = "dispatcher"
+# A headless dispatcher being started (Master.ensure_dispatcher): while it is, no other
+# process starts one; the dispatcher that takes the lease ends it.
+STARTING = "dispatcher-start"
 LEASE_SECONDS = 15.0
 STALE_SECONDS = 60.0
 # What a tick reads of each queued job.
@@ -74,6 +78,7 @@ class Dispatcher:
             c.execute("INSERT INTO leases(name, holder, expires) VALUES (?,?,?) "
                       "ON CONFLICT(name) DO UPDATE SET holder=excluded.holder, "
                       "expires=excluded.expires", (LEASE, self.id, now + LEASE_SECONDS))
+            c.execute("DELETE FROM leases WHERE name=?", (STARTING,))
         self._lease_until = now + LEASE_SECONDS
         return True
 
@@ -81,6 +86,24 @@ class Dispatcher:
         with self.db.tx() as c:
             c.execute("DELETE FROM leases WHERE name=? AND holder=?", (LEASE, self.id))
         self._lease_until = 0.0
+
+    @staticmethod
+    def claim_start(db, starter, seconds):
+        """Whether `starter` may start a headless dispatcher now: none holds the lease and
+        no other process started one in the last `seconds` that has not taken it yet. Several
+        consoles and commands that find queued jobs at once start one between them."""
+        now = time.time()
+        busy = ("SELECT 1 FROM leases WHERE name IN (?, ?) AND expires>? LIMIT 1",
+                (LEASE, STARTING, now))
+        if db.one(*busy):
+            return False
+        with db.tx() as c:
+            if c.execute(*busy).fetchone():
+                return False
+            c.execute("INSERT INTO leases(name, holder, expires) VALUES (?,?,?) "
+                      "ON CONFLICT(name) DO UPDATE SET holder=excluded.holder, "
+                      "expires=excluded.expires", (STARTING, starter, now + seconds))
+        return True
 
     @staticmethod
     def lease_holder(db):
@@ -368,11 +391,20 @@ class Dispatcher:
             retry_of=job["retry_of"] or job_id, not_before=start, not_after=job["not_after"],
             note=f"attempt {job['attempt'] + 1} of {tries}, after job {job_id} failed with "
                  f"status {job['status']}")
-        new = (jobs.create(DUPLICATE, **again) if job["type"] == DUPLICATE
-               else jobs.create("backup", **again))
-        jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed; attempt "
-                 f"{job['attempt'] + 1} queued as job {new}, to start at {timeutil.iso(start)}",
-                 "warning")
+        audit = self.master.access.audit
+        with self.db.tx() as c:
+            new = jobs.create(DUPLICATE if job["type"] == DUPLICATE else "backup", **again,
+                              c=c)
+            jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed; attempt "
+                     f"{job['attempt'] + 1} queued as job {new}, to start at "
+                     f"{timeutil.iso(start)}", "warning", c)
+            # the master's own work, recorded with the job it queues (app/audit.py)
+            entry = audit.system(DISPATCHER, "retry_job", f"job {job_id}", {
+                "args": {"job_id": job_id, "attempt": job["attempt"] + 1, "tries": tries,
+                         "failed_with": job["status"], "policy": job["policy"],
+                         "client": job["client"], "not_before": timeutil.iso(start)},
+                "result": {"jobs": [new]}})
+        audit.settle([entry])
         return new
 
     def housekeeping(self):
@@ -392,12 +424,12 @@ class Dispatcher:
         if now >= self._next_expire:
             self._next_expire = now + EXPIRE_EVERY
             try:
-                self.master.expire_due(now)
+                self._audit_started("start_expire", self.master.expire_due(now))
                 cleanup.remove_stale_index_temps(self.master)
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
             try:
-                self.master.verify_due(now)
+                self._audit_started("start_verify", self.master.verify_due(now))
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
         if now >= self._next_alerts:
@@ -407,6 +439,17 @@ class Dispatcher:
                 self.master.alerter.start_round()
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
+
+    def _audit_started(self, action, job_ids):
+        """Audit entries of the jobs the dispatcher queued by itself (expiry of images past
+        their retention, scheduled verifies): one each, the dispatcher as the user."""
+        audit = self.master.access.audit
+        for jid in job_ids or ():
+            job = self.master.jobs.get(jid)
+            params = job["params"] if isinstance(job["params"], dict) else {}
+            args = {k: params[k] for k in ("images", "copies", "pool") if params.get(k)}
+            audit.system(DISPATCHER, action, f"job {jid}",
+                         {"args": args, "result": {"jobs": [jid]}})
 
     def _pools(self):
         """Each storage unit's disk pool and limit of concurrent jobs, and each pool's limit

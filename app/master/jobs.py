@@ -2,6 +2,7 @@
 cancel, suspend, resume, statistics). Part of the master API (app/master/__init__.py)."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -143,14 +144,15 @@ class JobsAPI:
         ends with its client's connection) starts a headless dispatcher for them instead."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            # Ended already (a dispatcher ran them and let go of the lease since the last
+            # look): no dispatcher is started for nothing.
+            if all(self.jobs.get(j)["state"] == DONE for j in job_ids):
+                break
             if Dispatcher.lease_holder(self.db) is None:
                 if getattr(self, "jobs_run_elsewhere", False):
                     self.ensure_dispatcher()
                 elif self.dispatcher.run_until_done(job_ids):
                     break
-            states = [self.jobs.get(j)["state"] for j in job_ids]
-            if all(s == DONE for s in states):
-                break
             if deadline and time.monotonic() > deadline:
                 raise CairnError("timed out waiting for jobs " + ", ".join(map(str, job_ids)))
             time.sleep(poll)
@@ -165,14 +167,14 @@ class JobsAPI:
         """Queued jobs have to run: when no dispatcher holds the lease, starts a headless
         master (`cairn master run --until-idle`) in a session of its own, so that the jobs
         go on after the command or connection that queued them has ended. Once started, no
-        other is started for DISPATCHER_START_WAIT seconds (the time it takes to take the
-        lease). Returns whether one was started."""
+        other is started, by this process or another (several consoles and commands on one
+        master), until it took the lease or DISPATCHER_START_WAIT seconds passed (the time
+        it has to take it). Returns whether one was started."""
         if Dispatcher.lease_holder(self.db) is not None:
             return False
-        started = getattr(self, "_dispatcher_started", None)
-        if started is not None and time.monotonic() - started < DISPATCHER_START_WAIT:
+        if not Dispatcher.claim_start(self.db, f"{socket.gethostname()}:{os.getpid()}",
+                                      DISPATCHER_START_WAIT):
             return False
-        self._dispatcher_started = time.monotonic()
         root = self.home.root
         cmd = [sys.executable, "-m", "app", "--home", root, "master", "run", "--until-idle"]
         if getattr(sys, "frozen", False):

@@ -280,6 +280,10 @@ class RemoteMaster:
         return remote_call
 
 
+# What wakes a thread iterating a subscription that was closed (from another thread).
+_CLOSED = {"closed": True}
+
+
 class Subscription:
     def __init__(self, master, kind, kwargs):
         self._m = master
@@ -305,6 +309,8 @@ class Subscription:
         if msg is not None and "event" in msg:
             return codec.decode(msg["event"])
         self._end()
+        if msg is _CLOSED:
+            raise StopIteration
         if msg is None:
             raise self._m._lost_error()
         if "error" in msg:
@@ -313,12 +319,14 @@ class Subscription:
         raise StopIteration
 
     def close(self):
+        """Ends the stream; a thread iterating it (a console's feed reader) stops too."""
         if not self.ended:
             try:
                 self._m._send({"cancel": self.id})
             except ConnectionLost:
                 pass
             self._end()
+            self._p.events.put(_CLOSED)
 
     def _end(self):
         self.ended = True

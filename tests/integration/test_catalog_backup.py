@@ -492,3 +492,52 @@ def test_a_full_volume_fails_the_catalog_backup_cleanly(tmp_path, small_tmpfs):
         assert sorted(os.listdir(folder)) == [before]
     finally:
         m.close()
+
+
+def test_a_recovered_catalog_starts_a_new_segment_of_the_audit_log(tmp_path, small_master):
+    """The recovered audit log holds the entries up to the catalog backup and goes on from
+    its last one in a new segment, which says so: the chain stays whole and verifiable, and
+    what was recorded after the backup is named as missing, not silently gone."""
+    m = small_master
+    in_backup = m.audit_entries()[-1]["seq"]
+    m.set_setting("backup_tries", "3")      # recorded after the catalog backup was made
+    assert m.audit_entries()[-1]["seq"] > in_backup
+    home = tmp_path / "new"
+    doc, p = _recover(tmp_path, home)
+    assert p.returncode == 0, doc
+    chain_doc, p = cairn_json(home, "audit", "--verify")
+    assert p.returncode == 0, p.stderr
+    chain = chain_doc["chain"]
+    assert chain["ok"] and chain["head"] == "matches"
+    entries = chain_doc["entries"]
+    last = entries[-1]
+    assert [e["seq"] for e in entries] == list(range(1, in_backup + 2))
+    assert doc["audit_segment"] == last["seq"] == in_backup + 1
+    assert (last["user"], last["role"], last["origin"], last["action"]) == \
+        ("recovery", "system", "local", "catalog_recover")
+    assert last["details"]["backup"] == doc["backup"]
+    assert last["details"]["continues_from"]["seq"] == in_backup
+    assert "not in this catalog" in last["details"]["note"]
+    assert not [e for e in entries if e["action"] == "set_setting"]
+    [seg] = chain["segments"]
+    assert (seg["seq"], seg["backup"], seg["continues_from"]) == \
+        (last["seq"], doc["backup"], in_backup)
+    p = cairn(home, "audit", "--verify")
+    assert f"a new segment starts at entry {last['seq']}" in p.stdout
+    p = cairn(tmp_path / "again", "catalog", "recover", "--from", tmp_path / "vol",
+              "--passphrase-file", passphrase_file(tmp_path, name="pass-again"))
+    assert f"the audit log goes on in a new segment from entry {last['seq']}" in p.stdout
+    # the master goes on in the new segment, and an edit of its first entry is found
+    r = Master(str(home))
+    try:
+        r.set_setting("backup_tries", "4")
+        assert r.audit_verify()["ok"]
+    finally:
+        r.close()
+    conn = sqlite3.connect(home / "catalog.db")
+    with conn:
+        conn.execute("UPDATE audit_log SET details='{}' WHERE seq=?", (last["seq"],))
+    conn.close()
+    doc, p = cairn_json(home, "audit", "--verify", check=False)
+    assert p.returncode == st.CATALOG_FAILED
+    assert [b["seq"] for b in doc["chain"]["broken"]] == [last["seq"]]

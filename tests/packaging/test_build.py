@@ -6,10 +6,12 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
+from app import status as st
 from app.transport.bundle import agent_bundle
 from app.transport.ssh import DEFAULT_AGENT_DIR
 
@@ -144,3 +146,72 @@ def test_the_agent_bundle_reaches_an_ssh_host_from_the_build(frozen, tmp_path, s
     sent = os.path.join(os.path.expanduser("~"), DEFAULT_AGENT_DIR, f"agent-{version}.pyz")
     with open(sent, "rb") as f:
         assert f.read() == data
+
+
+@pytest.mark.ssh
+def test_the_build_manages_a_master_over_ssh(frozen, tmp_path, sshd):
+    """The frozen `cairn --master` and `cairn console --master` reach a master served over
+    the loopback sshd: by the source tree's Python, as on a server set up from source, and
+    by the build itself."""
+    from PySide6.QtGui import QImage
+    master_home, desktop = tmp_path / "master", tmp_path / "desktop"
+    served = (f"cd {ROOT} && exec {sys.executable} -m app master serve --stdio "
+              f"--home {master_home} --user admin")
+    where = ["--master", f"{sshd.user}@{sshd.host}:{sshd.port}", "--identity", sshd.key_file]
+
+    def remote(*args, command=served, **env):
+        return run(frozen, "--home", desktop, *where, "--master-command", command, *args,
+                   cwd=tmp_path, **env)
+
+    # the master's key is unknown to this desktop: refused, then trusted once
+    p = remote("status", "--json")
+    assert p.returncode == st.HOST_KEY_UNKNOWN, p.stderr
+    assert sshd.host_key_fingerprint in p.stderr
+    p = remote("--trust-master-key", "host", "add", "me", "--local")
+    assert p.returncode == 0, p.stderr
+    p = remote("status", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert [h["name"] for h in doc["hosts"]] == ["me"] and doc["hosts"][0]["reachable"]
+    p = remote("host", "list", "--json")
+    assert p.returncode == 0, p.stderr
+    assert [h["name"] for h in json.loads(p.stdout)["hosts"]] == ["me"]
+    # an error of the master comes back as itself: message, hint and status
+    p = remote("policy", "show", "nope", "--json")
+    assert p.returncode == st.INVALID_REQUEST and "there is no policy named 'nope'" in p.stderr
+    # the master served by the build itself
+    p = remote("user", "whoami", "--json",
+               command=f"{frozen} master serve --stdio --home {master_home} --user admin")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["role"] == "admin"
+    assert not (desktop / "catalog.db").exists()
+    # the console, connected to it, renders offscreen
+    logins = len(_logins(master_home))
+    shot = tmp_path / "remote.png"
+    p = remote("console", "--screenshot", shot, "--view", "hosts",
+               QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "cfg"))
+    assert p.returncode == 0, p.stderr
+    img = QImage(str(shot))
+    assert not img.isNull() and (img.width(), img.height()) == (1280, 800)
+    assert len({img.pixel(x, y) for x in range(0, 1280, 16) for y in range(0, 800, 16)}) > 8
+    assert len(_logins(master_home)) == logins + 1, "the console did not log in"
+
+
+def _logins(home):
+    import sqlite3
+    conn = sqlite3.connect(os.path.join(home, "catalog.db"))
+    try:
+        return conn.execute("SELECT seq FROM audit_log WHERE action='login'").fetchall()
+    finally:
+        conn.close()
+
+
+def test_the_build_carries_what_a_remote_master_loads_by_name(frozen):
+    """What `--master` loads only when named, and what the wire codec imports by name
+    (app/remote/codec.py), is in the build."""
+    from PyInstaller.archive.readers import CArchiveReader
+    from app.remote.codec import modules_loaded_by_name
+    modules = set(CArchiveReader(str(frozen)).open_embedded_archive("PYZ.pyz").toc)
+    wanted = {"app.remote.client", "app.remote.server", "app.remote.streams", "ui.remote",
+              "paramiko.agent"} | set(modules_loaded_by_name())
+    assert sorted(wanted - modules) == []

@@ -90,3 +90,23 @@ def test_for_the_embedded_admin_nothing_is_hidden(qtbot, console):
     assert w.user["role"] == "admin" and w.windowTitle() == "Cairn console"
     assert w.views["policies"].object_actions.backup.isVisible()
     assert w.views["activity"].cancel_action.isVisible()
+
+
+def test_the_audit_page_says_where_a_recovered_catalogs_log_goes_on(qtbot, make_console,
+                                                                    empty_master, home):
+    """A catalog recovered from a catalog backup (app/audit.py: recovered) goes on in a new
+    segment of the chain: the page says so beside the chain being whole."""
+    from app.audit import AuditLog
+    m = Master(home)
+    try:
+        AuditLog(m.db, f"{home}/audit.head").recovered("/pool/catalog-backups/cb-1.tar",
+                                                       created="2026-11-20T03:00:00Z")
+    finally:
+        m.close()
+    c = make_console(empty_master)
+    c.window.select_view("audit")
+    view = c.window.views["audit"]
+    qtbot.waitUntil(lambda: view.loaded, timeout=10000)
+    text = view.chain_label.text()
+    assert "whole" in text and "A new segment starts at entry" in text
+    assert "recovered from /pool/catalog-backups/cb-1.tar made 2026-11-20T03:00:00Z" in text

@@ -313,12 +313,14 @@ class Subscription:
         raise StopIteration
 
     def close(self):
+        """Ends the stream; an iteration waiting on another thread ends too."""
         if not self.ended:
             try:
                 self._m._send({"cancel": self.id})
             except ConnectionLost:
                 pass
             self._end()
+            self._p.events.put({"result": None})
 
     def _end(self):
         self.ended = True

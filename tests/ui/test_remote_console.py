@@ -159,3 +159,54 @@ def test_the_console_side_imports_nothing_posix_only():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env=dict(os.environ, QT_QPA_PLATFORM="offscreen"), timeout=120)
     assert p.stdout.strip() == "imported", p.stderr
+
+
+def requests_of(rm):
+    """The requests a RemoteMaster sends from now on (each one round trip, a stream's
+    opening included), as the methods they name."""
+    sent, request, subscribe = [], rm._request, type(rm).subscribe
+
+    def counted(msg, cancel=None):
+        sent.extend([c["method"] for c in msg["batch"]] if "batch" in msg else [msg["method"]])
+        return request(msg, cancel)
+    rm._request = counted
+    rm.subscribe = lambda kind, **kw: (sent.append("subscribe:" + kind),
+                                       subscribe(rm, kind, **kw))[1]
+    return sent
+
+
+def test_the_activity_monitor_on_a_remote_master_follows_the_pushed_job_changes(
+        make_console, remote_master, qtbot):
+    """No read on the clock: the master pushes each job as it changes, the table shows it,
+    and the bridge asks for nothing but the status bar's reads meanwhile."""
+    from app import status as st
+    rm = remote_master
+    sent = requests_of(rm)
+    c = make_console(rm)
+    w = c.window
+    w.select_view("activity")
+    view = w.current_view
+    qtbot.waitUntil(lambda: view.loaded, timeout=10000)
+    assert view.stream is not None and view.stream.opened == 1
+    m = Master(rm.hello["home"])
+    try:
+        with m.db.tx() as tx:   # claimed at once: no dispatcher of the master's runs it
+            jid = m.jobs.create("backup", client="me", policy="p", schedule="s", c=tx)
+            m.jobs.claim(jid, "test", c=tx)
+        qtbot.waitUntil(lambda: view.model.row_of(jid) is not None, timeout=10000)
+        assert view.model.counts["active"] == 1
+        m.jobs.progress(jid, bytes=5 << 20, files=3, rate=1 << 20)
+        m.jobs.finish(jid, st.OK)
+        qtbot.waitUntil(lambda: view.model.counts["done"] == 1, timeout=10000)
+    finally:
+        m.close()
+    qtbot.wait(2500)        # the window's clock ticks on: the page is never due
+    assert not view.due() and view.stream.opened == 1 and view.stream.events >= 3
+    assert "job_changes" not in sent and "throughput" not in sent
+    assert sent.count("subscribe:job_changes") == 1
+    # hidden, the page lets the stream go; shown again, it follows it from where it was
+    w.select_view("hosts")
+    assert view.stream is None
+    w.select_view("activity")
+    assert view.stream is not None and sent.count("subscribe:job_changes") == 2
+    assert view.model.row_of(jid) is not None

@@ -44,22 +44,28 @@ def _sentence(message):
     return message[0].upper() + message[1:] + ("" if message.endswith(".") else ".")
 
 
-def _load_volumes(m, server):
+def _load_volumes(m, server, host=None):
     """The storage server's host's file systems, marked with its cluster's GPFS file systems
-    (one probe of the host gives both), and the volumes other pools already use."""
-    srv = m.storage_server(server)
+    (one probe of the host gives both), and the volumes other pools already use. One round
+    trip to a master over SSH when the server's host is known (the server page read it),
+    two when it is not."""
+    reads = [("storage_server", (server,)), ("disk_pools",), ("policies",)]
+    if host:
+        reads.append(("probe_host", (host,)))
+    srv, all_pools, policies, *probed = m.batch(reads)
+    # the server's host, as the master says now: probed again if it was another
+    probe = probed[0] if probed and srv["host"] == host else m.probe_host(srv["host"])
     used = {}
-    for pool in m.disk_pools():
+    for pool in all_pools:
         if pool["server"] == server:
             for v in pool["volumes"]:
                 used[v] = pool["name"]
-    probe = m.probe_host(srv["host"])
     scale = probe.get("storage_scale")
     # every pool's directories: one host's, or any host's on a shared file system, are
     # never another pool's or inside or around one (the master refuses them too)
     pools = [{"name": p["name"], "host": p["host"], "volumes": p["volumes"]}
-             for p in m.disk_pools()]
-    protected = [(p["name"], s) for p in m.policies() if srv["host"] in (p["clients"] or [])
+             for p in all_pools]
+    protected = [(p["name"], s) for p in policies if srv["host"] in (p["clients"] or [])
                  for s in p["selections"] or []]
     return {"host": srv["host"], "used": used, "pools": pools, "protected": protected,
             "filesystems": scale_view.mark_volumes(probe.get("filesystems") or [], scale,
@@ -114,7 +120,7 @@ class ServerPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage servers…")
-        self.call(lambda m: (m.storage_servers(), m.disk_pools()),
+        self.call(lambda m: m.batch([("storage_servers",), ("disk_pools",)]),
                   done=self._servers, failed=self.loaded)
 
     def _servers(self, result):
@@ -253,7 +259,8 @@ class VolumesPage(Page):
         keep = [(self.volume(r), self.is_checked(r)) for r in range(self.table.rowCount())
                 if self.is_checked(r) or self.volume(r) not in mounts]
         self.start_loading("Reading the file systems of the storage server's host…")
-        self.call(_load_volumes, self.server, done=lambda r: self._loaded(r, keep),
+        host = (self.wizard().server_page.server() or {}).get("host")
+        self.call(_load_volumes, self.server, host, done=lambda r: self._loaded(r, keep),
                   failed=self._load_failed)
 
     def _load_failed(self, error):

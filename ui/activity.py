@@ -319,8 +319,12 @@ class ActivityView(PolledPage):
         self._cursor = changes["cursor"]
         self._add_choices(self.type_box, self.model.types)
         self._add_choices(self.client_box, self.model.clients)
-        if not self._sized and self.model.rowCount():
-            self._size_columns()
+        n = self.model.rowCount()
+        ended = n - self.model.counts["queued"] - self.model.counts["active"]
+        # sized to the first jobs, and once more to the first that ended (a queued job has
+        # no start, end, bytes or rate to fit)
+        if n and (not self._sized or (self._sized == "early" and ended)):
+            self._size_columns(final=bool(ended))
         if self._select_when_listed:
             keys = [k for k in self._select_when_listed if self.model.row_of(k) is not None]
             if keys:
@@ -362,8 +366,9 @@ class ActivityView(PolledPage):
             f"Throughput of all jobs, last {int(PLOT_WINDOW_S // 60)} minutes — now "
             f"{fmt.rate(now) or '0 B/s'}, {active} job{'s' if active != 1 else ''} running")
 
-    def _size_columns(self):
-        """Columns as wide as their contents or their title; the last one takes the rest."""
+    def _size_columns(self, final=True):
+        """Columns as wide as their contents or their title; the last one takes the rest.
+        Not final: sized again once a job ended."""
         hh = self.table.horizontalHeader()
         fm = hh.fontMetrics()
         arrow = hh.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMarkSize) + 6
@@ -375,7 +380,7 @@ class ActivityView(PolledPage):
                     width = max(width, fm.horizontalAdvance("100.0%") + 40)
                 hh.resizeSection(c, min(width, max(160, fm.averageCharWidth() * 40)))
             hh.setStretchLastSection(True)
-        self._sized = True
+        self._sized = True if final else "early"
 
     # ---- filters --------------------------------------------------------------------------
     @staticmethod

@@ -210,3 +210,120 @@ def test_the_activity_monitor_on_a_remote_master_follows_the_pushed_job_changes(
     w.select_view("activity")
     assert view.stream is not None and sent.count("subscribe:job_changes") == 2
     assert view.model.row_of(jid) is not None
+
+
+def test_the_first_day_story_in_a_console_on_a_headless_master(
+        make_console, remote_master, qtbot, tmp_path):
+    """An admin's first day in a console on a master over SSH: the four wizards, Back up
+    now, the job followed to its end in the activity monitor, a restore to a new directory
+    from the restore browser, and the restored bytes as they were. Nothing of it touches
+    the desktop's own catalog; the jobs run on the master's machine."""
+    from PySide6.QtCore import Qt
+    from app import status as st
+    from test_restore_browser import expand_to, tick
+    from test_wizards import finish, go_next, retype, settle
+    from treegen import assert_trees_equal, make_tree
+    rm = remote_master
+    src, vol, dst = tmp_path / "src", tmp_path / "vol", tmp_path / "restored"
+    vol.mkdir()
+    make_tree(str(src))
+    c = make_console(rm)
+    w = c.window
+    w.confirm_close_with_running_jobs = False
+    # where backups go: storage server, disk pool, storage unit (the pool wizard's follow-up)
+    wiz = w.open_wizard("storage-server")
+    settle(qtbot, wiz)
+    go_next(qtbot, wiz)
+    assert wiz.host_page.picker.name() == "me"
+    go_next(qtbot, wiz)
+    retype(qtbot, wiz.name_page.name, "ss1")
+    go_next(qtbot, wiz)
+    go_next(qtbot, wiz)
+    assert wiz.result_page.result is not None, wiz.result_page.status.plain_text()
+    finish(qtbot, wiz)
+    wiz = w.open_wizard("disk-pool", server="ss1")
+    settle(qtbot, wiz)
+    go_next(qtbot, wiz)
+    vp = wiz.volumes_page
+    qtbot.keyClicks(vp.path, str(vol))
+    qtbot.keyClicks(vp.path, "\r")
+    qtbot.waitUntil(lambda: str(vol) in vp.checks and not wiz.busy, timeout=20000)
+    assert vp.volumes() == [str(vol)]
+    go_next(qtbot, wiz)
+    retype(qtbot, wiz.settings_page.name, "dp1")
+    go_next(qtbot, wiz)
+    assert wiz.summary_page.make_unit.isChecked()
+    go_next(qtbot, wiz)
+    assert wiz.result_page.result is not None, wiz.result_page.status.plain_text()
+    finish(qtbot, wiz)
+    unit = wiz.follow_up
+    settle(qtbot, unit)
+    assert unit.settings_page.pool.currentText() == "dp1"
+    go_next(qtbot, unit)
+    go_next(qtbot, unit)
+    finish(qtbot, unit)
+    # what is backed up: the policy
+    qtbot.waitUntil(lambda: w.wizard is None or not w.wizard.isVisible(), timeout=10000)
+    wiz = w.open_wizard("policy")
+    settle(qtbot, wiz)
+    qtbot.keyClicks(wiz.attributes_page.name, "p1")
+    assert wiz.attributes_page.unit.currentText() == "dp1-stu"
+    go_next(qtbot, wiz)
+    go_next(qtbot, wiz)                      # no schedule: backed up by hand
+    wiz.clients_page.set_checked("me")
+    go_next(qtbot, wiz)
+    qtbot.keyClicks(wiz.selections_page.path, str(src))
+    qtbot.mouseClick(wiz.selections_page.add_button, Qt.MouseButton.LeftButton)
+    assert wiz.selections_page.selections == [str(src)]
+    go_next(qtbot, wiz)
+    go_next(qtbot, wiz)
+    assert wiz.result_page.result is not None, wiz.result_page.status.plain_text()
+    finish(qtbot, wiz)
+    assert rm.policy("p1")["selections"] == [str(src)]
+    # Back up now, followed in the activity monitor to its end
+    w.select_view("policies")
+    view = w.current_view
+    qtbot.waitUntil(lambda: view.loaded and view.model.row_of("p1") is not None,
+                    timeout=10000)
+    assert view.select_key("p1")
+    dlg = view.object_actions._backup_now()
+    dlg.ok.click()
+    activity = w.views["activity"]
+    qtbot.waitUntil(lambda: w.current_view is activity and activity.model.rowCount() == 1,
+                    timeout=10000)
+    assert activity.stream is not None
+    job = activity.model.row_dict(0)
+    qtbot.waitUntil(lambda: activity.model.counts["done"] == 1, timeout=30000)
+    job = activity.model.row_dict(activity.model.row_of(job["id"]))
+    assert (job["type"], job["state"], job["status"]) == ("backup", "done", st.OK), \
+        rm.job_logs(job["id"])
+    # restore to a new location: the restore browser, the restore dialog
+    w.select_view("restore")
+    v = w.views["restore"]
+    qtbot.waitUntil(lambda: v.loaded and v.files.image_id is not None, timeout=10000)
+    expand_to(v, qtbot, str(src / "dir"))
+    tick(v, qtbot, str(src / "dir"))
+    tick(v, qtbot, str(src / "small.txt"))
+    opened = []
+    v.job_opened.connect(opened.append)
+    dlg = v.open_restore_dialog()
+    qtbot.keyClicks(dlg.directory, str(dst))
+    qtbot.waitUntil(lambda: dlg.start_button.isEnabled(), timeout=10000)
+    assert "entries will be restored to me:" + str(dst) in dlg.status.text()
+    qtbot.mouseClick(dlg.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(opened), timeout=10000)
+    rid = opened[0]["id"]
+    w.select_view("activity")
+    qtbot.waitUntil(lambda: activity.model.row_of(rid) is not None and activity.model.row_dict(
+        activity.model.row_of(rid))["state"] == "done", timeout=30000)
+    assert activity.model.row_dict(activity.model.row_of(rid))["status"] == st.OK, \
+        rm.job_logs(rid)
+    w.refresh_status()
+    qtbot.waitUntil(lambda: w.jobs_label.text() == "Jobs: 0 running, 0 queued", timeout=10000)
+    # what the README shows (docs/screenshots/remote-master.png)
+    assert w.grab().save(str(tmp_path / "remote-master.png"))
+    assert_trees_equal(str(src / "dir"), str(dst) + str(src / "dir"), check_owner=False)
+    assert (src / "small.txt").read_bytes() == (dst / str(src).lstrip("/") /
+                                                "small.txt").read_bytes()
+    assert sorted(os.listdir(str(dst) + str(src))) == ["dir", "small.txt"]
+    assert not c.dispatcher_thread

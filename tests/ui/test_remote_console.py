@@ -82,6 +82,8 @@ def test_an_unknown_master_key_is_trusted_when_the_user_confirms_it(
         assert m.host_list() == [] and m.cairn_user == ("admin", "admin")
         assert sshd.host_public_key_line in (home / "known_hosts").read_text()
         assert remote.recent()[0] == m.where
+        # remembered with how it was reached, for File ▸ Open a master…
+        assert remote.options(m.where) == (os.path.abspath(sshd.key_file), serve)
     finally:
         m.close()
 
@@ -131,22 +133,53 @@ def test_the_restore_browser_over_ssh_shows_a_first_page_then_the_rest(
         bridge.shutdown()
 
 
-def test_file_open_a_master_starts_a_console_on_it(console, monkeypatch):
+def test_file_open_a_master_starts_a_console_on_it(console, monkeypatch, tmp_path):
+    """With the SSH key and the command given, remembered with the master and filled in
+    again when it is chosen among the recent ones; a bad name or a missing key file is said
+    in the dialog, which stays open."""
     from ui import remote
-    started, answers = [], iter([("admin@backup1:2222", True), ("admin@", True),
-                                 ("", False)])
-    monkeypatch.setattr(remote.QInputDialog, "getItem", lambda *a, **k: next(answers))
+    started = []
     monkeypatch.setattr(remote.QProcess, "startDetached",
                         lambda prog, args: started.append([prog, *args]))
+    key = tmp_path / "id_backup1"
+    key.write_text("a key\n")
     w = console.window
-    w.open_other_master()
-    assert started == [remote.console_command("admin@backup1:2222")]
-    assert started[0][-3:] == ["console", "--master", "admin@backup1:2222"]
-    w.open_other_master()            # no master name: said, nothing started
-    assert "is not [USER@]HOST[:PORT]" in w.open_master_error.text() and len(started) == 1
-    w.open_master_error.close()
-    w.open_other_master()            # canceled
+    dlg = w.open_other_master()
+    assert dlg.isVisible() and dlg.master.currentText() == ""
+    dlg.master.setEditText("admin@")          # no master name: said, nothing started
+    dlg.open_button.click()
+    assert dlg.isVisible() and "is not [USER@]HOST[:PORT]" in dlg.error.text()
+    dlg.master.setEditText("admin@backup1:2222")
+    dlg.identity.setText(str(tmp_path / "nokey"))
+    dlg.open_button.click()
+    assert dlg.isVisible() and "There is no key file" in dlg.error.text() and not started
+    dlg.identity.setText(str(key))
+    dlg.command.setText("/opt/cairn/cairn master serve --stdio")
+    dlg.open_button.click()
+    assert not dlg.isVisible()
+    assert started == [remote.console_command("admin@backup1:2222", str(key),
+                                              "/opt/cairn/cairn master serve --stdio")]
+    assert started[0][-7:] == ["console", "--master", "admin@backup1:2222", "--identity",
+                               str(key), "--master-command",
+                               "/opt/cairn/cairn master serve --stdio"]
+    # the console opened remembers them with the master (open_master, once connected)
+    remote.remember("admin@backup1:2222", identity=str(key),
+                    command="/opt/cairn/cairn master serve --stdio")
+    remote.remember("ops@backup2")
+    dlg = w.open_other_master()
+    assert [dlg.master.itemText(i) for i in range(dlg.master.count())] == \
+        ["ops@backup2", "admin@backup1:2222"]
+    assert dlg.identity.text() == "" and dlg.command.text() == ""
+    dlg.master.setCurrentIndex(1)
+    assert dlg.identity.text() == str(key)
+    assert dlg.command.text() == "/opt/cairn/cairn master serve --stdio"
+    dlg.reject()                              # canceled: nothing started
     assert len(started) == 1
+    # the command line of the console opened takes them
+    from app.cli import build_parser
+    args = build_parser("console").parse_args(started[0][started[0].index("console"):])
+    assert (args.master, args.identity, args.master_command) == \
+        ("admin@backup1:2222", str(key), "/opt/cairn/cairn master serve --stdio")
 
 
 def test_the_console_side_imports_nothing_posix_only():

@@ -245,25 +245,10 @@ def test_the_activity_monitor_on_a_remote_master_follows_the_pushed_job_changes(
     assert view.model.row_of(jid) is not None
 
 
-def test_the_first_day_story_in_a_console_on_a_headless_master(
-        make_console, remote_master, qtbot, tmp_path):
-    """An admin's first day in a console on a master over SSH: the four wizards, Back up
-    now, the job followed to its end in the activity monitor, a restore to a new directory
-    from the restore browser, and the restored bytes as they were. Nothing of it touches
-    the desktop's own catalog; the jobs run on the master's machine."""
-    from PySide6.QtCore import Qt
-    from app import status as st
-    from test_restore_browser import expand_to, tick
+def set_up_storage(w, qtbot, vol):
+    """Where backups go, through the wizards: storage server, disk pool, storage unit (the
+    pool wizard's follow-up)."""
     from test_wizards import finish, go_next, retype, settle
-    from treegen import assert_trees_equal, make_tree
-    rm = remote_master
-    src, vol, dst = tmp_path / "src", tmp_path / "vol", tmp_path / "restored"
-    vol.mkdir()
-    make_tree(str(src))
-    c = make_console(rm)
-    w = c.window
-    w.confirm_close_with_running_jobs = False
-    # where backups go: storage server, disk pool, storage unit (the pool wizard's follow-up)
     wiz = w.open_wizard("storage-server")
     settle(qtbot, wiz)
     go_next(qtbot, wiz)
@@ -295,7 +280,12 @@ def test_the_first_day_story_in_a_console_on_a_headless_master(
     go_next(qtbot, unit)
     go_next(qtbot, unit)
     finish(qtbot, unit)
-    # what is backed up: the policy
+
+
+def set_up_policy(w, qtbot, src):
+    """What is backed up, through the policy wizard: src of the host me, by hand."""
+    from PySide6.QtCore import Qt
+    from test_wizards import finish, go_next, settle
     qtbot.waitUntil(lambda: w.wizard is None or not w.wizard.isVisible(), timeout=10000)
     wiz = w.open_wizard("policy")
     settle(qtbot, wiz)
@@ -312,6 +302,27 @@ def test_the_first_day_story_in_a_console_on_a_headless_master(
     go_next(qtbot, wiz)
     assert wiz.result_page.result is not None, wiz.result_page.status.plain_text()
     finish(qtbot, wiz)
+
+
+def test_the_first_day_story_in_a_console_on_a_headless_master(
+        make_console, remote_master, qtbot, tmp_path):
+    """An admin's first day in a console on a master over SSH: the four wizards, Back up
+    now, the job followed to its end in the activity monitor, a restore to a new directory
+    from the restore browser, and the restored bytes as they were. The jobs run on the
+    master's machine (this console runs no dispatcher)."""
+    from PySide6.QtCore import Qt
+    from app import status as st
+    from test_restore_browser import expand_to, tick
+    from treegen import assert_trees_equal, make_tree
+    rm = remote_master
+    src, vol, dst = tmp_path / "src", tmp_path / "vol", tmp_path / "restored"
+    vol.mkdir()
+    make_tree(str(src))
+    c = make_console(rm)
+    w = c.window
+    w.confirm_close_with_running_jobs = False
+    set_up_storage(w, qtbot, vol)
+    set_up_policy(w, qtbot, src)
     assert rm.policy("p1")["selections"] == [str(src)]
     # Back up now, followed in the activity monitor to its end
     w.select_view("policies")

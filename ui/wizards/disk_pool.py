@@ -46,13 +46,10 @@ def _sentence(message):
 
 def _load_volumes(m, server, host=None):
     """The storage server's host's file systems, marked with its cluster's GPFS file systems
-    (one probe of the host gives both), and the volumes other pools already use. One round
-    trip to a master over SSH when the server's host is known (the server page read it),
-    two when it is not."""
+    (one probe of the host gives both), and the volumes other pools already use: one round
+    trip to a master over SSH when the server's host is known (from the server page)."""
     reads = [("storage_server", (server,)), ("disk_pools",), ("policies",)]
-    if host:
-        reads.append(("probe_host", (host,)))
-    srv, all_pools, policies, *probed = m.batch(reads)
+    srv, all_pools, policies, *probed = m.batch(reads + [("probe_host", (host,))] * bool(host))
     # the server's host, as the master says now: probed again if it was another
     probe = probed[0] if probed and srv["host"] == host else m.probe_host(srv["host"])
     used = {}

@@ -237,11 +237,24 @@ def test_the_activity_monitor_on_a_remote_master_follows_the_pushed_job_changes(
     assert not view.due() and view.stream.opened == 1 and view.stream.events >= 3
     assert "job_changes" not in sent and "throughput" not in sent
     assert sent.count("subscribe:job_changes") == 1
+    # the connection drops: the stream is opened again once it is back, from where the
+    # table was, and what changed meanwhile shows
+    rm._ssh._t.close()
+    m = Master(rm.hello["home"])
+    try:
+        with m.db.tx() as tx:
+            second = m.jobs.create("verify", c=tx)
+            m.jobs.claim(second, "test", c=tx)
+        m.jobs.finish(second, st.CANCELED)
+    finally:
+        m.close()
+    qtbot.waitUntil(lambda: view.model.row_of(second) is not None, timeout=15000)
+    assert view.stream.opened == 2 and sent.count("subscribe:job_changes") == 2
     # hidden, the page lets the stream go; shown again, it follows it from where it was
     w.select_view("hosts")
     assert view.stream is None
     w.select_view("activity")
-    assert view.stream is not None and sent.count("subscribe:job_changes") == 2
+    assert view.stream is not None and sent.count("subscribe:job_changes") == 3
     assert view.model.row_of(jid) is not None
 
 

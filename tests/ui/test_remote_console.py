@@ -182,6 +182,44 @@ def test_file_open_a_master_starts_a_console_on_it(console, monkeypatch, tmp_pat
         ("admin@backup1:2222", str(key), "/opt/cairn/cairn master serve --stdio")
 
 
+def test_each_wizard_step_that_reads_several_lists_is_one_round_trip(remote_master,
+                                                                     tmp_path):
+    from ui.wizards import disk_pool, lifecycle, policy, storage_unit, stugroup
+    rm = remote_master
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    m = Master(rm.hello["home"])
+    try:
+        m.create_storage_server("ss1", type="advanced-disk", host="me")
+        m.create_disk_pool("dp1", server="ss1", volumes=[str(vol)], check=False)
+        m.config.add_storage_unit("stu1", pool="dp1")
+        m.config.add_policy("p1", storage_unit="stu1")
+        m.config.add_policy_client("p1", "me")
+        m.config.add_policy_selection("p1", str(tmp_path / "data"))
+    finally:
+        m.close()
+    trips, request = [], rm._request
+    rm._request = lambda msg, cancel=None: (trips.append(msg), request(msg, cancel))[1]
+    for step, check in (
+            (lambda m: disk_pool._load_volumes(m, "ss1", "me"),
+             lambda r: r["host"] == "me" and r["used"] == {str(vol): "dp1"}
+             and r["protected"] == [("p1", str(tmp_path / "data"))] and r["filesystems"]),
+            (storage_unit._load_lists,
+             lambda r: [p["name"] for p in r[0]] == ["dp1"] and r[1] == ["stu1"]),
+            (policy._load_lists, lambda r: [u["name"] for u in r[0]] == ["stu1"]
+             and r[1] == ["p1"] and r[2] == set()),
+            (lifecycle._load_lists, lambda r: [u["name"] for u in r[0]] == ["stu1"]),
+            (stugroup._load_lists, lambda r: r[1] == [])):
+        trips.clear()
+        result = step(rm)
+        assert len(trips) == 1, [t.get("method") or t.get("batch") for t in trips]
+        assert check(result), result
+    # the server's host as the server page knew it is no longer its host: probed again
+    trips.clear()
+    assert disk_pool._load_volumes(rm, "ss1", "elsewhere")["host"] == "me"
+    assert [t.get("method") for t in trips] == [None, "probe_host"]
+
+
 def test_the_console_side_imports_nothing_posix_only():
     code = ("import sys\n"
             "for n in ('fcntl', 'pwd', 'grp', 'termios'):\n"

@@ -9,7 +9,6 @@ The volumes page shows the Storage Scale (GPFS) file systems of the host's clust
 host's own: a GPFS file system not mounted on the storage server's node is listed too, and
 choosing a volume on it warns (it does not refuse: it may be mounted before backups run)."""
 
-
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QFormLayout, \
@@ -49,14 +48,16 @@ def _load_volumes(m, server, host=None):
     (one probe of the host gives both), and the volumes other pools already use: one round
     trip to a master over SSH when the server's host is known (from the server page)."""
     reads = [("storage_server", (server,)), ("disk_pools",), ("policies",)]
-    srv, all_pools, policies, *probed = m.batch(reads + [("probe_host", (host,))] * bool(host))
-    # the server's host, as the master says now: probed again if it was another
-    probe = probed[0] if probed and srv["host"] == host else m.probe_host(srv["host"])
-    used = {}
-    for pool in all_pools:
-        if pool["server"] == server:
-            for v in pool["volumes"]:
-                used[v] = pool["name"]
+    got = m.batch(reads + [("probe_host", (host,))] * bool(host), return_exceptions=True)
+    failed = [r for r in got[:3] if isinstance(r, Exception)]
+    if failed:
+        raise failed[0]
+    srv, all_pools, policies = got[:3]
+    # the server's host as the master says now: probed again if it is another (or is gone)
+    probe = got[3] if host and srv["host"] == host else m.probe_host(srv["host"])
+    if isinstance(probe, Exception):
+        raise probe
+    used = {v: p["name"] for p in all_pools if p["server"] == server for v in p["volumes"]}
     scale = probe.get("storage_scale")
     # every pool's directories: one host's, or any host's on a shared file system, are
     # never another pool's or inside or around one (the master refuses them too)

@@ -124,6 +124,7 @@ def pushed(rm, home, runs):
     """ms from a job written on the master to the stream's event that holds it."""
     import queue
     import random
+    # lazily, as the module's other Cairn imports: after sys.path names the checkout
     from app import status as st
     from app.master import Master
     from ui.activity import ActivityView

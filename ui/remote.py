@@ -136,6 +136,7 @@ class OpenMasterDialog(QDialog):
         self.setObjectName("open-master-dialog")
         self.setWindowTitle("Open a master")
         self.setWindowModality(Qt.WindowModality.WindowModal)
+        self.setMinimumWidth(560)
         self.master = QComboBox()
         self.master.setEditable(True)
         self.master.addItems(recent())

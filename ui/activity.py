@@ -5,7 +5,9 @@ or restarted, app/jobs/rules.py.
 
 The table follows the catalog by reading only the jobs written since the last read
 (JobStore.changes and its change counter), so a catalog of 10,000 jobs costs each second what
-the few jobs that moved cost, and rows are updated in place: no flicker, no lost selection."""
+the few jobs that moved cost, and rows are updated in place: no flicker, no lost selection.
+On a master over SSH it asks nothing on the clock: the master pushes the jobs that changed
+(the job_changes stream, with the throughput plot's points), as they change."""
 
 import html
 
@@ -32,6 +34,8 @@ from ui.views import Placeholder, add_column_chooser
 REFRESH_S = 1.0
 #: how far back the throughput plot of all jobs reaches
 PLOT_WINDOW_S = 300.0
+#: a remote master pushes the plot's points at least this often with no job running
+PLOT_HEARTBEAT_S = 5.0
 STATE_HELP = {
     "queued": "waiting to start (the Waiting for column says why)",
     "active": "running now",
@@ -54,10 +58,15 @@ def poll(m, cursor, plot_window):
     round trip to a master over SSH (Master.batch)."""
     changes, tries, rates = m.batch([("job_changes", (cursor,)), ("setting", ("backup_tries",)),
                                      ("throughput", (plot_window,))])
+    return with_attempts(changes, tries), rates
+
+
+def with_attempts(changes, tries):
+    """The changes, each job that is tried again carrying the most attempts it gets."""
     for job in changes["jobs"]:
         if retried(job):
             job["max_attempts"] = tries
-    return changes, rates
+    return changes
 
 
 def cancel_jobs(m, job_ids):
@@ -287,6 +296,15 @@ class ActivityView(PolledPage):
     def poll_call(self):
         return poll, self._cursor, PLOT_WINDOW_S
 
+    def stream_call(self):
+        return "job_changes", lambda: {"since": self._cursor, "throughput": PLOT_WINDOW_S,
+                                       "heartbeat": PLOT_HEARTBEAT_S,
+                                       "settings": ["backup_tries"]}
+
+    def streamed(self, event):
+        tries = (event.get("settings") or {}).get("backup_tries")
+        self.polled((with_attempts(event, tries), event.get("throughput") or []))
+
     def polled(self, result):
         changes, series = result
         self.error = None
@@ -301,8 +319,12 @@ class ActivityView(PolledPage):
         self._cursor = changes["cursor"]
         self._add_choices(self.type_box, self.model.types)
         self._add_choices(self.client_box, self.model.clients)
-        if not self._sized and self.model.rowCount():
-            self._size_columns()
+        n = self.model.rowCount()
+        ended = n - self.model.counts["queued"] - self.model.counts["active"]
+        # sized to the first jobs, and once more to the first that ended (a queued job has
+        # no start, end, bytes or rate to fit)
+        if n and (not self._sized or (self._sized == "early" and ended)):
+            self._size_columns(final=bool(ended))
         if self._select_when_listed:
             keys = [k for k in self._select_when_listed if self.model.row_of(k) is not None]
             if keys:
@@ -344,8 +366,9 @@ class ActivityView(PolledPage):
             f"Throughput of all jobs, last {int(PLOT_WINDOW_S // 60)} minutes — now "
             f"{fmt.rate(now) or '0 B/s'}, {active} job{'s' if active != 1 else ''} running")
 
-    def _size_columns(self):
-        """Columns as wide as their contents or their title; the last one takes the rest."""
+    def _size_columns(self, final=True):
+        """Columns as wide as their contents or their title; the last one takes the rest.
+        Not final: sized again once a job ended."""
         hh = self.table.horizontalHeader()
         fm = hh.fontMetrics()
         arrow = hh.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMarkSize) + 6
@@ -357,7 +380,7 @@ class ActivityView(PolledPage):
                     width = max(width, fm.horizontalAdvance("100.0%") + 40)
                 hh.resizeSection(c, min(width, max(160, fm.averageCharWidth() * 40)))
             hh.setStretchLastSection(True)
-        self._sized = True
+        self._sized = True if final else "early"
 
     # ---- filters --------------------------------------------------------------------------
     @staticmethod

@@ -11,6 +11,14 @@ a frozen window.
 `fn` gets the master as its first argument. `done(result)` or `failed(error)` then runs on the
 UI thread, unless `context` (a QObject) was deleted in the meantime. `error` is a CallError:
 a message and a hint fit to show to the user; stack traces go to the log only.
+
+A remote master also pushes what changes (app/remote/streams.py): bridge.stream() follows
+one on a thread of its own, each event handed to the UI thread, and opens it again (from
+where the page says it is) after a lost connection:
+
+    s = bridge.stream("job_changes", lambda: {"since": view.cursor}, event=view.apply,
+                      failed=view.show_error, context=view)
+    s.close()
 """
 
 import itertools
@@ -85,6 +93,7 @@ class Bridge(QObject):
         self._closed = False
         self._reconnect_lock = threading.Lock()
         self._reconnect_last = 0.0
+        self._streams = set()
         self._finished.connect(self._deliver)
         self._workers = [_Worker(self, i) for i in range(workers)]
         for w in self._workers:
@@ -103,11 +112,23 @@ class Bridge(QObject):
         self._queue.put((call_id, fn, args))
         return call_id
 
+    def stream(self, kind, kwargs, event, failed=None, context=None):
+        """Follows stream `kind` of a remote master (RemoteMaster.subscribe): event(value)
+        runs on the UI thread for each event it pushes, failed(CallError) when it broke (it
+        is opened again, with the keyword arguments kwargs() gives then, once the connection
+        is back). A Stream; close() ends it."""
+        s = Stream(self, kind, kwargs, event, failed, context)
+        self._streams.add(s)
+        s.start()
+        return s
+
     def shutdown(self, timeout_ms=10000):
         """Stops the workers after the calls already running; queued calls are dropped."""
         if self._closed:
             return
         self._closed = True
+        for s in list(self._streams):
+            s.close()
         try:
             while True:
                 self._queue.get_nowait()
@@ -180,3 +201,80 @@ class Bridge(QObject):
             callback(result)
         elif not ok:
             log.warning("master call failed: %s", result)
+
+
+class Stream(QObject):
+    """One stream a remote master pushes, followed on a thread of its own (Bridge.stream)."""
+
+    _event = Signal(object)
+    _failed = Signal(object)
+
+    def __init__(self, bridge, kind, kwargs, event, failed, context):
+        super().__init__()
+        self.kind = kind
+        self.events = 0          # events handed on so far
+        self.opened = 0          # subscriptions made (more than one: made again after a loss)
+        self._bridge, self._kwargs = bridge, kwargs
+        self._on_event, self._on_failed, self._context = event, failed, context
+        self._stop = threading.Event()
+        self._sub = None
+        self._event.connect(self._deliver_event)
+        self._failed.connect(self._deliver_failed)
+        self._thread = threading.Thread(target=self._run, name=f"cairn-stream-{kind}",
+                                        daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    @property
+    def active(self):
+        return not self._stop.is_set()
+
+    def close(self):
+        self._stop.set()
+        sub = self._sub
+        if sub is not None:
+            sub.close()
+        self._bridge._streams.discard(self)
+
+    def _run(self):
+        b = self._bridge
+        while not self._stop.is_set():
+            try:
+                self._sub = b.master.subscribe(self.kind, **self._kwargs())
+                self.opened += 1
+                if self._stop.is_set():
+                    self._sub.close()
+                for value in self._sub:
+                    emit(self._event, value)
+                if self._stop.is_set():
+                    return
+                raise ConnectionLost(f"the master ended the {self.kind} stream")
+            except ConnectionLost as e:
+                error = e
+                self._stop.wait(0.1 if b._reconnect() else RECONNECT_EVERY_S)
+            except CairnError as e:
+                error = e
+                self._stop.wait(RECONNECT_EVERY_S)
+            except Exception as e:  # noqa: BLE001 - nothing may kill the stream or reach the user raw
+                log.exception("the %s stream failed", self.kind)
+                error = CairnError(f"internal error: {type(e).__name__}: {e}",
+                                   hint="see the console's log for details")
+                self._stop.wait(RECONNECT_EVERY_S)
+            if not self._stop.is_set():
+                emit(self._failed, CallError(escape(error.message),
+                                             error.hint and escape(error.hint), error.status))
+
+    def _alive(self):
+        return self.active and (self._context is None or shiboken6.isValid(self._context))
+
+    def _deliver_event(self, value):
+        if self._alive():
+            self.events += 1
+            self._on_event(value)
+
+    def _deliver_failed(self, err):
+        if self._alive() and self._on_failed is not None:
+            self._on_failed(err)
+        elif self._alive():
+            log.warning("the %s stream failed: %s", self.kind, err)

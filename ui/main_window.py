@@ -9,7 +9,6 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter, QStac
     QTreeWidget, QTreeWidgetItem
 
 from app import __version__
-from app.errors import ValidationError
 from ui import roles, wizards
 from ui.pages import make_pages
 from ui.alerts_dialog import AlertsDialog
@@ -422,17 +421,11 @@ class MainWindow(QMainWindow):
             + [f"{h['name']}: {h['error']}" for h in down]))
 
     def open_other_master(self):
-        try:
-            where = open_in_new_console(self)
-        except ValidationError as e:
-            box = QMessageBox(QMessageBox.Icon.Warning, "Open a master",
-                              f"{e.message}\n\n{e.hint or ''}".strip(), parent=self)
-            box.setTextFormat(Qt.TextFormat.PlainText)
-            box.open()
-            self.open_master_error = box
-            return
-        if where:
-            self.statusBar().showMessage(f"Opening a console on {where}…", 8000)
+        """File ▸ Open a master…: the dialog (ui/remote.py), open while it asks."""
+        self.open_master_dialog = open_in_new_console(
+            self, started=lambda where: self.statusBar().showMessage(
+                f"Opening a console on {where}…", 8000))
+        return self.open_master_dialog
 
     def _status_failed(self, err):
         self._status_busy = False

@@ -25,7 +25,7 @@ from app.remote.errors import ConnectionLost, NotOverSSH
 from app.transport.base import StderrBuffer
 from app.transport.ssh import SSHTransport, _ChannelReader
 
-DEFAULT_COMMAND = "cairn master serve --stdio"
+DEFAULT_COMMAND = target.DEFAULT_COMMAND
 CONNECT_TIMEOUT = 15.0
 START_TIMEOUT = 60.0      # for the served master to say hello (Python starting, the catalog)
 CANCEL_POLL = 0.2

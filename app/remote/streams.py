@@ -4,7 +4,11 @@ whenever there is news and returns its last value when the stream ends.
 
   job_changes  the job change feed (Master.job_changes): the first event at once, then one
                whenever jobs were written or removed, and while jobs run one a tick (their
-               elapsed time and rate move on); it ends when unsubscribed
+               elapsed time and rate move on); it ends when unsubscribed. What the activity
+               monitor shows beside its table comes with each event when asked for:
+               `throughput=SECONDS` (Master.throughput of that window, and an event at least
+               every `heartbeat` seconds so that the plot moves on with no job running) and
+               `settings=[NAME, ...]` (their values)
   job_log      a job's log entries as they are written, ending with the job once it ended
   jobs         the jobs of a list of ids whenever one of them changed, ending with them once
                every one ended (what `--wait` shows)
@@ -16,6 +20,7 @@ The served master runs them for RemoteMaster.subscribe; open() runs one on a mas
 this process, for code that watches either kind."""
 
 import threading
+import time
 
 from app.catalog_index import tree_order
 
@@ -33,12 +38,19 @@ def open(m, kind, stop=None, **kw):  # noqa: A001 - the stream's own verb, as io
     return globals()["_" + kind](m, stop, **kw)
 
 
-def _job_changes(m, stop, since=0, interval=DEFAULT_INTERVAL):
-    cursor, first = since, True
+def _job_changes(m, stop, since=0, interval=DEFAULT_INTERVAL, throughput=None,
+                 heartbeat=None, settings=()):
+    cursor, first, sent = since, True, time.monotonic()
     while not stop.is_set():
         r = m.job_changes(cursor)
-        if first or r["jobs"] or r["removed"] or r["cursor"] != cursor:
+        beat = heartbeat is not None and time.monotonic() - sent >= heartbeat
+        if first or beat or r["jobs"] or r["removed"] or r["cursor"] != cursor:
+            if throughput is not None:
+                r["throughput"] = m.throughput(float(throughput))
+            if settings:
+                r["settings"] = {name: m.setting(name) for name in settings}
             yield r
+            sent = time.monotonic()
         first, cursor = False, r["cursor"]
         stop.wait(interval)
     return {"cursor": cursor}

@@ -4,6 +4,8 @@ IPv6 address in brackets when a port follows: [::1]:2222)."""
 from app.errors import ValidationError
 
 DEFAULT_PORT = 22
+#: what is run over SSH to serve the master, unless --master-command says otherwise
+DEFAULT_COMMAND = "cairn master serve --stdio"
 
 
 def parse(text):

@@ -80,12 +80,26 @@ def test_the_served_api_calls_errors_batches_and_streams(tmp_path):
         assert codec.decode(hosts["result"])[0]["name"] == "me"
         assert codec.decode_error(err["error"]).__class__ is NotFound
         assert "backup_tries" in codec.decode(settings["result"])
+        settings_tries = codec.decode(settings["result"])["backup_tries"]["value"]
         # a stream: the change feed pushes its first event at once, and ends when canceled;
         # while it is open, other requests are answered
         s.send({"id": 200, "subscribe": "job_changes", "kwargs": {"interval": 0.05}})
         first = s.read()
         assert first["id"] == 200 and first["event"]["jobs"] == []
+        assert "throughput" not in first["event"]
         assert s.call("host_list")[0]["name"] == "me"
+        # what the activity monitor shows beside its table comes with each event, and a
+        # heartbeat keeps the plot moving with nothing changing
+        s.send({"id": 201, "subscribe": "job_changes", "kwargs": {
+            "interval": 0.05, "throughput": 60, "heartbeat": 0.2, "settings": ["backup_tries"]}})
+        beats = [s.read(), s.read()]
+        for beat in beats:
+            assert beat["id"] == 201 and beat["event"]["jobs"] == []
+            assert len(codec.decode(beat["event"]["throughput"])) >= 50
+            assert beat["event"]["settings"] == {"backup_tries": settings_tries}
+        s.send({"cancel": 201})
+        while "result" not in s.read():
+            pass
         s.send({"cancel": 200})
         end = s.read()
         assert end["id"] == 200 and "result" in end

@@ -9,7 +9,6 @@ The volumes page shows the Storage Scale (GPFS) file systems of the host's clust
 host's own: a GPFS file system not mounted on the storage server's node is listed too, and
 choosing a volume on it warns (it does not refuse: it may be mounted before backups run)."""
 
-
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QFormLayout, \
@@ -44,22 +43,27 @@ def _sentence(message):
     return message[0].upper() + message[1:] + ("" if message.endswith(".") else ".")
 
 
-def _load_volumes(m, server):
+def _load_volumes(m, server, host=None):
     """The storage server's host's file systems, marked with its cluster's GPFS file systems
-    (one probe of the host gives both), and the volumes other pools already use."""
-    srv = m.storage_server(server)
-    used = {}
-    for pool in m.disk_pools():
-        if pool["server"] == server:
-            for v in pool["volumes"]:
-                used[v] = pool["name"]
-    probe = m.probe_host(srv["host"])
+    (one probe of the host gives both), and the volumes other pools already use: one round
+    trip to a master over SSH when the server's host is known (from the server page)."""
+    reads = [("storage_server", (server,)), ("disk_pools",), ("policies",)]
+    got = m.batch(reads + [("probe_host", (host,))] * bool(host), return_exceptions=True)
+    failed = [r for r in got[:3] if isinstance(r, Exception)]
+    if failed:
+        raise failed[0]
+    srv, all_pools, policies = got[:3]
+    # the server's host as the master says now: probed again if it is another (or is gone)
+    probe = got[3] if host and srv["host"] == host else m.probe_host(srv["host"])
+    if isinstance(probe, Exception):
+        raise probe
+    used = {v: p["name"] for p in all_pools if p["server"] == server for v in p["volumes"]}
     scale = probe.get("storage_scale")
     # every pool's directories: one host's, or any host's on a shared file system, are
     # never another pool's or inside or around one (the master refuses them too)
     pools = [{"name": p["name"], "host": p["host"], "volumes": p["volumes"]}
-             for p in m.disk_pools()]
-    protected = [(p["name"], s) for p in m.policies() if srv["host"] in (p["clients"] or [])
+             for p in all_pools]
+    protected = [(p["name"], s) for p in policies if srv["host"] in (p["clients"] or [])
                  for s in p["selections"] or []]
     return {"host": srv["host"], "used": used, "pools": pools, "protected": protected,
             "filesystems": scale_view.mark_volumes(probe.get("filesystems") or [], scale,
@@ -114,7 +118,7 @@ class ServerPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage servers…")
-        self.call(lambda m: (m.storage_servers(), m.disk_pools()),
+        self.call(lambda m: m.batch([("storage_servers",), ("disk_pools",)]),
                   done=self._servers, failed=self.loaded)
 
     def _servers(self, result):
@@ -253,7 +257,8 @@ class VolumesPage(Page):
         keep = [(self.volume(r), self.is_checked(r)) for r in range(self.table.rowCount())
                 if self.is_checked(r) or self.volume(r) not in mounts]
         self.start_loading("Reading the file systems of the storage server's host…")
-        self.call(_load_volumes, self.server, done=lambda r: self._loaded(r, keep),
+        host = (self.wizard().server_page.server() or {}).get("host")
+        self.call(_load_volumes, self.server, host, done=lambda r: self._loaded(r, keep),
                   failed=self._load_failed)
 
     def _load_failed(self, error):

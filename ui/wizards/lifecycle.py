@@ -16,6 +16,12 @@ STEPS_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(3)
 RETENTION_TIP = "How long this copy is kept: 2w, 90d, 1y, or infinite"
 
 
+def _load_lists(m):
+    """The storage units and the lifecycles' names: one round trip to a master over SSH."""
+    units, lifecycles = m.batch([("storage_units",), ("lifecycles",)])
+    return units, [x["name"] for x in lifecycles]
+
+
 class StepsPage(Page):
     def __init__(self):
         super().__init__("Lifecycle", "Where a policy's backups go, then where each backup is "
@@ -55,8 +61,7 @@ class StepsPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage units and lifecycles…")
-        self.call(lambda m: (m.storage_units(), [x["name"] for x in m.lifecycles()]),
-                  done=self._lists, failed=self.loaded)
+        self.call(_load_lists, done=self._lists, failed=self.loaded)
 
     def _lists(self, result):
         units, lifecycles = result

@@ -270,9 +270,12 @@ class AttributesPage(Page):
 def _load_lists(m):
     """The storage units, the policies' names, the deduplicating storage servers, the
     lifecycles and the storage unit groups."""
-    return (m.storage_units(), [p["name"] for p in m.policies()],
-            {s["name"] for s in m.storage_servers() if registry.can(s["type"], "dedup")},
-            m.lifecycles(), m.storage_unit_groups())
+    units, policies, servers, lifecycles, groups = m.batch(
+        [("storage_units",), ("policies",), ("storage_servers",), ("lifecycles",),
+         ("storage_unit_groups",)])   # one round trip to a master over SSH
+    return (units, [p["name"] for p in policies],
+            {s["name"] for s in servers if registry.can(s["type"], "dedup")},
+            lifecycles, groups)
 
 
 class SchedulesPage(Page):

@@ -10,6 +10,12 @@ from ui.wizards.common import Page, ResultPage, SummaryPage, WizardBase, fit_com
 SETTINGS_PAGE, SUMMARY_PAGE, RESULT_PAGE = range(3)
 
 
+def _load_lists(m):
+    """The disk pools and the storage units' names: one round trip to a master over SSH."""
+    pools, units = m.batch([("disk_pools",), ("storage_units",)])
+    return pools, [u["name"] for u in units]
+
+
 class SettingsPage(Page):
     def __init__(self):
         super().__init__("Storage unit", "What policies write to: a disk pool and how many "
@@ -41,8 +47,7 @@ class SettingsPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the disk pools and storage units…")
-        self.call(lambda m: (m.disk_pools(), [u["name"] for u in m.storage_units()]),
-                  done=self._loaded_lists, failed=self.loaded)
+        self.call(_load_lists, done=self._loaded_lists, failed=self.loaded)
 
     def _loaded_lists(self, result):
         pools, units = result

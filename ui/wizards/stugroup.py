@@ -18,6 +18,12 @@ SELECTION_TEXT = {
 }
 
 
+def _load_lists(m):
+    """The storage units and the groups' names: one round trip to a master over SSH."""
+    units, groups = m.batch([("storage_units",), ("storage_unit_groups",)])
+    return units, [g["name"] for g in groups]
+
+
 class UnitsPage(Page):
     def __init__(self):
         super().__init__("Storage unit group", "The storage units a policy's backups are "
@@ -60,8 +66,7 @@ class UnitsPage(Page):
             return
         self._loaded_once = True
         self.start_loading("Loading the storage units and groups…")
-        self.call(lambda m: (m.storage_units(), [g["name"] for g in m.storage_unit_groups()]),
-                  done=self._lists, failed=self.loaded)
+        self.call(_load_lists, done=self._lists, failed=self.loaded)
 
     def _lists(self, result):
         units, groups = result

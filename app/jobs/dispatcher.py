@@ -393,8 +393,8 @@ class Dispatcher:
                  f"status {job['status']}")
         audit = self.master.access.audit
         with self.db.tx() as c:
-            new = jobs.create(DUPLICATE if job["type"] == DUPLICATE else "backup", **again,
-                              c=c)
+            new = (jobs.create(DUPLICATE, **again, c=c) if job["type"] == DUPLICATE
+                   else jobs.create("backup", **again, c=c))
             jobs.log(job_id, f"attempt {job['attempt']} of {tries} failed; attempt "
                      f"{job['attempt'] + 1} queued as job {new}, to start at "
                      f"{timeutil.iso(start)}", "warning", c)

@@ -2,7 +2,7 @@
 with warm caches.
 
   .venv/bin/python bench/bench_dedup.py [--scale F] [--sets large,small]
-                                         [--tools cairn,restic,borg,kopia,kopia-zstd]
+                                         [--tools cairn,restic,borg,kopia,kopia-zstd[,cairn-enc]]
                                          [--work DIR] [--seed N] [--cairn-type TYPE]
                                          [--cairn-direct-io on|off] [--first-rounds N] [--json]
                                          [--no-settle]
@@ -109,6 +109,9 @@ SMALL_TOP, SMALL_SUB = 20, 10  # 200 leaf directories at full scale
 CHANGE_SHARE = 0.05
 REGIONS = 8  # rewritten regions per changed large file
 TOOLS = ("cairn", "restic", "borg", "kopia", "kopia-zstd")
+# on request only (--tools ...,cairn-enc): Cairn on a pool encrypted at rest, for what
+# encryption costs measured in the same alternating rounds as the plain pool
+EXTRA_TOOLS = ("cairn-enc",)
 PEERS = TOOLS[1:]
 BACKUPS = ("first", "second", "change")
 # Repository bytes per data set byte, an upper bound for the free-space check: compressed
@@ -127,6 +130,9 @@ TARGETS = {
     "second_full_seconds_borg_over_cairn": (">", 1.0),
     "restore_rate_cairn_over_best_peer": (">=", 1.2),
     "pool_bytes_cairn_over_restic": ("<=", 1.05),
+    # with --tools cairn,cairn-enc: encryption at rest costs at most 10%
+    "encrypted_first_full_seconds_over_plain": ("<=", 1.10),
+    "encrypted_restore_seconds_over_plain": ("<=", 1.10),
 }
 
 
@@ -276,16 +282,19 @@ class Cairn:
 
     name = "cairn"
 
-    def __init__(self, src, work, storage_type):
-        self.src, self.type = src, storage_type
-        self.home = os.path.join(work, "cairn-home")
-        self.vol = os.path.join(work, "cairn-pool")
+    def __init__(self, src, work, storage_type, encrypted=False):
+        self.src, self.type, self.encrypted = src, storage_type, encrypted
+        if encrypted:
+            self.name = "cairn-enc"
+        self.home = os.path.join(work, self.name + "-home")
+        self.vol = os.path.join(work, self.name + "-pool")
         self.m = self.image = None
 
     def setup(self):
         os.makedirs(self.vol)
         try:
-            self.m = local_master(self.home, self.vol, self.src, storage_type=self.type)
+            self.m = local_master(self.home, self.vol, self.src, storage_type=self.type,
+                                  encrypted=self.encrypted)
         except Exception as e:
             raise ToolError(f"setting up a {self.type} pool: {type(e).__name__}: {e}")
         return {}
@@ -348,7 +357,7 @@ def set_sizes(scale):
 
 def check_space(work, sizes, sets, tools, cairn_type, rounds):
     """Every set's data stays until the run ends (see bench_set): the sets add up."""
-    factors = [REPO_FACTOR[cairn_type if t == "cairn" else t] for t in tools]
+    factors = [REPO_FACTOR[cairn_type if t.startswith("cairn") else t] for t in tools]
     # each of a first full's extra rounds makes a repository per tool (of one backup)
     repos = sum(factors) * (1 + (rounds - 1) / 2)
     need = sum(sizes[s][0] for s in sets) * (1 + len(tools) + repos) + (1 << 30)
@@ -394,8 +403,8 @@ def files_made(sizes, sets, tools):
 
 def new_tool(name, src, work, cairn_type):
     """The tool `name` backing up `src`, its repository in `work`."""
-    if name == "cairn":
-        return Cairn(src, work, cairn_type)
+    if name in ("cairn", "cairn-enc"):
+        return Cairn(src, work, cairn_type, encrypted=name == "cairn-enc")
     return PEER_CLASSES[name](src, work)
 
 
@@ -552,6 +561,11 @@ def ratios(res):
     peers = [s for s in (sec(p, "restore") for p in PEERS) if s]
     if cr and peers:
         out["restore_rate_cairn_over_best_peer"] = (n / cr) / (n / min(peers))
+    e1, e3 = sec("cairn-enc", "first"), sec("cairn-enc", "restore")
+    if c1 and e1:
+        out["encrypted_first_full_seconds_over_plain"] = e1 / c1
+    if cr and e3:
+        out["encrypted_restore_seconds_over_plain"] = e3 / cr
     if "change" in tr.get("cairn", {}) and "change" in tr.get("restic", {}):
         # Sizes after all three backups.
         out["pool_bytes_cairn_over_restic"] = (tr["cairn"]["change"]["repo_bytes"]
@@ -620,6 +634,8 @@ def report(name, s):
         "second_full_seconds_borg_over_cairn": "unchanged second full s, borg / cairn",
         "restore_rate_cairn_over_best_peer": "restore rate, cairn / fastest peer",
         "pool_bytes_cairn_over_restic": "pool bytes, cairn / restic repository",
+        "encrypted_first_full_seconds_over_plain": "first full s, encrypted / plain pool",
+        "encrypted_restore_seconds_over_plain": "restore s, encrypted / plain pool",
     }
     for k, label in labels.items():
         op, target = TARGETS[k]
@@ -633,7 +649,8 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0,
                     help="shrink both data sets by this factor, e.g. 0.05 for a quick run (1)")
     ap.add_argument("--sets", default="large,small", help="large,small (both)")
-    ap.add_argument("--tools", default=",".join(TOOLS), help=",".join(TOOLS) + " (all)")
+    ap.add_argument("--tools", default=",".join(TOOLS),
+                    help=",".join(TOOLS) + " (all); also cairn-enc (Cairn on an encrypted pool)")
     ap.add_argument("--work", help="a new directory is made in DIR (default /var/tmp)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the generated data (1)")
     ap.add_argument("--cairn-type", default="dedup", choices=sorted(REPO_FACTOR.keys() -
@@ -658,10 +675,10 @@ def main():
     sets = [s for s in a.sets.split(",") if s]
     tools = [t for t in a.tools.split(",") if t]
     bad = [s for s in sets if s not in ("large", "small")] + \
-        [t for t in tools if t not in TOOLS]
+        [t for t in tools if t not in TOOLS + EXTRA_TOOLS]
     if bad or not sets or not tools:
         ap.error(f"unknown or missing --sets/--tools: {bad or 'none given'}; "
-                 f"sets: large,small; tools: {','.join(TOOLS)}")
+                 f"sets: large,small; tools: {','.join(TOOLS + EXTRA_TOOLS)}")
     say = (lambda *x: print(*x, file=sys.stderr, flush=True)) if a.json else \
         (lambda *x: print(*x, flush=True))
     parent = os.path.abspath(a.work or "/var/tmp")

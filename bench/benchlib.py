@@ -8,17 +8,22 @@ from app.master import Master
 from plugins.storage import registry
 
 
-def local_master(home, vol, src, schedules=(), storage_type="advanced-disk"):
+def local_master(home, vol, src, schedules=(), storage_type="advanced-disk", encrypted=False):
     """A Master in `home` writing images to the directory `vol`, with policy "p" backing up
     `src`; `schedules`: (name, type) pairs to add; `storage_type`: the storage server's type
-    (one that needs a path, such as "dedup", is given `vol` as its path). The agent is
-    started, as in a running console, so the first timed job does not pay for it."""
+    (one that needs a path, such as "dedup", is given `vol` as its path); `encrypted`: a
+    dedup pool encrypted at rest (the master makes its key). The agent is started, as in a
+    running console, so the first timed job does not pay for it."""
     m = Master(home)
     try:
         m.config.add_host("me", local=True)
         known = registry.get(storage_type)
-        m.config.add_storage_server("ss", type=storage_type, host="me",
-                                    path=vol if known is not None and known.needs_path else None)
+        path = vol if known is not None and known.needs_path else None
+        if encrypted:
+            m.create_storage_server("ss", type=storage_type, host="me", path=path,
+                                    options={"encrypted": True})
+        else:
+            m.config.add_storage_server("ss", type=storage_type, host="me", path=path)
         m.create_disk_pool("dp", server="ss", volumes=[vol], high_water=100, low_water=99)
         m.config.add_storage_unit("stu", pool="dp")
         m.config.add_policy("p", storage_unit="stu")

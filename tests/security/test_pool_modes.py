@@ -156,6 +156,29 @@ def test_another_user_reads_and_lists_nothing_cairn_wrote(site, attacker):
                           site["home"]) == []
 
 
+def test_another_user_reads_nothing_of_a_compressed_image_or_the_audit_log(site, attacker):
+    """A compressed AdvancedDisk image (zstd frames and their seek table) and the audit log's
+    head file are as private as what was there before them, whatever the umask."""
+    home = site["home"]
+    cairn(home, "policy", "set", "ad", "compression", "server")
+    with umask(0):
+        doc, _ = cairn_json(home, "backup", "ad", "--wait")
+    assert doc["status"] == 0
+    client = os.path.join(site["vol"], "cairn-images", "me")
+    images = [os.path.join(client, n) for n in os.listdir(client)]
+    compressed = []
+    for path in images:
+        with open(path, "rb") as f:
+            if f.read(4) == b"\x28\xb5\x2f\xfd":  # a zstd frame's magic number
+                compressed.append(path)
+    assert compressed, "the backup made no compressed image"
+    head = os.path.join(home, "audit.head")
+    assert os.path.exists(head), "the audit log wrote no head file"
+    got = what_the_attacker_gets(attacker, compressed + [head, client])
+    assert got == [], "another user got:\n" + "\n".join(f"{p}: {w}" for p, w in got)
+    assert open_to_others(client, home) == []
+
+
 def test_loosened_modes_are_reported_by_verify_and_tightened_by_the_next_use(site, attacker):
     t, home = targets(site), site["home"]
     # by hand, as a colleague copying the pool might

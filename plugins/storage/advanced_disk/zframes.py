@@ -137,7 +137,9 @@ class FrameWriter:
             self._follow()
         while len(buf) >= self.frame_bytes:
             cut = self._cut()
-            self._frame(buf[:cut])
+            # the frame compressed from the buffer itself, not from a copy of it
+            with memoryview(buf) as view, view[:cut] as part:
+                self._frame(part)
             del buf[:cut]
             self._at += cut
             del self._starts[:bisect_right(self._starts, self._at)]

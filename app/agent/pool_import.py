@@ -294,7 +294,10 @@ class _Rows:
         why = imagemeta.row_problem(r)
         if why:
             return self.bad(n, why)
-        off, ln = r[entry.OFFSET], r[entry.LENGTH]
+        if len(r) == entry.SHORT_ROW:
+            off, ln = entry.UNCHANGED, 0
+        else:
+            off, ln = r[entry.OFFSET], r[entry.LENGTH]
         if off == -1:
             self.out["unchanged"] += 1
         elif off < self.prev_end or off + ln > self.hi or ln < tarfmt.BLOCK:

@@ -208,7 +208,12 @@ def _run(jobs):
 
 def _valid_row(r):
     """Whether a parsed line of the trailing index is a row as the backup writes them."""
-    if type(r) is not list or len(r) not in (len(entry.FIELDS), ROW_FIELDS):
+    if type(r) is not list:
+        return False
+    if len(r) == entry.SHORT_ROW:  # an incremental's unchanged entry
+        return type(r[0]) is str and r[0].startswith("/") and r[1] == entry.UNCHANGED \
+            and type(r[1]) is int
+    if len(r) not in (len(entry.FIELDS), ROW_FIELDS):
         return False
     path, kind, checksum, link = r[entry.PATH], r[entry.KIND], r[entry.CHECKSUM], r[entry.LINK]
     if type(path) is not str or not path.startswith("/") or kind not in _KINDS:
@@ -271,7 +276,7 @@ class ImageIndexer:
     # -- output ----------------------------------------------------------------------------
 
     def _send(self, row):
-        if len(row) < ROW_FIELDS:
+        if entry.SHORT_ROW < len(row) < ROW_FIELDS:
             row = row + [0] * (ROW_FIELDS - len(row))
         self.batch.append(row)
         if len(self.batch) >= ROW_BATCH:
@@ -650,7 +655,7 @@ class ImageIndexer:
                 self.since_bad = True
                 continue
             self.trailing_rows += 1
-            off = r[entry.OFFSET]
+            off = entry.UNCHANGED if len(r) == entry.SHORT_ROW else r[entry.OFFSET]
             if off == -1:
                 self.unchanged += 1
                 self._send(r)

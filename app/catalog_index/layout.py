@@ -13,6 +13,9 @@ File layout (all integers little-endian):
 
     header   16 bytes: b"CAIRNIDX", u16 format version, u16 flags (0), u32 reserved (0)
     blocks   one per directory: the directory's direct children, sorted by name bytes
+    appendix (optional) bytes the index's writer was given to keep with it, then 20 bytes:
+             u64 their length, u32 their CRC-32, b"CAIRNAPX"; it ends where the table
+             begins, and readers that do not look for it never see it
     table    one 36-byte record per directory, sorted by directory path bytes:
              u64 key offset (in the key heap), u32 key length, u64 block offset,
              u32 block length, u32 entry count, u32 CRC-32 of the block,
@@ -51,6 +54,11 @@ system) is kept as the single entry, named b"", of the pseudo-directory b"". A d
 has children but no row of its own gets a synthesized row (mode 0o755, owner 0, length 0: no
 member in the image) so that every entry can be reached by listing from "/".
 
+The appendix holds what a caller derives from the blocks while they are written, so that it
+is not worked out again from the whole index later: a backup keeps the state the next
+incremental compares with there (app/jobs/incremental.py). It is made from the blocks as
+written; a writer that merged split directories keeps none.
+
 Names are stored as the client's raw bytes: str paths carry undecodable bytes as surrogate
 escapes, exactly as os.fsencode/os.fsdecode do.
 """
@@ -69,10 +77,12 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 MAGIC = b"CAIRNIDX"
 TRAILER_MAGIC = b"CAIRNEND"
+APPENDIX_MAGIC = b"CAIRNAPX"
 
 _HEADER = struct.Struct("<8sHHI")
 _TRAILER = struct.Struct("<8sQQQQQQQII")
 _RECORD = struct.Struct("<QIQIIII")
+_APPENDIX_END = struct.Struct("<QI8s")
 _RECORD_BODY = _RECORD.size - 4
 _BLOCK_HEAD = struct.Struct("<IIII")
 _DIGEST = 32

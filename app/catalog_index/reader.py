@@ -15,9 +15,10 @@ from typing import Iterator, NamedTuple, Optional
 
 from app.catalog_index.block import _block_head, _decode_block
 from app.catalog_index.errors import IndexCorrupt
-from app.catalog_index.layout import FORMAT_VERSION, MAGIC, READABLE_VERSIONS, TRAILER_MAGIC, \
-    _BLOCK_HEAD, _DIGEST, _FIXED_PER_ENTRY, _FS_ENC, _FS_ERR, _HEADER, _KIND_SET, _RECORD, \
-    _RECORD_BODY, _ROOT_KEY, _ROOT_ROW_KEY, _TRAILER, _fsdecode, _fsencode
+from app.catalog_index.layout import APPENDIX_MAGIC, FORMAT_VERSION, MAGIC, READABLE_VERSIONS, \
+    TRAILER_MAGIC, _APPENDIX_END, _BLOCK_HEAD, _DIGEST, _FIXED_PER_ENTRY, _FS_ENC, _FS_ERR, \
+    _HEADER, _KIND_SET, _RECORD, _RECORD_BODY, _ROOT_KEY, _ROOT_ROW_KEY, _TRAILER, _fsdecode, \
+    _fsencode
 
 _PROBES_BEFORE_LOAD = 256
 # Listings a reader keeps for going back and forth in a browser. A listing of 100,000 entries
@@ -374,6 +375,18 @@ class IndexReader:
             if len(names) != n:
                 raise IndexCorrupt(self.path, f"block of {where} has a bad name table")
             yield _fsdecode(key), names
+
+    def appendix(self) -> Optional[bytes]:
+        """The bytes the index's writer kept in its appendix (layout.py), or None when it has
+        none or they do not match their checksum."""
+        end = self._table_off - _APPENDIX_END.size
+        if end < _HEADER.size:
+            return None
+        length, crc, magic = _APPENDIX_END.unpack(self._read(end, _APPENDIX_END.size))
+        if magic != APPENDIX_MAGIC or length > end - _HEADER.size:
+            return None
+        data = self._read(end - length, length)
+        return data if zlib.crc32(data) == crc else None
 
     def count(self) -> int:
         """Entries in the index (each path once; rows repeating a path are merged)."""

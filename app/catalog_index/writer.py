@@ -11,8 +11,9 @@ from itertools import repeat
 from typing import Iterable
 
 from app.catalog_index.block import _check_row, _decode_block, _encode_block
-from app.catalog_index.layout import FORMAT_VERSION, MAGIC, TRAILER_MAGIC, _FS_ENC, _FS_ERR, \
-    _HEADER, _RECORD, _RECORD_BODY, _ROOT_KEY, _ROOT_ROW_KEY, _TRAILER, _fsdecode, _fsencode
+from app.catalog_index.layout import APPENDIX_MAGIC, FORMAT_VERSION, MAGIC, TRAILER_MAGIC, \
+    _APPENDIX_END, _FS_ENC, _FS_ERR, _HEADER, _RECORD, _RECORD_BODY, _ROOT_KEY, _ROOT_ROW_KEY, \
+    _TRAILER, _fsdecode, _fsencode
 from app.formats import private
 from app.formats.durable import sync_dir
 
@@ -24,9 +25,13 @@ class IndexWriter:
     interrupted indexing never leaves a partial index under the real name.
 
     After an error in add_rows() the writer refuses further rows; abort() it (the context
-    manager does)."""
+    manager does).
 
-    def __init__(self, path: str):
+    appendix: an object that sees each directory's block as it is written, block(key, names,
+    rows, block, entries) (names and rows as received), and whose finish() returns the bytes to keep in the index's appendix (or None);
+    see layout.py."""
+
+    def __init__(self, path: str, appendix=None):
         self.path = os.fspath(path)
         self.tmp_path = self.path + ".tmp"
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -45,6 +50,7 @@ class IndexWriter:
         self._run: list = []
         self._root_row = None
         self._rows = 0
+        self._appendix = appendix
         self._state = "open"       # open | failed | closed | aborted
 
     # -- rows --------------------------------------------------------------------------------
@@ -111,6 +117,11 @@ class IndexWriter:
             prefix = key + b"/" if key != _ROOT_KEY else b"/"
             self._dirs_seen.update(prefix + nm for nm in dir_names)
         self._f.write(block)
+        if self._appendix is not None and not synthesized and key != _ROOT_ROW_KEY:
+            if key in self._table:
+                self._appendix = None  # a split directory: its blocks are merged later
+            else:
+                self._appendix.block(key, names, rows, block, n)
         self._table.setdefault(key, []).append(
             [self._pos, len(block), n, zlib.crc32(block), ndirs, synthesized])
         self._pos += len(block)
@@ -150,6 +161,14 @@ class IndexWriter:
                 rows.extend(zip(repeat(""), *cols[1:]))
             self._write_block(key, names, rows)
 
+    def _write_appendix(self):
+        extra = self._appendix.finish() if self._appendix is not None else None
+        if extra is None:
+            return
+        self._f.write(extra)
+        self._f.write(_APPENDIX_END.pack(len(extra), zlib.crc32(extra), APPENDIX_MAGIC))
+        self._pos += len(extra) + _APPENDIX_END.size
+
     def close(self) -> dict:
         """Finish the file and move it into place. Returns {"files": entries, "dirs":
         directory entries, "bytes": file size, "rows": rows received}."""
@@ -161,6 +180,7 @@ class IndexWriter:
             if self._root_row is not None:
                 self._write_block(_ROOT_ROW_KEY, [b""], [self._root_row])
             self._merge_split_dirs()
+            self._write_appendix()
 
             keys = sorted(self._table)
             heap_len, records = 0, []

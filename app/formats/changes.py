@@ -80,9 +80,13 @@ class StateEncoder:
             self._record(path, len(entries), b"\0".join(n for n, _ in entries),
                          b"".join(d for _, d in entries))
 
-    def text(self):
+    def compressed(self):
+        """The state as its compressed bytes (text() is their base64)."""
         self._parts.append(self._comp.flush())
-        return base64.b64encode(b"".join(self._parts)).decode("ascii")
+        return b"".join(self._parts)
+
+    def text(self):
+        return base64.b64encode(self.compressed()).decode("ascii")
 
 
 class ReferenceEncoder(StateEncoder):

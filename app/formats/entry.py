@@ -31,6 +31,19 @@ KIND_BLOCK = "b"
 KINDS = (KIND_FILE, KIND_DIR, KIND_SYMLINK, KIND_HARDLINK, KIND_FIFO, KIND_CHAR, KIND_BLOCK)
 
 PATH, KIND, MODE, UID, GID, SIZE, MTIME_NS, OFFSET, LENGTH, CHECKSUM, LINK = range(11)
+
+# An incremental's entry whose state matched the base image's (app/formats/changes.py) has the
+# short row [path, UNCHANGED]: every other field is the base image's, and the master takes
+# them from the base's index (app/jobs/incremental.py). Most entries of an incremental are
+# such rows; a whole row for each cost the client, the transport and the master about twice
+# as much as looking at the entry.
+UNCHANGED = -1
+SHORT_ROW = 2
+
+
+def is_short(row):
+    """Whether a row is an unchanged entry's short row [path, UNCHANGED]."""
+    return len(row) == SHORT_ROW
 FIELDS = ("path", "kind", "mode", "uid", "gid", "size", "mtime_ns", "offset", "length",
           "checksum", "link")
 

@@ -12,7 +12,9 @@ An image's own members, in image order:
   * `.cairn/index.jsonl` (last): the file index, one row per entry.
 
 Format 1 images have no summary member, and their image.json lacks the expiry, the retention,
-the storage unit and pool, and a multi-stream backup's stream and set. Readers read both.
+the storage unit and pool, and a multi-stream backup's stream and set. Format 3 incrementals
+list an unchanged entry with a short row [path, -1] in their index (app/formats/entry.py);
+format 2 ones with a whole row. Readers read all three.
 
 Standard library only: master and agents share it."""
 
@@ -22,8 +24,8 @@ from app.formats import entry, owners
 from app.formats.tarfmt import PIECE_HASHES
 
 FORMAT = "cairn-image"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 META_NAME = b".cairn/image.json"
 SUMMARY_NAME = b".cairn/summary.json"

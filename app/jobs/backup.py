@@ -229,7 +229,9 @@ class BackupJob:
         created = time.time()
         expires = expiry_of(self.job, self.schedule, created, self.lifecycle)
         meta = self._meta(created, expires)
-        self.index = IndexWriter(self.master.home.index_path(self.image_id))
+        # the state the next incremental compares with, kept in the index as it is written
+        self.index = IndexWriter(self.master.home.index_path(self.image_id),
+                                 appendix=incremental.NextState())
         try:
             summary, received = self._transfer(meta)
             stats = self.side.outcome(summary, received)

@@ -12,11 +12,14 @@ gets its state and where each file's member lies (references), and an unchanged 
 from that image's chunks instead of being read. The new image is a complete full all the same
 (its recipe lists the chunks itself), so it does not depend on the image it used."""
 
+import base64
 import hashlib
 import json
 import struct
+from operator import itemgetter
 
 from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
+from app.catalog_index.block import _decode_block
 from app.formats import entry as E
 from app.formats.changes import (DIGEST_SIZE, STATE_FIELDS, ReferenceEncoder, StateEncoder,
                                  state_digest)
@@ -66,49 +69,107 @@ def open_base_index(master, base):
         raise ValueError(f"{path} is missing") from None
 
 
+# The appendix of an image's catalog index that holds its state (NextState): this, the count
+# of entries that are not directories (u64), then the compressed state.
+STATE_APPENDIX = b"CAIRNST1"
+_COUNT = struct.Struct("<Q")
+
+
+class NextState:
+    """The state the next incremental based on an image compares with, kept in the appendix
+    of the image's catalog index (app/catalog_index/layout.py). The index writer hands it
+    each directory's rows as it writes their block, during the backup, while the agent
+    walks: the next backup then reads the state instead of working it out from the whole
+    index before its agent can start (about 1.8 s for 1,000,000 files)."""
+
+    def __init__(self):
+        self._state = StateEncoder()
+        self._count = 0
+
+    def block(self, key, names, rows, block, n):
+        """names: the rows' names (bytes), in the rows' order; block: what the index holds
+        of them, n entries (sorted, one per name)."""
+        if len(names) == n and min(map(len, rows)) > CTIME_NS + 1:
+            g = itemgetter
+            digests = _digests(names, *(map(g(i), rows) for i in (
+                E.KIND, E.MODE, E.UID, E.GID, E.SIZE, E.MTIME_NS, CTIME_NS, CTIME_NS + 1,
+                E.LINK)))
+        else:  # a name twice in the run, or rows without change time and inode
+            cols = _decode_block(block, n, repr(key), "the index being written")
+            digests = _digests([c.encode("utf-8", "surrogateescape") for c in cols[0]],
+                               *(cols[i] for i in (1, 2, 3, 4, 5, 6, 11, 12, 10)))
+        self._count += len(digests)
+        self._state.add(key, digests)
+
+    def finish(self):
+        return STATE_APPENDIX + _COUNT.pack(self._count) + self._state.compressed()
+
+
 def previous_state(index):
-    """(state text for the agent, entries that are not directories) of an image's index."""
+    """(state text for the agent, entries that are not directories) of an image's index:
+    the one its backup kept (NextState), else worked out from the index."""
+    kept = index.appendix()
+    if kept is not None and kept[:len(STATE_APPENDIX)] == STATE_APPENDIX:
+        at = len(STATE_APPENDIX)
+        count, = _COUNT.unpack_from(kept, at)
+        return base64.b64encode(kept[at + _COUNT.size:]).decode("ascii"), count
     state, _, count = _state(index, None)
     return state, count
+
+
+def _digests(names, kinds, modes, uids, gids, sizes, mtimes, ctimes, inodes, links):
+    """[(name bytes, state digest)] of a directory's entries that are not directories, from
+    its columns."""
+    # Every entry of an image passes here once: a regular file's digest is file_digest's,
+    # inline.
+    kind_dir, kind_file = E.KIND_DIR, E.KIND_FILE
+    blake2b, pack, file_suffix = hashlib.blake2b, STATE_FIELDS.pack, kind_file.encode()
+    out = []
+    for name, kind, mode, uid, gid, size, mtime_ns, ctime_ns, ino, link in zip(
+            names, kinds, modes, uids, gids, sizes, mtimes, ctimes, inodes, links):
+        if kind == kind_dir:
+            continue
+        if kind == kind_file:
+            try:
+                digest = blake2b(pack(mode, uid, gid, size, mtime_ns, ctime_ns, ino)
+                                 + file_suffix, digest_size=DIGEST_SIZE).digest()
+            except struct.error:
+                digest = state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns, ino,
+                                      link)
+        else:
+            digest = state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns, ino, link)
+        out.append((name, digest))
+    return out
+
+
+def _entry_digests(entries):
+    """_digests of a directory's entries as the index reader gives them (Entry tuples)."""
+    if not entries:
+        return []
+    cols = list(zip(*entries))
+    return _digests([n.encode("utf-8", "surrogateescape") for n in cols[1]],
+                    *(cols[i] for i in (2, 3, 4, 5, 6, 7, 12, 13, 11)))
 
 
 def _state(index, usable_sources):
     """(state, references or None, entries). usable_sources: for a files cache, the set of
     source numbers (0: the image itself) whose images the storage side can read."""
-    # Every entry of the image passes here, before the agent can start its walk: the
-    # fields are unpacked from the index's tuples, and a regular file's digest is
-    # file_digest's, inline.
     state = StateEncoder()
     refs = ReferenceEncoder() if usable_sources is not None else None
     count = 0
     none = (0, 0, 0, "")
     kind_dir, kind_file = E.KIND_DIR, E.KIND_FILE
-    blake2b, pack, file_suffix = hashlib.blake2b, STATE_FIELDS.pack, kind_file.encode()
     for key, entries in index.directories():
-        out = []
-        rs = []
-        for (_, name, kind, mode, uid, gid, size, mtime_ns, offset, length, checksum, link,
-             ctime_ns, ino, src) in entries:
-            if kind == kind_dir:
-                continue
-            if kind == kind_file:
-                try:
-                    digest = blake2b(pack(mode, uid, gid, size, mtime_ns, ctime_ns, ino)
-                                     + file_suffix, digest_size=DIGEST_SIZE).digest()
-                except struct.error:
-                    digest = state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns,
-                                          ino, link)
-            else:
-                digest = state_digest(kind, mode, uid, gid, size, mtime_ns, ctime_ns, ino, link)
-            out.append((name.encode("utf-8", "surrogateescape"), digest))
-            if refs is not None:
-                rs.append((src, offset, length, checksum)
-                          if kind == kind_file and src in usable_sources
-                          and offset >= 0 and length > 0 and checksum else none)
-        count += len(out)
-        state.add(key, out)
+        digests = _entry_digests(entries)
+        count += len(digests)
+        state.add(key, digests)
         if refs is not None:
-            refs.add(key, rs)
+            # in the state's order: the entries that are not directories
+            refs.add(key, [(src, offset, length, checksum)
+                           if kind == kind_file and src in usable_sources and offset >= 0
+                           and length > 0 and checksum else none
+                           for (_, _, kind, _, _, _, _, _, offset, length, checksum, _, _, _,
+                                src) in entries if kind != kind_dir])
     return state.text(), (refs.text() if refs is not None else None), count
 
 
@@ -163,6 +224,7 @@ class Completer:
         self.base_sources = json.loads(sources) if isinstance(sources, str) else sources
         self.sources = []          # this image's sources, in order (source k = sources[k-1])
         self._src_of = {}
+        self._holders = {}         # base entry's source number -> this image's
         self._dir = None
         self._listing = {}
         self.base_entries = base_entries
@@ -190,15 +252,40 @@ class Completer:
                 self._listing = {}
         return self._listing.get(name)
 
+    def _holder(self, src):
+        """This image's source number of the image holding a base entry's member."""
+        k = self._holders.get(src)
+        if k is None:
+            holder = self.base["id"] if src == 0 else self.base_sources[src - 1]
+            k = self._holders[src] = self._source(holder)
+        return k
+
+    def _not_held(self, row):
+        return IndexCorrupt(self.index.path,
+                            f"{row[E.PATH]} was reported unchanged but the index of image "
+                            f"{self.base['id']} does not hold it as it is")
+
     def complete(self, rows):
+        kind_dir, short, unchanged = E.KIND_DIR, E.SHORT_ROW, E.UNCHANGED
         for row in rows:
+            if len(row) == short:
+                # an unchanged entry's short row: every field is the base's
+                path = row[E.PATH]
+                e = self._base_entry(path) if type(path) is str else None
+                if e is None or e.kind == kind_dir or row[1] != unchanged:
+                    raise self._not_held(row)
+                self.seen_in_base += 1
+                self.unchanged += 1
+                row[1:] = e[2:14]  # kind ... inode (app/catalog_index/reader.py Entry)
+                row.append(self._holder(e.src))
+                continue
             if len(row) < 13:
                 row.extend([0] * (13 - len(row)))
-            if row[E.KIND] == E.KIND_DIR:
+            if row[E.KIND] == kind_dir:
                 row.append(0)
                 continue
             e = self._base_entry(row[E.PATH])
-            if e is not None and e.kind != E.KIND_DIR:
+            if e is not None and e.kind != kind_dir:
                 self.seen_in_base += 1
             if row[E.OFFSET] != -1:
                 if e is None:
@@ -206,9 +293,7 @@ class Completer:
                 row.append(0)
                 continue
             if e is None or e.kind != row[E.KIND] or e.size != row[E.SIZE]:
-                raise IndexCorrupt(self.index.path,
-                                   f"{row[E.PATH]} was reported unchanged but the index of "
-                                   f"image {self.base['id']} does not hold it as it is")
+                raise self._not_held(row)
             # A file list from the policy engine gives times in microseconds: keep the
             # exact ones the base recorded.
             for col, exact in ((E.MTIME_NS, e.mtime_ns), (CTIME_NS, e.ctime_ns)):
@@ -218,8 +303,7 @@ class Completer:
             row[E.OFFSET] = e.offset
             row[E.LENGTH] = e.length
             row[E.CHECKSUM] = e.checksum
-            holder = self.base["id"] if e.src == 0 else self.base_sources[e.src - 1]
-            row.append(self._source(holder))
+            row.append(self._holder(e.src))
             self.unchanged += 1
         return rows
 

@@ -91,7 +91,7 @@ class _Rows:
             return
         try:
             if self.completer is None:
-                keep = [r for r in rows if r[E.OFFSET] != -1]
+                keep = [r for r in rows if len(r) != E.SHORT_ROW and r[E.OFFSET] != -1]
                 self.orphans += len(rows) - len(keep)
                 rows = keep
             else:

@@ -131,9 +131,10 @@ class _Rows:
             return
         try:
             if self.full:
-                keep = [r for r in rows if r[E.OFFSET] != -1]
+                keep = [r for r in rows if len(r) != E.SHORT_ROW and r[E.OFFSET] != -1]
                 if len(keep) != len(rows):
-                    self.orphans.extend(r[E.PATH] for r in rows if r[E.OFFSET] == -1)
+                    self.orphans.extend(r[E.PATH] for r in rows
+                                        if len(r) == E.SHORT_ROW or r[E.OFFSET] == -1)
                 rows = keep
             else:
                 self.completer.complete(rows)

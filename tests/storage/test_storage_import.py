@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 from app import status as st
+from app.formats import imagemeta
 from app.master import Master
 from clihelp import cairn, cairn_json
 from storage_sites import cli_pool, make_pool
@@ -78,7 +79,8 @@ def test_import_a_lost_catalogs_chain_restores_every_point_in_time(tmp_path, sto
     for img, expected in steps:
         got, _ = cairn_json(home, "images", "show", img["id"])
         assert {k: got[k] for k in FIELDS} == {k: img[k] for k in FIELDS}, img["id"]
-        assert got["imported"]["job"] == job["id"] and got["imported"]["format_version"] == 2
+        assert got["imported"]["job"] == job["id"] and got["imported"]["format_version"] == \
+            imagemeta.FORMAT_VERSION
         dst = tmp_path / f"restored-{img['id']}"
         doc, _ = cairn_json(home, "restore", img["id"], "--path", src, "--to", dst, "--wait")
         assert doc["status"] == st.OK, doc

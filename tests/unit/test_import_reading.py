@@ -139,7 +139,7 @@ def test_hostile_or_malformed_image_metadata_is_refused():
     assert "invalid selections" in why(selections=[])
     assert "invalid set" in why(set={"id": "../s", "streams": 2, "selections": []})
     assert "invalid checksum" in why(checksum="md5")
-    assert "format version" in why(format_version=3)
+    assert "format version" in why(format_version=4)
     assert "not Cairn's image metadata" in why(format="other")
     assert imagemeta.meta_problem([], file_id="x", client_dir="me")
     assert imagemeta.summary_problem({"files": -1}) is not None

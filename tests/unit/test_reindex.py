@@ -206,8 +206,11 @@ def test_an_incrementals_unchanged_rows_pass_through(tmp_path):
         state.add(os.fsencode(d), sorted(items))
     (src / "new.txt").write_text("new since the full\n")
     _, inc_rows = make_image(tmp_path / "inc.tar", [src], previous=state.text())
-    unchanged = [r for r in inc_rows if r[entry.OFFSET] == -1]
-    assert len(unchanged) > 10
+    # unchanged entries have short rows, the rest whole ones
+    unchanged = [r for r in inc_rows if entry.is_short(r)]
+    assert len(unchanged) > 10 and all(r[1] == entry.UNCHANGED for r in unchanged)
+    assert not [r for r in inc_rows if not entry.is_short(r) and r[entry.OFFSET] == -1]
+    assert "/new.txt" not in {r[entry.PATH][-8:] for r in unchanged}
     found, rows, _ = reindex(tmp_path / "inc.tar")
     assert rows == inc_rows
     assert found["trailing_index"]["unchanged"] == len(unchanged)

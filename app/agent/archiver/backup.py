@@ -120,6 +120,12 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
             raise Canceled()
         if len(self.pending) >= ROW_BATCH:
             self.emit_rows()
+            if len(self.pending) >= ROW_BATCH and self.out.fill:
+                # Rows held back only by members still in the buffer: an incremental
+                # writes little, and the master would wait for a whole buffer of directory
+                # members before it could index its first rows.
+                self.out.flush()
+                self.emit_rows()
         now = time.monotonic()
         if now - self.last_progress >= PROGRESS_EVERY:
             self.progress(now, extra=0)

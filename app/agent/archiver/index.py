@@ -42,28 +42,38 @@ class IndexRows:
         self.pending.append((self.out.pos, row))
 
     def emit_rows(self, final=False):
-        """Send the rows whose members `out` has accepted and whose checksum is known."""
+        """Send the rows whose members `out` has accepted and whose checksum is known. An
+        unchanged entry's short row is queued as its JSON text already (members.py), with its
+        owner counted."""
         pending = self.pending
         written = self.out.written
         while pending:
             batch = []
             while pending and len(batch) < ROW_BATCH:
                 end, row = pending[0]
-                if not final and (end > written or row[entry.CHECKSUM] is None):
+                if not final and (end > written or (row.__class__ is not str
+                                                    and row[entry.CHECKSUM] is None)):
                     break
                 pending.popleft()
                 batch.append(row)
             if not batch:
                 break
-            # every row's ids, unchanged entries' too: their names are looked up at the end
-            self.owner_uids.update(map(_UID, batch))
-            self.owner_gids.update(map(_GID, batch))
-            texts = list(map(_encode_row, batch))
+            rows = [r for r in batch if r.__class__ is not str]
+            # every row's ids: their names are looked up at the end
+            self.owner_uids.update(map(_UID, rows))
+            self.owner_gids.update(map(_GID, rows))
+            if len(rows) == len(batch):
+                texts = list(map(_encode_row, batch))
+            else:
+                texts = [r if r.__class__ is str else _encode_row(r) for r in batch]
             self.spool.write(("\n".join(texts) + "\n").encode("ascii"))
             if self.emit_encoded is not None:
                 self.emit_encoded("rows", '{"rows":[%s]}' % ",".join(texts))
-            else:
+            elif len(rows) == len(batch):
                 self.emit("rows", {"rows": batch})
+            else:
+                self.emit("rows", {"rows": [json.loads(t) if r.__class__ is str else r
+                                            for t, r in zip(texts, batch)]})
             if len(batch) < ROW_BATCH:
                 break
         self.last_rows = time.monotonic()

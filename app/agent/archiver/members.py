@@ -11,6 +11,9 @@ from app.agent.archiver.common import FS_ENCODING, FS_ERRORS, why
 from app.formats import entry, fflags, tarfmt
 from app.formats.changes import file_digest, state_digest
 
+# a path as JSON text, as the rows' encoder writes it (the C version when there is one)
+from json.encoder import encode_basestring_ascii as _json_text  # noqa: E402
+
 
 class Members:
     """Part of a backup (app/agent/archiver/backup.py): one entry at a time, as the walk
@@ -102,26 +105,48 @@ class Members:
         return True
 
     def unchanged_entry(self, dfd, name, spath, st, digest):
-        """List an entry without sending it when its state matches the previous image's.
+        """List an entry without sending it when its state matches the previous image's: a
+        short row (app/formats/entry.py) the master completes from the base image's index.
         Returns False when it must be sent."""
         mode = st.st_mode
         size = 0
-        link = ""
         if stat.S_ISREG(mode):
-            kind = entry.KIND_FILE
             size = st.st_size
             if st.st_nlink > 1:
                 first = self.links.get((st.st_dev, st.st_ino))
                 if first is not None:
                     if first[0] is not None:
                         return False  # the group's data is in this image: link to it
-                    kind, size, link = entry.KIND_HARDLINK, 0, first[1]
-        elif st.st_nlink > 1:
+                    # a later link of a group whose first link was unchanged: as the base
+                    # lists it, a hard link to that first link
+                    now = state_digest(entry.KIND_HARDLINK, mode & 0o7777, st.st_uid,
+                                       st.st_gid, 0, st.st_mtime_ns, st.st_ctime_ns,
+                                       st.st_ino, first[1])
+                    if now != digest:
+                        return False
+                    return self._unchanged(spath, st, 0)
+                if file_digest(mode & 0o7777, st.st_uid, st.st_gid, size, st.st_mtime_ns,
+                               st.st_ctime_ns, st.st_ino) != digest:
+                    return False
+                self.links[(st.st_dev, st.st_ino)] = (None, spath)
+                return self._unchanged(spath, st, size)
+            if file_digest(mode & 0o7777, st.st_uid, st.st_gid, size, st.st_mtime_ns,
+                           st.st_ctime_ns, st.st_ino) != digest:
+                return False
+            # the most frequent entry of an incremental, inline
+            self.unchanged += 1
+            self.unchanged_bytes += size
+            self.owner_uids.add(st.st_uid)
+            self.owner_gids.add(st.st_gid)
+            self.pending.append((self.out.pos, "[%s,-1]" % _json_text(spath)))
+            return True
+        if st.st_nlink > 1:
             return False
-        elif stat.S_ISLNK(mode):
+        link = ""
+        if stat.S_ISLNK(mode):
             kind = entry.KIND_SYMLINK
             try:
-                link = os.fsdecode(os.readlink(name, dir_fd=dfd))
+                link = os.readlink(name, dir_fd=dfd)
             except OSError:
                 return False  # the normal path reports it
         elif stat.S_ISFIFO(mode):
@@ -132,22 +157,18 @@ class Members:
             kind = entry.KIND_BLOCK
         else:
             return False
-        perm = mode & 0o7777
-        if kind == entry.KIND_FILE:
-            now = file_digest(perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
-                              st.st_ctime_ns, st.st_ino)
-        else:
-            now = state_digest(kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns,
-                               st.st_ctime_ns, st.st_ino, link)
-        if now != digest:
+        if state_digest(kind, mode & 0o7777, st.st_uid, st.st_gid, size, st.st_mtime_ns,
+                        st.st_ctime_ns, st.st_ino, link) != digest:
             return False
-        if kind == entry.KIND_FILE and st.st_nlink > 1:
-            self.links[(st.st_dev, st.st_ino)] = (None, spath)
+        return self._unchanged(spath, st, size)
+
+    def _unchanged(self, spath, st, size):
         self.unchanged += 1
         self.unchanged_bytes += size
-        # offset -1: the member is in an earlier image; the master fills in where.
-        self.add_row([spath, kind, perm, st.st_uid, st.st_gid, size, st.st_mtime_ns, -1, 0, "",
-                      link, st.st_ctime_ns, st.st_ino])
+        # the owners of every entry are named in the image's summary, unchanged ones too
+        self.owner_uids.add(st.st_uid)
+        self.owner_gids.add(st.st_gid)
+        self.pending.append((self.out.pos, "[%s,-1]" % _json_text(spath)))
         return True
 
     def cached_file(self, spath, st, digest, ref):

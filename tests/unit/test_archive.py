@@ -528,7 +528,9 @@ def test_file_changing_while_read_is_a_warning(tmp_path, monkeypatch, change):
             victim_fds.add(fd)
         return fd
 
-    def fake_readv(fd, bufs):
+    real_preadv = os.preadv
+
+    def change_once(fd):
         if fd in victim_fds:
             victim_fds.discard(fd)
             with open(str(victim), "r+b") as f:
@@ -537,10 +539,19 @@ def test_file_changing_while_read_is_a_warning(tmp_path, monkeypatch, change):
                     f.write(b"more" * 1000)
                 else:
                     f.truncate(1000)
+
+    def fake_readv(fd, bufs):
+        change_once(fd)
         return real_readv(fd, bufs)
+
+    def fake_preadv(fd, bufs, offset, *flags):
+        # a small file is read in one call from its start
+        change_once(fd)
+        return real_preadv(fd, bufs, offset, *flags)
 
     monkeypatch.setattr(os, "open", fake_open)
     monkeypatch.setattr(os, "readv", fake_readv)
+    monkeypatch.setattr(os, "preadv", fake_preadv)
     result, rec = backup(tmp_path / "c.tar", [d])
     warnings = rec.of("warning")
     assert [(w["path"], w["message"]) for w in warnings] == \
@@ -781,3 +792,4 @@ def test_large_owner_ids_and_devices_round_trip(tmp_path):
                               str(img), "-C", str(gx)], capture_output=True)
         assert out.returncode == 0, out.stderr
         assert_trees_equal(str(d), str(gx) + str(d))
+

@@ -4,6 +4,7 @@ each file's pieces in order."""
 import hashlib
 import io
 import os
+import random
 import tarfile
 
 import pytest
@@ -68,3 +69,44 @@ def test_hash_worker_keeps_each_file_in_order(threads):
         w.close()
     for i in range(7):
         assert digests[i] == hashlib.sha256(b"".join(pieces[i])).hexdigest()
+
+
+def test_the_common_members_headers_are_the_general_ones_byte_for_byte(monkeypatch):
+    """member_header writes the common member in one step: its bytes must be exactly those
+    of the general path, at and around every limit of that step."""
+    general = tarfmt._member_header
+    took_general = [0]
+
+    def counted(*a):
+        took_general[0] += 1
+        return general(*a)
+
+    monkeypatch.setattr(tarfmt, "_member_header", counted)
+    rnd = random.Random(30)
+
+    def pick(common, edges):
+        # mostly values of the common member, each limit often enough
+        return rnd.choice(common) if rnd.random() < 0.85 else rnd.choice(edges)
+
+    big = tarfmt._MAX_OCTAL_11 * 10**9
+    for _ in range(4000):
+        args = (pick([b"a", b"d/f", b"x" * 100], [b"x" * 101, "caf\u00e9".encode(),
+                                                  b"a" * 99 + b"\xff"]),
+                rnd.choice([tarfmt.REGTYPE, tarfmt.DIRTYPE]),
+                rnd.choice([0o644, 0o7777, 0o755]),
+                pick([0, 1000, tarfmt._MAX_OCTAL_7], [tarfmt._MAX_OCTAL_7 + 1, -1]),
+                pick([0, 1000, tarfmt._MAX_OCTAL_7], [tarfmt._MAX_OCTAL_7 + 1, -1]),
+                pick([0, 1, 4096, tarfmt._MAX_OCTAL_11], [tarfmt._MAX_OCTAL_11 + 1]),
+                pick([0, 10**9, 1_700_000_000_123_456_789, 999, big + 999_999_999],
+                     [-1, -(10**9) - 5, big + 10**9, 10**30]))
+        owners = ([b"", b"root", b"u" * 31], [b"u" * 32, "j\u00f6rg".encode()])
+        kw = dict(uname=pick(*owners), gname=pick(*owners))
+        if rnd.random() < 0.1:
+            kw["xattrs"] = [(b"user.k", b"v")]
+        if rnd.random() < 0.1:
+            kw["linkname"] = b"target"
+        got = tarfmt.member_header(*args, **kw)
+        want = general(*args, kw.get("linkname", b""), kw["uname"], kw["gname"], 0, 0,
+                       kw.get("xattrs"), None, None)
+        assert got == want, (args, kw)
+    assert 500 < 4000 - took_general[0] < 3500  # both paths were taken, often

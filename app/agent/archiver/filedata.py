@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 import time
+from hashlib import sha256 as _sha256
 
 from app.agent.archiver.common import PROGRESS_EVERY, why
 from app.errors import Canceled
@@ -115,9 +116,14 @@ class FileData:
                     pass
             offset = out.pos
             out.put(header)
-            h = tarfmt.TreeHash(self.checksum)
+            checksum = None
+            if segs is None and size <= tarfmt.PIECE and self.checksum == "crc32":
+                checksum = self.copy_small(fd, size)
+            h = tarfmt.TreeHash(self.checksum) if checksum is None else None
             problem = None
-            if segs is None:
+            if checksum is not None:
+                pass
+            elif segs is None:
                 problem = self.copy(fd, path, None, size, h)
             else:
                 out.put(smap)
@@ -137,14 +143,36 @@ class FileData:
             self.files += 1
             self.bytes += area - (len(smap) if segs is not None else 0)
             row = [spath, entry.KIND_FILE, mode, uid, gid, size, st.st_mtime_ns, offset,
-                   out.pos - offset, None, "", st.st_ctime_ns, st.st_ino]
-            out.finish(h, row)
+                   out.pos - offset, checksum, "", st.st_ctime_ns, st.st_ino]
+            if h is not None:
+                out.finish(h, row)
             self.add_row(row)
             if st.st_nlink > 1:
                 self.links[(st0.st_dev, st0.st_ino)] = (path[1:], spath)
             return True
         finally:
             os.close(fd)
+
+    def copy_small(self, fd, size):
+        """The data of a file of one checksum piece that fits the free part of the image
+        buffer, read in one call and checked with CRC-32 right away: its checksum, as
+        TreeHash gives it, without the hashing jobs that spread a large file's pieces over
+        threads (for small files they cost more than the read). None when the file does not
+        fit, or did not read whole: the caller then copies it as usual, from its start."""
+        out = self.out
+        space = out.space()
+        if len(space) < size:
+            return None
+        view = space[:size]
+        try:
+            got = os.preadv(fd, [view], 0) if size else 0
+        except OSError:
+            return None
+        if got != size:
+            return None
+        out.fill += size
+        out.pos += size
+        return _sha256(tarfmt.crc32(view).to_bytes(4, "big")).hexdigest()
 
     def copy(self, fd, path, off, length, h):
         """Copy `length` bytes of the file (from `off` with pread, or sequentially) into the

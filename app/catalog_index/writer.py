@@ -117,10 +117,12 @@ class IndexWriter:
             prefix = key + b"/" if key != _ROOT_KEY else b"/"
             self._dirs_seen.update(prefix + nm for nm in dir_names)
         self._f.write(block)
-        if self._appendix is not None and not synthesized and key != _ROOT_ROW_KEY:
+        if self._appendix is not None and key != _ROOT_ROW_KEY:
             if key in self._table:
-                self._appendix = None  # a split directory: its blocks are merged later
-            else:
+                # a directory in several blocks (split runs, or a parent synthesized beside
+                # its real children): merged at the end, and no appendix is kept
+                self._appendix = None
+            elif not synthesized:
                 self._appendix.block(key, names, rows, block, n)
         self._table.setdefault(key, []).append(
             [self._pos, len(block), n, zlib.crc32(block), ndirs, synthesized])

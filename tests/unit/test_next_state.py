@@ -119,3 +119,15 @@ def test_the_appendix_costs_no_reader_anything(tmp_path):
         assert list(a.walk("/")) == list(b.walk("/"))
         assert a.count() == b.count()
     assert os.path.getsize(tmp_path / "a.cidx") > os.path.getsize(tmp_path / "b.cidx")
+
+
+def test_a_synthesized_parent_beside_real_children_keeps_no_appendix(tmp_path):
+    # "/" holds a real file row and, synthesized, the parent of another selection's rows
+    rows = [["/top", "f", 0o644, 0, 0, 1, 1, 512, 1024, SUM, "", 1, 2, 0],
+            ["/a/b", "d", 0o755, 0, 0, 0, 1, 1536, 512, "", "", 1, 3, 0],
+            ["/a/b/f", "f", 0o644, 0, 0, 1, 1, 2048, 1024, SUM, "", 1, 4, 0]]
+    with _write(tmp_path / "a.cidx", rows) as idx:
+        assert idx.appendix() is None
+        kept, count = incremental.previous_state(idx)
+        assert [e.name for e in idx.list_dir("/")] == ["a", "top"]
+    assert count == 2 and _dirs(kept)[0][b"/"].keys() == {b"top"}

@@ -27,6 +27,7 @@ from app.formats.changes import (DIGEST_SIZE, STATE_FIELDS, ReferenceEncoder, St
 LEVELS = ("full", "differential", "cumulative")
 MAX_SOURCES = 0xFFFF  # the index's source column is u16
 CTIME_NS = 11  # the agent's row: the 11 fields of app/formats/entry.py, then ctime_ns and inode
+SOURCE = 13    # the master's row: then the source image
 
 
 def choose_base(db, *, client, policy, pool, level, stream=None):
@@ -70,20 +71,25 @@ def open_base_index(master, base):
 
 
 # The appendix of an image's catalog index that holds its state (NextState): this, the count
-# of entries that are not directories (u64), then the compressed state.
-STATE_APPENDIX = b"CAIRNST1"
-_COUNT = struct.Struct("<Q")
+# of entries that are not directories and the length of the compressed state (u64 each), the
+# compressed state, then the compressed references of a files cache (ReferenceEncoder).
+STATE_APPENDIX = b"CAIRNST2"
+_COUNTS = struct.Struct("<QQ")
+_NO_REFERENCE = (0, 0, 0, "")
 
 
 class NextState:
-    """The state the next incremental based on an image compares with, kept in the appendix
-    of the image's catalog index (app/catalog_index/layout.py). The index writer hands it
-    each directory's rows as it writes their block, during the backup, while the agent
-    walks: the next backup then reads the state instead of working it out from the whole
-    index before its agent can start (about 1.8 s for 1,000,000 files)."""
+    """The state the next backup based on an image compares with, and a files cache's
+    references into it, kept in the appendix of the image's catalog index
+    (app/catalog_index/layout.py). The index writer hands it each directory's rows as it
+    writes their block, during the backup, while the agent walks: the next backup then reads
+    them instead of working them out from the whole index before its agent can start (about
+    1.8 s for 1,000,000 files). The references are kept as if every source image is there;
+    a backup that finds one missing works them out again."""
 
     def __init__(self):
         self._state = StateEncoder()
+        self._refs = ReferenceEncoder()
         self._count = 0
 
     def block(self, key, names, rows, block, n):
@@ -94,27 +100,55 @@ class NextState:
             digests = _digests(names, *(map(g(i), rows) for i in (
                 E.KIND, E.MODE, E.UID, E.GID, E.SIZE, E.MTIME_NS, CTIME_NS, CTIME_NS + 1,
                 E.LINK)))
+            refs = _references(*(map(g(i), rows) for i in (E.KIND, E.OFFSET, E.LENGTH,
+                                                             E.CHECKSUM)),
+                               (r[SOURCE] if len(r) > SOURCE else 0 for r in rows))
         else:  # a name twice in the run, or rows without change time and inode
             cols = _decode_block(block, n, repr(key), "the index being written")
             digests = _digests([c.encode("utf-8", "surrogateescape") for c in cols[0]],
                                *(cols[i] for i in (1, 2, 3, 4, 5, 6, 11, 12, 10)))
+            refs = _references(*(cols[i] for i in (1, 7, 8, 9, 13)))
         self._count += len(digests)
         self._state.add(key, digests)
+        self._refs.add(key, refs)
 
     def finish(self):
-        return STATE_APPENDIX + _COUNT.pack(self._count) + self._state.compressed()
+        state = self._state.compressed()
+        return (STATE_APPENDIX + _COUNTS.pack(self._count, len(state)) + state
+                + self._refs.compressed())
+
+
+def _kept(index):
+    """(state text, references text, entries) an index's appendix keeps, or None."""
+    kept = index.appendix()
+    if kept is None or kept[:len(STATE_APPENDIX)] != STATE_APPENDIX:
+        return None
+    at = len(STATE_APPENDIX) + _COUNTS.size
+    count, n = _COUNTS.unpack_from(kept, len(STATE_APPENDIX))
+    return (base64.b64encode(kept[at:at + n]).decode("ascii"),
+            base64.b64encode(kept[at + n:]).decode("ascii"), count)
 
 
 def previous_state(index):
     """(state text for the agent, entries that are not directories) of an image's index:
     the one its backup kept (NextState), else worked out from the index."""
-    kept = index.appendix()
-    if kept is not None and kept[:len(STATE_APPENDIX)] == STATE_APPENDIX:
-        at = len(STATE_APPENDIX)
-        count, = _COUNT.unpack_from(kept, at)
-        return base64.b64encode(kept[at + _COUNT.size:]).decode("ascii"), count
+    kept = _kept(index)
+    if kept is not None:
+        return kept[0], kept[2]
     state, _, count = _state(index, None)
     return state, count
+
+
+def _references(kinds, offsets, lengths, checksums, sources, usable=None):
+    """A files cache's references of a directory's entries that are not directories, in the
+    state's order; usable: the source numbers whose images can be read (None: all)."""
+    kind_dir, kind_file = E.KIND_DIR, E.KIND_FILE
+    return [(src, offset, length, checksum)
+            if kind == kind_file and offset >= 0 and length > 0 and checksum
+            and (usable is None or src in usable) else _NO_REFERENCE
+            for kind, offset, length, checksum, src in zip(kinds, offsets, lengths, checksums,
+                                                           sources)
+            if kind != kind_dir]
 
 
 def _digests(names, kinds, modes, uids, gids, sizes, mtimes, ctimes, inodes, links):
@@ -157,19 +191,14 @@ def _state(index, usable_sources):
     state = StateEncoder()
     refs = ReferenceEncoder() if usable_sources is not None else None
     count = 0
-    none = (0, 0, 0, "")
-    kind_dir, kind_file = E.KIND_DIR, E.KIND_FILE
     for key, entries in index.directories():
         digests = _entry_digests(entries)
         count += len(digests)
         state.add(key, digests)
-        if refs is not None:
-            # in the state's order: the entries that are not directories
-            refs.add(key, [(src, offset, length, checksum)
-                           if kind == kind_file and src in usable_sources and offset >= 0
-                           and length > 0 and checksum else none
-                           for (_, _, kind, _, _, _, _, _, offset, length, checksum, _, _, _,
-                                src) in entries if kind != kind_dir])
+        if refs is not None and entries:
+            cols = list(zip(*entries))
+            refs.add(key, _references(*(cols[i] for i in (2, 8, 9, 10, 14)),
+                                      usable=usable_sources))
     return state.text(), (refs.text() if refs is not None else None), count
 
 
@@ -178,6 +207,14 @@ def reads_of(base):
     sources = base.get("sources") or []
     sources = json.loads(sources) if isinstance(sources, str) else sources
     return [base["id"], *sources]
+
+
+def cache_state(index, usable, sources):
+    """(state, references, entries) of a files cache on an image with `sources` source
+    images, of which those numbered in `usable` can be read (0: the image itself): the ones
+    its backup kept when all of them can, else worked out from the index."""
+    kept = _kept(index) if len(usable) == sources + 1 else None
+    return kept if kept is not None else _state(index, usable)
 
 
 def files_cache(master, base, *, checksum):
@@ -202,7 +239,7 @@ def files_cache(master, base, *, checksum):
         return None, (f"the index of image {base['id']} cannot be read ({e}); "
                       + rebuild_hint(base["id"]))
     try:
-        state, refs, count = _state(index, usable)
+        state, refs, count = cache_state(index, usable, len(sources))
     except (IndexCorrupt, ValueError) as e:
         return None, (f"the index of image {base['id']} cannot be read ({e}); "
                       + rebuild_hint(base["id"]))

@@ -131,3 +131,46 @@ def test_a_synthesized_parent_beside_real_children_keeps_no_appendix(tmp_path):
         kept, count = incremental.previous_state(idx)
         assert [e.name for e in idx.list_dir("/")] == ["a", "top"]
     assert count == 2 and _dirs(kept)[0][b"/"].keys() == {b"top"}
+
+
+def _with_refs(state, refs):
+    st = PreviousState(state, refs)
+    return {k: st.directory_with_references(k) for k in st._dirs}
+
+
+def test_the_kept_references_are_a_files_caches_with_every_source_there(tmp_path):
+    rows = _rows()
+    rows[5][-1] = 1  # held by the image's first source
+    rows[6][E.CHECKSUM] = ""  # nothing to refer to
+    with _write(tmp_path / "a.cidx", rows) as idx:
+        state, refs, count = incremental._kept(idx)
+        want_state, want_refs, want_count = incremental._state(idx, {0, 1})
+        _, partial_refs, _ = incremental._state(idx, {0})
+    kept = _with_refs(state, refs)
+    assert count == want_count == 44 and kept == _with_refs(want_state, want_refs)
+    files = kept[b"/d"]
+    assert files[b"f004"][1] == (1, rows[5][E.OFFSET], 1024, SUM)
+    assert files[b"f005"][1] is None and files[b"f000"][1] == (0, 1024, 1024, SUM)
+    # a source image gone: its files have no reference, and the kept ones are not used
+    assert _with_refs(state, partial_refs)[b"/d"][b"f004"][1] is None
+
+
+def test_a_files_cache_uses_the_kept_references_only_with_every_source_there(tmp_path,
+                                                                           monkeypatch):
+    rows = _rows()
+    rows[5][-1] = 1
+    worked_out = []
+    real = incremental._state
+
+    def counted(index, usable):
+        worked_out.append(usable)
+        return real(index, usable)
+
+    monkeypatch.setattr(incremental, "_state", counted)
+    with _write(tmp_path / "a.cidx", rows) as idx:
+        every = incremental.cache_state(idx, {0, 1}, 1)
+        assert worked_out == []
+        some = incremental.cache_state(idx, {0}, 1)
+        assert worked_out == [{0}]
+    assert _with_refs(*every[:2])[b"/d"][b"f004"][1] is not None
+    assert _with_refs(*some[:2])[b"/d"][b"f004"][1] is None

@@ -133,13 +133,7 @@ class Members:
             if file_digest(mode & 0o7777, st.st_uid, st.st_gid, size, st.st_mtime_ns,
                            st.st_ctime_ns, st.st_ino) != digest:
                 return False
-            # the most frequent entry of an incremental, inline
-            self.unchanged += 1
-            self.unchanged_bytes += size
-            self.owner_uids.add(st.st_uid)
-            self.owner_gids.add(st.st_gid)
-            self.pending.append((self.out.pos, "[%s,-1]" % _json_text(spath)))
-            return True
+            return self._unchanged(spath, st, size)
         if st.st_nlink > 1:
             return False
         link = ""

@@ -62,12 +62,17 @@ def test_the_count_runs_in_a_child_holding_nothing_of_the_agent_open(tmp_path):
     # connection would be: the child must not keep it open
     r, w = os.pipe()
     t = _SlowTotals(_tree(tmp_path), after=0)
-    t.slow = 1.0
+    t.slow = 3.0
     t.start()
     try:
         pid = _child_of(t)
         assert pid != os.getpid()
+        # it closes what it inherited first thing, then counts (slowly, here)
+        end = time.monotonic() + 2.5
+        while len(os.listdir(f"/proc/{pid}/fd")) != 1 and time.monotonic() < end:
+            time.sleep(0.01)
         assert len(os.listdir(f"/proc/{pid}/fd")) == 1  # only the pipe of its answer
+        assert t.is_alive() and t.result is None  # still counting
         os.close(w)
         w = None
         os.set_blocking(r, False)

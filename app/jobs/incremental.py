@@ -27,7 +27,7 @@ from app.formats.changes import (DIGEST_SIZE, STATE_FIELDS, ReferenceEncoder, St
 LEVELS = ("full", "differential", "cumulative")
 MAX_SOURCES = 0xFFFF  # the index's source column is u16
 CTIME_NS = 11  # the agent's row: the 11 fields of app/formats/entry.py, then ctime_ns and inode
-SOURCE = 13    # the master's row: then the source image
+SOURCE = 13    # a completed row's source column: 0 the image itself, k its k-th source
 
 
 def choose_base(db, *, client, policy, pool, level, stream=None):

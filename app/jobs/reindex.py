@@ -30,13 +30,12 @@ from app.errors import CairnError, Canceled, NotFound, ValidationError
 from app.formats import entry as E
 from app.jobs.backup_set import join_stream_indexes
 from app.jobs.context import JobContext, results
-from app.jobs.incremental import Completer
+from app.jobs.incremental import SOURCE, Completer
 from app.jobs.storage import image_storage
 from app.jobs.result import JobResult
 
 # Paths of one kind of problem the job log names; the job's result keeps what the agent sent.
 LOG_PATHS = 20
-SOURCE = 13  # a completed row's source column: 0 the image itself, k its k-th source
 JOB_TYPE = "rebuild-index"
 ASIDE_DAMAGED = "damaged"
 ASIDE_REPLACED = "replaced"

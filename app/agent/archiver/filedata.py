@@ -121,11 +121,9 @@ class FileData:
                 checksum = self.copy_small(fd, size)
             h = tarfmt.TreeHash(self.checksum) if checksum is None else None
             problem = None
-            if checksum is not None:
-                pass
-            elif segs is None:
+            if checksum is None and segs is None:
                 problem = self.copy(fd, path, None, size, h)
-            else:
+            elif checksum is None:
                 out.put(smap)
                 for off, ln in segs:
                     p = self.copy(fd, path, off, ln, h)

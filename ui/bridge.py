@@ -35,6 +35,7 @@ from app.errors import CairnError
 from app.remote.errors import ConnectionLost
 from app.store.db import catalog_error
 from app.terminal_text import escape
+from ui import collector
 from ui.qtcompat import emit
 
 log = logging.getLogger(__name__)
@@ -69,32 +70,48 @@ class _Worker(QThread):
         threading.current_thread().name = self.objectName()
         try:
             while True:
-                item = b._queue.get()
-                if item is _STOP:
+                call_id = b._queue.get()
+                if call_id is _STOP:
                     return
-                call_id, fn, args = item
-                ok, result = b._run(fn, args)
-                emit(b._finished, call_id, ok, result)
+                entry = b._pending.get(call_id)
+                if entry is None:
+                    continue    # dropped by shutdown()
+                fn, args = entry[:2]
+                del entry
+                outcome = b._run(fn, args)
+                # The call's function often holds a window (a method, a lambda over self),
+                # and its result may too. This thread lets go of both before the UI thread
+                # hears of the result, so that their last references always die on the UI
+                # thread: a Qt object deleted on a worker while the UI thread paints or
+                # animates it crashes the process.
+                del fn, args
+                b._results[call_id] = outcome
+                del outcome
+                emit(b._finished, call_id)
         finally:
             # Catalog connections are per thread; only this thread can close its own.
             b._close_thread_resources()
 
 
 class Bridge(QObject):
-    _finished = Signal(int, bool, object)
+    _finished = Signal(int)
 
     def __init__(self, master, workers=3, parent=None):
         super().__init__(parent)
         self.master = master
         self._queue = queue.Queue()
         self._ids = itertools.count(1)
-        self._pending = {}
+        self._pending = {}      # call id: (fn, args, done, failed, context)
+        self._results = {}      # call id: (ok, result), until the UI thread delivers it
         self._lock = threading.Lock()
         self._closed = False
         self._reconnect_lock = threading.Lock()
         self._reconnect_last = 0.0
         self._streams = set()
+        self._retired = set()   # closed streams, kept until their threads have ended
         self._finished.connect(self._deliver)
+        # Qt objects freed by the cycle collector are freed on the UI thread (ui/collector.py)
+        collector.hold()
         self._workers = [_Worker(self, i) for i in range(workers)]
         for w in self._workers:
             w.start()
@@ -108,8 +125,8 @@ class Bridge(QObject):
         if self._closed:
             return None
         call_id = next(self._ids)
-        self._pending[call_id] = (done, failed, context)
-        self._queue.put((call_id, fn, args))
+        self._pending[call_id] = (fn, args, done, failed, context)
+        self._queue.put(call_id)
         return call_id
 
     def stream(self, kind, kwargs, event, failed=None, context=None):
@@ -140,6 +157,9 @@ class Bridge(QObject):
             if not w.wait(timeout_ms):
                 log.warning("bridge worker %s did not stop in time", w.objectName())
         self._pending.clear()
+        self._results.clear()
+        self._retire_streams()
+        collector.release()
 
     # ---- worker side ----------------------------------------------------------------------
     def _run(self, fn, args):
@@ -188,11 +208,13 @@ class Bridge(QObject):
             log.exception("closing a worker's catalog connection failed")
 
     # ---- UI side ----------------------------------------------------------------------------
-    def _deliver(self, call_id, ok, result):
+    def _deliver(self, call_id):
+        self._retire_streams()
         entry = self._pending.pop(call_id, None)
+        ok, result = self._results.pop(call_id, (False, None))
         if entry is None:
             return
-        done, failed, context = entry
+        _, _, done, failed, context = entry
         if context is not None and not shiboken6.isValid(context):
             callback = None
         else:
@@ -201,6 +223,11 @@ class Bridge(QObject):
             callback(result)
         elif not ok:
             log.warning("master call failed: %s", result)
+
+    def _retire_streams(self):
+        """Closed streams whose threads have ended are let go here, on the UI thread, for the
+        same reason as a call's function (_Worker.run)."""
+        self._retired = {s for s in self._retired if s._thread.is_alive()}
 
 
 class Stream(QObject):
@@ -235,7 +262,10 @@ class Stream(QObject):
         sub = self._sub
         if sub is not None:
             sub.close()
-        self._bridge._streams.discard(self)
+        b = self._bridge
+        if self in b._streams:
+            b._streams.discard(self)
+            b._retired.add(self)
 
     def _run(self):
         b = self._bridge

@@ -25,6 +25,16 @@ def settings_dir(tmp_path, monkeypatch):
     yield d
 
 
+@pytest.fixture(autouse=True)
+def bridges_shut_down():
+    """Each test shuts down the bridges it starts: one left running keeps Python's automatic
+    garbage collection off (ui/collector.py) for every test after it."""
+    from ui import collector
+    before = collector.holders()
+    yield
+    assert collector.holders() == before, "a Bridge was left running: call its shutdown()"
+
+
 @pytest.fixture
 def home(tmp_path):
     return str(tmp_path / "home")

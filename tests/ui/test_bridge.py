@@ -1,11 +1,13 @@
 """The bridge: master calls run off the UI thread and come back as signals."""
 
+import gc
 import threading
 
 import pytest
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Qt
 
 from app.errors import ValidationError
+from ui import collector
 from ui.bridge import Bridge, CallError
 
 pytestmark = pytest.mark.gui
@@ -99,3 +101,76 @@ def test_shutdown_closes_each_workers_catalog_connection():
     b.shutdown()
     assert sorted(FakeMaster.db.closed) == ["cairn-bridge-0", "cairn-bridge-1", "cairn-bridge-2"]
     assert b.call(lambda m: 1) is None
+
+
+class Window(QObject):
+    """A parentless Qt object, as a dialog is: its Python wrapper owns it."""
+
+    def __init__(self):
+        super().__init__()
+        self.deleted_on = []
+        deleted_on = self.deleted_on   # not self: the connection must not keep it alive
+        self.destroyed.connect(lambda *_: deleted_on.append(threading.current_thread().name),
+                               Qt.ConnectionType.DirectConnection)
+
+
+def test_a_window_held_only_by_a_call_is_deleted_on_the_ui_thread(qtbot):
+    # One worker, so that the worker's next call would be where it let go of the last one.
+    b = Bridge(FakeMaster(), workers=1)
+    try:
+        w = Window()
+        deleted_on, got = w.deleted_on, []
+        b.call(_holding(w), done=got.append)        # the function holds the window
+        del w
+        holder = [Window()]
+        deleted_too = holder[0].deleted_on
+        b.call(lambda m: holder.pop(), done=lambda r: got.append("window"))  # the result does
+        for _ in range(3):
+            b.call(lambda m: None)
+        qtbot.waitUntil(lambda: b.pending == 0 and bool(deleted_on and deleted_too), timeout=3000)
+        assert got == ["", "window"]
+        assert deleted_on == ["MainThread"] and deleted_too == ["MainThread"]
+    finally:
+        b.shutdown()
+
+
+def _holding(window):
+    return lambda m: window.objectName()
+
+
+def test_cycles_are_collected_on_the_ui_thread_while_a_bridge_lives(bridge, qtbot):
+    gc.collect()
+    assert not gc.isenabled()
+    w = Window()
+    w.cycle = w
+    deleted_on = w.deleted_on
+    del w
+    churned = threading.Event()
+
+    def churn(m):
+        # enough new containers to set off every generation's automatic collection
+        junk = [[] for _ in range(300_000)]
+        churned.set()
+        return len(junk)
+
+    before = collector.collections()
+    bridge.call(churn)
+    assert churned.wait(10)        # the UI thread allocates nothing meanwhile
+    assert deleted_on == []
+    # the UI thread's own work sets off the next collection, as it would have without workers
+    kept = [[] for _ in range(gc.get_threshold()[0] * 2)]
+    qtbot.waitUntil(lambda: bool(deleted_on), timeout=3000)
+    assert len(kept) > 0
+    assert deleted_on == ["MainThread"] and collector.collections() > before
+
+
+def test_shutdown_gives_automatic_collection_back(qtbot):
+    assert gc.isenabled()
+    first, second = Bridge(FakeMaster(), workers=1), Bridge(FakeMaster(), workers=1)
+    assert not gc.isenabled()
+    first.shutdown()
+    assert not gc.isenabled()      # the second bridge's workers still run
+    second.shutdown()
+    assert gc.isenabled()
+    second.shutdown()
+    assert gc.isenabled()

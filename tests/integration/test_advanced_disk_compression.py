@@ -2,9 +2,10 @@
 with a real catalog, the local storage agent and a client over the loopback sshd: each choice
 restores whole and file by file, byte for byte; a compressed image is a zstd tar that the
 real `tar -I zstd` lists and extracts; a damaged frame costs the files in it, each named, and
-verify names them too; `policy set` changes later backups while older images still restore;
-rebuild-index and an import read compressed images; a lifecycle's copy is made from the tar
-stream and compressed as its source is."""
+verify names them too; a damaged frame table costs a restore nothing, and verify names it;
+`policy set` changes later backups while older images still restore; rebuild-index and an
+import read compressed images; a lifecycle's copy is made from the tar stream and compressed
+as its source is."""
 
 import os
 import shutil
@@ -204,6 +205,28 @@ def test_a_damaged_frame_costs_the_files_in_it_each_named(master, tmp_path):
     [hit] = vj["result"]["images"]
     assert set(hit["files"]) == lost, hit
     assert "does not decode" in vlog, vlog
+
+
+def test_a_damaged_frame_table_loses_nothing_in_a_restore_and_verify_names_it(master,
+                                                                              tmp_path):
+    m = master
+    src = str(tmp_path / "src")
+    text_tree(src)
+    policy(m, "p", src, compression="server")
+    img, _ = backup(m, "p")
+    with open(img["path"], "r+b") as f:
+        f.seek(-1, os.SEEK_END)       # the seek table's last byte: its magic number
+        b = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0xFF]))
+    job, log = restore(m, img, [src], tmp_path / "out")
+    assert job["status"] == status.OK, log
+    assert_trees_equal(src, str(tmp_path / "out") + src)
+
+    [vj] = m.wait_for([m.start_verify(image=img["id"])])
+    vlog = logs(m, vj["id"])
+    assert vj["status"] != status.OK, vlog
+    assert "frame table at the end of compressed image file" in vlog, vlog
 
 
 def test_policy_set_changes_later_backups_and_older_images_still_restore(master, tmp_path):

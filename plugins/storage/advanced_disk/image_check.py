@@ -269,12 +269,14 @@ def check_file(spec, *, progress=None, is_cancelled=None, pace=None):
                 progress(reader.read_bytes, out["members"])
 
         pread = _pread(fd)
+        frames = None
         if zframes.is_compressed_fd(fd):
             try:
-                pread = zframes.ZstdImage(path, fd=fd).preadinto_frame
-            except CairnError as e:  # its frame table is damaged, or zstandard is missing
+                frames = zframes.ZstdImage(path, fd=fd)
+            except CairnError as e:  # zstandard is missing
                 out["error"] = e.message
                 return out
+            pread = frames.preadinto_frame
         r = _Reader(pread, tick)
         pos = 0
         for offset, length, kind, checksum, mpath in members:
@@ -297,6 +299,9 @@ def check_file(spec, *, progress=None, is_cancelled=None, pace=None):
             out["members"] += 1
         if spec.get("whole"):
             _metadata(r, pos, None, out["structure"])
+        if frames is not None and frames.table_damage:
+            # the members were read through the frames found without it
+            out["structure"].append({"offset": frames.file_size, "reason": frames.table_damage})
         out["bytes"] = r.read_bytes
         if pace is not None:
             pace(r.read_bytes)  # the last read too: reads are large

@@ -202,8 +202,9 @@ def read_table(fd, size, path):
     def bad(why):
         return _damaged(f"the frame table at the end of compressed image file {path} is "
                         f"damaged: {why}",
-                        hint="verify the image (`cairn images verify IMAGE`); restore from "
-                             "another copy, or read it whole with `tar -I zstd -xf`")
+                        hint="its frames are read without it; `cairn images verify IMAGE` "
+                             "names it, and a copy of the image in another pool gets a new "
+                             "one")
     if size < SKIPPABLE.size + FOOTER.size:
         raise bad("the file is too short to hold one")
     n, desc, magic = FOOTER.unpack(os.pread(fd, FOOTER.size, size - FOOTER.size))
@@ -236,6 +237,57 @@ def read_table(fd, size, path):
     return coffs, toffs, tlens
 
 
+_BLOCK_RAW, _BLOCK_RLE, _BLOCK_COMPRESSED = 0, 1, 2
+
+
+def scan_frames(fd, size):
+    """The frames of a compressed image found without its seek table: each frame's header and
+    block headers read in turn from the start of the file, nothing decompressed.
+    ([compressed offset], [tar offset], [tar bytes], why): why is None when the frames reach
+    the seek table or the end of the file, else what stopped the walk (the frames before it
+    are listed; the offsets after it are not known)."""
+    coffs, toffs, tlens = [], [], []
+    c = t = 0
+    why = None
+    while c < size:
+        head = os.pread(fd, 18, c)
+        if len(head) >= 4 and (struct.unpack_from("<I", head)[0] & ~0xF) == \
+                (SKIPPABLE_MAGIC & ~0xF):
+            break  # the seek table (or another skippable frame): the frames end here
+        try:
+            if head[:4] != MAGIC:
+                raise ValueError("no zstd frame begins there")
+            params = _zstd.get_frame_parameters(head)
+            tlen = params.content_size
+            if tlen in (_zstd.CONTENTSIZE_UNKNOWN, _zstd.CONTENTSIZE_ERROR) \
+                    or tlen > MAX_FRAME_BYTES:
+                raise ValueError("its header does not say how many bytes it holds")
+            end = c + _zstd.frame_header_size(head)
+            while True:
+                block = os.pread(fd, 3, end)
+                if len(block) < 3:
+                    raise ValueError("the file ends inside it")
+                word = int.from_bytes(block, "little")
+                kind, n = (word >> 1) & 3, word >> 3
+                if kind == 3:
+                    raise ValueError("a block header in it is damaged")
+                end += 3 + (1 if kind == _BLOCK_RLE else n)
+                if word & 1:
+                    break
+            end += 4 if params.has_checksum else 0
+            if end > size:
+                raise ValueError("the file ends inside it")
+        except (ValueError, _zstd.ZstdError) as e:
+            why = f"frame {len(tlens)} at byte {c} of the file cannot be followed: {e}"
+            break
+        coffs.append(c)
+        toffs.append(t)
+        tlens.append(tlen)
+        c, t = end, t + tlen
+    coffs.append(c)
+    return coffs, toffs, tlens, why
+
+
 def describe(path):
     """{"codec", "frames", "tar_bytes", "stored_bytes"} of a compressed image file, from its
     seek table alone (no zstandard needed), or None for a plain one."""
@@ -256,12 +308,19 @@ class ZstdImage:
     preadinto_frame(mv, pos) (no further than the end of the frame that holds pos), close(),
     and `damage`. A tolerant one (a restore's) reads a frame that does not decode as zeros and
     notes it in `damage`: (tar offset, length, what), so that only the files there are lost;
-    otherwise that frame is a CairnError naming it."""
+    otherwise that frame is a CairnError naming it.
+
+    A damaged seek table (or one whose sizes do not match the frames) costs nothing while the
+    frames are sound: they are found from their own headers (scan_frames), and `table_damage`
+    says what was wrong with the table, for a verify to report. Past a frame that cannot be
+    followed, a tolerant reader reads zeros, noted in `damage`; another one fails there."""
 
     def __init__(self, path, tolerant=False, fd=None):
         self.path = path
         self.tolerant = tolerant
         self.damage = []
+        self.table_damage = None
+        self._lost_after = None   # past the frames found without a table: what stopped them
         self._own = fd is None
         if fd is None:
             try:
@@ -275,7 +334,12 @@ class ZstdImage:
                 raise CairnError(missing_text(path), status_code=status.AGENT_FAILED,
                                  hint=MISSING_HINT)
             self.file_size = os.fstat(fd).st_size
-            self._coffs, self._toffs, self._tlens = read_table(fd, self.file_size, path)
+            try:
+                self._coffs, self._toffs, self._tlens = read_table(fd, self.file_size, path)
+            except CairnError as e:
+                self.table_damage = e.message
+                self._coffs, self._toffs, self._tlens, self._lost_after = scan_frames(
+                    fd, self.file_size)
         except BaseException:
             self.close()
             raise
@@ -313,6 +377,8 @@ class ZstdImage:
                 raise ValueError(f"it holds {len(data)} bytes where the frame table says "
                                  f"{tlen}")
         except (OSError, ValueError, _zstd.ZstdError) as e:
+            if self._table_lies():
+                return None
             what = (f"frame {i} of {self.path} (bytes {t0}..{t0 + tlen} of its tar stream, "
                     f"at byte {c0} of the file) does not decode: "
                     f"{getattr(e, 'strerror', None) or e}")
@@ -325,11 +391,41 @@ class ZstdImage:
         self._cached = (i, data)
         return data
 
+    def _table_lies(self):
+        """After a frame did not decode as its table entry says: whether the frames, found
+        from their own headers, disagree with the table; the reader then follows them."""
+        if self.table_damage is not None:
+            return False   # the frames were found without the table already
+        found = scan_frames(self.fd, self.file_size)
+        if found[:3] == (self._coffs, self._toffs, self._tlens):
+            self.table_damage = ""   # it was the frame, not the table: not scanned again
+            return False
+        self.table_damage = (f"the frame table at the end of compressed image file "
+                             f"{self.path} does not match its frames")
+        self._coffs, self._toffs, self._tlens, self._lost_after = found
+        self.frames = len(self._tlens)
+        self.size = (self._toffs[-1] + self._tlens[-1]) if self._tlens else 0
+        self._cached = (-1, b"")
+        return True
+
     def preadinto_frame(self, mv, pos):
+        if pos >= self.size and self._lost_after is not None and len(mv):
+            # the catalog knows members past the frames that could be followed
+            what = (f"{self.path}: its frame table is damaged and the frames cannot be "
+                    f"followed past byte {self.size} of its tar stream ({self._lost_after})")
+            if not self.tolerant:
+                raise _damaged(what, hint="verify the image (`cairn images verify IMAGE`); "
+                                          "restore from another copy")
+            mv[:] = bytes(len(mv))
+            if not any(d[2] == what for d in self.damage):
+                self.damage.append((self.size, 1 << 62, what))
+            return len(mv)
         if pos >= self.size or not len(mv):
             return 0
         i = self.frame_of(pos)
         data = self._frame(i)
+        if data is None:  # the table lied: the frames it was replaced with are read instead
+            return self.preadinto_frame(mv, pos)
         off = pos - self._toffs[i]
         k = min(len(mv), len(data) - off)
         mv[:k] = memoryview(data)[off:off + k]

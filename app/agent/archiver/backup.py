@@ -120,10 +120,11 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
             raise Canceled()
         if len(self.pending) >= ROW_BATCH:
             self.emit_rows()
-            if len(self.pending) >= ROW_BATCH and self.out.fill:
-                # Rows held back only by members still in the buffer: an incremental
-                # writes little, and the master would wait for a whole buffer of directory
-                # members before it could index its first rows.
+            if len(self.pending) >= ROW_BATCH and (self.out.fill or self.out.ref is not None):
+                # Rows held back only by members still in the buffer, or by the reference
+                # not passed on yet: an incremental writes little, and a full from a files
+                # cache may be one reference to the whole base image, so the master would
+                # index every row only once the walk had ended instead of beside it.
                 self.out.flush()
                 self.emit_rows()
         now = time.monotonic()

@@ -6,10 +6,32 @@ each loads only its own side."""
 import sys
 
 
+# global options that take a value (app/cli/__init__.py)
+_VALUED = ("--home", "--master", "--identity", "--master-command")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["agent"]:
         from app.agent.server import main as agent_main
         return agent_main()
+    if _runs_jobs_here(argv):
+        from app.transport.local import prestart
+        prestart()
     from app.cli import main as cli_main
     return cli_main(argv)
+
+
+def _runs_jobs_here(argv):
+    """A backup or restore that waits for its jobs, on this machine's master: they need the
+    local host's agent (the client's, or the storage server's), which then starts while the
+    command loads."""
+    words = iter(argv)
+    for word in words:
+        if word == "--master" or word.startswith("--master="):
+            return False
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word in ("backup", "restore") and "--wait" in argv
+    return False

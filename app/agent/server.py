@@ -183,8 +183,8 @@ def main():
 # hello and before its first request is read: a host's first job does not wait for them.
 # A module this host cannot load (a missing optional library) is left to the job that
 # needs it, which then reports it.
-PRELOAD = ("app.agent.archiver", "app.agent.extract", "app.agent.extents",
-           "app.agent.restore_streams") + agents.PRELOAD
+PRELOAD = ("app.agent.archiver", "app.agent.scale_backup", "app.agent.extract",
+           "app.agent.extents", "app.agent.restore_streams") + agents.PRELOAD
 
 
 def _preload():

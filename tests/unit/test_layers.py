@@ -88,7 +88,8 @@ def layer(mod):
 # What each layer may import: itself and what stands below it, never what stands above,
 # and the agent never the master (what it needs travels in each request).
 MAY_IMPORT = {
-    "entry": {"entry", "cli", "agent", "formats"},
+    # entry: the master's local transport too, to start the local agent before the CLI loads
+    "entry": {"entry", "cli", "master", "agent", "formats"},
     "ui": {"ui", "master", "storage-master", "storage-agent", "formats"},
     "cli": {"cli", "master", "storage-master", "storage-agent", "formats"},
     "master": {"master", "storage-master", "storage-agent", "formats"},

@@ -432,3 +432,57 @@ def test_entry_layout_is_the_documented_one(tmp_path):
     count, size, meta_len, digest, end = struct.unpack(">QQI32s8s", raw[56 + len(meta):])
     assert (count, size, meta_len, end) == (1, 0x01020304, len(meta), b"CRNRCPE.")
     assert digest == hashlib.sha256(raw[:-40]).digest()
+
+
+def _entries_of(r, offset, length):
+    """The entries for bytes offset..offset+length, one by one."""
+    out, pos, i, end = [], offset, r.index_at(offset), offset + length
+    while pos < end:
+        e = r.entry(i)
+        skip = pos - e.stream_offset
+        n = min(e.length - skip, end - pos)
+        out.append((e.fp, e.start + skip, n))
+        pos, i = pos + n, i + 1
+    return out
+
+
+def test_a_copied_range_gives_the_same_entries_and_bytes_as_entry_by_entry(tmp_path):
+    """A files cache's reference copies a base recipe's whole entries as they are and cuts
+    only the first and last ones: the recipe written reads back the same stream."""
+    stream, store, path, pieces = stored_image(tmp_path)
+    r = read_recipe(path)
+    rnd = random.Random(3)
+    bounds = [p.offset for p in pieces] + [len(stream)]
+    cases = [(0, len(stream)), (pieces[3].offset, pieces[3].length),
+             (pieces[3].offset + 1, pieces[3].length - 2),
+             (pieces[2].offset, pieces[6].offset - pieces[2].offset),
+             (pieces[2].offset + 5, pieces[6].offset + 9 - pieces[2].offset - 5)]
+    for _ in range(200):
+        a = rnd.choice(bounds[:-1]) + rnd.choice((0, 0, 1, 700))
+        b = rnd.choice(bounds[1:]) - rnd.choice((0, 0, 1, 300))
+        if a < b <= len(stream):
+            cases.append((a, b - a))
+    for k, (offset, length) in enumerate(cases):
+        got = r.copy_range(offset, length)
+        flat = []
+        for item in got:
+            if type(item) is tuple:
+                flat.append(item)
+            else:
+                flat += [(fp, s, n) for fp, s, n in rc.ENTRY.iter_unpack(item.raw)]
+                assert item.chunks == len(item.raw) // rc.ENTRY.size
+                assert item.bytes == sum(n for _, _, n in rc.ENTRY.iter_unpack(item.raw))
+        assert flat == _entries_of(r, offset, length), (offset, length)
+        assert sum(type(i) is tuple for i in got) <= 2
+        w = RecipeWriter(tmp_path / f"copy{k}.recipe")
+        for item in got:
+            if type(item) is tuple:
+                w.add(item[0], item[2], item[1])
+            else:
+                w.add_entries(item)
+        assert w.finish(META)["bytes"] == length
+        back = RecipeStream(store, read_recipe(tmp_path / f"copy{k}.recipe"))
+        try:
+            assert back.read() == stream[offset:offset + length]
+        finally:
+            back.close()

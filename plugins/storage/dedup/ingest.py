@@ -218,9 +218,8 @@ class Ingest:
         except RecipeDamaged as e:
             self.bases_problem = e.message
             return
-        has = self.store.has
         for r in filter(None, bases):
-            missing = sum(1 for fp in r.fingerprints() if not has(fp))
+            missing = self.store.lacking(r.fingerprints())
             if missing:
                 self.bases_problem = (f"{missing} chunk(s) of the image {r.path} are not in the "
                                       "pool")
@@ -283,17 +282,7 @@ class Ingest:
         if length <= 0 or offset < 0 or offset + length > base.size:
             raise IngestError(f"the client referred to bytes {offset}..{offset + length} of "
                               f"{base.path}, which has {base.size}")
-        entries = []
-        i = base.index_at(offset)
-        end = offset + length
-        pos = offset
-        while pos < end:
-            e = base.entry(i)
-            skip = pos - e.stream_offset
-            n = min(e.length - skip, end - pos)
-            entries.append((e.fp, e.start + skip, n))
-            pos += n
-            i += 1
+        entries = base.copy_range(offset, length)
         if self._started:
             self._hand_over_block()
             self._hand_over(_Copied(entries))
@@ -313,12 +302,18 @@ class Ingest:
             self._blocks.handed_over(block)
 
     def _add_copied(self, entries):
-        add = self._recipe.add
-        for fp, start, n in entries:
-            add(fp, n, start)
-            self.stats.bytes += n
-            self.stats.reused_bytes += n
-        self.stats.chunks += len(entries)
+        recipe, stats = self._recipe, self.stats
+        for item in entries:
+            if type(item) is tuple:
+                fp, start, n = item
+                recipe.add(fp, n, start)
+                chunks = 1
+            else:  # a run of whole entries, as the base recipe holds them
+                recipe.add_entries(item)
+                chunks, n = item.chunks, item.bytes
+            stats.bytes += n
+            stats.reused_bytes += n
+            stats.chunks += chunks
 
     def _hand_over(self, pieces):
         while True:

@@ -57,6 +57,8 @@ MAX_U32 = 0xFFFFFFFF
 FLUSH_BYTES = 1 << 20
 
 Entry = namedtuple("Entry", "fp start length stream_offset")
+# entries of a recipe in a row, as its file holds them (raw), with how many and their bytes
+Run = namedtuple("Run", "raw chunks bytes")
 
 
 class RecipeDamaged(CairnError):
@@ -133,6 +135,16 @@ class RecipeWriter:
         self._buf += ENTRY.pack(fp, start, length)
         self.chunks += 1
         self.bytes += length
+        if len(self._buf) >= FLUSH_BYTES:
+            self._flush()
+
+    def add_entries(self, run):
+        """Appends the entries of a recipe as they are (a Run from Recipe.copy_range): they
+        were checked when that recipe was read."""
+        self._check_open()
+        self._buf += run.raw
+        self.chunks += run.chunks
+        self.bytes += run.bytes
         if len(self._buf) >= FLUSH_BYTES:
             self._flush()
 
@@ -301,6 +313,32 @@ class Recipe:
         offsets = self._offsets
         for i, (fp, start, length) in enumerate(ENTRY.iter_unpack(self._blob)):
             yield Entry(fp, start, length, offsets[i])
+
+    def copy_range(self, offset, length):
+        """The entries that give bytes offset..offset+length of the stream, for a recipe that
+        refers to them (a files cache): (fp, start, length) of an entry only partly in the
+        range, a Run for whole entries in a row (their bytes copied as they are here)."""
+        end = offset + length
+        first, last = self.index_at(offset), self.index_at(end - 1)
+        offsets = self._offsets
+        out = []
+        i = first
+        if offsets[first] < offset or (first == last and offsets[first + 1] > end):
+            e = self.entry(first)
+            skip = offset - e.stream_offset
+            n = min(e.length - skip, length)
+            out.append((e.fp, e.start + skip, n))
+            if first == last:
+                return out
+            i = first + 1
+        k = last + 1 if offsets[last + 1] <= end else last
+        if k > i:
+            out.append(Run(bytes(self._blob[i * ENTRY.size:k * ENTRY.size]), k - i,
+                           offsets[k] - offsets[i]))
+        if k == last:
+            e = self.entry(last)
+            out.append((e.fp, e.start, end - e.stream_offset))
+        return out
 
     def index_at(self, pos):
         """Index of the entry holding stream byte pos (ValueError outside the stream)."""

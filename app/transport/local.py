@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 
 try:
     import fcntl
@@ -132,6 +133,10 @@ def _spawn(command, env):
 
 # An agent started before it is asked for (prestart): (command, env, Popen), or None.
 _spare = None
+_spare_lock = threading.Lock()
+# How long a spare waits to be taken: a job that starts later (queued behind others, or
+# with no local host to reach) starts its own agent, and the spare does not idle meanwhile.
+SPARE_FOR = 30.0
 
 
 def prestart():
@@ -139,20 +144,41 @@ def prestart():
     with the default command and no variables of its own. A command that will run a job here
     calls it before it loads the master, so that the agent's start (a Python interpreter and
     its imports, some 80 ms) runs beside the command's own imports instead of after them.
-    An agent nobody takes leaves when this process ends (its stdin closes)."""
+    An agent nobody takes within SPARE_FOR seconds is ended; one left when this process ends
+    leaves by itself (its stdin closes)."""
     global _spare
-    if _spare is not None:
-        return
-    command, env = agent_command(), _agent_env({})
-    try:
-        _spare = (command, env, _spawn(command, env))
-    except AgentError:
-        pass  # started again, with its error, when a job asks for it
+    with _spare_lock:
+        if _spare is not None:
+            return
+        command, env = agent_command(), _agent_env({})
+        try:
+            popen = _spawn(command, env)
+        except AgentError:
+            return  # started again, with its error, when a job asks for it
+        _spare = (command, env, popen)
+    timer = threading.Timer(SPARE_FOR, _expire, args=(popen,))
+    timer.daemon = True
+    timer.start()
+
+
+def _take(popen=None):
+    """The spare (only if it is `popen`, when given), no longer spare."""
+    global _spare
+    with _spare_lock:
+        spare = _spare
+        if spare is None or (popen is not None and spare[2] is not popen):
+            return None
+        _spare = None
+        return spare
+
+
+def _expire(popen):
+    if _take(popen) is not None:
+        discard(popen)
 
 
 def _take_spare(command, env):
-    global _spare
-    spare, _spare = _spare, None
+    spare = _take()
     if spare is None:
         return None
     if spare[0] == command and spare[1] == env and spare[2].poll() is None:

@@ -85,6 +85,18 @@ def test_a_spare_that_died_is_not_taken():
         conn.close()
 
 
+def test_a_spare_nobody_takes_in_time_is_ended(monkeypatch):
+    monkeypatch.setattr(local, "SPARE_FOR", 0.3)
+    local.prestart()
+    pid = spare_pid()
+    assert gone(pid) and local._spare is None
+    conn = AgentConnection(LocalTransport().start_agent(), "local")
+    try:
+        assert conn.info["pid"] != pid and conn.call("ping", timeout=30)["pong"]
+    finally:
+        conn.close()
+
+
 def test_a_spare_nobody_took_leaves_with_the_command():
     code = ("from app.transport import local; local.prestart(); "
             "print(local._spare[2].pid, flush=True)")

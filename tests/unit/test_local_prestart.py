@@ -1,6 +1,7 @@
 """The local agent started early (app/transport/local.py prestart): taken by the first local
 transport that asks for the same agent, ended when another one is asked for or it died, gone
-when the command that started it ends; and which commands start it (app/entry.py)."""
+when the command that started it ends; which commands start it, and how a command leaves once
+it has returned (app/entry.py)."""
 
 import os
 import subprocess
@@ -120,3 +121,60 @@ def test_a_spare_nobody_took_leaves_with_the_command():
 ])
 def test_only_commands_that_run_jobs_here_start_an_agent_early(argv, runs):
     assert entry._runs_jobs_here(argv) is runs
+
+
+# -- leaving once the command has returned (app/entry.py _leave) ----------------------------
+
+class Left(Exception):
+    pass
+
+
+@pytest.fixture
+def leaving(monkeypatch):
+    """os._exit and the exit functions of this test process replaced by recorders."""
+    seen = {}
+
+    def exit_(code):
+        seen["code"] = code
+        raise Left()
+    monkeypatch.setattr(os, "_exit", exit_)
+    import atexit
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: seen.setdefault("atexit", True))
+    monkeypatch.delitem(sys.modules, "PySide6", raising=False)
+    return seen
+
+
+def test_a_command_that_returned_leaves_after_its_exit_functions(leaving):
+    with pytest.raises(Left):
+        entry._leave(10)
+    assert leaving == {"atexit": True, "code": 10}
+
+
+def test_a_running_thread_of_the_command_is_waited_for_as_python_does(leaving):
+    import threading
+    release = threading.Event()
+    t = threading.Thread(target=release.wait, daemon=False)
+    t.start()
+    try:
+        assert entry._leave(3) == 3 and leaving == {}
+    finally:
+        release.set()
+        t.join()
+
+
+def test_the_console_leaves_as_python_does(leaving, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PySide6", object())
+    assert entry._leave(0) == 0 and leaving == {}
+
+
+def test_output_is_whole_and_a_reader_that_left_is_no_error(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    whole = subprocess.run([sys.executable, "-m", "app", "status-codes"], cwd=root,
+                           capture_output=True, timeout=60)
+    assert whole.returncode == 0 and whole.stderr == b""
+    assert whole.stdout.endswith(b"\n") and whole.stdout.count(b"\n") > 20
+    p = subprocess.Popen([sys.executable, "-m", "app", "status-codes"], cwd=root,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(10)
+    p.stdout.close()                   # as `| head -c 10` does
+    assert p.wait(60) in (0, 1, 141) and b"Traceback" not in p.stderr.read()

@@ -227,7 +227,8 @@ class Bridge(QObject):
     def _retire_streams(self):
         """Closed streams whose threads have ended are let go here, on the UI thread, for the
         same reason as a call's function (_Worker.run)."""
-        self._retired = {s for s in self._retired if s._thread.is_alive()}
+        if self._retired:
+            self._retired = {s for s in self._retired if s._thread.is_alive()}
 
 
 class Stream(QObject):

@@ -13,6 +13,7 @@ collects each generation once its count passes the threshold Python would have u
 import gc
 import threading
 
+import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QTimer
 
 #: how often the UI thread looks at the collector's counts
@@ -53,7 +54,7 @@ def hold():
     UI thread before the first worker thread starts. Each hold() is matched by a release()."""
     global _collector
     with _lock:
-        if _collector is None or not _valid(_collector):
+        if _collector is None or not shiboken6.isValid(_collector):
             _collector = _Collector()
         c = _collector
         if c.holders == 0:
@@ -73,7 +74,7 @@ def release():
         c.holders -= 1
         if c.holders:
             return
-        if _valid(c):
+        if shiboken6.isValid(c):
             c.timer.stop()
         gc.collect()
         if c.was_enabled:
@@ -88,8 +89,3 @@ def holders():
 def collections():
     """How many collections the UI thread's timer has run so far."""
     return _collector.collections if _collector is not None else 0
-
-
-def _valid(obj):
-    import shiboken6
-    return shiboken6.isValid(obj)

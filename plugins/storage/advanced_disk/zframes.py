@@ -237,7 +237,8 @@ def read_table(fd, size, path):
     return coffs, toffs, tlens
 
 
-_BLOCK_RAW, _BLOCK_RLE, _BLOCK_COMPRESSED = 0, 1, 2
+# zstd block types (a block header's bits 1-2): an RLE block holds one byte, 3 is reserved
+_BLOCK_RLE, _BLOCK_RESERVED = 1, 3
 
 
 def scan_frames(fd, size):
@@ -269,7 +270,7 @@ def scan_frames(fd, size):
                     raise ValueError("the file ends inside it")
                 word = int.from_bytes(block, "little")
                 kind, n = (word >> 1) & 3, word >> 3
-                if kind == 3:
+                if kind == _BLOCK_RESERVED:
                     raise ValueError("a block header in it is damaged")
                 end += 3 + (1 if kind == _BLOCK_RLE else n)
                 if word & 1:

@@ -14,7 +14,6 @@ image. Standard library only: this runs on storage hosts."""
 import time
 
 from app import status
-from app.agent import dataplane
 from app.errors import Canceled, CairnError
 from plugins.storage import agents
 
@@ -101,6 +100,7 @@ def send_image(req, image_path, storage, sink, host, port, cert, token):
     """The source side of a copy to another host: reads the image from its pool (`storage`)
     and sends it over the data plane to the target's receiving side, through the target
     type's client sink (`sink`: its spec for the sender)."""
+    from app.agent import dataplane  # only here: its TLS stack is heavy to load for others
     source = agents.get(storage).image_source(storage, image_path)
     try:
         chan = dataplane.connect(host, port, cert, token)

@@ -1,10 +1,11 @@
 """What an agent can be asked to do. Each handler takes the request (for emit and cancel) and
 the request's arguments, and returns the result dict or raises CairnError.
 
-The modules of one operation (the archiver, the restore, the index reader, Storage Scale's
-commands and snapshots, pool files) are imported lazily, by the handler that needs them: the
-agent starts once per job over SSH and answers its hello before it loads what backups and
-restores need (app/agent/server.py, PRELOAD), and nothing else until a request asks for it.
+The modules of one operation (the archiver, the restore, the index reader, the data plane
+between hosts, Storage Scale's commands and snapshots, pool files) are imported lazily, by
+the handler that needs them: the agent starts once per job over SSH and answers its hello
+before it loads what backups and restores need (app/agent/server.py, PRELOAD), and nothing
+else until a request asks for it.
 What it loads at its start anyway (the restore I/O checks, the file systems, the image
 format) is imported here at the top."""
 
@@ -15,7 +16,6 @@ import stat
 import sys
 
 from app import status
-from app.agent import dataplane
 from app.errors import CairnError, Canceled, ValidationError
 from app.agent.restore_io import suits_target
 from app.formats import pace, private
@@ -223,6 +223,7 @@ def _write_here(req, half, dest, selections, kw):
 def _send(req, half, dest, selections, kw):
     """The image sent to the storage host's agent over the data plane, through the storage
     type's client sink."""
+    from app.agent import dataplane
     from app.agent.archiver import backup_to
     chan = dataplane.connect(dest["host"], dest["port"], dest["cert"], dest["token"])
     try:
@@ -261,6 +262,7 @@ def receive_image(req, path, cert, key, token, storage=None, bind=None):
     """Storage side of a backup from another host: listen, take the stream, write the
     partial image (as the storage spec's type does), confirm. The image is committed later by
     commit_image. bind: the address the client is told (see dataplane.Listener)."""
+    from app.agent import dataplane
     half = agents.get(storage)
     listener = dataplane.Listener(cert, key, token, bind=bind)
     receiver = None
@@ -425,6 +427,7 @@ def restore(req, image_path, extents, plan, target_dir, overwrite="skip", checks
 def send_extents(req, image_path, extents, cert, key, token, image_paths=None, storage=None,
                  bind=None):
     """Storage side of a restore to another host: serve the image's members to the peer."""
+    from app.agent import dataplane
     from app.agent.extents import copy_extents
     used = {e[2] for e in extents if len(e) > 2} or {0}
     for k, p in enumerate(image_paths or [image_path]):
@@ -491,6 +494,7 @@ def restore_receive(req, host, port, cert, token, plan, target_dir, overwrite="s
                     checksum="sha256", direct_io="auto", lengths=None):
     """Target side of a restore from another host's storage. lengths: each plan item's
     member length in the stream (see restore_from)."""
+    from app.agent import dataplane
     from app.agent.extract import restore_from
     from app.agent.restore_target import OpenTarget
     with OpenTarget(target_dir) as target:

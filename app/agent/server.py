@@ -171,7 +171,7 @@ def main():
     server.send({"id": 0, "event": "hello", "data": {
         "protocol": protocol.PROTOCOL_VERSION, "python": platform.python_version(),
         "pid": os.getpid(), "max_request": protocol.max_request()}})
-    _preload()
+    _preload(sys.stdin.buffer)
     server.serve()
     # Every request has answered and its thread has ended: leave without tearing the
     # interpreter down, which took 20-60 ms that each command closing an agent waited for.
@@ -182,14 +182,23 @@ def main():
 # What backups and restores import when they begin, loaded once the master has the agent's
 # hello and before its first request is read: a host's first job does not wait for them.
 # A module this host cannot load (a missing optional library) is left to the job that
-# needs it, which then reports it.
-PRELOAD = ("app.agent.archiver", "app.agent.scale_backup", "app.agent.extract",
-           "app.agent.extents", "app.agent.restore_streams") + agents.PRELOAD
+# needs it, which then reports it. Once a request waits, the rest is left to the requests
+# that need it: an agent started beside the command that asks for it (app/entry.py) gets
+# its first request before it could load everything, and its job imports only its own.
+PRELOAD = ("app.agent.archiver", "app.agent.scale_backup") + agents.PRELOAD + (
+    "app.agent.extract", "app.agent.extents", "app.agent.restore_streams",
+    "app.agent.dataplane")
 
 
-def _preload():
+def _preload(requests):
     import importlib
+    import select
     for name in PRELOAD:
+        try:
+            if select.select([requests], [], [], 0)[0]:
+                return
+        except (OSError, ValueError):
+            pass  # not a stream select() takes: load everything, as before
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - see PRELOAD

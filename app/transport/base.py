@@ -4,9 +4,18 @@ over its stdin and stdout. The local host and SSH hosts differ only below this l
 from __future__ import annotations
 
 import abc
+import os
 import threading
 
+import app
+
 STDERR_LIMIT = 64 * 1024
+
+
+def source_dir() -> str:
+    """The directory that holds the `app` and `plugins` source directories: where a local
+    agent imports them from, and what the agent bundle is made of (bundle.py)."""
+    return os.path.dirname(os.path.dirname(os.path.realpath(app.__file__)))
 
 
 class StderrBuffer:

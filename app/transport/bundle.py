@@ -14,11 +14,10 @@ import hashlib
 import io
 import os
 import threading
-import zipfile
 from pathlib import Path
 
-import app
 from app.errors import AgentError
+from app.transport.base import source_dir
 
 # What the agent needs, relative to the directory holding the `app` package: single files,
 # and package directories whose *.py files are taken recursively. Of the storage types, the
@@ -121,7 +120,7 @@ _cache_lock = threading.Lock()
 
 def source_root() -> Path:
     """The directory that holds the `app` and `plugins` source directories."""
-    return Path(app.__file__).resolve().parent.parent
+    return Path(source_dir())
 
 
 def agent_bundle() -> tuple[bytes, str]:
@@ -160,6 +159,7 @@ def agent_files(root=None) -> dict[str, bytes]:
 
 def make_zipapp(files: dict[str, bytes]) -> tuple[bytes, str]:
     """A reproducible zip of the given files and its version. `files` must hold __main__.py."""
+    import zipfile  # here: the local agent's start needs this module, not the zip
     if "__main__.py" not in files:
         raise ValueError("a zipapp needs a __main__.py")
     buf = io.BytesIO()

@@ -15,8 +15,7 @@ except ImportError:  # Windows: a console there reaches masters over SSH only
     fcntl = None
 
 from app.errors import AgentError
-from app.transport.base import AgentProcess, StderrBuffer, Transport
-from app.transport.bundle import source_root
+from app.transport.base import AgentProcess, StderrBuffer, Transport, source_dir
 
 # How long close() lets an agent finish on its own after its stdin closed, and then after
 # SIGTERM, before it is killed.
@@ -112,7 +111,7 @@ def _agent_env(added):
     env = dict(os.environ)
     env.update(added)
     if not getattr(sys, "frozen", False):
-        root = str(source_root())
+        root = source_dir()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 

@@ -30,22 +30,46 @@ def test_hello_ping_and_probe(agent):
     assert root["size"] > 0 and 0 <= root["free"] <= root["size"]
 
 
-def test_the_job_modules_are_loaded_before_the_first_request(agent):
+def test_the_job_modules_are_loaded_while_no_request_waits(agent):
     """The agent loads what backups and restores import right after its hello: the pool's
-    compression library is mapped once a ping was answered, though a ping needs none."""
+    compression library is mapped though no request has asked for anything."""
     pytest.importorskip("zstandard")
+    deadline = time.monotonic() + 30
+    while True:
+        with open("/proc/%d/maps" % agent.info["pid"]) as f:
+            if "zstandard" in f.read():
+                break
+        assert time.monotonic() < deadline, "the job modules were not loaded"
+        time.sleep(0.05)
     assert agent.call("ping", timeout=30)["pong"]
-    with open("/proc/%d/maps" % agent.info["pid"]) as f:
-        maps = f.read()
-    assert "zstandard" in maps
+
+
+def _preload_with(monkeypatch, modules, waiting):
+    """server._preload of `modules` (not loaded before) with a request waiting or not."""
+    from app.agent import server
+    monkeypatch.setattr(server, "PRELOAD", modules)
+    for m in modules:
+        monkeypatch.delitem(sys.modules, m, raising=False)
+    r, w = os.pipe()
+    try:
+        if waiting:
+            os.write(w, b'{"id":1,"op":"ping","args":{}}\n')
+        with os.fdopen(r, "rb", buffering=0) as requests:
+            server._preload(requests)
+    finally:
+        os.close(w)
 
 
 def test_a_module_that_cannot_load_is_left_to_its_job(monkeypatch):
-    from app.agent import server
-    monkeypatch.setattr(server, "PRELOAD", ("app.agent.no_such_module", "app.agent.extents"))
-    monkeypatch.delitem(sys.modules, "app.agent.extents", raising=False)
-    server._preload()
+    _preload_with(monkeypatch, ("app.agent.no_such_module", "app.agent.extents"), False)
     assert "app.agent.extents" in sys.modules
+
+
+def test_preloading_stops_once_a_request_waits(monkeypatch):
+    """An agent started beside the command that asks for it gets its first request while it
+    loads: the rest is left to the request, which loads only what it needs."""
+    _preload_with(monkeypatch, ("app.agent.extents",), True)
+    assert "app.agent.extents" not in sys.modules
 
 
 def test_unknown_operation_and_bad_arguments_are_errors_not_crashes(agent):

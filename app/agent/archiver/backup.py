@@ -7,7 +7,7 @@ import tempfile
 import time
 from collections import deque
 
-from app.agent.archiver.common import CHUNK, NBUF, PROGRESS_EVERY, ROW_BATCH
+from app.agent.archiver.common import CHUNK, NBUF, PROGRESS_EVERY, ROW_SEND
 from app.agent.archiver.filedata import FileData
 from app.agent.archiver.index import IndexRows
 from app.agent.archiver.members import Members
@@ -118,9 +118,9 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         """Between entries: cancel check, throttled progress, totals and row batches."""
         if self.is_cancelled():
             raise Canceled()
-        if len(self.pending) >= ROW_BATCH:
+        if len(self.pending) >= ROW_SEND:
             self.emit_rows()
-            if len(self.pending) >= ROW_BATCH and (self.out.fill or self.out.ref is not None):
+            if len(self.pending) >= ROW_SEND and (self.out.fill or self.out.ref is not None):
                 # Rows held back only by members still in the buffer, or by the reference
                 # not passed on yet: an incremental writes little, and a full from a files
                 # cache may be one reference to the whole base image, so the master would

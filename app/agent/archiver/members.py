@@ -14,6 +14,10 @@ from app.formats.changes import file_digest, state_digest
 # a path as JSON text, as the rows' encoder writes it (the C version when there is one)
 from json.encoder import encode_basestring_ascii as _json_text  # noqa: E402
 
+# a files cache's row (app/formats/entry.py: path, kind, mode, uid, gid, size, mtime, offset,
+# length, checksum, link target, ctime, inode), written as index.py's encoder writes a row
+_CACHED_ROW = "[%%s,%s,%%d,%%d,%%d,%%d,%%d,%%d,%%d,%%s,\"\",%%d,%%d]" % _json_text(entry.KIND_FILE)
+
 
 class Members:
     """Part of a backup (app/agent/archiver/backup.py): one entry at a time, as the walk
@@ -187,8 +191,15 @@ class Members:
         self.bytes += data
         self.reused += 1
         self.reused_bytes += data
-        self.add_row([spath, entry.KIND_FILE, perm, st.st_uid, st.st_gid, size,
-                      st.st_mtime_ns, offset, length, checksum, "", st.st_ctime_ns, st.st_ino])
+        uid = st.st_uid
+        gid = st.st_gid
+        self.owner_uids.add(uid)
+        self.owner_gids.add(gid)
+        # the row as its JSON text at once, as the rows' encoder would write the list: the
+        # encoder's work per row was a seventh of a walk of unchanged files
+        self.pending.append((self.out.pos, _CACHED_ROW % (
+            _json_text(spath), perm, uid, gid, size, st.st_mtime_ns, offset, length,
+            _json_text(checksum), st.st_ctime_ns, st.st_ino)))
         return True
 
     def listed_unchanged(self, path, st):

@@ -2,8 +2,6 @@
 
 import os
 
-import platformdirs
-
 from app.errors import CairnError
 from app.formats import private
 
@@ -12,6 +10,7 @@ def default_home():
     env = os.environ.get("CAIRN_HOME")
     if env:
         return os.path.abspath(env)
+    import platformdirs  # only here: a command given its home (CAIRN_HOME) does without
     return platformdirs.user_data_dir("cairn", appauthor=False)
 
 

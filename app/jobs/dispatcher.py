@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 import traceback
-import uuid
 
 from app import status as st
 from app import timeutil
@@ -61,7 +60,7 @@ class Dispatcher:
         self._next_expire = 0.0
         self._next_alerts = 0.0
         self._next_recover = 0.0
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._threads = {}
         self._stop = threading.Event()
         self._changed = threading.Event()  # a job thread ended: look again at once

@@ -24,19 +24,15 @@ class Members:
     finds it."""
 
     def entry(self, dfd, name, path, st):
-        """Write one entry's member and queue its row. Returns False when it was skipped."""
+        """Write one entry's member and queue its row. Returns False when it was skipped.
+        (A files cache's unchanged file never comes here: the walk takes it to cached_file.)"""
         mode = st.st_mode
         spath = path.decode(FS_ENCODING, FS_ERRORS)
         self.current = spath
         prev = self.prev_names
-        if prev is not None and not stat.S_ISDIR(mode):
+        if prev is not None and not self.files_cache and not stat.S_ISDIR(mode):
             known = prev.get(name)
-            if known is None:
-                pass
-            elif self.files_cache:
-                if known[1] is not None and self.cached_file(spath, st, *known):
-                    return True
-            elif self.unchanged_entry(dfd, name, spath, st, known):
+            if known is not None and self.unchanged_entry(dfd, name, spath, st, known):
                 return True
         member = path[1:]
         uid = st.st_uid
@@ -169,20 +165,23 @@ class Members:
         self.pending.append((self.out.pos, "[%s,-1]" % _json_text(spath)))
         return True
 
-    def cached_file(self, spath, st, digest, ref):
-        """A full with a files cache: an unchanged single-link regular file is written as a
-        reference to its member in the base image. Returns False when it must be read."""
+    def cached_file(self, path, st, known):
+        """A full with a files cache: an unchanged single-link regular file (`known`: its
+        digest and reference in the previous state) is written as a reference to its member
+        in the base image. Returns False when it must be read."""
         mode = st.st_mode
         if not stat.S_ISREG(mode) or st.st_nlink != 1:
+            return False
+        digest, (source, base_offset, length, checksum) = known
+        if not checksum:
             return False
         perm = mode & 0o7777
         size = st.st_size
         if file_digest(perm, st.st_uid, st.st_gid, size, st.st_mtime_ns, st.st_ctime_ns,
                        st.st_ino) != digest:
             return False
-        source, base_offset, length, checksum = ref
-        if not checksum:
-            return False
+        spath = path.decode(FS_ENCODING, FS_ERRORS)
+        self.current = spath
         offset = self.out.pos
         self.out.reference(source, base_offset, length)
         # counted as the normal path counts a file: its data, not the holes of a sparse one

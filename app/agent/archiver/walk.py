@@ -164,6 +164,9 @@ class Walk:
             excludes = self.excludes or None
             match = self.exclude_names.match if self.exclude_names.regex is not None else None
             lstat, entry, is_dir, is_link = os.lstat, self.entry, stat.S_ISDIR, stat.S_ISLNK
+            # a files cache: {name: (digest, reference or None)} of the previous state
+            cache = self.prev_names if self.files_cache else None
+            cached = self.cached_file
             count = self.entries_seen
             for name in names:
                 count += 1
@@ -189,6 +192,10 @@ class Walk:
                     else:
                         self.warn(child, "cannot be read: %s" % why(e))
                     continue
+                if cache is not None:
+                    known = cache.get(name)
+                    if known is not None and known[1] is not None and cached(child, st, known):
+                        continue
                 if cnode is not None and not cnode.selected and is_link(st.st_mode):
                     # a parent of a selection reached through a symlink: keep it as the
                     # directory it leads to, so the selection's path can be restored as is

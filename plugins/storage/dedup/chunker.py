@@ -21,15 +21,31 @@ from collections import namedtuple
 
 from app.errors import ValidationError
 
-try:
-    # Optional: a Cython port of the same algorithm, tens of times faster than the reference.
-    # Only the compiled module is accepted; the package's own pure-Python fallback is slower
-    # than ours and would warn at import.
-    from pyfastcdc.cy import FastCDC as _AccelFastCDC
-    ACCELERATOR = "pyfastcdc"
-except ImportError:  # the reference implementation is enough
-    _AccelFastCDC = None
-    ACCELERATOR = None
+_UNSET = object()
+_accel = _UNSET
+
+
+def _accelerator():
+    """pyfastcdc's FastCDC class, or None without it. Optional: a Cython port of the same
+    algorithm, tens of times faster than the reference. Only the compiled module is accepted;
+    the package's own pure-Python fallback is slower than ours and would warn at import."""
+    global _accel
+    if _accel is _UNSET:
+        try:
+            # on first use: a master that only checks chunk sizes does without it, and its
+            # import was a twentieth of a command's start
+            from pyfastcdc.cy import FastCDC
+        except ImportError:  # the reference implementation is enough
+            FastCDC = None
+        _accel = FastCDC
+    return _accel
+
+
+def __getattr__(name):
+    # ACCELERATOR: "pyfastcdc", or None when the reference implementation does the work
+    if name == "ACCELERATOR":
+        return "pyfastcdc" if _accelerator() is not None else None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 KiB = 1024
@@ -305,9 +321,9 @@ class _Accelerated:
 
     def __init__(self, params):
         self.params = params
-        self._cdc = _AccelFastCDC(params.avg_size, min_size=params.min_size,
-                                  max_size=params.max_size,
-                                  normalized_chunking=params.normalization)
+        self._cdc = _accelerator()(params.avg_size, min_size=params.min_size,
+                                   max_size=params.max_size,
+                                   normalized_chunking=params.normalization)
 
     def cuts(self, view, final):
         n = len(view)
@@ -332,11 +348,11 @@ class _Accelerated:
 
 def _implementation(params, implementation):
     if implementation is None:
-        implementation = "pyfastcdc" if _AccelFastCDC is not None else "reference"
+        implementation = "pyfastcdc" if _accelerator() is not None else "reference"
     if implementation == "reference":
         return _Reference(params)
     if implementation == "pyfastcdc":
-        if _AccelFastCDC is None:
+        if _accelerator() is None:
             raise ChunkerParameterError(
                 "the pyfastcdc chunking accelerator is not installed",
                 hint="Install it with 'pip install pyfastcdc', or use the reference "

@@ -12,7 +12,7 @@ import zlib
 import pytest
 
 from app.errors import ValidationError
-from plugins.storage.dedup import encoding
+from plugins.storage.dedup import chunk_index, encoding
 from plugins.storage.dedup import store as st
 
 from dedup_chunks import chunk, files, fill, record_codecs
@@ -481,6 +481,30 @@ def test_torn_index_tail_is_ignored_and_cut(tmp_path):
     assert len(st.ChunkStore(tmp_path)) == 4
     size = os.path.getsize(store.index_path) - st.INDEX_HEADER.size
     assert size == 4 * st.INDEX_RECORD.size
+
+
+def test_a_damaged_index_entry_loses_only_its_own_lookup(tmp_path):
+    """An entry whose crc does not match is skipped when the index is read; the others are
+    read as written, and of two entries for one chunk the first one counts."""
+    store = st.ChunkStore(tmp_path)
+    fps = list(fill(store, range(4)))
+    where = {fp: store.locate(fp) for fp in fps}
+    size = st.INDEX_RECORD.size
+    with open(store.index_path, "r+b") as f:
+        f.seek(st.INDEX_HEADER.size + size + 40)  # the second entry's location
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x01]))
+        # a later, sound entry for the first chunk that points elsewhere
+        f.seek(0, os.SEEK_END)
+        entry = chunk_index.INDEX_ENTRY.pack(fps[0], where[fps[0]].container + 7, 0, 1)
+        f.write(entry + struct.pack(">I", zlib.crc32(entry)))
+    reopened = st.ChunkStore(tmp_path)
+    assert len(reopened) == 3
+    assert not reopened.has(fps[1])
+    for fp in (fps[0], fps[2], fps[3]):
+        assert reopened.locate(fp) == where[fp]
+        assert reopened.get(fp) == store.get(fp)
 
 
 def test_flipped_byte_is_found_by_get_and_verify(tmp_path):

@@ -3,8 +3,6 @@ an id (a whole number), an op (a name) and args (an object), whose args fit the 
 handler. Anything else is a BadRequest, answered with error 10: a malformed line costs one
 error message, never the agent or the jobs it runs."""
 
-import inspect
-
 from app.errors import ValidationError
 
 FIELDS = ("id", "op", "args")
@@ -69,14 +67,16 @@ def parse(msg):
 def check_args(rid, op, fn, args):
     """That `args` fit handler `fn` (fn(req, **args)): no unknown or missing argument, and
     those of ARG_TYPES of their type."""
-    sig = _signature(fn)
-    try:
-        bound = sig.bind(None, **args)
-    except TypeError as e:
-        raise BadRequest(f"{op}: {e}", rid) from None
-    for name, value in bound.arguments.items():
+    params, takes_any = _parameters(fn)
+    for name in args:
+        if name not in params and not takes_any:
+            raise BadRequest(f"{op}: got an unexpected keyword argument {name!r}", rid)
+    for name, default in params.items():
+        if default is _REQUIRED and name not in args:
+            raise BadRequest(f"{op}: missing a required argument: {name!r}", rid)
+    for name, value in args.items():
         want = ARG_TYPES.get(name)
-        if want is None or (value is None and sig.parameters[name].default is None):
+        if want is None or name not in params or (value is None and params[name] is None):
             continue
         if not isinstance(value, want) or (type(value) is bool and bool not in want):
             names = " or ".join(_TYPE_NAMES[t] for t in want)
@@ -87,13 +87,27 @@ def check_args(rid, op, fn, args):
 _signatures = {}
 _TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", list: "a list",
                dict: "an object", bool: "true or false"}
+_REQUIRED = object()
+_VARKEYWORDS = 0x08  # inspect.CO_VARKEYWORDS
 
 
-def _signature(fn):
-    sig = _signatures.get(fn)
-    if sig is None:
-        sig = _signatures[fn] = inspect.signature(fn)
-    return sig
+def _parameters(fn):
+    """({name: default, or _REQUIRED}, whether it takes **kwargs) of handler fn(req, ...),
+    read from its code object: inspect, which would say the same, was a fifth of the agent's
+    imports before it can answer."""
+    found = _signatures.get(fn)
+    if found is None:
+        code = fn.__code__
+        npos, nkw = code.co_argcount, code.co_kwonlyargcount
+        names = code.co_varnames[:npos + nkw]
+        params = dict.fromkeys(names[1:npos], _REQUIRED)  # names[0]: the request
+        defaults = fn.__defaults__ or ()
+        params.update(zip(names[npos - len(defaults):npos], defaults))
+        kwdefaults = fn.__kwdefaults__ or {}
+        for name in names[npos:]:
+            params[name] = kwdefaults.get(name, _REQUIRED)
+        found = _signatures[fn] = (params, bool(code.co_flags & _VARKEYWORDS))
+    return found
 
 
 def kind(value):

@@ -127,3 +127,25 @@ def test_agent_killed_fails_pending_calls_with_clear_error(agent):
     with pytest.raises(AgentError, match="stopped"):
         call.wait(15)
     assert not agent.alive
+
+
+def test_each_handler_s_arguments_are_read_as_inspect_reads_them():
+    """The agent checks a request's arguments against its handler's parameters, read from
+    the handler's code rather than through inspect: they must be the same."""
+    import inspect
+    from app.agent.ops import HANDLERS
+    from app.agent.request_check import _REQUIRED, _parameters
+
+    def check(fn):
+        params, takes_any = _parameters(fn)
+        sig = list(inspect.signature(fn).parameters.values())[1:]
+        assert params == {p.name: _REQUIRED if p.default is p.empty else p.default
+                          for p in sig if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        assert takes_any == any(p.kind == p.VAR_KEYWORD for p in sig)
+
+    for fn in HANDLERS.values():
+        check(fn)
+
+    def odd(req, a, b=1, *rest, c, d=None, **more):
+        pass
+    check(odd)

@@ -83,6 +83,10 @@ def test_round_trip(tmp_path):
     assert list(r) == [Entry(fp, 0, p.length, p.offset) for fp, p in zip(fps, pieces)]
     assert r.entry(3) == Entry(fps[3], 0, pieces[3].length, pieces[3].offset)
     assert r.fingerprints() == set(fps)
+    held = set(fps[::3])
+    assert r.fingerprints_not_in(held) == set(fps) - held
+    assert r.fingerprints_not_in(dict.fromkeys(fps).keys()) == set()
+    assert store.lacking(r) == 0
     assert r.index_at(0) == 0 and r.index_at(len(stream) - 1) == len(pieces) - 1
     assert r.index_at(pieces[5].offset) == 5 and r.index_at(pieces[5].offset - 1) == 4
     with pytest.raises(ValueError):

@@ -171,13 +171,13 @@ class ChunkIndex:
                 self._refresh()
             return fp in self._index
 
-    def lacking(self, fps):
-        """How many of the fingerprints `fps` (a set of 32-byte digests) the store does not
-        hold: has() for a whole recipe at once, the set difference taken in C."""
+    def lacking(self, recipe):
+        """How many of the chunks a recipe (plugins/storage/dedup/recipe.py) refers to the
+        store does not hold: has() for a whole recipe at once."""
         with self._mutex:
             if time.monotonic() - self._refreshed >= HAS_REFRESH:
                 self._refresh()
-            return len(fps - self._index.keys())
+            return len(recipe.fingerprints_not_in(self._index))
 
     def _lookup(self, fp):
         """The Location the index holds for fp, or None; call with the mutex held."""

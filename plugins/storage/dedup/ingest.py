@@ -219,7 +219,7 @@ class Ingest:
             self.bases_problem = e.message
             return
         for r in filter(None, bases):
-            missing = self.store.lacking(r.fingerprints())
+            missing = self.store.lacking(r)
             if missing:
                 self.bases_problem = (f"{missing} chunk(s) of the image {r.path} are not in the "
                                       "pool")

@@ -352,6 +352,15 @@ class Recipe:
         step = ENTRY.size
         return {blob[i:i + FINGERPRINT_SIZE] for i in range(0, len(blob), step)}
 
+    def fingerprints_not_in(self, held):
+        """The set of the recipe's chunk fingerprints that are not in `held` (a set or a
+        dict's keys): no set of all of them is made first, which cost twice as much at each
+        backup from a files cache."""
+        blob = self._blob
+        size = FINGERPRINT_SIZE
+        return {blob[i:i + size] for i in range(0, len(blob), ENTRY.size)
+                if blob[i:i + size] not in held}
+
     def ranges_of(self, fps):
         """[(stream_offset, length, fp)] of the entries whose chunk is in fps, in stream order:
         what a damaged or missing chunk takes away from the image."""

@@ -636,3 +636,29 @@ def test_files_cache_counts_what_was_read_and_a_sparse_file_by_its_data(tmp_path
     assert second["dedup_ratio"] > 100 * (1 - 400 * 1024 / second["bytes"]), second
     log = "\n".join(x["message"] for x in m.jobs.logs(second["id"]))
     assert "read, " in log and "taken from the files cache) was in the pool" in log, log
+
+
+def test_an_unchanged_full_stores_no_more_than_what_it_says_of_itself(tmp_path, master):
+    """The image's first member (its id and times) and its summary change at every backup;
+    what lies between them and its index's rows, when nothing changed, do not. The changing
+    parts are chunks of their own, so an unchanged full stores a few KiB and takes the rest,
+    its index too, from the pool."""
+    m = master
+    src = tmp_path / "src"
+    for d in range(40):
+        os.makedirs(src / f"d{d:02d}")
+        for i in range(100):
+            (src / f"d{d:02d}" / f"file-with-a-longish-name-{i:03d}").write_bytes(
+                b"%d-%d\n" % (d, i) * 20)
+    configure(m, str(tmp_path / "pool"))
+    m.config.add_policy_client("dp", "me")
+    m.config.add_policy_selection("dp", str(src))
+    backup(m)
+    # the first full from the files cache cuts its directories' members where its first
+    # reference begins, which the full before it did not: one more chunk, stored once
+    backup(m)
+    third = m.image(backup(m)["image_id"])
+    # 4,040 rows: an index member of some 700 KB; the new chunks are the first member and
+    # the summary with the index member's header (which the pool may cut apart)
+    assert third["dedup"]["chunks"] > 100 and third["dedup"]["new_chunks"] <= 3, third["dedup"]
+    assert third["dedup"]["new_bytes"] < 8192, third["dedup"]

@@ -221,9 +221,12 @@ def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated
                                   compression={"level": 3, "codecs": ["zlib", "zstd"]}
                                   if compressed else None)
     x = data(8, 90_000)
+    y = data(9, 50_000)
     sink.write(x)
     sink.reference(0, 1000, 200_000)
     sink.write(x)
+    sink.cut()  # a chunk ends here (before an image's summary and its index)
+    sink.write(y)
     sink.finish()
     chan.close()
     t.join(20)
@@ -236,12 +239,14 @@ def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated
         assert isinstance(sink, wire.ServerSink) and "lacks" in note
         report = sink.report()
         if compressed:
-            assert report["compression"]["in_transit"] and report["bytes"] == 2 * len(x)
+            assert report["compression"]["in_transit"] and report["bytes"] == 2 * len(x) + len(y)
             assert 0 < report["sent_bytes"] < report["bytes"]
             assert result["stats"]["compression"]["in_transit"] == "zstd"
         else:
             assert report is None
     final = f"{root}/images/c/b.recipe"
     commit_recipe(root, partial, final)
-    assert stream_of(root, read_recipe(final)) == x + a[1000:201_000] + x
+    recipe = read_recipe(final)
+    assert stream_of(root, recipe) == x + a[1000:201_000] + x + y
     assert result["stats"]["reused_bytes"] == 200_000
+    assert 2 * len(x) + 200_000 in {e.stream_offset for e in recipe}

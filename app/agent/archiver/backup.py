@@ -166,6 +166,9 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
                                           uname=b"root", gname=b"root"))
         self.out.put(meta)
         self.out.zeros(tarfmt.padding(len(meta)))
+        # the first member names this image: a chunk of its own, in a pool that has chunks,
+        # so that what follows is cut as in the last image
+        self.out.cut()
 
         self.walk(roots)
         if self.exclude_names.left_out:

@@ -100,6 +100,9 @@ class IndexRows:
         data = json.dumps(dict(extra or {}, owners=self.owner_names(), **self.summary()),
                           indent=1, sort_keys=True).encode("utf-8") + b"\n"
         out = self.out
+        # the summary changes at every backup: it begins a chunk of its own (with the index
+        # member's header), in a pool that has chunks
+        out.cut()
         out.put(tarfmt.member_header(imagemeta.SUMMARY_NAME, tarfmt.REGTYPE, 0o644, 0, 0,
                                      len(data), start_ns - start_ns % 1000000000,
                                      uname=b"root", gname=b"root"))
@@ -117,6 +120,9 @@ class IndexRows:
         out.put(tarfmt.member_header(imagemeta.INDEX_NAME, tarfmt.REGTYPE, 0o644, 0, 0,
                                      length, start_ns - start_ns % 1000000000,
                                      uname=b"root", gname=b"root"))
+        # the rows start a chunk (the header before them holds this backup's time): an
+        # unchanged backup's rows are the last one's, and are stored once
+        out.cut()
         remaining = length
         while remaining > 0:
             space = out.space()

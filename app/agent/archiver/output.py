@@ -84,6 +84,14 @@ class Output:
     def finish(self, h, row):
         self.jobs.extend(h.close(lambda digest, r=row: r.__setitem__(entry.CHECKSUM, digest)))
 
+    def cut(self):
+        """Where `out` cuts the stream into chunks (a deduplication pool's ingest), the chunk
+        ends here; other destinations have no chunks."""
+        cut = getattr(self.out, "cut", None)
+        if cut is not None:
+            self.flush()
+            cut()
+
     def flush(self):
         if self.ref is not None:
             ref, self.ref = self.ref, None

@@ -289,6 +289,15 @@ class Ingest:
         else:
             self._add_copied(entries)
 
+    def cut(self):
+        """The chunk being cut ends here, and the next bytes begin one of their own. The
+        archiver cuts around what changes at every backup (the image's first member, its
+        summary and its index's header), so that an unchanged backup's other bytes, its
+        index's rows too, are cut as the last image's were and stored once."""
+        if self._started:
+            self._hand_over_block()
+            self._hand_over(_Copied(()))
+
     def _hand_over_block(self):
         """Hands the bytes gathered so far to the worker. A block not full yet goes on being
         filled after them (a space() taken before a reference is filled afterwards)."""

@@ -14,6 +14,7 @@ Messages, one data-plane frame each (app/agent/dataplane.py):
     client -> storage  b"X" + the next bytes of the stream as one zstd stream  (server-side,
                        compression on the client: in transit)
     client -> storage  b"R" + source u16, offset u64, length u64           (both, files cache)
+    client -> storage  b"K"       the chunk being cut ends here (server-side; Ingest.cut)
     client -> storage  b"E" + n x (fingerprint, start u32, length u32)   a copy's recipe entries
     storage -> client  b"A" + n flag bytes (1: send that chunk)
     client -> storage  b"C" + one asked-for chunk's whole data, one message per chunk
@@ -141,6 +142,13 @@ class ClientSink:
         self.bytes += length
         self._seg = Segmenter(self._seg.params)
 
+    def cut(self):
+        """The chunk being cut ends here (Ingest.cut): the client cuts, so nothing is sent."""
+        tail = self._seg.finish()
+        if tail:
+            self._take(tail)
+        self._seg = Segmenter(self._seg.params)
+
     def finish(self):
         tail = self._seg.finish()
         if tail:
@@ -222,6 +230,11 @@ class ServerSink:
         # every stream byte before the reference must reach the storage side first
         self._flush(encoding._zstd.COMPRESSOBJ_FLUSH_BLOCK if self._z else None)
         self.chan.send_message(b"R" + REF.pack(source, offset, length))
+
+    def cut(self):
+        """The chunk being cut ends here (Ingest.cut), after every stream byte before it."""
+        self._flush(encoding._zstd.COMPRESSOBJ_FLUSH_BLOCK if self._z else None)
+        self.chan.send_message(b"K")
 
     def report(self):
         """What the stream cost the network when it went compressed, else None."""
@@ -326,6 +339,10 @@ def serve(chan, ingest, is_cancelled):
                 raise ProtocolError("the client referred to a base image before sending the "
                                     "chunks it was asked for")
             _reference(ingest, msg)
+        elif kind == b"K":
+            if pending or len(msg) != 1:
+                raise ProtocolError("a malformed cut arrived on the data connection")
+            ingest.cut()
         elif kind == b"Q":
             if pending:
                 raise ProtocolError("the client asked again before sending the chunks it was "

@@ -157,14 +157,19 @@ def public_methods(cls):
 
 
 def _guarded(name, fn):
-    sig = inspect.signature(fn)
     need = METHODS[name]
+    # the signature is read at the method's first checked call: reading all of them when the
+    # master class is made was a hundredth of every command's start
+    sig = None
 
     @functools.wraps(fn)
     def call(self, *args, **kw):
+        nonlocal sig
         if inside():
             return fn(self, *args, **kw)
         access = self.access
+        if sig is None:
+            sig = inspect.signature(fn)
         try:
             bound = sig.bind(self, *args, **kw).arguments
             bound.pop("self", None)

@@ -31,9 +31,35 @@ class LineTooLong(ValueError):
     pass
 
 
+class Base64Text(str):
+    """Text made by base64.b64encode (letters, digits, "+", "/", "="), which JSON writes as it
+    is: encode() puts a request's argument of this kind into its line without looking at each
+    character for one to escape. A backup's previous state is megabytes of it, and the look
+    took 4 ms of a command's start."""
+
+    __slots__ = ()
+
+
 def encode(msg):
+    args = msg.get("args")
+    if type(args) is dict and any(type(v) is Base64Text for v in args.values()):
+        return _encode_request(msg, args)
     # ensure_ascii keeps surrogate escapes representable; separators keep lines short.
     return (json.dumps(msg, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def _encode_request(msg, args):
+    """encode() of a request with Base64Text arguments, written between quotes as they are:
+    each is copied once into the line (a copy of megabytes costs as much as the look)."""
+    def dump(value):
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    head = dump({k: v for k, v in msg.items() if k != "args"})
+    parts = [head[:-1], b"," if len(head) > 2 else b"", b'"args":{']
+    for i, (k, v) in enumerate(args.items()):
+        parts += (b"," if i else b"", dump(k), b":")
+        parts += (b'"', v.encode("ascii"), b'"') if type(v) is Base64Text else (dump(v),)
+    parts.append(b"}}\n")
+    return b"".join(parts)
 
 
 def encode_event(rid, event, data_json):

@@ -21,6 +21,7 @@ from operator import itemgetter
 from app.catalog_index import IndexCorrupt, IndexReader, rebuild_hint
 from app.catalog_index.block import _decode_block
 from app.formats import entry as E
+from app.formats.protocol import Base64Text
 from app.formats.changes import (DIGEST_SIZE, STATE_FIELDS, ReferenceEncoder, StateEncoder,
                                  state_digest)
 
@@ -125,8 +126,12 @@ def _kept(index):
         return None
     at = len(STATE_APPENDIX) + _COUNTS.size
     count, n = _COUNTS.unpack_from(kept, len(STATE_APPENDIX))
-    return (base64.b64encode(kept[at:at + n]).decode("ascii"),
-            base64.b64encode(kept[at + n:]).decode("ascii"), count)
+    return (_text(kept[at:at + n]), _text(kept[at + n:]), count)
+
+
+def _text(compressed):
+    """A state's or references' text for the agent (see app/formats/changes.py)."""
+    return Base64Text(base64.b64encode(compressed).decode("ascii"))
 
 
 def previous_state(index):
@@ -199,7 +204,8 @@ def _state(index, usable_sources):
             cols = list(zip(*entries))
             refs.add(key, _references(*(cols[i] for i in (2, 8, 9, 10, 14)),
                                       usable=usable_sources))
-    return state.text(), (refs.text() if refs is not None else None), count
+    return (_text(state.compressed()), _text(refs.compressed()) if refs is not None else None,
+            count)
 
 
 def reads_of(base):

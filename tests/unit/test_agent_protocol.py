@@ -149,3 +149,30 @@ def test_each_handler_s_arguments_are_read_as_inspect_reads_them():
     def odd(req, a, b=1, *rest, c, d=None, **more):
         pass
     check(odd)
+
+
+def test_base64_arguments_are_written_as_they_are_and_read_back_alike():
+    """A request's Base64Text arguments (a backup's previous state, megabytes of it) go into
+    the line without the character-by-character look for something to escape; the line
+    reads back as the same request, and other arguments are written as ever."""
+    import base64
+    import json
+    from app.formats import protocol
+
+    state = protocol.Base64Text(base64.b64encode(os.urandom(3000)).decode("ascii"))
+    args = {"selections": ["/d\udcff/\u00e9\"q\\"], "previous": state, "since": None,
+            "references": protocol.Base64Text(""), "n": 3, "meta": {"a": [1.5, True]}}
+    for msg in ({"id": 7, "op": "backup", "args": args},
+                {"id": 8, "op": "backup", "args": {"previous": state}}):
+        line = protocol.encode(msg)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1 and line.isascii()
+        assert protocol.decode(line) == msg
+        assert protocol.decode(line) == json.loads(json.dumps(msg))
+    # without such an argument, the line is the one JSON writes
+    plain = {"id": 9, "op": "backup", "args": dict(args, previous=str(state),
+                                                   references="")}
+    assert protocol.encode(plain) == (json.dumps(plain, separators=(",", ":"))
+                                      + "\n").encode("ascii")
+    # the master's previous states are of the kind
+    from app.jobs import incremental
+    assert type(incremental._text(b"\x00\xff")) is protocol.Base64Text

@@ -10,6 +10,9 @@ from app.errors import AgentError, CairnError, Canceled, HostUnreachable
 from app.formats import protocol
 
 HELLO_TIMEOUT = 60.0
+# How long a request that could not be written waits for the reader to say why the agent's
+# end is gone (the agent stopped, the host was lost) before it says only that it broke.
+READER_GRACE = 2.0
 
 
 class AgentCallError(CairnError):
@@ -103,6 +106,11 @@ class AgentConnection:
                 self.process.stdin.write(data)
                 self.process.stdin.flush()
             except (OSError, ValueError, EOFError) as e:
+                # The reader sees why the other end is gone, most often in the same moment:
+                # its reason is the one to give (an agent killed mid-backup was reported as
+                # a broken connection when a cancel's write came first).
+                if not self._closed and threading.current_thread() is not self._reader:
+                    self._reader.join(READER_GRACE)
                 self._fail(AgentError(f"the connection to the agent on {self.host} broke: {e}"))
                 raise self._broken from None
 

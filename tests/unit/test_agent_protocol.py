@@ -176,3 +176,30 @@ def test_base64_arguments_are_written_as_they_are_and_read_back_alike():
     # the master's previous states are of the kind
     from app.jobs import incremental
     assert type(incremental._text(b"\x00\xff")) is protocol.Base64Text
+
+
+DYING_AGENT = r'''
+import json, os, sys, time
+sys.stdout.write(json.dumps({"id": 0, "event": "hello", "data": {
+    "protocol": 1, "python": "3", "pid": os.getpid(), "max_request": 1 << 30}}) + "\n")
+sys.stdout.flush()
+os.close(0)  # it takes no request: a write to it fails at once
+time.sleep(0.5)
+sys.stderr.write("killed by the test\n")
+'''
+
+
+def test_a_request_that_cannot_be_written_says_why_the_agent_is_gone(tmp_path):
+    """An agent that went away while a request was being written: the error is the reader's
+    (the agent stopped, with what it last said), not only that the connection broke."""
+    script = tmp_path / "dying_agent.py"
+    script.write_text(DYING_AGENT)
+    conn = AgentConnection(LocalTransport(command=[sys.executable, str(script)]).start_agent(),
+                           "dying")
+    try:
+        time.sleep(0.1)
+        with pytest.raises(AgentError) as e:
+            conn.start("ping", {"padding": "x" * 1000})
+        assert "the agent on dying stopped: killed by the test" in str(e.value), str(e.value)
+    finally:
+        conn.close()

@@ -10,7 +10,7 @@ import threading
 from app import status
 from app.agent import ops, request_check
 from app.agent.request_check import BadRequest
-from app.errors import CairnError, ValidationError
+from app.errors import ValidationError
 from app.formats import protocol
 from app.formats.protocol import error_message
 from plugins.storage import agents

@@ -134,13 +134,11 @@ class ClientSink:
         self.sent_chunks += len(wanted)
 
     def reference(self, source, offset, length):
-        tail = self._seg.finish()
-        if tail:
-            self._take(tail)
+        # a reference ends the cutting before it, as a cut does
+        self.cut()
         self._flush()
         self.chan.send_message(b"R" + REF.pack(source, offset, length))
         self.bytes += length
-        self._seg = Segmenter(self._seg.params)
 
     def cut(self):
         """The chunk being cut ends here (Ingest.cut): the client cuts, so nothing is sent."""

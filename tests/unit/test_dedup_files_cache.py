@@ -3,6 +3,7 @@ gets, and the storage side copying a base image's recipe entries for a reference
 server-side (stream) and client-side (query/put) mode."""
 
 import hashlib
+import os
 import random
 
 import pytest
@@ -250,3 +251,44 @@ def test_client_without_accelerator_sends_the_stream_whole(tmp_path, accelerated
     assert stream_of(root, recipe) == x + a[1000:201_000] + x + y
     assert result["stats"]["reused_bytes"] == 200_000
     assert 2 * len(x) + 200_000 in {e.stream_offset for e in recipe}
+
+
+@pytest.mark.parametrize("bad", [b"Kx", b"K\x00\x00\x00"])
+def test_a_malformed_cut_is_refused_and_nothing_is_kept(tmp_path, bad):
+    """A client (or whoever took its agent over) sending a cut with bytes after it: the
+    storage side refuses the stream as a protocol error, and its partial recipe goes."""
+    import threading
+
+    from app.agent import dataplane
+    from app.jobs.tlscert import job_identity
+    from plugins.storage.dedup import wire
+
+    root = str(tmp_path / "pool")
+    cert, key, token = job_identity(8)
+    listener = dataplane.Listener(cert, key, token, bind="127.0.0.1")
+    partial = f"{root}/images/c/.m.recipe.partial"
+    result = {}
+
+    def storage_side():
+        ing = Ingest(root, partial, params=PARAMS)
+        try:
+            chan = listener.accept(lambda: False, timeout=10)
+            wire.serve(chan, ing, lambda: False)
+            result["served"] = True
+        except Exception as e:  # noqa: BLE001 - what the test looks at
+            result["error"] = e
+        finally:
+            ing.abort()
+    t = threading.Thread(target=storage_side, daemon=True)
+    t.start()
+    chan = dataplane.connect("127.0.0.1", listener.port, cert, token)
+    try:
+        chan.send_tagged(b"S", data(3, 10_000))
+        chan.send_message(bad)
+        t.join(20)
+    finally:
+        chan.close()
+        listener.close()
+    assert isinstance(result.get("error"), wire.ProtocolError), result
+    assert "malformed cut" in str(result["error"])
+    assert not os.path.exists(partial)

@@ -18,6 +18,7 @@ format 2 ones with a whole row. Readers read all three.
 
 Standard library only: master and agents share it."""
 
+import json
 import re
 
 from app.formats import entry, owners
@@ -32,6 +33,10 @@ SUMMARY_NAME = b".cairn/summary.json"
 INDEX_NAME = b".cairn/index.jsonl"
 # Larger metadata members are not read: no backup writes one of this size.
 META_LIMIT = 1 << 20
+# image.json is padded with spaces to a multiple of this: its length, and so the offset of
+# every later member, stays the same from one backup to the next although the job and image
+# ids grow a digit now and then. An unchanged full then finds its index's chunks in the pool.
+META_STEP = 4096
 # The summary holds the owner names (app/formats/owners.py bounds them).
 SUMMARY_LIMIT = 1 << 20
 
@@ -46,6 +51,13 @@ ADDED_IN_2 = ("expires", "retention_s", "storage_unit", "pool", "stream", "set")
 # The summary's counters (format 2).
 SUMMARY_COUNTS = ("files", "dirs", "bytes", "warnings", "unchanged", "unchanged_bytes",
                   "reused", "reused_bytes")
+
+
+def meta_text(meta):
+    """image.json's text: the metadata as sorted JSON, padded with spaces to a multiple of
+    META_STEP and ended with a newline (JSON readers skip the spaces)."""
+    text = json.dumps(meta, indent=1, sort_keys=True).encode("utf-8")
+    return text + b" " * (-(len(text) + 1) % META_STEP) + b"\n"
 
 
 def valid_id(value):

@@ -1,7 +1,6 @@
 """One backup: the state of a backup as it runs, its events, and backup_to, the data mover's
 entry point."""
 
-import json
 import os
 import tempfile
 import time
@@ -16,7 +15,7 @@ from app.agent.archiver.output import Output
 from app.agent.archiver.totals import Counted, Totals
 from app.agent.archiver.walk import NamePatterns, Walk
 from app.errors import Canceled, ValidationError
-from app.formats import tarfmt
+from app.formats import imagemeta, tarfmt
 from app.formats.changes import PreviousState
 
 ROWS_EVERY = 1.0
@@ -159,9 +158,9 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
             # What an incremental will send is known only at its end: no percentage.
             self.log("compared with the previous backup's %d entries: only new and changed "
                      "entries are sent" % self.previous.entries)
-        meta = json.dumps(image_meta, indent=1, sort_keys=True).encode("utf-8") + b"\n"
+        meta = imagemeta.meta_text(image_meta)
         now_ns = time.time_ns()
-        self.out.put(tarfmt.member_header(b".cairn/image.json", tarfmt.REGTYPE, 0o644, 0, 0,
+        self.out.put(tarfmt.member_header(imagemeta.META_NAME, tarfmt.REGTYPE, 0o644, 0, 0,
                                           len(meta), now_ns - now_ns % 1000000000,
                                           uname=b"root", gname=b"root"))
         self.out.put(meta)

@@ -3,13 +3,12 @@ syslog messages, as a JSON POST to a webhook, and as JSON on a command's standar
 Each channel either delivers or raises DeliveryError with a sentence that says what failed
 and where; one failing channel never stops the others.
 
-The mail, TLS and HTTP modules are imported lazily, by the channel that sends: every `cairn`
-command opens the master, which loads this module, and most never send a thing."""
+The mail, TLS, HTTP and socket modules are imported lazily, by the channel that sends: every
+`cairn` command opens the master, which loads this module, and most never send a thing."""
 
 import json
 import os
 import shlex
-import socket
 import subprocess
 
 from app.alerts import settings as cfg
@@ -87,6 +86,7 @@ def email(v, digest):
 
 def _syslog_socket(address):
     """A connected datagram socket to a syslog socket path or HOST:PORT (UDP)."""
+    import socket
     if address.startswith("/"):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         target = address

@@ -1,6 +1,10 @@
 """`cairn storage-server benchmark` and `benchmark-results`: the disk benchmark of a storage
 server's volumes (app/jobs/benchmark.py), the object storage benchmark of a cloud server's
-bucket (app/jobs/object_benchmark.py), and the runs the catalog keeps."""
+bucket (app/jobs/object_benchmark.py), and the runs the catalog keeps.
+
+The object benchmark's helpers are imported lazily, by the commands that show its figures:
+every `cairn` command imports this module (its parsers are named for --help), and they would
+load the bucket client with it."""
 
 import csv
 import sys
@@ -9,8 +13,7 @@ from app import storage_sizing
 from app.cli.output import out, size, table
 from app.cli.shared import jobs_result, progress_option
 from app.errors import ValidationError
-from app.jobs.object_benchmark import WORKLOAD as OBJECT, best_line, has_bucket
-from plugins.storage.cloud.objbench import csv_rows
+from app.jobs.kinds import OBJECT_WORKLOAD as OBJECT
 
 
 def benchmark_commands(ss, cmd, size_arg):
@@ -80,6 +83,7 @@ def _benchmark(m, args):
                    objects_per_thread=args.objects_per_thread)
     # Each workload takes its own settings; the master names one given to the other.
     given = {k: v for k, v in {**disk, **threads}.items() if v is not None}
+    from app.jobs.object_benchmark import has_bucket
     if args.csv and (args.workload or (OBJECT if has_bucket(m.storage_server(args.name))
                                        else "stgpool")) != OBJECT:
         raise ValidationError("--csv is for the object benchmark of a cloud server's bucket",
@@ -151,6 +155,7 @@ def show_object_run(d):
         print(f"bucket: {', '.join(d['volumes'])}")
     if d.get("stopped") in ("canceled", "failed"):
         print(d["stopped"])
+    from app.jobs.object_benchmark import best_line
     print(best_line(d["steps"]))
 
 
@@ -158,6 +163,7 @@ def show_csv(d):
     if d.get("workload") != OBJECT:
         raise ValidationError("--csv is for the runs of the object benchmark",
                               hint="give --json for a disk benchmark's figures")
+    from plugins.storage.cloud.objbench import csv_rows
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerows(csv_rows(d))
 

@@ -15,7 +15,6 @@ says so."""
 
 import json
 import os
-import socket
 import threading
 import time
 import traceback
@@ -25,7 +24,7 @@ from app import timeutil
 from app.access_scope import internal
 from app.audit import DISPATCHER
 from app.errors import CairnError, Canceled
-from app.jobs import benchmark, cleanup, commit, duplicate_commit, duplicate_queue, expire, \
+from app.jobs import benchmark, commit, duplicate_commit, duplicate_queue, expire, \
     kinds
 from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
 from app.jobs.placement import RECENT_SECONDS, Placement
@@ -60,7 +59,7 @@ class Dispatcher:
         self._next_expire = 0.0
         self._next_alerts = 0.0
         self._next_recover = 0.0
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+        self.id = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
         self._threads = {}
         self._stop = threading.Event()
         self._changed = threading.Event()  # a job thread ended: look again at once
@@ -424,6 +423,8 @@ class Dispatcher:
             self._next_expire = now + EXPIRE_EVERY
             try:
                 self._audit_started("start_expire", self.master.expire_due(now))
+                # loaded by a dispatcher that ticks, not by every master that opens
+                from app.jobs import cleanup
                 cleanup.remove_stale_index_temps(self.master)
             except Exception:  # noqa: BLE001
                 traceback.print_exc()

@@ -20,10 +20,9 @@ expire_copies.py), the next copy taking the primary's place when the primary goe
 import json
 import time
 
-from app import status as st
 from app import timeutil
 from app.errors import CairnError, Canceled, ValidationError
-from app.jobs import copies, expire_copies, holds, pool_jobs
+from app.jobs import copies, expire_copies, holds
 from app.jobs.commit import note
 from app.jobs.context import JobContext
 from app.jobs.storage import image_storage, pool_type
@@ -249,6 +248,11 @@ def _remove_copies(master, ctx, job_id):
 
 
 def _queue_reclaims(master, ctx, reclaim_pools):
+    if not reclaim_pools:
+        return
+    # the pool jobs (and the verifiers behind them) are loaded when a reclaim is queued, not
+    # by every command that opens the master
+    from app.jobs import pool_jobs
     for pool in sorted(reclaim_pools):
         try:
             jid = pool_jobs.make_reclaim_job(master, pool, "images expired")

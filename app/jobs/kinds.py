@@ -11,21 +11,9 @@ The parent of a multi-stream backup is a backup job whose params list its stream
 run by its own kind, "backup-set" (kind_of), and a benchmark of a bucket by "object-benchmark"
 (app/jobs/object_benchmark.py)."""
 
+import importlib
 from typing import Protocol
 
-from app.jobs.backup import BackupJob
-from app.jobs.backup_set import BackupSetJob
-from app.jobs.benchmark import JOB_TYPE as BENCHMARK, BenchmarkJob
-from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP, CatalogBackupJob
-from app.jobs.cleanup import CleanupJob
-from app.jobs.duplicate import JOB_TYPE as DUPLICATE, DuplicateJob
-from app.jobs.expire import ExpireJob
-from app.jobs.object_benchmark import WORKLOAD as OBJECT_WORKLOAD, ObjectBenchmarkJob
-from app.jobs.pool_import import JOB_TYPE as IMPORT, ImportJob
-from app.jobs.pool_jobs import ReclaimJob, VerifyJob
-from app.jobs.reindex import JOB_TYPE as REBUILD_INDEX, RebuildIndexJob
-from app.jobs.repair import JOB_TYPE as REPAIR, RepairJob
-from app.jobs.restore import RestoreJob
 from app.jobs.result import JobResult
 
 
@@ -44,12 +32,26 @@ class JobKind(Protocol):
         the administrator canceled it) to end the job with that error's status."""
 
 
-#: {kind: class}; a kind is the job's type but for the parent of a multi-stream backup
-KINDS = {"backup": BackupJob, "backup-set": BackupSetJob, "restore": RestoreJob,
-         "expire": ExpireJob, "verify": VerifyJob, "reclaim": ReclaimJob,
-         "cleanup": CleanupJob, REBUILD_INDEX: RebuildIndexJob,
-         CATALOG_BACKUP: CatalogBackupJob, IMPORT: ImportJob, DUPLICATE: DuplicateJob,
-         REPAIR: RepairJob, BENCHMARK: BenchmarkJob, "object-benchmark": ObjectBenchmarkJob}
+#: {kind: "module:class"}; a kind is the job's type but for the parent of a multi-stream
+#: backup. A kind's module is imported when a job of that kind runs: a command that runs a
+#: backup loads none of the other kinds (tens of modules, a fifth of the master's imports).
+KINDS = {"backup": "backup:BackupJob", "backup-set": "backup_set:BackupSetJob",
+         "restore": "restore:RestoreJob", "expire": "expire:ExpireJob",
+         "verify": "pool_jobs:VerifyJob", "reclaim": "pool_jobs:ReclaimJob",
+         "cleanup": "cleanup:CleanupJob", "rebuild-index": "reindex:RebuildIndexJob",
+         "catalog-backup": "catalog_backup:CatalogBackupJob", "import": "pool_import:ImportJob",
+         "duplicate": "duplicate:DuplicateJob", "repair": "repair:RepairJob",
+         "benchmark": "benchmark:BenchmarkJob",
+         "object-benchmark": "object_benchmark:ObjectBenchmarkJob"}
+# names that others compare a job's type with, without loading the kind's module; the
+# modules hold the same (tests/unit/test_job_kinds.py)
+BENCHMARK, OBJECT_WORKLOAD, CATALOG_BACKUP = "benchmark", "object", "catalog-backup"
+
+
+def kind_class(kind):
+    """The class that runs jobs of a kind (KeyError for no kind)."""
+    module, name = KINDS[kind].split(":")
+    return getattr(importlib.import_module("app.jobs." + module), name)
 
 
 def kind_of(job):
@@ -62,4 +64,4 @@ def kind_of(job):
 
 def make(master, job) -> JobKind:
     """The job's kind, made for it; prepare() not yet called."""
-    return KINDS[kind_of(job)](master, job)
+    return kind_class(kind_of(job))(master, job)

@@ -1,12 +1,14 @@
 """Catalog protection: queueing a catalog backup of the master's own state to a pool. Part of
 the master API (app/master/__init__.py). Recovering a master (app/catalog_backup/recover.py)
-is no method: there is no master to open until it is done."""
+is no method: there is no master to open until it is done.
+
+The catalog backup job's module (with the archive writer and its tar machinery) is imported
+lazily, by the methods that use it: every command opens the master, few ask for this."""
 
 import time
 
 from app import timeutil
 from app.catalog_backup import escrow
-from app.jobs import catalog_backup
 
 # With images in the catalog and no catalog backup for this long, the console warns: a lost
 # CAIRN_HOME would lose them (README, Disaster recovery).
@@ -20,6 +22,7 @@ class CatalogAPI:
         whose pool key no catalog backup holds yet: {"last": ISO time or None, "age_s",
         "images", "overdue", "keys_not_escrowed", "has_passphrase" (whether the first
         catalog backup set it)}."""
+        from app.jobs import catalog_backup
         now = time.time() if now is None else now
         last = self.db.one("SELECT max(ended) FROM jobs WHERE type=? AND status=0",
                            (catalog_backup.JOB_TYPE,))[0]
@@ -46,6 +49,7 @@ class CatalogAPI:
         passphrase (bytes) makes the escrow key pair on first use and must open it after; it
         is not kept anywhere. retention (a duration such as "4w"): older catalog backups in
         the same folder are removed once this one is written."""
+        from app.jobs import catalog_backup
         keep = timeutil.parse_duration(retention) if retention else None
         return catalog_backup.make_job(self, storage_unit, passphrase, retention_s=keep)
 

@@ -1,9 +1,11 @@
 """Policies, changing and deleting configuration objects, and the master's settings. Part of the
-master API (app/master/__init__.py)."""
+master API (app/master/__init__.py).
+
+The catalog backup job's module is imported lazily, by the methods that check a catalog
+backup's schedule: every command opens the master, few change one."""
 
 from app import audit, backup_excludes, config_edit, policy_edit, shared_volumes, timeutil
 from app.schedule_rules import CATALOG_SCHEDULE
-from app.jobs import catalog_backup
 from app.errors import NotFound, ValidationError
 
 
@@ -25,6 +27,7 @@ class ConfigurationAPI:
         reason (Config.add_policy). A catalog schedule
         needs the catalog backup key to exist (add_schedule)."""
         if any(s.get("type") == CATALOG_SCHEDULE for s in schedules):
+            from app.jobs import catalog_backup
             catalog_backup.check_schedulable(self, None)
         group_id = lifecycle_id = None
         if storage_unit_group is not None and storage_unit is None and lifecycle is None:
@@ -99,6 +102,7 @@ class ConfigurationAPI:
         """Changes the given options of a schedule (add_schedule's keywords); the others
         stay."""
         if changes.get("type") == CATALOG_SCHEDULE:
+            from app.jobs import catalog_backup
             catalog_backup.check_schedulable(self, passphrase)
         return policy_edit.set_schedule(self.config, policy, name, **changes)
 
@@ -118,6 +122,7 @@ class ConfigurationAPI:
         """Makes a policy's clients, selections, schedules and excludes the lists given
         (None: unchanged), checked first; the console's policy pages save through this."""
         if any(s.get("type") == CATALOG_SCHEDULE for s in schedules or ()):
+            from app.jobs import catalog_backup
             catalog_backup.check_schedulable(self, None)
         return policy_edit.change_lists(self, policy, clients=clients, selections=selections,
                                         schedules=schedules, excludes=excludes)
@@ -129,6 +134,7 @@ class ConfigurationAPI:
         catalog backup key must exist: made now from `passphrase` (bytes), or by an earlier
         catalog backup."""
         if type == CATALOG_SCHEDULE:
+            from app.jobs import catalog_backup
             catalog_backup.check_schedulable(self, passphrase)
         return self.config.add_schedule(policy, name, type=type, retention=retention,
                                         frequency=frequency, windows=windows,

@@ -2,7 +2,6 @@
 cancel, suspend, resume, statistics). Part of the master API (app/master/__init__.py)."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,12 +11,12 @@ from app.config import STREAM_MARKER
 from app.schedule_rules import CATALOG_SCHEDULE, DEFAULT_RETENTION
 from app.errors import CairnError, NotFound, ValidationError
 from app.formats import private
-from app.jobs import catalog_backup, stats
+from app.jobs import stats
 from app.jobs.stats import job_start
-from app.jobs.catalog_backup import JOB_TYPE as CATALOG_BACKUP
 from app.jobs.backup_set import split_streams, stream_key
 from app.jobs.dispatcher import Dispatcher
 from app.jobs.duplicate_queue import JOB_TYPE as DUPLICATE
+from app.jobs.kinds import CATALOG_BACKUP
 from app.jobs.store import DONE
 from app.policy_edit import client_excludes
 
@@ -42,6 +41,8 @@ class JobsAPI:
             if client is not None:
                 raise ValidationError(f"schedule {chosen['name']!r} backs up the master's "
                                       "catalog, not a client", hint="leave out --client")
+            # the catalog backup's module (its archive writer, tar) only for such a job
+            from app.jobs import catalog_backup
             return [catalog_backup.queue(self, pol["storage_unit"],
                                          retention_s=chosen["retention_s"], policy=policy,
                                          schedule=chosen["name"],
@@ -172,7 +173,7 @@ class JobsAPI:
         it has to take it). Returns whether one was started."""
         if Dispatcher.lease_holder(self.db) is not None:
             return False
-        if not Dispatcher.claim_start(self.db, f"{socket.gethostname()}:{os.getpid()}",
+        if not Dispatcher.claim_start(self.db, f"{os.uname().nodename}:{os.getpid()}",
                                       DISPATCHER_START_WAIT):
             return False
         root = self.home.root
@@ -243,6 +244,7 @@ class JobsAPI:
                                            f"{job_id}")
         elif old["type"] == CATALOG_BACKUP:
             # The escrow made when the first one was queued seals the keys: no passphrase.
+            from app.jobs import catalog_backup  # only for such a job: its archive writer, tar
             catalog_backup.target(self, p["storage_unit"])
             new_id = self.jobs.create(CATALOG_BACKUP, params=p, attempt=old["attempt"] + 1,
                                       retry_of=old["retry_of"] or job_id,

@@ -1,9 +1,11 @@
 """Storage servers, disk pools and storage units, and the jobs that look after a pool (verify,
-cleanup, reclaim, import). Part of the master API (app/master/__init__.py)."""
+cleanup, reclaim, import). Part of the master API (app/master/__init__.py).
+
+The modules of those jobs are imported lazily, by the methods that queue them: every command
+opens the master, and a backup or a listing needs none of them."""
 
 from app import pool_mounts, shared_volumes
 from app.errors import CairnError, ValidationError
-from app.jobs import benchmark, cleanup, object_benchmark, pool_import, pool_jobs, reindex
 from plugins.storage import registry
 
 
@@ -160,6 +162,7 @@ class StorageAPI:
         seconds, ranged_size, ranged_per_thread, part_size. workload None: object for a server
         with a bucket, else stgpool. Refused while backups or restores use the pool, unless
         `force`."""
+        from app.jobs import benchmark, object_benchmark
         srv = self.config.storage_server(server)
         bucket = object_benchmark.has_bucket(srv)
         if workload is None:
@@ -187,21 +190,25 @@ class StorageAPI:
     def storage_benchmarks(self, server=None, limit=100):
         """The recorded benchmark runs, newest first, each with its steps and sizing verdict
         (app/storage_sizing.py)."""
+        from app.jobs import benchmark
         return benchmark.runs(self, server, limit)
 
     # ---- deduplication pools -------------------------------------------------------------
     def start_verify(self, image=None, pool=None):
         """Queues a verify job of an image or a whole disk pool (every pool type)."""
+        from app.jobs import pool_jobs
         return pool_jobs.make_verify_job(self, image=image, pool=pool)
 
     def verify_due(self, now=None):
         """Queues the scheduled verify jobs of pools whose verify interval has passed."""
+        from app.jobs import pool_jobs
         return pool_jobs.verify_due(self, now)
 
     def start_cleanup(self, pool, dry_run=False):
         """Queues a cleanup job of a disk pool (any type): removes the pool files that no
         catalog image owns and that are older than every running backup (app/jobs/cleanup.py);
         dry_run only lists them."""
+        from app.jobs import cleanup
         return cleanup.make_job(self, pool, dry_run=dry_run)
 
     def start_import(self, pool, key_file=None):
@@ -209,24 +216,29 @@ class StorageAPI:
         the catalog does not know, from what the image says about itself (app/jobs/
         pool_import.py). key_file: a file holding an encrypted pool's key the master does not
         have; the master keeps it once it opened the pool."""
+        from app.jobs import pool_import
         return pool_import.make_job(self, pool, key_file=key_file)
 
     def start_rebuild_index(self, image):
         """Queues a job that rebuilds an image's catalog index from the image itself (see
         app/jobs/reindex.py)."""
+        from app.jobs import reindex
         return reindex.make_job(self, image)
 
     def start_reclaim(self, pool):
         """Queues a space reclaim job of a deduplication pool."""
+        from app.jobs import pool_jobs
         return pool_jobs.make_reclaim_job(self, pool)
 
     def rebuild_pool_index(self, pool):
         """Rebuilds a deduplication pool's chunk index from its containers alone."""
+        from app.jobs import pool_jobs
         _pool, _server, host, spec = pool_jobs.chunk_pool(self, pool)
         return self.hosts.connect(host).call("pool_rebuild_index", {"storage": spec},
                                              timeout=3600)
 
     def pool_usage(self, pool):
         """Chunks and bytes a deduplication pool holds."""
+        from app.jobs import pool_jobs
         _pool, _server, host, spec = pool_jobs.chunk_pool(self, pool)
         return self.hosts.connect(host).call("pool_usage", {"storage": spec}, timeout=300)

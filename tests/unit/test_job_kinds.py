@@ -12,7 +12,7 @@ import pytest
 from app import status as st
 from app.catalog_index import build_index
 from app.errors import NotFound, ValidationError
-from app.jobs import kinds
+from app.jobs import benchmark, catalog_backup, kinds, object_benchmark
 from app.jobs.commit import record_image
 from app.master import Master
 from app.relocate import RelocationError
@@ -55,13 +55,21 @@ def test_every_job_type_the_master_queues_has_a_kind():
         assert kinds.kind_of({"type": t, "params": {}}) == t
     # the parent of a multi-stream backup has a kind of its own
     parent = {"type": "backup", "params": {"streams": [["/a"], ["/b"]]}}
-    assert kinds.KINDS[kinds.kind_of(parent)] is not kinds.KINDS["backup"]
+    assert kinds.kind_class(kinds.kind_of(parent)) is not kinds.kind_class("backup")
+    # a bucket's benchmark too, by the names its modules use
+    assert (kinds.BENCHMARK, kinds.OBJECT_WORKLOAD, kinds.CATALOG_BACKUP) == (
+        benchmark.JOB_TYPE, object_benchmark.WORKLOAD, catalog_backup.JOB_TYPE)
+    assert kinds.kind_of({"type": "benchmark", "params": {"workload": "object"}}) == \
+        "object-benchmark"
 
 
 def test_every_kind_has_prepare_and_run():
-    for name, cls in kinds.KINDS.items():
+    for name in kinds.KINDS:
+        cls = kinds.kind_class(name)
         assert callable(getattr(cls, "prepare", None)), name
         assert callable(getattr(cls, "run", None)), name
+    # each kind's class is its own
+    assert len({kinds.kind_class(name) for name in kinds.KINDS}) == len(kinds.KINDS)
 
 
 # ---- a restore, prepared ---------------------------------------------------------------------

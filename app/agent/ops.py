@@ -561,6 +561,14 @@ def pool_reclaim(req, storage, compact_below=0.5, known=None, min_age_s=None):
 
 
 @handler
+def pool_open(req, storage):
+    """Opens the pool a backup is about to write to (AgentStorage.warm), while the master
+    still prepares the backup's request: the backup finds it open."""
+    agents.get(storage).warm(storage)
+    return {}
+
+
+@handler
 def pool_usage(req, storage):
     """What a pool whose type keeps chunks holds: chunks and bytes."""
     return agents.get(storage).usage(storage)

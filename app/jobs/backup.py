@@ -272,6 +272,12 @@ class BackupJob:
                 f"{self.stu['name']} (disk pool {pool['name']} on {self.storage_host['name']})")
         ctx.flush()
         self.storage = self.master.hosts.connect(self.storage_host)
+        warm = self.storage_type.warm_spec(self.server, self.master.home)
+        if warm is not None:
+            # the storage host's agent opens the pool (its chunk index: tens of ms for a
+            # large pool) while this job places the image and works out its request; the
+            # backup takes the open pool, and nobody waits for this answer
+            self.storage.start("pool_open", {"storage": warm})
         vols = self.storage.call("check_volumes", {"paths": pool["volumes"]},
                                  timeout=120)["volumes"]
         counts = {v: self.master.db.one(

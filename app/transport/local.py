@@ -94,10 +94,12 @@ class LocalAgentProcess(AgentProcess):
 
 
 def _widen_pipe(f):
-    """Let the agent's events run a MiB ahead of the master (Linux; the default is 64 KiB).
-    The master reads them on one thread that also indexes each batch of rows it reads: with
-    a small pipe the agent waited for every batch to be indexed before it could send the
-    next, and walked at the master's pace."""
+    """A pipe of a MiB to or from the agent (Linux; the default is 64 KiB). Its events run
+    that far ahead of the master, which reads them on one thread that also indexes each batch
+    of rows it reads: with a small pipe the agent waited for every batch to be indexed before
+    it could send the next, and walked at the master's pace. A request of a MiB (a files
+    cache's state) crosses in one write and one read, not twenty, each of which waited for
+    the agent's interpreter while another of its threads opened the pool."""
     setsz = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
     if setsz is None:
         return
@@ -127,6 +129,7 @@ def _spawn(command, env):
     except OSError as e:
         raise AgentError(f"cannot start the local agent ({command[0]}): {e.strerror}")
     _widen_pipe(popen.stdout)
+    _widen_pipe(popen.stdin)
     return popen
 
 

@@ -108,6 +108,11 @@ class AgentStorage:
     # How the type's committed image files end (app/formats/poolfiles.py names them).
     image_suffix = ""
 
+    def warm(self, spec):
+        """Opens ahead what a backup into the pool opens first (a deduplication pool: its
+        chunk index), while the master still prepares the backup, so that the backup that
+        follows on this agent finds it open. Nothing by default."""
+
     def local_write(self, spec, path, *, emit, image_id, references):
         """A LocalWrite of a new partial image at `path`. references: whether the backup
         brings a files cache (the spec's "bases" are then its base images)."""

@@ -217,6 +217,11 @@ class StorageType(abc.ABC):
         """The storage spec: what the storage host's agent needs to use the server's pool."""
         return {"type": self.name}
 
+    def warm_spec(self, server, home):
+        """The spec with which the storage host's agent opens the pool ahead of a backup
+        (AgentStorage.warm, the agent's pool_open), or None when there is nothing to open."""
+        return None
+
     @abc.abstractmethod
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         """A BackupSide for one backup job into the server's pool."""

@@ -4,9 +4,12 @@ in use, whatever the sizes of the writes."""
 
 import os
 import random
+import threading
+import time
 
 import pytest
 
+from app.agent import ops
 import plugins.storage.dedup.ingest as ingest_mod
 import plugins.storage.dedup.segmenter as sg
 from plugins.storage.dedup.ingest import Ingest, _Blocks, _unused, commit_recipe, open_store
@@ -136,3 +139,40 @@ def test_a_stream_into_a_full_file_system_fails_clearly_and_leaves_no_partial(sm
     ing = new_ingest(small)
     ing.write(stream[:200_000])
     assert finish_and_read(ing, small) == stream[:200_000]
+
+
+def test_a_pool_opened_ahead_is_taken_and_opened_once_however_many_ask(tmp_path, monkeypatch):
+    """The master asks the storage host's agent to open the pool ahead of a backup (the
+    agent's pool_open): the backup's ingest takes that store, and one that comes while it is
+    still being opened waits for it instead of reading the chunk index a second time."""
+    ing = new_ingest(tmp_path)
+    ing.write(random.Random(3).randbytes(300_000))
+    finish_and_read(ing, tmp_path)
+    root = str(tmp_path / "pool")
+    monkeypatch.setattr(ingest_mod, "_stores", {})
+    made, real_make = [], ingest_mod.ChunkStore
+    gate = threading.Event()
+
+    def slow_store(*args, **kw):
+        made.append(threading.current_thread().name)
+        gate.wait(10)   # an index that takes long to read
+        return real_make(*args, **kw)
+    monkeypatch.setattr(ingest_mod, "ChunkStore", slow_store)
+    spec = {"type": "dedup", "root": root, "params": PARAMS, "key": None}
+    ahead = threading.Thread(target=ops.HANDLERS["pool_open"], args=(None, spec),
+                             name="pool_open")
+    ahead.start()
+    while not made:
+        time.sleep(0.01)
+    backup_side = []
+    taker = threading.Thread(target=lambda: backup_side.append(new_ingest(tmp_path)),
+                             name="backup")
+    taker.start()
+    time.sleep(0.2)
+    assert backup_side == []   # waiting for the pool being opened, not opening it again
+    gate.set()
+    ahead.join(10)
+    taker.join(10)
+    assert made == ["pool_open"]
+    assert backup_side[0].store is open_store(root)
+    backup_side[0].abort()

@@ -207,6 +207,10 @@ class DedupAgent(AgentStorage):
         return open_store(spec["root"], spec.get("key"), keyless=keyless,
                           remote=self.remote(spec))
 
+    def warm(self, spec):
+        # the chunk index is read once, here; the backup's Ingest takes the open store
+        self.open_store(spec)
+
     def local_write(self, spec, path, *, emit, image_id, references):
         from plugins.storage.dedup.ingest import Ingest
         ingest = Ingest(spec["root"], path, params=spec.get("params"), key=spec.get("key"),

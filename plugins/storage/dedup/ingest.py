@@ -22,6 +22,7 @@ the commit (a rename done by commit_recipe) the complete partial recipe keeps it
 alive: reclaim counts partial recipes as referencing."""
 
 import hashlib
+import mmap
 import os
 import queue
 import threading
@@ -69,6 +70,8 @@ STORES_KEPT = 4
 _stores = {}  # (root, key, keyless or PLAIN) -> (pool.json identity, ChunkStore), oldest first
 PLAIN = "plain"  # a plain pool's store serves callers with and without keyless alike
 _stores_lock = threading.Lock()
+# (root, remote's ident) -> the lock held while that pool's store is being opened
+_opening = {}
 
 
 def _pool_identity(root):
@@ -84,13 +87,22 @@ def open_store(root, key=None, keyless=False, remote=None):
     """The pool's chunk store. keyless: for work that never decodes a chunk (reclaim, index
     rebuild, usage), so that it also runs on an encrypted pool whose key was not sent. The
     same store object serves later jobs of this process on the same pool (it is safe to
-    share between threads) while the pool is the same one. remote: where the store's
-    containers also live, for a store kept as a cache (a cloud pool): an object with
-    `ident` (hashable) and make(root, key=, keyless=) -> the store."""
+    share between threads) while the pool is the same one; a caller that comes while another
+    opens the pool waits for that store instead of reading the index a second time (the
+    master asks for a pool to be opened ahead of a backup: DedupAgent.warm). remote: where
+    the store's containers also live, for a store kept as a cache (a cloud pool): an object
+    with `ident` (hashable) and make(root, key=, keyless=) -> the store."""
     key = bytes.fromhex(key) if isinstance(key, str) else key
     keyless = keyless and key is None
     root = os.path.abspath(root)
     where = None if remote is None else remote.ident
+    with _stores_lock:
+        opening = _opening.setdefault((root, where), threading.Lock())
+    with opening:
+        return _open_store(root, key, keyless, remote, where)
+
+
+def _open_store(root, key, keyless, remote, where):
     idents = [(root, key, keyless, where)] + (
         [(root, None, PLAIN, where)] if key is None else [])
     before = _pool_identity(root)
@@ -619,9 +631,11 @@ class Ingest:
 
 class _Blocks:
     """The stream's blocks. The pieces cut from a block are views of it, alive until they
-    are encoded and written; a block is filled again once none is left (a bytearray refuses
+    are encoded and written; a block is filled again once none is left (a mapping refuses
     to change size while views of it exist), so a backup reuses a few blocks instead of
-    faulting in fresh memory for every 8 MiB."""
+    faulting in fresh memory for every 8 MiB. A block is anonymous memory, as the hash
+    worker's buffers are: only what is written to it is faulted in, where a bytearray's 8 MiB
+    are all zeroed first (5 ms, each backup, even one that writes a few KiB)."""
 
     KEEP = QUEUE_DEPTH + 9  # handed-over blocks looked at for reuse, the oldest first
 
@@ -635,9 +649,7 @@ class _Blocks:
             if _unused(block):
                 return block
             out.append(block)
-        block = bytearray(BLOCK_BYTES + 1)
-        del block[-1]  # room for _unused()'s byte without a reallocation
-        return block
+        return mmap.mmap(-1, BLOCK_BYTES)
 
     def handed_over(self, block):
         self._out.append(block)
@@ -646,12 +658,14 @@ class _Blocks:
 
 
 def _unused(block):
-    """True when no view of the block exists (it can change size)."""
+    """True when no view of the block exists: only then can it change size (to the size it
+    has, which changes nothing)."""
     try:
-        block.append(0)
+        block.resize(len(block))
     except BufferError:
         return False
-    del block[-1]
+    except (OSError, SystemError, ValueError):
+        return False  # a system that cannot resize a mapping: the block is not reused
     return True
 
 

@@ -357,6 +357,10 @@ class Dedup(StorageType):
         return dict(self.access_without_key(server, home),
                     key=keys.load(home, server["name"]).hex() if opts["encrypted"] else None)
 
+    def warm_spec(self, server, home):
+        # the chunk index is read while the backup job prepares (DedupAgent.warm)
+        return self.access(server, home)
+
     def backup_side(self, *, server, pool, home, volume, image_id, policy, client_host):
         return DedupBackup(self, self.access(server, home), pool=pool, volume=volume,
                            image_id=image_id,

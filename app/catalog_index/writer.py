@@ -221,6 +221,11 @@ class IndexWriter:
         self._dirs_seen = set()
         return {"files": entries, "dirs": ndirs, "bytes": file_size, "rows": self._rows}
 
+    @property
+    def rows_received(self) -> int:
+        """The rows add_rows() took so far (the current directory's not yet written)."""
+        return self._rows + len(self._run)
+
     def abort(self) -> None:
         """Drop the unfinished index. Safe to call more than once."""
         if self._state == "closed":

@@ -167,6 +167,9 @@ class BackupJob:
         self.storage = self.client = self.side = None
         self.image_id = self.partial = self.final = None
         self.index = None
+        self.index_info = None
+        # the index is closed by the agent connection's reader (rows_end) or by run()
+        self.index_lock = threading.Lock()
         self.index_error = []
         self.snapshots = []
         self.calls = []
@@ -235,8 +238,10 @@ class BackupJob:
         try:
             summary, received = self._transfer(meta)
             stats = self.side.outcome(summary, received)
-            info = self.index.close()
-            self.index = None
+            self._close_index()
+            if self.index_error:
+                raise CairnError(f"indexing the image failed: {self.index_error[0]}")
+            info = self.index_info
             warnings = max(summary.get("warnings", 0), self.ctx.warnings)
             self.ctx.set_phase(COMMITTING)
             committed = self._commit(meta, expires, summary, stats, warnings)
@@ -369,13 +374,34 @@ class BackupJob:
         elif event == "rows":
             if not self.index_error:
                 try:
+                    if self.index is None:
+                        raise CairnError("the agent sent rows after saying it had sent all")
                     if self.completer is not None:
                         self.completer.complete(data["rows"])
                     self.index.add_rows(data["rows"])
                 except Exception as e:  # noqa: BLE001 - reported as the job's failure below
                     self.index_error.append(e)
+        elif event == "rows_end":
+            # every row is here: the index is closed (and made durable) now, while the agent
+            # writes and syncs the end of the image, instead of after it
+            self._close_index(data.get("rows"))
         else:
             self.ctx.on_event(event, data)
+
+    def _close_index(self, rows=None):
+        """Closes the image's index once, when the agent has sent every row (`rows`: how
+        many it says it sent) or, at the latest, when the transfer is over."""
+        with self.index_lock:
+            if self.index is None or self.index_error:
+                return
+            try:
+                received = self.index.rows_received
+                if rows is not None and rows != received:
+                    raise CairnError(f"the agent says it sent {rows} rows; {received} arrived")
+                self.index_info = self.index.close()
+                self.index = None
+            except Exception as e:  # noqa: BLE001 - reported as the job's failure
+                self.index_error.append(e)
 
     def _destination(self):
         """Where the client's agent writes: a file sink on its own host when it is the
@@ -505,8 +531,10 @@ class BackupJob:
             c.cancel()
         for c in self.calls:
             c.wait_done(30)
-        if self.index is not None:
-            self.index.abort()
+        with self.index_lock:
+            index, self.index = self.index, None
+        if index is not None:
+            index.abort()
         else:
             # closed, and the image not recorded: the index has no image to describe
             self.master.remove_index(self.image_id)

@@ -75,6 +75,7 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         self.out = Output(out, self.worker)
         self.spool = tempfile.TemporaryFile(prefix="cairn-index-")
         self.pending = deque()
+        self.rows_sent = 0
         self.links = {}
         self.users = {}
         self.groups = {}
@@ -177,6 +178,9 @@ class _Backup(Walk, Members, FileData, Metadata, IndexRows):
         self.out.flush()
         self.worker.wait()
         self.emit_rows(final=True)
+        # every row is sent: the master closes the image's index while the rest of the image
+        # (its summary and index members) is written and made durable
+        self.emit("rows_end", {"rows": self.rows_sent})
         return self.finish_image(now_ns, summary_extra)
 
     def close(self):
@@ -197,7 +201,8 @@ def backup_to(out, selections, *, emit, is_cancelled, image_meta,
     is reused afterwards).
 
     Events via emit(event, payload): "totals" once, "progress" a few times a second, "rows"
-    in batches of at most 5000 (each row after its member was written), "warning", "log".
+    in batches of at most 5000 (each row after its member was written), "rows_end" once
+    every row is sent ({"rows": how many}), "warning", "log".
     emit_encoded(event, data as JSON text), when given, sends the row batches instead.
     Problems with single files are warnings; no selection existing raises NothingToBackup;
     a failing `out` raises StorageError; is_cancelled() returning true raises Canceled.

@@ -67,6 +67,7 @@ class IndexRows:
             else:
                 texts = [r if r.__class__ is str else _encode_row(r) for r in batch]
             self.spool.write(("\n".join(texts) + "\n").encode("ascii"))
+            self.rows_sent += len(batch)
             if self.emit_encoded is not None:
                 self.emit_encoded("rows", '{"rows":[%s]}' % ",".join(texts))
             elif len(rows) == len(batch):

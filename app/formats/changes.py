@@ -21,7 +21,8 @@ stream, u16 source (0: the base image, k: the base's k-th source image), u64 off
 length (0: nothing to refer to), and in the heap the entries' file checksums joined by NUL.
 An unchanged regular file is then sent as a reference to that member, not read again.
 
-Standard library only: this runs on client hosts.
+Standard library only: this runs on client hosts. The master compresses with ISA-L where it
+has it (isal, the same zlib format, a quarter of the time).
 """
 
 import base64
@@ -29,6 +30,8 @@ import hashlib
 import os
 import struct
 import zlib
+
+_deflate = None
 
 _HEAD = struct.Struct("<III")
 DIGEST_SIZE = 8
@@ -64,11 +67,25 @@ def file_digest(mode, uid, gid, size, mtime_ns, ctime_ns, ino):
     return hashlib.blake2b(fields + _FILE, digest_size=DIGEST_SIZE).digest()
 
 
+def _deflater():
+    """ISA-L's zlib where it is installed (the master), else zlib: the same format in a
+    quarter of the time, and read by zlib on any host."""
+    global _deflate
+    if _deflate is None:
+        try:
+            # here, not at the top: agents only decode, and need not load it
+            from isal import isal_zlib as found
+        except ImportError:
+            found = zlib
+        _deflate = found
+    return _deflate
+
+
 class StateEncoder:
     """Builds a state text directory by directory: add(path, [(name bytes, digest), ...])."""
 
     def __init__(self):
-        self._comp = zlib.compressobj(1)
+        self._comp = _deflater().compressobj(1)
         self._parts = []
 
     def _record(self, path, n, heap, fixed):

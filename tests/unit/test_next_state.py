@@ -3,11 +3,13 @@ index while that index is written (app/jobs/incremental.NextState), and the shor
 unchanged entries the master completes from the base's index."""
 
 import os
+import sys
 
 import pytest
 
 from app.catalog_index import IndexCorrupt, IndexReader, IndexWriter, check_index
 from app.formats import entry as E
+from app.formats import changes
 from app.formats.changes import PreviousState
 from app.jobs import incremental
 
@@ -174,3 +176,17 @@ def test_a_files_cache_uses_the_kept_references_only_with_every_source_there(tmp
         assert worked_out == [{0}]
     assert _with_refs(*every[:2])[b"/d"][b"f004"][1] is not None
     assert _with_refs(*some[:2])[b"/d"][b"f004"][1] is None
+
+
+@pytest.mark.parametrize("deflate", ["isal", "zlib"])
+def test_the_state_reads_the_same_whichever_deflate_wrote_it(tmp_path, monkeypatch, deflate):
+    """The master compresses with ISA-L where it has it; the agent reads with zlib alone."""
+    monkeypatch.setattr(changes, "_deflate", None)
+    if deflate == "zlib":
+        monkeypatch.setitem(sys.modules, "isal", None)   # a master without it
+    with _write(tmp_path / "a.cidx", _rows()) as idx:
+        kept, _ = incremental.previous_state(idx)
+        computed, _, _ = incremental._state(idx, None)
+    assert changes._deflate.__name__ == ("isal.isal_zlib" if deflate == "isal" else "zlib")
+    assert _dirs(kept) == _dirs(computed)
+    assert _dirs(kept)[1] == 44

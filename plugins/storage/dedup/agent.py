@@ -208,7 +208,10 @@ class DedupAgent(AgentStorage):
                           remote=self.remote(spec))
 
     def warm(self, spec):
-        # the chunk index is read once, here; the backup's Ingest takes the open store
+        # the chunk index is read once, here, and the chunker's native code loaded: the
+        # backup's Ingest takes the open store, and its first cut waits for no import
+        from plugins.storage.dedup import chunker
+        chunker.ACCELERATOR
         self.open_store(spec)
 
     def local_write(self, spec, path, *, emit, image_id, references):

@@ -54,6 +54,10 @@ IN_FLIGHT = ENCODERS + 2
 # task costs a hand-over between threads and a compression context, which for the 100 KiB
 # chunks of small files in 1 MiB tasks made a first full about 4% slower (bench/README.md).
 TASK_BYTES = 4 << 20
+# The pieces cut at the end of the stream (or before a reference) are all there is left to
+# wait for: smaller tasks, so that the encoders share them. The image's index, its last
+# member, arrives whole at the end; in one task it was hashed on one thread.
+LAST_TASK_BYTES = 1 << 20
 
 
 def _digest(data):
@@ -419,10 +423,11 @@ class Ingest:
                 # Small pieces (the chunks of small files) go to the encoders a few at a time:
                 # one hand-over between threads costs as much as hashing tens of KiB.
                 group, size = [], 0
+                limit = LAST_TASK_BYTES if end else TASK_BYTES
                 for p in pieces:
                     group.append(p.data)
                     size += p.length
-                    if size >= TASK_BYTES:
+                    if size >= limit:
                         submit(group)
                         group, size = [], 0
                 if group:

@@ -26,3 +26,19 @@ def cairn_json(home, *args, check=True, timeout=600):
     except ValueError:
         raise AssertionError(f"not one JSON document: {p.stdout!r} (stderr {p.stderr!r})")
     return doc, p
+
+
+def local_dedup_policy(home, src, pool, policy="p", agent_path=None):
+    """The embedded local host, a dedup storage server with its pool and unit, and a policy
+    that backs up `src` from it, made with the CLI. agent_path: a PYTHONPATH for the host's
+    agent (a sitecustomize that changes what it does)."""
+    cairn(home, "host", "add", "me", "--local")
+    if agent_path is not None:
+        cairn(home, "host", "set", "me", "agent_env", f"PYTHONPATH={agent_path}")
+    cairn(home, "storage-server", "create", "dd", "--type", "dedup", "--host", "me",
+          "--path", pool)
+    cairn(home, "disk-pool", "create", "ddp", "--server", "dd")
+    cairn(home, "storage-unit", "create", "dstu", "--pool", "ddp")
+    cairn(home, "policy", "create", policy, "--storage-unit", "dstu")
+    cairn(home, "policy", "add-client", policy, "me")
+    cairn(home, "policy", "add-selection", policy, src)

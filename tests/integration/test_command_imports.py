@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from clihelp import ROOT, cairn
+from clihelp import ROOT, local_dedup_policy
 
 # Modules a backup has no use for, each of which was once loaded by every command.
 NOT_FOR_A_BACKUP = (
@@ -34,14 +34,7 @@ def test_a_backup_imports_its_own_modules_only(tmp_path):
     src.mkdir()
     for i in range(20):
         (src / f"f{i}").write_bytes(os.urandom(1000))
-    cairn(home, "host", "add", "me", "--local")
-    cairn(home, "storage-server", "create", "dd", "--type", "dedup", "--host", "me",
-          "--path", pool)
-    cairn(home, "disk-pool", "create", "ddp", "--server", "dd")
-    cairn(home, "storage-unit", "create", "dstu", "--pool", "ddp")
-    cairn(home, "policy", "create", "p", "--storage-unit", "dstu")
-    cairn(home, "policy", "add-client", "p", "me")
-    cairn(home, "policy", "add-selection", "p", src)
+    local_dedup_policy(home, src, pool)
     for _ in range(2):   # a first full, then one with a files cache
         loaded = imported(home, "backup", "p", "--wait", "--json")
         # what the backup needs is seen, so that what is not seen was not loaded

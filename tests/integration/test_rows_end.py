@@ -7,7 +7,7 @@ import os
 import re
 
 from app import status
-from clihelp import cairn, cairn_json
+from clihelp import cairn, cairn_json, local_dedup_policy
 
 # What the client's agent sends is changed by a sitecustomize on its PYTHONPATH, as a damaged
 # or hostile agent would: the first batch of rows is never sent, though it is counted.
@@ -34,16 +34,7 @@ def setup(tmp_path, agent_path=None):
         (src / d).mkdir(parents=True)
         for i in range(30):
             (src / d / f"f{i}").write_bytes(os.urandom(2000))
-    cairn(home, "host", "add", "me", "--local")
-    if agent_path is not None:
-        cairn(home, "host", "set", "me", "agent_env", f"PYTHONPATH={agent_path}")
-    cairn(home, "storage-server", "create", "dd", "--type", "dedup", "--host", "me",
-          "--path", pool)
-    cairn(home, "disk-pool", "create", "ddp", "--server", "dd")
-    cairn(home, "storage-unit", "create", "dstu", "--pool", "ddp")
-    cairn(home, "policy", "create", "p", "--storage-unit", "dstu")
-    cairn(home, "policy", "add-client", "p", "me")
-    cairn(home, "policy", "add-selection", "p", src)
+    local_dedup_policy(home, src, pool, agent_path=agent_path)
     return home
 
 
